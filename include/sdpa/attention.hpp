@@ -1,0 +1,85 @@
+// sdpa/attention.hpp — exact scaled dot-product attention, forward and backward.
+//
+//   s_ij = β · (q_i · k_j)                    β = 1/√Dk unless Options::scale is set
+//   s_ij = c · tanh(s_ij / c)                 only with Options::softcap = c
+//   s_ij = s_ij + mask_ij, or −∞ where masked (causal, window, keep-mask, mask = −∞)
+//   out_i = Σ_j softmax_j(s_i·) · v_j         lse_i = log Σ_j exp(s_ij)
+//
+// Shapes (letters used throughout the project):
+//   q    (B, Hq,  Nq, Dk)        out  (B, Hq, Nq, Dv)
+//   k    (B, Hkv, Nk, Dk)        lse  (B, Hq, Nq)
+//   v    (B, Hkv, Nk, Dv)        mask (B|1, Hq|1, Nq|1, Nk|1)  broadcast
+// Query head h reads kv head h / (Hq / Hkv): GQA, and MQA when Hkv = 1.
+//
+// The full contract, with the mask alignments spelled out, is docs/contract.md.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include "sdpa/error.hpp"
+#include "sdpa/tensor.hpp"
+
+namespace sdpa {
+
+/// Which diagonal a causal mask follows when Nq != Nk.
+///   top_left:     key j visible to query i iff j <= i            (PyTorch's is_causal)
+///   bottom_right: key j visible to query i iff j <= i + Nk - Nq  (KV cache, FlashAttention >= 2.1)
+enum class Causal { none, top_left, bottom_right };
+
+/// Which implementation runs.
+///   fast:      tiled online-softmax fp32 kernel, O(block) scratch, multi-threaded.
+///   reference: fp64 accumulation over the materialised score matrix; the oracle.
+enum class Kernel { fast, reference };
+
+/// Instruction set of the fast kernel. `automatic` is resolved once per process:
+/// the SDPA_ISA environment variable (scalar | avx2 | avx512) if set, else the best
+/// the CPU supports. Forcing an ISA the CPU lacks throws sdpa::Error.
+enum class Isa { automatic, scalar, avx2, avx512 };
+
+/// Sliding window around the diagonal d_i of query i (the causal diagonal when
+/// Options::causal is set, else the bottom-right one): key j is visible iff
+/// d_i - left <= j <= d_i + right. -1 means unbounded on that side.
+struct Window {
+  std::int64_t left = -1;
+  std::int64_t right = -1;
+};
+
+struct Options {
+  std::optional<double> scale;    // β, any finite value; default 1/√Dk
+  std::optional<double> softcap;  // c > 0: scores become c·tanh(s/c)
+  Causal causal = Causal::none;
+  Window window{};
+  View4<const float> mask{};              // additive float mask; empty = none
+  View4<const std::uint8_t> keep{};       // boolean keep-mask (nonzero keeps); empty = none
+  int threads = 0;                        // 0: all available (OpenMP's default)
+  Kernel kernel = Kernel::fast;
+  Isa isa = Isa::automatic;
+};
+
+/// Forward pass. Writes out, and lse when lse is non-empty.
+/// A query that sees no key gets out = 0 and lse = -inf.
+void forward(View4<const float> q, View4<const float> k, View4<const float> v,
+             View4<float> out, View3<float> lse, const Options& opt = {});
+
+/// Backward pass: dq, dk, dv from dout, recomputing the probabilities from lse.
+/// out and lse must be those the forward produced with the same options.
+/// Overwrites dq, dk, dv (`=`, not `+=`). Deterministic: the same bits for any
+/// thread count.
+void backward(View4<const float> q, View4<const float> k, View4<const float> v,
+              View4<const float> out, View3<const float> lse, View4<const float> dout,
+              View4<float> dq, View4<float> dk, View4<float> dv, const Options& opt = {});
+
+/// β for these options and key width: opt.scale, or 1/√dk.
+double resolve_scale(const Options& opt, std::int64_t dk);
+
+/// The ISA `automatic` resolves to in this process.
+Isa active_isa();
+/// Whether this CPU can run the given ISA's kernel.
+bool isa_supported(Isa isa);
+/// "scalar", "avx2", "avx512", "automatic".
+const char* isa_name(Isa isa);
+/// Parses an ISA name; throws sdpa::Error naming `what` for an unknown one.
+Isa parse_isa(const char* name, const char* what = "isa");
+
+}  // namespace sdpa

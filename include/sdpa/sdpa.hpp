@@ -1,0 +1,8 @@
+// sdpa/sdpa.hpp — everything a user of the library includes.
+#pragma once
+
+#include "sdpa/attention.hpp"
+#include "sdpa/error.hpp"
+#include "sdpa/reference.hpp"
+#include "sdpa/tensor.hpp"
+#include "sdpa/version.hpp"
