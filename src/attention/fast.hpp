@@ -1,0 +1,36 @@
+// fast.hpp — the tiled online-softmax kernel's interface, one table per ISA.
+//
+// Work is cut into tiles so scratch memory is O(tile), never O(Nq·Nk):
+//   forward   one item = (b, h, query tile of kTileRows rows), loops over key tiles
+//   backward  pass A: one item = (b, kv head, key tile)  -> dk, dv (loops over the group's
+//             query heads and query tiles);  pass B: one item = (b, h, query tile) -> dq.
+// Every output element is written by exactly one item, in a fixed order, so the
+// result does not depend on how items are spread over threads.
+#pragma once
+
+#include <cstddef>
+
+#include "attention/problem.hpp"
+
+namespace sdpa::detail {
+
+inline constexpr i64 kTileRows = 64;  // query rows per tile
+inline constexpr i64 kTileCols = 64;  // keys per tile
+inline constexpr i64 kPad = 16;       // padding of vector dimensions (the widest vector: 16 floats)
+
+struct FastKernels {
+  std::size_t (*forward_scratch)(const Problem&);   // floats per worker
+  std::size_t (*backward_scratch)(const Problem&);  // floats per worker
+  void (*forward_tile)(const Problem&, const Tensors&, i64 b, i64 h, i64 i0, float* scratch);
+  // delta: (B, Hq, Nq) row sums Σ_e dout·out, contiguous.
+  void (*backward_kv_tile)(const Problem&, const Tensors&, const float* delta, i64 b, i64 g, i64 j0,
+                           float* scratch);
+  void (*backward_q_tile)(const Problem&, const Tensors&, const float* delta, i64 b, i64 h, i64 i0,
+                          float* scratch);
+};
+
+const FastKernels& fast_kernels_scalar();
+const FastKernels& fast_kernels_avx2();
+const FastKernels& fast_kernels_avx512();
+
+}  // namespace sdpa::detail

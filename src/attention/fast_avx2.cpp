@@ -1,0 +1,14 @@
+// fast_avx2.cpp — the tiled kernel compiled for the avx2 path (flags: src/CMakeLists.txt).
+#include <immintrin.h>
+#include <cstddef>
+
+#include "attention/fast.hpp"
+
+namespace sdpa::detail::avx2 {
+#include "attention/simd_avx2.hpp"
+#include "attention/fast_kernel.inl"
+}  // namespace sdpa::detail::avx2
+
+namespace sdpa::detail {
+const FastKernels& fast_kernels_avx2() { return avx2::table(); }
+}  // namespace sdpa::detail

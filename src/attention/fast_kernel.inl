@@ -1,0 +1,460 @@
+// fast_kernel.inl — the tiled online-softmax kernel (FlashAttention-2 structure),
+// written once against a `Vec` (simd_*.hpp) and included inside one namespace per
+// ISA. Only builtins, intrinsics and functions defined here are called, so no
+// inline function compiled for one ISA is shared with another (ODR safety).
+//
+// Notation: a tile has `br` query rows (r) and `bc` keys (c); i = i0 + r, j = j0 + c.
+// Vector dimensions are padded to a multiple of kPad with zeros.
+
+using R = typename Vec::R;
+constexpr int W = Vec::W;
+constexpr float kNegInf = -__builtin_inff();
+constexpr float kPosInf = __builtin_inff();
+
+inline i64 imin(i64 a, i64 b) { return a < b ? a : b; }
+inline i64 imax(i64 a, i64 b) { return a > b ? a : b; }
+inline i64 round_up(i64 x, i64 m) { return (x + m - 1) / m * m; }
+inline bool is_finite(float x) { return x - x == 0.0f; }  // false for ±inf and NaN
+
+// Structural visible range of query row i, [row_lo, row_hi] (mirrors Problem::lo/hi,
+// redefined here so the ISA namespaces share no inline code).
+inline i64 row_lo(const Problem& p, i64 i) {
+  return p.window_left < 0 ? 0 : imax(0, i + p.diag_offset - p.window_left);
+}
+inline i64 row_hi(const Problem& p, i64 i) {
+  i64 h = p.Nk - 1;
+  const i64 d = i + p.diag_offset;
+  if (p.causal) h = imin(h, d);
+  if (p.window_right >= 0) h = imin(h, d + p.window_right);
+  return h;
+}
+inline bool structural(const Problem& p) { return p.causal || p.window_left >= 0 || p.window_right >= 0; }
+inline bool explicit_mask(const Problem& p) { return p.mask.data != nullptr || p.keep.data != nullptr; }
+
+template <class T, std::size_t N>
+inline i64 off(const View<T, N>& v, i64 a, i64 b, i64 c, i64 d) {
+  return a * v.stride[0] + b * v.stride[1] + c * v.stride[2] + d * v.stride[3];
+}
+inline i64 off3(const View3<const float>& v, i64 a, i64 b, i64 c) {
+  return a * v.stride[0] + b * v.stride[1] + c * v.stride[2];
+}
+inline i64 off3w(const View3<float>& v, i64 a, i64 b, i64 c) {
+  return a * v.stride[0] + b * v.stride[1] + c * v.stride[2];
+}
+
+// Explicit-mask bias for (b, h, i, j): 0, finite, or -inf (masked).
+inline float bias_at(const Problem& p, i64 b, i64 h, i64 i, i64 j) {
+  if (p.keep.data != nullptr && p.keep.data[off(p.keep, b, h, i, j)] == 0) return kNegInf;
+  return p.mask.data == nullptr ? 0.0f : p.mask.data[off(p.mask, b, h, i, j)];
+}
+
+// ---------------------------------------------------------------------------------------
+// C (+)= A·B: C (M × N), A (M × K) with strides (ars, acs), B (K × N) rows of ldb.
+// N is a multiple of W. Register-blocked MR rows × NV vectors.
+template <int MR, int NV, bool ACC>
+inline void gemm_block(i64 K, const float* A, i64 ars, i64 acs, const float* B, i64 ldb, float* C, i64 ldc) {
+  R acc[MR][NV];
+  for (int r = 0; r < MR; ++r)
+    for (int v = 0; v < NV; ++v) acc[r][v] = ACC ? Vec::load(C + r * ldc + v * W) : Vec::zero();
+  for (i64 k = 0; k < K; ++k) {
+    R bv[NV];
+    for (int v = 0; v < NV; ++v) bv[v] = Vec::load(B + k * ldb + v * W);
+    for (int r = 0; r < MR; ++r) {
+      const R a = Vec::set1(A[r * ars + k * acs]);
+      for (int v = 0; v < NV; ++v) acc[r][v] = Vec::fma(a, bv[v], acc[r][v]);
+    }
+  }
+  for (int r = 0; r < MR; ++r)
+    for (int v = 0; v < NV; ++v) Vec::store(C + r * ldc + v * W, acc[r][v]);
+}
+
+template <int MR, bool ACC>
+inline void gemm_rows(i64 nv, i64 K, const float* A, i64 ars, i64 acs, const float* B, i64 ldb, float* C, i64 ldc) {
+  static_assert(Vec::NV <= 4, "extend the switch below");
+  switch (nv) {
+    case 1: gemm_block<MR, 1, ACC>(K, A, ars, acs, B, ldb, C, ldc); break;
+    case 2: if constexpr (Vec::NV >= 2) gemm_block<MR, 2, ACC>(K, A, ars, acs, B, ldb, C, ldc); break;
+    case 3: if constexpr (Vec::NV >= 3) gemm_block<MR, 3, ACC>(K, A, ars, acs, B, ldb, C, ldc); break;
+    case 4: if constexpr (Vec::NV >= 4) gemm_block<MR, 4, ACC>(K, A, ars, acs, B, ldb, C, ldc); break;
+    default: break;
+  }
+}
+
+// SKIP_ZERO: terms with A = 0 are skipped, so a zero weight never multiplies an
+// inf or NaN in B (used only when B holds a non-finite value).
+template <bool ACC, bool SKIP_ZERO>
+void gemm(i64 M, i64 N, i64 K, const float* A, i64 ars, i64 acs, const float* B, i64 ldb, float* C, i64 ldc) {
+  if constexpr (SKIP_ZERO) {
+    for (i64 m = 0; m < M; ++m) {
+      float* c = C + m * ldc;
+      if (!ACC)
+        for (i64 n = 0; n < N; n += W) Vec::store(c + n, Vec::zero());
+      for (i64 k = 0; k < K; ++k) {
+        const float a = A[m * ars + k * acs];
+        if (a == 0.0f) continue;
+        const R av = Vec::set1(a);
+        for (i64 n = 0; n < N; n += W) Vec::store(c + n, Vec::fma(av, Vec::load(B + k * ldb + n), Vec::load(c + n)));
+      }
+    }
+    return;
+  }
+  constexpr i64 MR = Vec::MR;
+  for (i64 n0 = 0; n0 < N; n0 += Vec::NV * W) {
+    const i64 nv = imin(Vec::NV, (N - n0) / W);
+    i64 m0 = 0;
+    for (; m0 + MR <= M; m0 += MR)
+      gemm_rows<MR, ACC>(nv, K, A + m0 * ars, ars, acs, B + n0, ldb, C + m0 * ldc + n0, ldc);
+    const float* a = A + m0 * ars;
+    float* c = C + m0 * ldc + n0;
+    switch (M - m0) {
+      case 1: gemm_rows<1, ACC>(nv, K, a, ars, acs, B + n0, ldb, c, ldc); break;
+      case 2: gemm_rows<2, ACC>(nv, K, a, ars, acs, B + n0, ldb, c, ldc); break;
+      case 3: gemm_rows<3, ACC>(nv, K, a, ars, acs, B + n0, ldb, c, ldc); break;
+      default: break;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Score post-processing: s = β x, then soft-cap (t = tanh(s/c) saved when T != null).
+inline void scale_softcap(const Problem& p, float* S, i64 ld, i64 rows, i64 cols, float* T) {
+  const R beta = Vec::set1(static_cast<float>(p.scale));
+  const R cap = Vec::set1(static_cast<float>(p.softcap));
+  const R inv_cap = Vec::set1(static_cast<float>(1.0 / p.softcap));
+  for (i64 r = 0; r < rows; ++r)
+    for (i64 c = 0; c < cols; c += W) {
+      R s = Vec::mul(Vec::load(S + r * ld + c), beta);
+      if (p.has_softcap) {
+        const R t = Vec::tanh(Vec::mul(s, inv_cap));
+        if (T) Vec::store(T + r * ld + c, t);
+        s = Vec::mul(cap, t);
+      }
+      Vec::store(S + r * ld + c, s);
+    }
+}
+
+// Masks on a tile stored row = query, column = key (forward, backward pass B).
+// Columns in [bc, bcp) are padding and become -inf.
+inline void mask_rows(const Problem& p, float* S, i64 ld, i64 b, i64 h, i64 i0, i64 br, i64 j0, i64 bc, i64 bcp) {
+  const bool st = structural(p), ex = explicit_mask(p);
+  for (i64 r = 0; r < br; ++r) {
+    float* s = S + r * ld;
+    const i64 i = i0 + r;
+    const i64 lo = st ? imax(0, row_lo(p, i) - j0) : 0;           // first visible column
+    const i64 hi = st ? imin(bc - 1, row_hi(p, i) - j0) : bc - 1;  // last visible column
+    for (i64 c = 0; c < imin(lo, bcp); ++c) s[c] = kNegInf;
+    for (i64 c = imax(hi + 1, 0); c < bcp; ++c) s[c] = kNegInf;
+    if (ex)
+      for (i64 c = lo; c <= hi; ++c) {
+        const float bias = bias_at(p, b, h, i, j0 + c);
+        s[c] = bias == kNegInf ? kNegInf : s[c] + bias;
+      }
+  }
+}
+
+// Whether structural masking can skip the mask pass for this tile.
+inline bool tile_needs_mask(const Problem& p, i64 i0, i64 br, i64 j0, i64 bc, i64 bcp) {
+  if (bc != bcp || explicit_mask(p)) return true;
+  if (!structural(p)) return false;
+  return !(row_lo(p, i0 + br - 1) <= j0 && row_hi(p, i0) >= j0 + bc - 1);
+}
+
+// Key-tile range a query tile can see: [first, last] key index (last < first: none).
+inline void key_range(const Problem& p, i64 i0, i64 br, i64& first, i64& last) {
+  first = structural(p) ? row_lo(p, i0) : 0;
+  last = structural(p) ? row_hi(p, i0 + br - 1) : p.Nk - 1;
+  first = imax(first, 0);
+  last = imin(last, p.Nk - 1);
+}
+
+// Packs keys [j0, j0+bc) of (b, g) transposed: KT[d][c] (Dk × ld), zero columns up to ld.
+inline void pack_transposed(const View4<const float>& x, i64 b, i64 g, i64 j0, i64 bc, i64 D, float* out, i64 ld) {
+  for (i64 d = 0; d < D; ++d) {
+    float* o = out + d * ld;
+    for (i64 c = 0; c < bc; ++c) o[c] = x.data[off(x, b, g, j0 + c, d)];
+    for (i64 c = bc; c < ld; ++c) o[c] = 0.0f;
+  }
+}
+// Packs rows [j0, j0+n) of (b, g) as rows of ld floats, zero-padded; returns whether all finite.
+inline bool pack_rows(const View4<const float>& x, i64 b, i64 g, i64 j0, i64 n, i64 D, float* out, i64 ld) {
+  bool finite = true;
+  for (i64 c = 0; c < n; ++c) {
+    float* o = out + c * ld;
+    for (i64 d = 0; d < D; ++d) {
+      const float val = x.data[off(x, b, g, j0 + c, d)];
+      finite &= is_finite(val);
+      o[d] = val;
+    }
+    for (i64 d = D; d < ld; ++d) o[d] = 0.0f;
+  }
+  return finite;
+}
+
+// A bump allocator over one worker's scratch, 64-byte aligned pieces.
+struct Carve {
+  float* p;
+  float* take(i64 n) {
+    float* r = p;
+    p += round_up(n, kPad);
+    return r;
+  }
+};
+
+// ---------------------------------------------------------------------------------------
+// Forward.
+std::size_t forward_scratch(const Problem& p) {
+  const i64 dvp = round_up(p.Dv, kPad);
+  const i64 n = kTileRows * p.Dk + p.Dk * kTileCols + kTileCols * dvp + kTileRows * kTileCols +
+                kTileRows * dvp + 2 * kTileRows + 8 * kPad;
+  return static_cast<std::size_t>(n);
+}
+
+void forward_tile(const Problem& p, const Tensors& t, i64 b, i64 h, i64 i0, float* scratch) {
+  const i64 g = h / p.group, Dk = p.Dk, Dv = p.Dv, dvp = round_up(Dv, kPad);
+  const i64 br = imin(kTileRows, p.Nq - i0);
+  Carve cv{scratch};
+  float* Q = cv.take(kTileRows * Dk);    // (br, Dk)
+  float* KT = cv.take(Dk * kTileCols);   // (Dk, bcp)
+  float* V = cv.take(kTileCols * dvp);   // (bc, dvp)
+  float* S = cv.take(kTileRows * kTileCols);  // (br, bcp) scores, then probabilities
+  float* O = cv.take(kTileRows * dvp);   // (br, dvp) unnormalised output
+  float* m = cv.take(kTileRows);         // running max
+  float* l = cv.take(kTileRows);         // running sum
+
+  for (i64 r = 0; r < br; ++r)
+    for (i64 d = 0; d < Dk; ++d) Q[r * Dk + d] = t.q.data[off(t.q, b, h, i0 + r, d)];
+  for (i64 x = 0; x < br * dvp; ++x) O[x] = 0.0f;
+  for (i64 r = 0; r < br; ++r) m[r] = kNegInf, l[r] = 0.0f;
+
+  i64 first, last;
+  key_range(p, i0, br, first, last);
+  for (i64 j0 = first / kTileCols * kTileCols; j0 <= last; j0 += kTileCols) {
+    const i64 bc = imin(kTileCols, p.Nk - j0), bcp = round_up(bc, kPad);
+    pack_transposed(t.k, b, g, j0, bc, Dk, KT, bcp);
+    const bool v_finite = pack_rows(t.v, b, g, j0, bc, Dv, V, dvp);
+
+    gemm<false, false>(br, bcp, Dk, Q, Dk, 1, KT, bcp, S, bcp);  // S = Q Kᵀ
+    scale_softcap(p, S, bcp, br, bcp, nullptr);
+    if (tile_needs_mask(p, i0, br, j0, bc, bcp)) mask_rows(p, S, bcp, b, h, i0, br, j0, bc, bcp);
+
+    for (i64 r = 0; r < br; ++r) {
+      float* s = S + r * bcp;
+      R vm = Vec::set1(kNegInf);
+      for (i64 c = 0; c < bcp; c += W) vm = Vec::max_ignore_nan(Vec::load(s + c), vm);
+      const float tile_max = Vec::hmax(vm);
+      const float m_new = tile_max > m[r] ? tile_max : m[r];
+      const float shift = m_new == kNegInf ? 0.0f : m_new;  // all masked so far: exp(-inf - 0) = 0
+      const float alpha = __builtin_expf(m[r] - shift);      // rescales what came before
+      const R sv = Vec::set1(shift);
+      R sum = Vec::zero();
+      for (i64 c = 0; c < bcp; c += W) {
+        const R e = Vec::exp(Vec::sub(Vec::load(s + c), sv));
+        Vec::store(s + c, e);
+        sum = Vec::add(sum, e);
+      }
+      l[r] = l[r] * alpha + Vec::hsum(sum);
+      m[r] = m_new;
+      if (alpha != 1.0f) {
+        const R av = Vec::set1(alpha);
+        for (i64 e = 0; e < dvp; e += W) Vec::store(O + r * dvp + e, Vec::mul(Vec::load(O + r * dvp + e), av));
+      }
+    }
+    if (v_finite)
+      gemm<true, false>(br, dvp, bc, S, bcp, 1, V, dvp, O, dvp);  // O += P V
+    else
+      gemm<true, true>(br, dvp, bc, S, bcp, 1, V, dvp, O, dvp);
+  }
+
+  for (i64 r = 0; r < br; ++r) {
+    const i64 i = i0 + r;
+    const bool empty_row = l[r] == 0.0f;
+    const float inv = empty_row ? 0.0f : 1.0f / l[r];
+    for (i64 e = 0; e < Dv; ++e) t.out_w.data[off(t.out_w, b, h, i, e)] = empty_row ? 0.0f : O[r * dvp + e] * inv;
+    if (t.lse_w.data != nullptr) {
+      const float shift = m[r] == kNegInf ? 0.0f : m[r];
+      t.lse_w.data[off3w(t.lse_w, b, h, i)] = empty_row ? kNegInf : shift + __builtin_logf(l[r]);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Backward. With P recomputed from lse and delta_i = Σ_e dout_ie out_ie:
+//   dS = P ∘ (dout Vᵀ − delta) (0 where P = 0),  dX = β (1 − t²) dS  (t: soft-cap tanh)
+//   dV = Pᵀ dout,  dK = dXᵀ Q,  dQ = dX K
+
+// Row constants of one query tile: lse with -inf replaced by +inf (so exp(s - L) = 0 on an
+// empty row, and on padding rows), and delta (0 on padding).
+inline void load_row_constants(const Problem& p, const Tensors& t, const float* delta, i64 b, i64 h, i64 i0, i64 br,
+                               i64 n, float* L, float* Dl) {
+  for (i64 r = 0; r < n; ++r) {
+    if (r < br) {
+      const float lse = t.lse_in.data[off3(t.lse_in, b, h, i0 + r)];
+      L[r] = lse == kNegInf ? kPosInf : lse;
+      Dl[r] = delta[(b * p.Hq + h) * p.Nq + i0 + r];
+    } else {
+      L[r] = kPosInf;
+      Dl[r] = 0.0f;
+    }
+  }
+}
+
+// dX from P (in S), dP and the soft-cap tanh, over rows × cols of a tile, per-row
+// constants along rows (row_const = true) or along columns (pass A's transposed tile).
+template <bool ROW_CONST>
+inline void ds_from_p(const Problem& p, const float* S, float* dP, const float* T, const float* Dl, i64 ld, i64 rows,
+                      i64 cols) {
+  const R beta = Vec::set1(static_cast<float>(p.scale));
+  const R one = Vec::set1(1.0f);
+  for (i64 r = 0; r < rows; ++r)
+    for (i64 c = 0; c < cols; c += W) {
+      const R P = Vec::load(S + r * ld + c);
+      const R D = ROW_CONST ? Vec::set1(Dl[r]) : Vec::load(Dl + c);
+      R ds = Vec::mul(Vec::mul(P, Vec::sub(Vec::load(dP + r * ld + c), D)), beta);
+      if (p.has_softcap) {
+        const R tt = Vec::load(T + r * ld + c);
+        ds = Vec::mul(ds, Vec::sub(one, Vec::mul(tt, tt)));
+      }
+      Vec::store(dP + r * ld + c, Vec::zero_where_zero(P, ds));
+    }
+}
+
+std::size_t backward_scratch(const Problem& p) {
+  const i64 dkp = round_up(p.Dk, kPad), dvp = round_up(p.Dv, kPad);
+  const i64 T = kTileRows > kTileCols ? kTileRows : kTileCols;
+  // Pass A needs: Kr, Vr (bc × D), QT, dOT (D × br), Qr, dOr (br × Dpad), ST, TT, dPT (bc × br),
+  // dK, dV accumulators, L, Dl. Pass B needs less than that with the same tile sizes.
+  const i64 n = 2 * T * (p.Dk + p.Dv) + T * (dkp + dvp) + 3 * T * T + T * (dkp + dvp) + 2 * T + 16 * kPad;
+  return static_cast<std::size_t>(n);
+}
+
+// Pass A: one key tile of kv head g; loops over the group's query heads and query tiles.
+void backward_kv_tile(const Problem& p, const Tensors& t, const float* delta, i64 b, i64 g, i64 j0, float* scratch) {
+  const i64 Dk = p.Dk, Dv = p.Dv, dkp = round_up(Dk, kPad), dvp = round_up(Dv, kPad);
+  const i64 bc = imin(kTileCols, p.Nk - j0);
+  constexpr i64 BR = kTileRows;
+  Carve cv{scratch};
+  float* Kr = cv.take(kTileCols * Dk);  // (bc, Dk)
+  float* Vr = cv.take(kTileCols * Dv);  // (bc, Dv)
+  float* QT = cv.take(Dk * BR);         // (Dk, brp)
+  float* dOT = cv.take(Dv * BR);        // (Dv, brp)
+  float* Qr = cv.take(BR * dkp);        // (br, dkp)
+  float* dOr = cv.take(BR * dvp);       // (br, dvp)
+  float* ST = cv.take(kTileCols * BR);  // (bc, brp): P transposed
+  float* TT = cv.take(kTileCols * BR);  // (bc, brp): soft-cap tanh
+  float* dPT = cv.take(kTileCols * BR); // (bc, brp): dP, then dX
+  float* dK = cv.take(kTileCols * dkp);
+  float* dV = cv.take(kTileCols * dvp);
+  float* L = cv.take(BR);
+  float* Dl = cv.take(BR);
+
+  pack_rows(t.k, b, g, j0, bc, Dk, Kr, Dk);
+  pack_rows(t.v, b, g, j0, bc, Dv, Vr, Dv);
+  for (i64 x = 0; x < bc * dkp; ++x) dK[x] = 0.0f;
+  for (i64 x = 0; x < bc * dvp; ++x) dV[x] = 0.0f;
+  const bool st = structural(p), ex = explicit_mask(p);
+
+  for (i64 h = g * p.group; h < (g + 1) * p.group; ++h)
+    for (i64 i0 = 0; i0 < p.Nq; i0 += BR) {
+      const i64 br = imin(BR, p.Nq - i0), brp = round_up(br, kPad);
+      if (st && (row_hi(p, i0 + br - 1) < j0 || row_lo(p, i0) > j0 + bc - 1)) continue;  // tile fully masked
+      pack_transposed(t.q, b, h, i0, br, Dk, QT, brp);
+      pack_transposed(t.dout, b, h, i0, br, Dv, dOT, brp);
+      const bool q_finite = pack_rows(t.q, b, h, i0, br, Dk, Qr, dkp);
+      const bool do_finite = pack_rows(t.dout, b, h, i0, br, Dv, dOr, dvp);
+      load_row_constants(p, t, delta, b, h, i0, br, brp, L, Dl);
+
+      gemm<false, false>(bc, brp, Dk, Kr, Dk, 1, QT, brp, ST, brp);  // Sᵀ = K Qᵀ
+      scale_softcap(p, ST, brp, bc, brp, TT);
+      // Masks, transposed: element (c, r) is key j0 + c for query i0 + r; padding rows have L = +inf.
+      const bool full = !ex && (!st || (row_lo(p, i0 + br - 1) <= j0 && row_hi(p, i0) >= j0 + bc - 1));
+      if (!full)
+        for (i64 r = 0; r < br; ++r) {
+          const i64 i = i0 + r;
+          const i64 lo = st ? row_lo(p, i) : 0, hi = st ? row_hi(p, i) : p.Nk - 1;
+          for (i64 c = 0; c < bc; ++c) {
+            float& s = ST[c * brp + r];
+            const i64 j = j0 + c;
+            if (j < lo || j > hi) {
+              s = kNegInf;
+            } else if (ex) {
+              const float bias = bias_at(p, b, h, i, j);
+              s = bias == kNegInf ? kNegInf : s + bias;
+            }
+          }
+        }
+      for (i64 c = 0; c < bc; ++c)  // P = exp(s - lse), L along columns
+        for (i64 r = 0; r < brp; r += W)
+          Vec::store(ST + c * brp + r, Vec::exp(Vec::sub(Vec::load(ST + c * brp + r), Vec::load(L + r))));
+
+      gemm<false, false>(bc, brp, Dv, Vr, Dv, 1, dOT, brp, dPT, brp);  // dPᵀ = V doutᵀ
+      ds_from_p<false>(p, ST, dPT, TT, Dl, brp, bc, brp);
+      if (do_finite)
+        gemm<true, false>(bc, dvp, br, ST, brp, 1, dOr, dvp, dV, dvp);  // dV += Pᵀ dout
+      else
+        gemm<true, true>(bc, dvp, br, ST, brp, 1, dOr, dvp, dV, dvp);
+      if (q_finite)
+        gemm<true, false>(bc, dkp, br, dPT, brp, 1, Qr, dkp, dK, dkp);  // dK += dXᵀ Q
+      else
+        gemm<true, true>(bc, dkp, br, dPT, brp, 1, Qr, dkp, dK, dkp);
+    }
+
+  for (i64 c = 0; c < bc; ++c) {
+    for (i64 d = 0; d < Dk; ++d) t.dk.data[off(t.dk, b, g, j0 + c, d)] = dK[c * dkp + d];
+    for (i64 e = 0; e < Dv; ++e) t.dv.data[off(t.dv, b, g, j0 + c, e)] = dV[c * dvp + e];
+  }
+}
+
+// Pass B: dq of one query tile; loops over the key tiles it can see.
+void backward_q_tile(const Problem& p, const Tensors& t, const float* delta, i64 b, i64 h, i64 i0, float* scratch) {
+  const i64 g = h / p.group, Dk = p.Dk, Dv = p.Dv, dkp = round_up(Dk, kPad);
+  const i64 br = imin(kTileRows, p.Nq - i0);
+  constexpr i64 BC = kTileCols;
+  Carve cv{scratch};
+  float* Qr = cv.take(kTileRows * Dk);   // (br, Dk)
+  float* dOr = cv.take(kTileRows * Dv);  // (br, Dv)
+  float* KT = cv.take(Dk * BC);          // (Dk, bcp)
+  float* VT = cv.take(Dv * BC);          // (Dv, bcp)
+  float* Kr = cv.take(BC * dkp);         // (bc, dkp)
+  float* S = cv.take(kTileRows * BC);    // (br, bcp): P
+  float* T = cv.take(kTileRows * BC);    // soft-cap tanh
+  float* dP = cv.take(kTileRows * BC);   // dP, then dX
+  float* dQ = cv.take(kTileRows * dkp);
+  float* L = cv.take(kTileRows);
+  float* Dl = cv.take(kTileRows);
+
+  pack_rows(t.q, b, h, i0, br, Dk, Qr, Dk);
+  pack_rows(t.dout, b, h, i0, br, Dv, dOr, Dv);
+  load_row_constants(p, t, delta, b, h, i0, br, br, L, Dl);
+  for (i64 x = 0; x < br * dkp; ++x) dQ[x] = 0.0f;
+
+  i64 first, last;
+  key_range(p, i0, br, first, last);
+  for (i64 j0 = first / BC * BC; j0 <= last; j0 += BC) {
+    const i64 bc = imin(BC, p.Nk - j0), bcp = round_up(bc, kPad);
+    pack_transposed(t.k, b, g, j0, bc, Dk, KT, bcp);
+    pack_transposed(t.v, b, g, j0, bc, Dv, VT, bcp);
+    const bool k_finite = pack_rows(t.k, b, g, j0, bc, Dk, Kr, dkp);
+
+    gemm<false, false>(br, bcp, Dk, Qr, Dk, 1, KT, bcp, S, bcp);  // S = Q Kᵀ
+    scale_softcap(p, S, bcp, br, bcp, T);
+    if (tile_needs_mask(p, i0, br, j0, bc, bcp)) mask_rows(p, S, bcp, b, h, i0, br, j0, bc, bcp);
+    for (i64 r = 0; r < br; ++r) {  // P = exp(s - lse_r)
+      const R Lr = Vec::set1(L[r]);
+      for (i64 c = 0; c < bcp; c += W) Vec::store(S + r * bcp + c, Vec::exp(Vec::sub(Vec::load(S + r * bcp + c), Lr)));
+    }
+    gemm<false, false>(br, bcp, Dv, dOr, Dv, 1, VT, bcp, dP, bcp);  // dP = dout Vᵀ
+    ds_from_p<true>(p, S, dP, T, Dl, bcp, br, bcp);
+    if (k_finite)
+      gemm<true, false>(br, dkp, bc, dP, bcp, 1, Kr, dkp, dQ, dkp);  // dQ += dX K
+    else
+      gemm<true, true>(br, dkp, bc, dP, bcp, 1, Kr, dkp, dQ, dkp);
+  }
+
+  for (i64 r = 0; r < br; ++r)
+    for (i64 d = 0; d < Dk; ++d) t.dq.data[off(t.dq, b, h, i0 + r, d)] = dQ[r * dkp + d];
+}
+
+const FastKernels& table() {
+  static const FastKernels k{forward_scratch, backward_scratch, forward_tile, backward_kv_tile, backward_q_tile};
+  return k;
+}

@@ -1,0 +1,13 @@
+// fast_scalar.cpp — the tiled kernel compiled for the scalar path (flags: src/CMakeLists.txt).
+#include <cstddef>
+
+#include "attention/fast.hpp"
+
+namespace sdpa::detail::scalar {
+#include "attention/simd_scalar.hpp"
+#include "attention/fast_kernel.inl"
+}  // namespace sdpa::detail::scalar
+
+namespace sdpa::detail {
+const FastKernels& fast_kernels_scalar() { return scalar::table(); }
+}  // namespace sdpa::detail

@@ -1,0 +1,87 @@
+// problem.hpp — one validated description of an attention call.
+//
+// validate_forward / validate_backward check every argument once and produce a
+// Problem: sizes, the resolved temperature, the structural mask as a visible
+// key range per query row, and the explicit masks with broadcast strides set
+// to zero. Both kernels (reference and fast) consume only this.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+
+#include "sdpa/attention.hpp"
+
+namespace sdpa::detail {
+
+using i64 = std::int64_t;
+
+struct Problem {
+  i64 B = 0, Hq = 0, Hkv = 0, Nq = 0, Nk = 0, Dk = 0, Dv = 0;
+  i64 group = 1;  // Hq / Hkv: query head h reads kv head h / group
+
+  double scale = 1.0;    // β
+  double softcap = 0.0;  // c; 0 = no soft-cap
+  bool has_softcap = false;
+
+  // Structural mask: key j is visible to query i iff lo(i) <= j <= hi(i).
+  // d_i = i + diag_offset is the diagonal the causal mask and the window follow.
+  bool causal = false;
+  i64 diag_offset = 0;
+  i64 window_left = -1, window_right = -1;  // -1: unbounded
+
+  // Explicit masks, shape (B, Hq, Nq, Nk) with stride 0 on broadcast dims; empty = none.
+  View4<const float> mask{};
+  View4<const std::uint8_t> keep{};
+
+  bool has_explicit_mask() const { return !mask.empty() || !keep.empty(); }
+  bool has_structural_mask() const { return causal || window_left >= 0 || window_right >= 0; }
+
+  /// First visible key of query row i (may exceed hi(i): the row is empty).
+  i64 lo(i64 i) const {
+    if (window_left < 0) return 0;
+    return std::max<i64>(0, i + diag_offset - window_left);
+  }
+  /// Last visible key of query row i (may be < 0: the row is empty).
+  i64 hi(i64 i) const {
+    i64 h = Nk - 1;
+    const i64 d = i + diag_offset;
+    if (causal) h = std::min(h, d);
+    if (window_right >= 0) h = std::min(h, d + window_right);
+    return h;
+  }
+  /// Whether the structural mask lets query i see key j.
+  bool visible(i64 i, i64 j) const { return j >= lo(i) && j <= hi(i); }
+
+  /// The explicit-mask contribution for (b, h, i, j): 0, a finite additive
+  /// value, or -inf when masked (keep-mask false, or mask = -inf).
+  float explicit_bias(i64 b, i64 h, i64 i, i64 j) const {
+    float bias = 0.0f;
+    if (!keep.empty() && keep(b, h, i, j) == 0) return -std::numeric_limits<float>::infinity();
+    if (!mask.empty()) bias = mask(b, h, i, j);
+    return bias;
+  }
+};
+
+/// The float tensors of one call; views not used by a pass are empty.
+struct Tensors {
+  View4<const float> q, k, v, out, dout;
+  View3<const float> lse_in;
+  View4<float> out_w, dq, dk, dv;
+  View3<float> lse_w;
+};
+
+template <class T>
+Problem validate_forward(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
+                         const View4<T>& out, const View3<T>& lse, const Options& opt);
+
+template <class T>
+Problem validate_backward(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
+                          const View4<const T>& out, const View3<const T>& lse,
+                          const View4<const T>& dout, const View4<T>& dq, const View4<T>& dk,
+                          const View4<T>& dv, const Options& opt);
+
+/// Number of worker threads for these options.
+int resolve_threads(const Options& opt);
+
+}  // namespace sdpa::detail

@@ -1,0 +1,156 @@
+// reference.cpp — the oracle: one head at a time, the whole (Nq, Nk) score
+// matrix in memory, accumulation in Acc. Written to be read, not to be fast.
+//
+// Per head (b, h), with kv head g = h / group:
+//   x_ij = q_i · k_j                     raw dot product
+//   s_ij = β x_ij                        the temperature
+//   s_ij = c tanh(s_ij / c)              soft-cap, if any
+//   s_ij = s_ij + mask_ij, or -inf where the key is masked
+//   p_ij = exp(s_ij - lse_i)             lse_i = log Σ_j exp(s_ij)
+//   out_i = Σ_{j: p_ij != 0} p_ij v_j    a key of zero weight contributes nothing
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "attention/problem.hpp"
+#include "sdpa/reference.hpp"
+
+namespace sdpa::reference {
+namespace {
+
+using detail::i64;
+using detail::Problem;
+
+template <class Acc>
+constexpr Acc neg_inf() {
+  return -std::numeric_limits<Acc>::infinity();
+}
+
+// Scores of head (b, h) into S (Nq × Nk, row-major); also the soft-cap's tanh
+// values into T when a soft-cap is set (needed by the backward).
+template <class T, class Acc>
+void scores(const Problem& p, const View4<const T>& q, const View4<const T>& k, i64 b, i64 h,
+            std::vector<Acc>& S, std::vector<Acc>& Tanh) {
+  const i64 g = h / p.group;
+  const Acc beta = static_cast<Acc>(p.scale);
+  const Acc cap = static_cast<Acc>(p.softcap);
+  S.assign(static_cast<std::size_t>(p.Nq * p.Nk), Acc(0));
+  Tanh.assign(p.has_softcap ? S.size() : 0, Acc(0));
+  for (i64 i = 0; i < p.Nq; ++i) {
+    for (i64 j = 0; j < p.Nk; ++j) {
+      Acc x = 0;
+      for (i64 d = 0; d < p.Dk; ++d) x += static_cast<Acc>(q(b, h, i, d)) * static_cast<Acc>(k(b, g, j, d));
+      Acc s = beta * x;
+      if (p.has_softcap) {
+        const Acc t = std::tanh(s / cap);
+        Tanh[i * p.Nk + j] = t;
+        s = cap * t;
+      }
+      const float bias = p.explicit_bias(b, h, i, j);
+      if (!p.visible(i, j) || bias == -std::numeric_limits<float>::infinity())
+        s = neg_inf<Acc>();
+      else
+        s += static_cast<Acc>(bias);
+      S[i * p.Nk + j] = s;
+    }
+  }
+}
+
+}  // namespace
+
+template <class T, class Acc>
+void forward(View4<const T> q, View4<const T> k, View4<const T> v, View4<T> out, View3<T> lse,
+             const Options& opt) {
+  const Problem p = detail::validate_forward<T>(q, k, v, out, lse, opt);
+  std::vector<Acc> S, Tanh, o(static_cast<std::size_t>(p.Dv));
+  for (i64 b = 0; b < p.B; ++b)
+    for (i64 h = 0; h < p.Hq; ++h) {
+      const i64 g = h / p.group;
+      scores<T, Acc>(p, q, k, b, h, S, Tanh);
+      for (i64 i = 0; i < p.Nq; ++i) {
+        const Acc* s = &S[i * p.Nk];
+        // Row maximum, ignoring NaN (a NaN score still reaches the output through p).
+        Acc m = neg_inf<Acc>();
+        for (i64 j = 0; j < p.Nk; ++j)
+          if (s[j] > m) m = s[j];
+        const Acc shift = (m == neg_inf<Acc>()) ? Acc(0) : m;
+        Acc l = 0;
+        std::fill(o.begin(), o.end(), Acc(0));
+        for (i64 j = 0; j < p.Nk; ++j) {
+          const Acc pij = std::exp(s[j] - shift);
+          if (pij == Acc(0)) continue;
+          l += pij;
+          for (i64 e = 0; e < p.Dv; ++e) o[e] += pij * static_cast<Acc>(v(b, g, j, e));
+        }
+        const bool empty_row = (l == Acc(0));
+        for (i64 e = 0; e < p.Dv; ++e) out(b, h, i, e) = empty_row ? T(0) : static_cast<T>(o[e] / l);
+        if (!lse.empty()) lse(b, h, i) = empty_row ? static_cast<T>(neg_inf<Acc>()) : static_cast<T>(shift + std::log(l));
+      }
+    }
+}
+
+// Backward, with P recomputed from the given lse:
+//   D_i   = Σ_e dout_ie out_ie
+//   dP_ij = dout_i · v_j
+//   dS_ij = p_ij (dP_ij - D_i)                    (0 where p_ij = 0)
+//   dX_ij = dS_ij · β · (1 - tanh²)               chain through soft-cap and β; dX = ∂L/∂(q_i·k_j)
+//   dq_i = Σ_j dX_ij k_j,  dk_j = Σ_i dX_ij q_i,  dv_j = Σ_i p_ij dout_i   (summed over the GQA group)
+template <class T, class Acc>
+void backward(View4<const T> q, View4<const T> k, View4<const T> v, View4<const T> out, View3<const T> lse,
+              View4<const T> dout, View4<T> dq, View4<T> dk, View4<T> dv, const Options& opt) {
+  const Problem p = detail::validate_backward<T>(q, k, v, out, lse, dout, dq, dk, dv, opt);
+  const Acc beta = static_cast<Acc>(p.scale);
+  std::vector<Acc> S, Tanh;
+  std::vector<Acc> gq(static_cast<std::size_t>(p.Nq * p.Dk));
+  std::vector<Acc> gk(static_cast<std::size_t>(p.Hkv * p.Nk * p.Dk)), gv(static_cast<std::size_t>(p.Hkv * p.Nk * p.Dv));
+  for (i64 b = 0; b < p.B; ++b) {
+    std::fill(gk.begin(), gk.end(), Acc(0));
+    std::fill(gv.begin(), gv.end(), Acc(0));
+    for (i64 h = 0; h < p.Hq; ++h) {
+      const i64 g = h / p.group;
+      scores<T, Acc>(p, q, k, b, h, S, Tanh);
+      std::fill(gq.begin(), gq.end(), Acc(0));
+      for (i64 i = 0; i < p.Nq; ++i) {
+        const Acc L = static_cast<Acc>(lse(b, h, i));
+        Acc D = 0;
+        for (i64 e = 0; e < p.Dv; ++e) D += static_cast<Acc>(dout(b, h, i, e)) * static_cast<Acc>(out(b, h, i, e));
+        for (i64 j = 0; j < p.Nk; ++j) {
+          // An empty row (lse = -inf) has p = 0 everywhere.
+          const Acc pij = (L == neg_inf<Acc>()) ? Acc(0) : std::exp(S[i * p.Nk + j] - L);
+          if (pij == Acc(0)) continue;
+          Acc dP = 0;
+          for (i64 e = 0; e < p.Dv; ++e) dP += static_cast<Acc>(dout(b, h, i, e)) * static_cast<Acc>(v(b, g, j, e));
+          Acc dX = pij * (dP - D) * beta;
+          if (p.has_softcap) {
+            const Acc t = Tanh[i * p.Nk + j];
+            dX *= (Acc(1) - t * t);
+          }
+          for (i64 d = 0; d < p.Dk; ++d) {
+            gq[i * p.Dk + d] += dX * static_cast<Acc>(k(b, g, j, d));
+            gk[(g * p.Nk + j) * p.Dk + d] += dX * static_cast<Acc>(q(b, h, i, d));
+          }
+          for (i64 e = 0; e < p.Dv; ++e) gv[(g * p.Nk + j) * p.Dv + e] += pij * static_cast<Acc>(dout(b, h, i, e));
+        }
+      }
+      for (i64 i = 0; i < p.Nq; ++i)
+        for (i64 d = 0; d < p.Dk; ++d) dq(b, h, i, d) = static_cast<T>(gq[i * p.Dk + d]);
+    }
+    for (i64 g = 0; g < p.Hkv; ++g)
+      for (i64 j = 0; j < p.Nk; ++j) {
+        for (i64 d = 0; d < p.Dk; ++d) dk(b, g, j, d) = static_cast<T>(gk[(g * p.Nk + j) * p.Dk + d]);
+        for (i64 e = 0; e < p.Dv; ++e) dv(b, g, j, e) = static_cast<T>(gv[(g * p.Nk + j) * p.Dv + e]);
+      }
+  }
+}
+
+#define SDPA_REFERENCE_INSTANTIATE(T, Acc)                                                                      \
+  template void forward<T, Acc>(View4<const T>, View4<const T>, View4<const T>, View4<T>, View3<T>,            \
+                                const Options&);                                                              \
+  template void backward<T, Acc>(View4<const T>, View4<const T>, View4<const T>, View4<const T>, View3<const T>, \
+                                 View4<const T>, View4<T>, View4<T>, View4<T>, const Options&);
+SDPA_REFERENCE_INSTANTIATE(float, double)
+SDPA_REFERENCE_INSTANTIATE(double, double)
+SDPA_REFERENCE_INSTANTIATE(float, float)
+#undef SDPA_REFERENCE_INSTANTIATE
+
+}  // namespace sdpa::reference

@@ -1,0 +1,22 @@
+// simd_scalar.hpp — the portable path: a "vector" of one float.
+// Included inside namespace sdpa::detail::scalar (see fast_scalar.cpp).
+struct Vec {
+  using R = float;
+  static constexpr int W = 1;   // floats per register
+  static constexpr int MR = 4;  // gemm register block: rows
+  static constexpr int NV = 4;  // gemm register block: vectors per row
+  static R zero() { return 0.0f; }
+  static R set1(float x) { return x; }
+  static R load(const float* p) { return *p; }
+  static void store(float* p, R x) { *p = x; }
+  static R add(R a, R b) { return a + b; }
+  static R sub(R a, R b) { return a - b; }
+  static R mul(R a, R b) { return a * b; }
+  static R fma(R a, R b, R c) { return __builtin_fmaf(a, b, c); }
+  static R max_ignore_nan(R x, R acc) { return x > acc ? x : acc; }
+  static R zero_where_zero(R p, R x) { return p == 0.0f ? 0.0f : x; }
+  static R exp(R x) { return __builtin_expf(x); }
+  static R tanh(R x) { return __builtin_tanhf(x); }
+  static float hmax(R x) { return x; }
+  static float hsum(R x) { return x; }
+};
