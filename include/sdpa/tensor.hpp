@@ -59,6 +59,14 @@ View<T, R> contiguous(T* data, const std::array<std::int64_t, R>& shape) {
   return v;
 }
 
+/// Same, with the shape written in braces: contiguous(ptr, {B, H, N, D}).
+template <class T, std::size_t R>
+View<T, R> contiguous(T* data, const std::int64_t (&shape)[R]) {
+  std::array<std::int64_t, R> s{};
+  for (std::size_t d = 0; d < R; ++d) s[d] = shape[d];
+  return contiguous(data, s);
+}
+
 /// The [B, H, N, D] view of a contiguous [B, N, H, D] buffer (no copy).
 template <class T>
 View4<T> from_bnhd(T* data, std::int64_t B, std::int64_t N, std::int64_t H, std::int64_t D) {

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Fails if an ISA translation unit (fast_<isa>.cpp.o) defines a weak symbol outside
+# namespace sdpa::detail::<isa>. Arguments: the library's object files (';'-separated ok).
+set -euo pipefail
+status=0 checked=0
+for obj in $(echo "$*" | tr ';' ' '); do
+  case "$(basename "$obj")" in
+    fast_scalar.cpp.o) isa=scalar ;;
+    fast_avx2.cpp.o) isa=avx2 ;;
+    fast_avx512.cpp.o) isa=avx512 ;;
+    *) continue ;;
+  esac
+  checked=$((checked + 1))
+  leaks=$(nm -C "$obj" | awk '$(NF-1) ~ /^[WVu]$/' | grep -v "sdpa::detail::${isa}::" || true)
+  if [ -n "$leaks" ]; then
+    echo "$obj: weak symbols outside sdpa::detail::${isa}:"; echo "$leaks"; status=1
+  fi
+done
+[ "$checked" -eq 3 ] || { echo "expected 3 ISA objects, found $checked"; exit 1; }
+echo "3 ISA objects checked, no shared inline code"
+exit $status

@@ -1,0 +1,163 @@
+// test_errors.cpp — every bad input gives sdpa::Error whose message names the argument
+// (and the shapes, where shapes are the problem), for both kernels.
+#include "util.hpp"
+
+namespace sdpa::test {
+namespace {
+
+// A valid problem that each test breaks in one way.
+struct Call {
+  Buf<float> q{{1, 4, 8, 16}}, k{{1, 2, 10, 16}}, v{{1, 2, 10, 12}}, out{{1, 4, 8, 12}};
+  Buf3<float> lse{{1, 4, 8}};
+  Buf<float> dout{{1, 4, 8, 12}}, dq{{1, 4, 8, 16}}, dk{{1, 2, 10, 16}}, dv{{1, 2, 10, 12}};
+  View4<const float> Q = q.cview(), K = k.cview(), V = v.cview(), dO = dout.cview();
+  View4<float> O = out.view(), dQ = dq.view(), dK = dk.view(), dV = dv.view();
+  View3<float> L = lse.view();
+  Options opt;
+
+  void fwd(Kernel kern = Kernel::fast) {
+    Options o = opt;
+    o.kernel = kern;
+    forward(Q, K, V, O, L, o);
+  }
+  void bwd(Kernel kern = Kernel::fast) {
+    Options o = opt;
+    o.kernel = kern;
+    backward(Q, K, V, O, L, dO, dQ, dK, dV, o);
+  }
+};
+
+// Runs f for both kernels; each must throw sdpa::Error mentioning every fragment.
+template <class F>
+void expect_error(F f, std::vector<std::string> fragments) {
+  for (Kernel kern : {Kernel::fast, Kernel::reference}) {
+    try {
+      f(kern);
+      ADD_FAILURE() << "no error (kernel " << (kern == Kernel::fast ? "fast" : "reference") << ")";
+    } catch (const Error& e) {
+      const std::string msg = e.what();
+      EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+      for (const auto& f : fragments) EXPECT_NE(msg.find(f), std::string::npos) << "'" << f << "' not in: " << msg;
+    }
+  }
+}
+
+TEST(Errors, ValidSetupPasses) {
+  Call s;
+  EXPECT_NO_THROW(s.fwd());
+  EXPECT_NO_THROW(s.bwd());
+}
+
+TEST(Errors, MismatchedShapes) {
+  expect_error([](Kernel kn) { Call s; s.K.shape[3] = 15; s.fwd(kn); }, {"k", "head dim", "[1, 2, 10, 15]"});
+  expect_error([](Kernel kn) { Call s; s.K.shape[0] = 2; s.fwd(kn); }, {"k", "batch"});
+  expect_error([](Kernel kn) { Call s; s.V.shape[2] = 9; s.fwd(kn); }, {"v", "[1, 2, 9, 12]", "[1, 2, 10, 12]"});
+  expect_error([](Kernel kn) { Call s; s.O.shape[3] = 16; s.fwd(kn); }, {"out", "[1, 4, 8, 16]", "[1, 4, 8, 12]"});
+  expect_error([](Kernel kn) { Call s; s.L.shape[2] = 7; s.fwd(kn); }, {"lse", "[1, 4, 7]"});
+  expect_error([](Kernel kn) { Call s; s.dQ.shape[2] = 7; s.bwd(kn); }, {"dq", "[1, 4, 7, 16]"});
+  expect_error([](Kernel kn) { Call s; s.dO.shape[3] = 11; s.bwd(kn); }, {"dout", "[1, 4, 8, 11]"});
+  expect_error([](Kernel kn) { Call s; s.dV.shape[1] = 4; s.bwd(kn); }, {"dv", "[1, 4, 10, 12]"});
+}
+
+TEST(Errors, ZeroOrNegativeDims) {
+  for (int d = 0; d < 4; ++d)
+    for (i64 bad : {0, -3}) {
+      expect_error([&](Kernel kn) { Call s; s.Q.shape[d] = bad; s.fwd(kn); },
+                   {"q", "dimension " + std::to_string(d), std::to_string(bad), ">= 1"});
+      expect_error([&](Kernel kn) { Call s; s.V.shape[d] = bad; s.fwd(kn); }, {"v", std::to_string(bad)});
+    }
+}
+
+TEST(Errors, HeadsNotAMultiple) {
+  Buf<float> k3({1, 3, 10, 16}), v3({1, 3, 10, 12});
+  expect_error([&](Kernel kn) { Call s; s.K = k3.cview(); s.V = v3.cview(); s.fwd(kn); },
+               {"Hq = 4", "Hkv = 3", "q [1, 4, 8, 16]"});
+}
+
+TEST(Errors, NonFiniteScaleAndBadOptions) {
+  for (double bad : {double(kInf), -double(kInf), double(kNaN)})
+    expect_error([&](Kernel kn) { Call s; s.opt.scale = bad; s.fwd(kn); }, {"scale", "finite"});
+  for (double bad : {0.0, -1.0, double(kInf)})
+    expect_error([&](Kernel kn) { Call s; s.opt.softcap = bad; s.fwd(kn); }, {"softcap"});
+  expect_error([](Kernel kn) { Call s; s.opt.window = {-2, 0}; s.fwd(kn); }, {"window"});
+  expect_error([](Kernel kn) { Call s; s.opt.threads = -1; s.fwd(kn); }, {"threads"});
+}
+
+TEST(Errors, OutputAliasesInput) {
+  // out written over q's memory (same shape as v's rows would allow); lse inside out; dq over dk.
+  Buf<float> big({1, 4, 8, 16});
+  expect_error([&](Kernel kn) { Call s; s.Q = big.cview(); s.O = contiguous(big.data.data(), {1, 4, 8, 12}); s.fwd(kn); },
+               {"out", "aliases", "q"});
+  expect_error([&](Kernel kn) { Call s; s.L = contiguous(s.out.data.data() + 3, std::array<i64, 3>{1, 4, 8}); s.fwd(kn); },
+               {"aliases", "lse", "out"});
+  Buf<float> shared({1, 4, 8, 16});
+  expect_error([&](Kernel kn) { Call s; s.dQ = shared.view(); s.dK = contiguous(shared.data.data(), {1, 2, 10, 16}); s.bwd(kn); },
+               {"aliases", "dk", "dq"});
+  expect_error([&](Kernel kn) { Call s; s.dV = contiguous(const_cast<float*>(s.dout.data.data()), {1, 2, 10, 12}); s.bwd(kn); },
+               {"dv", "aliases", "dout"});
+}
+
+TEST(Errors, OutputWithOverlappingStrides) {
+  expect_error([](Kernel kn) { Call s; s.O.stride[2] = 0; s.fwd(kn); }, {"out", "overlap"});
+  expect_error([](Kernel kn) { Call s; s.dQ.stride = {0, 16, 8, 1}; s.bwd(kn); }, {"dq", "overlap"});
+}
+
+TEST(Errors, SizesWhoseByteCountOverflows) {
+  expect_error([](Kernel kn) { Call s; s.Q.shape = {1, 4, i64(1) << 40, i64(1) << 40}; s.fwd(kn); }, {"q", "overflow"});
+  expect_error([](Kernel kn) { Call s; s.K.stride[2] = i64(1) << 62; s.fwd(kn); }, {"k", "overflow"});
+  expect_error([](Kernel kn) { Call s; s.Q.shape[3] = i64(1) << 62; s.Q.stride = {1, 1, 1, 1}; s.fwd(kn); },
+               {"q", "overflow"});
+}
+
+TEST(Errors, NullData) {
+  expect_error([](Kernel kn) { Call s; s.Q.data = nullptr; s.fwd(kn); }, {"q", "null", "[1, 4, 8, 16]"});
+  expect_error([](Kernel kn) { Call s; s.O.data = nullptr; s.fwd(kn); }, {"out", "null"});
+  expect_error([](Kernel kn) { Call s; s.L.data = nullptr; s.fwd(kn); }, {"lse", "null"});
+  expect_error([](Kernel kn) { Call s; s.dO.data = nullptr; s.bwd(kn); }, {"dout", "null"});
+  expect_error([](Kernel kn) { Call s; s.opt.mask = {nullptr, {1, 1, 8, 10}, {0, 0, 10, 1}}; s.fwd(kn); },
+               {"mask", "null"});
+}
+
+TEST(Errors, MaskThatDoesNotBroadcast) {
+  Buf<float> m({1, 1, 8, 9});
+  expect_error([&](Kernel kn) { Call s; s.opt.mask = m.cview(); s.fwd(kn); },
+               {"mask", "[1, 1, 8, 9]", "[1, 4, 8, 10]"});
+  Buf<std::uint8_t> kp({1, 2, 8, 10});  // 2 heads: neither 1 nor Hq = 4
+  expect_error([&](Kernel kn) { Call s; s.opt.keep = kp.cview(); s.fwd(kn); }, {"keep", "[1, 2, 8, 10]"});
+}
+
+TEST(Errors, LseIsOptionalInForward) {
+  Call s;
+  s.L = View3<float>{};
+  EXPECT_NO_THROW(s.fwd());
+}
+
+TEST(Errors, ForcedIsaTheCpuLacks) {
+  if (isa_supported(Isa::avx512)) GTEST_SKIP() << "this CPU runs AVX-512; nothing to refuse";
+  Call s;
+  s.opt.isa = Isa::avx512;
+  try {
+    s.fwd();
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("avx512"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(parse_isa("sse9"), Error);
+  EXPECT_EQ(parse_isa("avx2"), Isa::avx2);
+}
+
+}  // namespace
+}  // namespace sdpa::test
+
+namespace sdpa::test {
+namespace {
+
+// Run by ctest with SDPA_ISA set (tests/kernel/CMakeLists.txt): the variable picks the path.
+TEST(Isa, EnvironmentVariableForcesPath) {
+  const char* env = std::getenv("SDPA_ISA");
+  if (env == nullptr) GTEST_SKIP() << "SDPA_ISA not set; ctest sets it for this test";
+  EXPECT_STREQ(isa_name(active_isa()), env);
+}
+
+}  // namespace
+}  // namespace sdpa::test

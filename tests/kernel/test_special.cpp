@@ -1,0 +1,259 @@
+// test_special.cpp — empty rows, NaN propagation, determinism across thread counts,
+// and the reference backward against fp64 finite differences.
+#include <cstring>
+
+#include "util.hpp"
+
+namespace sdpa::test {
+namespace {
+
+struct Problem4 {
+  i64 B, Hq, Hkv, Nq, Nk, Dk, Dv;
+  Buf<float> q, k, v, dout, out, dq, dk, dv;
+  Buf3<float> lse;
+  Problem4(i64 b, i64 hq, i64 hkv, i64 nq, i64 nk, i64 dk_, i64 dv_, std::uint64_t seed)
+      : B(b), Hq(hq), Hkv(hkv), Nq(nq), Nk(nk), Dk(dk_), Dv(dv_),
+        q({b, hq, nq, dk_}), k({b, hkv, nk, dk_}), v({b, hkv, nk, dv_}), dout({b, hq, nq, dv_}),
+        out({b, hq, nq, dv_}), dq({b, hq, nq, dk_}), dk({b, hkv, nk, dk_}), dv({b, hkv, nk, dv_}), lse({b, hq, nq}) {
+    std::mt19937_64 rng(seed);
+    fill_normal(q.data, rng);
+    fill_normal(k.data, rng);
+    fill_normal(v.data, rng);
+    fill_normal(dout.data, rng);
+  }
+  void run(const Options& o) {
+    forward(q.cview(), k.cview(), v.cview(), out.view(), lse.view(), o);
+    backward(q.cview(), k.cview(), v.cview(), out.cview(), lse.cview(), dout.cview(), dq.view(), dk.view(), dv.view(), o);
+  }
+};
+
+// Whether row i of head (b, h) of a (B, H, N, D) buffer holds a NaN.
+bool row_has_nan(Buf<float>& x, i64 b, i64 h, i64 i) {
+  for (i64 d = 0; d < x.shape[3]; ++d)
+    if (std::isnan(x.at(b, h, i, d))) return true;
+  return false;
+}
+
+bool all_finite(const std::vector<float>& x) {
+  return std::all_of(x.begin(), x.end(), [](float f) { return std::isfinite(f); });
+}
+
+// ---- empty rows -------------------------------------------------------------------------
+class EmptyRows : public ::testing::TestWithParam<Isa> {};
+
+TEST_P(EmptyRows, BottomRightCausalWithMoreQueriesThanKeys) {
+  // Nq = 100 > Nk = 40, bottom-right: query i sees keys j <= i - 60, so rows 0..59 see nothing.
+  Problem4 P(1, 2, 1, 100, 40, 16, 8, 1);
+  Options o;
+  o.isa = GetParam();
+  o.causal = Causal::bottom_right;
+  P.run(o);
+  for (i64 h = 0; h < 2; ++h)
+    for (i64 i = 0; i < 100; ++i) {
+      const float lse = P.lse.view()(0, h, i);
+      if (i < 60) {
+        EXPECT_EQ(lse, -kInf) << "row " << i;
+        for (i64 e = 0; e < 8; ++e) EXPECT_EQ(P.out.at(0, h, i, e), 0.0f);
+        for (i64 d = 0; d < 16; ++d) EXPECT_EQ(P.dq.at(0, h, i, d), 0.0f);
+      } else {
+        EXPECT_TRUE(std::isfinite(lse)) << "row " << i;
+      }
+    }
+  EXPECT_TRUE(all_finite(P.out.data) && all_finite(P.dq.data) && all_finite(P.dk.data) && all_finite(P.dv.data));
+}
+
+TEST_P(EmptyRows, KeepMaskRowAllFalseAndAdditiveMinusInf) {
+  Problem4 P(2, 2, 2, 70, 90, 8, 8, 2);
+  Buf<std::uint8_t> keep({1, 1, 70, 90});
+  std::fill(keep.data.begin(), keep.data.end(), 1);
+  for (i64 j = 0; j < 90; ++j) keep.at(0, 0, 5, j) = 0;  // row 5: nothing kept
+  Buf<float> mask({2, 1, 1, 90});                         // batch 1: every key at -inf
+  for (i64 j = 0; j < 90; ++j) mask.at(1, 0, 0, j) = -kInf;
+  Options o;
+  o.isa = GetParam();
+  o.keep = keep.cview();
+  o.mask = mask.cview();
+  P.run(o);
+  for (i64 h = 0; h < 2; ++h) {
+    EXPECT_EQ(P.lse.view()(0, h, 5), -kInf);
+    EXPECT_TRUE(std::isfinite(P.lse.view()(0, h, 4)));
+    for (i64 i = 0; i < 70; ++i) EXPECT_EQ(P.lse.view()(1, h, i), -kInf);
+  }
+  for (i64 j = 0; j < 90; ++j)
+    for (i64 d = 0; d < 8; ++d) {
+      EXPECT_EQ(P.dk.at(1, 0, j, d), 0.0f);
+      EXPECT_EQ(P.dv.at(1, 1, j, d), 0.0f);
+    }
+  EXPECT_TRUE(all_finite(P.out.data) && all_finite(P.dq.data) && all_finite(P.dk.data) && all_finite(P.dv.data));
+}
+
+TEST_P(EmptyRows, WindowThatSeesNothing) {
+  // Window (0, 0) around the top-left diagonal with Nk < Nq: rows i >= Nk have no key.
+  Problem4 P(1, 1, 1, 50, 30, 4, 4, 3);
+  Options o;
+  o.isa = GetParam();
+  o.causal = Causal::top_left;
+  o.window = {0, 0};
+  P.run(o);
+  for (i64 i = 0; i < 50; ++i) {
+    if (i >= 30) {
+      EXPECT_EQ(P.lse.view()(0, 0, i), -kInf);
+    } else {  // exactly one key: out = v_i
+      for (i64 e = 0; e < 4; ++e) EXPECT_FLOAT_EQ(P.out.at(0, 0, i, e), P.v.at(0, 0, i, e));
+    }
+  }
+  EXPECT_TRUE(all_finite(P.dq.data) && all_finite(P.dk.data));
+}
+
+// ---- NaN propagation --------------------------------------------------------------------
+class NaNs : public ::testing::TestWithParam<Isa> {};
+
+TEST_P(NaNs, QueryRowReachesOnlyItsRow) {
+  Problem4 P(1, 1, 1, 100, 100, 16, 16, 4);
+  P.q.at(0, 0, 37, 3) = kNaN;
+  Options o;
+  o.isa = GetParam();
+  P.run(o);
+  for (i64 i = 0; i < 100; ++i) {
+    const bool hit = i == 37;
+    EXPECT_EQ(std::isnan(P.lse.view()(0, 0, i)), hit) << i;
+    EXPECT_EQ(row_has_nan(P.out, 0, 0, i), hit) << i;
+    EXPECT_EQ(row_has_nan(P.dq, 0, 0, i), hit) << i;
+  }
+  // every key is seen by row 37, so dk, dv are NaN everywhere: not asserted further.
+}
+
+TEST_P(NaNs, KeyAndValueReachOnlyRowsThatSeeThem) {
+  // Causal top-left: key 50 is seen by rows >= 50 only. NaN in k_50 and, separately, v_50.
+  for (int which = 0; which < 2; ++which) {
+    Problem4 P(1, 1, 1, 100, 100, 16, 16, 5);
+    (which == 0 ? P.k : P.v).at(0, 0, 50, 2) = kNaN;
+    Options o;
+    o.isa = GetParam();
+    o.causal = Causal::top_left;
+    P.run(o);
+    for (i64 i = 0; i < 100; ++i) {
+      const bool hit = i >= 50;
+      EXPECT_EQ(row_has_nan(P.out, 0, 0, i), hit) << "which " << which << " row " << i;
+      EXPECT_EQ(row_has_nan(P.dq, 0, 0, i), hit) << "which " << which << " row " << i;
+    }
+  }
+}
+
+TEST_P(NaNs, GradOutRowReachesOnlyKeysItSees) {
+  // NaN in dout row 20 under top-left causal: dq row 20, and dk/dv of keys 0..20 only.
+  Problem4 P(1, 1, 1, 100, 100, 16, 16, 6);
+  P.dout.at(0, 0, 20, 1) = kNaN;
+  Options o;
+  o.isa = GetParam();
+  o.causal = Causal::top_left;
+  P.run(o);
+  EXPECT_TRUE(all_finite(P.out.data));
+  for (i64 i = 0; i < 100; ++i) EXPECT_EQ(row_has_nan(P.dq, 0, 0, i), i == 20) << i;
+  for (i64 j = 0; j < 100; ++j) {
+    EXPECT_EQ(row_has_nan(P.dk, 0, 0, j), j <= 20) << j;
+    EXPECT_EQ(row_has_nan(P.dv, 0, 0, j), j <= 20) << j;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Isa, EmptyRows, ::testing::ValuesIn(runnable_isas()),
+                         [](const auto& i) { return std::string(isa_name(i.param)); });
+INSTANTIATE_TEST_SUITE_P(Isa, NaNs, ::testing::ValuesIn(runnable_isas()),
+                         [](const auto& i) { return std::string(isa_name(i.param)); });
+
+// ---- determinism ------------------------------------------------------------------------
+class Determinism : public ::testing::TestWithParam<Isa> {};
+
+TEST_P(Determinism, SameBitsFor1_2_7Threads) {
+  // GQA, causal, a mask, odd sizes: enough tiles that 7 threads really split the work.
+  std::vector<std::vector<float>> results;
+  for (int threads : {1, 2, 7}) {
+    Problem4 P(2, 4, 2, 300, 333, 40, 24, 7);
+    Options o;
+    o.isa = GetParam();
+    o.threads = threads;
+    o.causal = Causal::bottom_right;
+    o.softcap = 20.0;
+    P.run(o);
+    std::vector<float> all;
+    for (auto* b : {&P.out.data, &P.dq.data, &P.dk.data, &P.dv.data}) all.insert(all.end(), b->begin(), b->end());
+    all.insert(all.end(), P.lse.data.begin(), P.lse.data.end());
+    results.push_back(std::move(all));
+  }
+  for (std::size_t r = 1; r < results.size(); ++r) {
+    ASSERT_EQ(results[r].size(), results[0].size());
+    EXPECT_EQ(std::memcmp(results[r].data(), results[0].data(), results[0].size() * sizeof(float)), 0)
+        << "thread count changed the bits";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Isa, Determinism, ::testing::ValuesIn(runnable_isas()),
+                         [](const auto& i) { return std::string(isa_name(i.param)); });
+
+// ---- the reference backward against fp64 finite differences ------------------------------
+// L = Σ out ∘ dout. Central differences with step h: truncation O(h²·L'''), rounding
+// O(eps64·|L|/h); h = 1e-5 puts both near 1e-10, so 1e-7 relative is a safe margin.
+struct FdCase {
+  const char* name;
+  i64 Hq, Hkv, Nq, Nk, Dk, Dv;
+  Causal causal;
+  std::optional<double> softcap;
+  bool mask;
+};
+
+class FiniteDifferences : public ::testing::TestWithParam<FdCase> {};
+
+TEST_P(FiniteDifferences, ReferenceBackwardMatches) {
+  const FdCase& c = GetParam();
+  std::mt19937_64 rng(11);
+  std::normal_distribution<double> n(0, 1);
+  auto make = [&](std::array<i64, 4> s) {
+    Buf<double> b(s);
+    for (auto& x : b.data) x = n(rng);
+    return b;
+  };
+  Buf<double> q = make({1, c.Hq, c.Nq, c.Dk}), k = make({1, c.Hkv, c.Nk, c.Dk}), v = make({1, c.Hkv, c.Nk, c.Dv}),
+              dout = make({1, c.Hq, c.Nq, c.Dv});
+  Buf<float> mask({1, 1, c.Nq, c.Nk});
+  for (auto& x : mask.data) x = static_cast<float>(n(rng));
+  Options o;
+  o.causal = c.causal;
+  o.softcap = c.softcap;
+  o.scale = 0.7;
+  if (c.mask) o.mask = mask.cview();
+
+  auto loss = [&]() {
+    Buf<double> out({1, c.Hq, c.Nq, c.Dv});
+    reference::forward<double, double>(q.cview(), k.cview(), v.cview(), out.view(), View3<double>{}, o);
+    double l = 0;
+    for (std::size_t x = 0; x < out.data.size(); ++x) l += out.data[x] * dout.data[x];
+    return l;
+  };
+  Buf<double> out({1, c.Hq, c.Nq, c.Dv}), dq(q.shape), dk(k.shape), dv(v.shape);
+  Buf3<double> lse({1, c.Hq, c.Nq});
+  reference::forward<double, double>(q.cview(), k.cview(), v.cview(), out.view(), lse.view(), o);
+  reference::backward<double, double>(q.cview(), k.cview(), v.cview(), out.cview(), lse.cview(), dout.cview(),
+                                      dq.view(), dk.view(), dv.view(), o);
+  const double h = 1e-5;
+  for (auto [x, g, name] : {std::tuple{&q, &dq, "dq"}, {&k, &dk, "dk"}, {&v, &dv, "dv"}})
+    for (std::size_t i = 0; i < x->data.size(); ++i) {
+      const double keep = x->data[i];
+      x->data[i] = keep + h;
+      const double lp = loss();
+      x->data[i] = keep - h;
+      const double lm = loss();
+      x->data[i] = keep;
+      const double fd = (lp - lm) / (2 * h);
+      EXPECT_NEAR(g->data[i], fd, 1e-7 * (1 + std::abs(fd))) << name << "[" << i << "]";
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, FiniteDifferences,
+    ::testing::Values(FdCase{"plain", 1, 1, 4, 5, 3, 2, Causal::none, std::nullopt, false},
+                      FdCase{"gqa_causal", 4, 2, 5, 4, 3, 3, Causal::bottom_right, std::nullopt, false},
+                      FdCase{"softcap_mask", 2, 1, 4, 6, 2, 3, Causal::top_left, 1.5, true}),
+    [](const auto& i) { return std::string(i.param.name); });
+
+}  // namespace
+}  // namespace sdpa::test
