@@ -11,7 +11,7 @@ for obj in $(echo "$*" | tr ';' ' '); do
     *) continue ;;
   esac
   checked=$((checked + 1))
-  leaks=$(nm -C "$obj" | awk '$(NF-1) ~ /^[WVu]$/' | grep -v "sdpa::detail::${isa}::" || true)
+  leaks=$(nm -C "$obj" | awk '$2 ~ /^[WVu]$/' | grep -v "sdpa::detail::${isa}::" || true)
   if [ -n "$leaks" ]; then
     echo "$obj: weak symbols outside sdpa::detail::${isa}:"; echo "$leaks"; status=1
   fi
