@@ -27,6 +27,9 @@ struct FastKernels {
                            float* scratch);
   void (*backward_q_tile)(const Problem&, const Tensors&, const float* delta, i64 b, i64 h, i64 i0,
                           float* scratch);
+  // The vector math the kernel uses, over n floats (n a multiple of kPad), for tests.
+  void (*exp)(const float* x, float* y, i64 n);
+  void (*tanh)(const float* x, float* y, i64 n);
 };
 
 const FastKernels& fast_kernels_scalar();

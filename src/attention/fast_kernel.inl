@@ -454,7 +454,15 @@ void backward_q_tile(const Problem& p, const Tensors& t, const float* delta, i64
     for (i64 d = 0; d < Dk; ++d) t.dq.data[off(t.dq, b, h, i0 + r, d)] = dQ[r * dkp + d];
 }
 
+void exp_n(const float* x, float* y, i64 n) {
+  for (i64 i = 0; i < n; i += W) Vec::store(y + i, Vec::exp(Vec::load(x + i)));
+}
+void tanh_n(const float* x, float* y, i64 n) {
+  for (i64 i = 0; i < n; i += W) Vec::store(y + i, Vec::tanh(Vec::load(x + i)));
+}
+
 const FastKernels& table() {
-  static const FastKernels k{forward_scratch, backward_scratch, forward_tile, backward_kv_tile, backward_q_tile};
+  static const FastKernels k{forward_scratch, backward_scratch, forward_tile, backward_kv_tile, backward_q_tile,
+                             exp_n, tanh_n};
   return k;
 }
