@@ -25,7 +25,7 @@ struct View {
   template <class... I>
   T& operator()(I... idx) const {
     static_assert(sizeof...(I) == Rank, "one index per dimension");
-    const std::int64_t ix[] = {static_cast<std::int64_t>(idx)...};
+    const std::array<std::int64_t, Rank> ix{static_cast<std::int64_t>(idx)...};
     std::int64_t off = 0;
     for (std::size_t d = 0; d < Rank; ++d) off += ix[d] * stride[d];
     return data[off];
