@@ -104,16 +104,10 @@ TEST_P(Grid, FastMatchesReference) {
                                       in.dout.cview(), dqn.view(), dkn.view(), dvn.view(), opt);
   }
 
-  // Floors (util.hpp): the error any fp32 kernel must make.
+  // Floors (src/common/tolerance.hpp): the error any fp32 kernel must make.
   const double beta = std::abs(resolve_scale(opt, c.Dk));
-  double smax = beta * max_row_norm(in.q.data, c.Dk) * max_row_norm(in.k.data, c.Dk);
-  if (c.softcap) smax = std::min(smax, *c.softcap);
-  smax += max_abs(in.mask.data);
-  const double dpmax = max_row_norm(in.dout.data, c.Dv) * max_row_norm(in.v.data, c.Dv);
-  const double cond = 8.0 * kEps32 * (1.0 + smax);
-  const Floors fl{cond * max_abs(in.v.data), 8.0 * kEps32 * (max_abs(lse64.data) + smax),
-                  cond * beta * dpmax * max_abs(in.k.data), cond * beta * dpmax * max_abs(in.q.data),
-                  cond * max_abs(dv64.data)};
+  const auto fl = floors(in.q.data, in.k.data, in.v.data, in.dout.data, c.Dk, c.Dv, beta, c.softcap.value_or(0.0),
+                         max_abs(in.mask.data), max_abs(lse64.data), max_abs(dv64.data));
 
   for (Isa isa : runnable_isas()) {
     SCOPED_TRACE(std::string("isa ") + isa_name(isa));
