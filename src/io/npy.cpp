@@ -265,9 +265,8 @@ std::vector<unsigned char> serialize_npy(DType dtype, const std::vector<std::int
   }
   header.append(total - prefix - header.size() - 1, ' ');
   header += '\n';
-  std::vector<unsigned char> out;
+  std::vector<unsigned char> out(kMagic, kMagic + 6);
   out.reserve(total + nbytes);
-  out.insert(out.end(), kMagic, kMagic + 6);
   out.push_back(static_cast<unsigned char>(major));
   out.push_back(0);
   const std::size_t hl = header.size();

@@ -84,3 +84,8 @@ inline std::vector<Isa> runnable_isas() {
 }
 
 }  // namespace sdpa::test
+
+namespace sdpa {
+// Readable names for ISA-parameterised tests in gtest and ctest output.
+inline void PrintTo(Isa isa, std::ostream* os) { *os << isa_name(isa); }
+}  // namespace sdpa

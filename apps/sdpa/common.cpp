@@ -1,0 +1,116 @@
+// common.cpp — see common.hpp.
+#include "common.hpp"
+
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+namespace sdpa::cli {
+namespace {
+
+std::string shape_text(const std::vector<i64>& s) {
+  std::string t = "[";
+  for (std::size_t i = 0; i < s.size(); ++i) t += (i ? ", " : "") + std::to_string(s[i]);
+  return t + "]";
+}
+
+}  // namespace
+
+Tensor load_tensor(const std::string& path, const std::string& name) {
+  io::NpyArray a = io::read_npy(path);
+  Tensor t;
+  t.name = name;
+  t.dtype = a.dtype;
+  t.file_shape = a.shape;
+  if (a.dtype == io::DType::u8) throw Error(name + " (" + path + "): expected float32 or float64 data, got bool/uint8");
+  if (a.shape.size() < 2 || a.shape.size() > 4)
+    throw Error(name + " (" + path + "): expected a [N, D], [H, N, D] or [B, H, N, D] array, got shape " +
+                shape_text(a.shape));
+  for (auto d : a.shape)
+    if (d == 0) throw Error(name + " (" + path + "): shape " + shape_text(a.shape) + " has a zero-size dimension");
+  t.shape = {1, 1, 1, 1};
+  std::copy(a.shape.begin(), a.shape.end(), t.shape.begin() + static_cast<long>(4 - a.shape.size()));
+  const auto n = static_cast<std::size_t>(a.numel());
+  t.data.resize(n);
+  if (a.dtype == io::DType::f32) {
+    std::memcpy(t.data.data(), a.f32(), n * sizeof(float));
+  } else {
+    const double* d = a.f64();
+    for (std::size_t i = 0; i < n; ++i) t.data[i] = static_cast<float>(d[i]);
+  }
+  return t;
+}
+
+Mask load_mask(const std::string& path) {
+  io::NpyArray a = io::read_npy(path);
+  if (a.shape.size() > 4) throw Error("mask (" + path + "): rank " + std::to_string(a.shape.size()) + " > 4");
+  for (auto d : a.shape)
+    if (d == 0) throw Error("mask (" + path + "): shape " + shape_text(a.shape) + " has a zero-size dimension");
+  Mask m;
+  std::copy(a.shape.begin(), a.shape.end(), m.shape.begin() + static_cast<long>(4 - a.shape.size()));
+  const auto n = static_cast<std::size_t>(a.numel());
+  if (a.dtype == io::DType::u8) {
+    m.keep = true;
+    m.keep_bits.assign(a.u8(), a.u8() + n);
+  } else if (a.dtype == io::DType::f32) {
+    m.additive.assign(a.f32(), a.f32() + n);
+  } else {
+    m.additive.resize(n);
+    for (std::size_t i = 0; i < n; ++i) m.additive[i] = static_cast<float>(a.f64()[i]);
+  }
+  return m;
+}
+
+std::vector<unsigned char> npy_bytes(const std::vector<float>& data, const std::vector<i64>& shape, io::DType dtype) {
+  if (dtype == io::DType::f32) return io::serialize_npy(io::DType::f32, shape, data.data());
+  std::vector<double> d(data.begin(), data.end());
+  return io::serialize_npy(io::DType::f64, shape, d.data());
+}
+
+Causal parse_causal(const std::string& s) {
+  if (s == "none") return Causal::none;
+  if (s == "top-left") return Causal::top_left;
+  if (s == "bottom-right") return Causal::bottom_right;
+  throw Error("--causal: expected none, top-left or bottom-right, got '" + s + "'");
+}
+
+Window parse_window(const std::string& s) {
+  const auto comma = s.find(',');
+  try {
+    if (comma == std::string::npos) throw std::invalid_argument("no comma");
+    std::size_t used = 0;
+    const long long l = std::stoll(s.substr(0, comma), &used);
+    if (used != comma) throw std::invalid_argument("trailing text");
+    const std::string rest = s.substr(comma + 1);
+    const long long r = std::stoll(rest, &used);
+    if (used != rest.size()) throw std::invalid_argument("trailing text");
+    return {l, r};
+  } catch (const std::exception&) {
+    throw Error("--window: expected L,R (two integers, -1 for unbounded), got '" + s + "'");
+  }
+}
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+double seconds_since(double t0) { return now_seconds() - t0; }
+
+double peak_rss_mib() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return static_cast<double>(ru.ru_maxrss) / 1024.0;  // Linux reports KiB
+}
+
+bool stderr_is_terminal() { return ::isatty(STDERR_FILENO) == 1; }
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+}  // namespace sdpa::cli

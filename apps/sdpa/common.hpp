@@ -1,0 +1,54 @@
+// common.hpp — what the sdpa subcommands share: loading .npy tensors as attention
+// views, parsing option values, timing and memory figures.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "io/npy.hpp"
+#include "sdpa/sdpa.hpp"
+
+namespace sdpa::cli {
+
+using i64 = std::int64_t;
+
+/// A float32 tensor read from a .npy file, promoted to rank 4 ([N,D] -> [1,1,N,D]).
+struct Tensor {
+  std::string name;          // the option it came from, for messages
+  io::DType dtype;           // what the file held
+  std::vector<i64> file_shape;
+  std::array<i64, 4> shape;  // rank-4 shape
+  std::vector<float> data;   // contiguous float32
+
+  View4<const float> view() const { return contiguous(data.data(), shape); }
+};
+
+/// Reads a float32/float64 array of rank 2, 3 or 4 with no zero-size dimension.
+Tensor load_tensor(const std::string& path, const std::string& name);
+
+/// A mask file: float -> additive mask, bool/uint8 -> keep-mask; rank <= 4, broadcast
+/// NumPy-style (right-aligned) to [B, Hq, Nq, Nk] by giving size-1 dimensions stride 0.
+struct Mask {
+  bool keep = false;
+  std::array<i64, 4> shape{1, 1, 1, 1};
+  std::vector<float> additive;
+  std::vector<std::uint8_t> keep_bits;
+};
+Mask load_mask(const std::string& path);
+
+/// The .npy bytes of float32 data, stored as `dtype` (f32 or f64).
+std::vector<unsigned char> npy_bytes(const std::vector<float>& data, const std::vector<i64>& shape, io::DType dtype);
+
+Causal parse_causal(const std::string& s);  // none | top-left | bottom-right
+Window parse_window(const std::string& s);  // "L,R", -1 = unbounded
+
+double seconds_since(double t0);
+double now_seconds();
+double peak_rss_mib();
+bool stderr_is_terminal();
+double median(std::vector<double> v);
+
+}  // namespace sdpa::cli

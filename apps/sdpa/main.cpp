@@ -1,0 +1,41 @@
+// main.cpp — the sdpa command line: subcommands, --version, one-line errors.
+#include <cstdio>
+#include <exception>
+#include <vector>
+
+#include <fmt/core.h>
+
+#include "commands.hpp"
+#include "sdpa/sdpa.hpp"
+
+int main(int argc, char** argv) {
+  CLI::App app{"sdpa: exact scaled dot-product attention, softmax(Q·Kᵀ·β)·V, and the lab around it.", "sdpa"};
+  bool version = false;
+  app.add_flag("--version", version, "Print the version and the instruction set in use, then exit");
+  app.require_subcommand(0, 1);
+
+  std::vector<sdpa::cli::Command> commands{
+      sdpa::cli::add_attention(app),
+      sdpa::cli::add_check(app),
+  };
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);  // prints help or the parse error
+    return code == 0 ? 0 : 2;
+  }
+  try {
+    if (version) {
+      fmt::print("sdpa {} (isa: {})\n", SDPA_VERSION_STRING, sdpa::isa_name(sdpa::active_isa()));
+      return 0;
+    }
+    for (auto& c : commands)
+      if (c.app->parsed()) return c.run();
+    fmt::print(stderr, "{}", app.help());
+    return 2;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "sdpa: error: {}\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# cli_test.sh SDPA NPY_TOOL CASE — one end-to-end case of the sdpa command line.
+set -euo pipefail
+sdpa=$1 tool=$2 case=$3
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cd "$work"
+
+fail() { echo "FAIL: $*"; exit 1; }
+# expect_error NAME_FRAGMENT CMD...: exit 1, exactly one stderr line "sdpa: error: ...", no new files.
+expect_error() {
+  local fragment=$1; shift
+  local before after rc=0
+  before=$(ls -A | sort)
+  "$@" > out.txt 2> err.txt || rc=$?
+  after=$(ls -A | sort)
+  rm -f out.txt err.txt.keep
+  [ "$rc" -eq 1 ] || fail "expected exit 1, got $rc: $*"
+  [ "$(wc -l < err.txt)" -eq 1 ] || { cat err.txt; fail "expected one stderr line: $*"; }
+  grep -q '^sdpa: error: ' err.txt || { cat err.txt; fail "stderr must start 'sdpa: error:': $*"; }
+  grep -qF -- "$fragment" err.txt || { cat err.txt; fail "stderr should mention '$fragment': $*"; }
+  [ "$(echo "$after" | grep -v -e '^out.txt$' -e '^err.txt$')" = "$(echo "$before" | grep -v -e '^out.txt$' -e '^err.txt$')" ] \
+    || fail "files left behind: $(diff <(echo "$before") <(echo "$after") | tr '\n' ' ')"
+  echo "ok: error mentioning '$fragment'"
+}
+# close A B TOL: max |a - b| <= TOL
+close() {
+  local d; d=$("$tool" maxdiff "$1" "$2")
+  awk -v d="$d" -v t="$3" 'BEGIN { exit !(d <= t) }' || fail "$1 vs $2 differ by $d (> $3)"
+  echo "ok: $1 ~ $2 (max diff $d)"
+}
+
+case $case in
+  help_and_version)
+    "$sdpa" --help | grep -q attention || fail "--help lists no subcommands"
+    "$sdpa" attention --help | grep -q -- '--causal' || fail "attention --help"
+    "$sdpa" check --help | grep -q -- '--seq' || fail "check --help"
+    "$sdpa" --version | grep -qE '^sdpa [0-9]+\.[0-9]+\.[0-9]+ \(isa: (scalar|avx2|avx512)\)$' || fail "--version: $("$sdpa" --version)"
+    rc=0; "$sdpa" > /dev/null 2>&1 || rc=$?; [ "$rc" -eq 2 ] || fail "no subcommand should exit 2, got $rc"
+    rc=0; "$sdpa" attention --bogus 2> /dev/null || rc=$?; [ "$rc" -eq 2 ] || fail "unknown option should exit 2, got $rc"
+    echo "ok: help, version, usage errors" ;;
+  ranks)
+    for shape in "33 16" "3 33 16" "2 3 33 16"; do
+      "$tool" make q.npy f32 1 $shape; "$tool" make k.npy f32 2 $shape; "$tool" make v.npy f32 3 $shape
+      "$sdpa" attention --q q.npy --k k.npy --v v.npy --out o.npy --lse l.npy --causal top-left
+      "$sdpa" attention --q q.npy --k k.npy --v v.npy --out r.npy --lse rl.npy --causal top-left --kernel reference
+      want="float32 [$(echo $shape | sed 's/ /, /g')]"
+      [ "$("$tool" info o.npy)" = "$want" ] || fail "out: $("$tool" info o.npy), want $want"
+      want_lse="float32 [$(echo $shape | awk '{$NF=""; print}' | sed 's/ *$//; s/ /, /g')]"
+      [ "$("$tool" info l.npy)" = "$want_lse" ] || fail "lse: $("$tool" info l.npy), want $want_lse"
+      close o.npy r.npy 1e-5; close l.npy rl.npy 1e-5
+    done ;;
+  float64)
+    "$tool" make q.npy f64 1 2 40 8; "$tool" make k.npy f64 2 2 50 8; "$tool" make v.npy f64 3 2 50 4
+    "$sdpa" attention --q q.npy --k k.npy --v v.npy --out o.npy --scale 0.5 --softcap 3
+    "$sdpa" attention --q q.npy --k k.npy --v v.npy --out r.npy --scale 0.5 --softcap 3 --kernel reference
+    [ "$("$tool" info o.npy)" = "float64 [2, 40, 4]" ] || fail "out: $("$tool" info o.npy)"
+    close o.npy r.npy 1e-5 ;;
+  backward)
+    "$tool" make q.npy f32 1 1 4 30 8; "$tool" make k.npy f32 2 1 2 30 8; "$tool" make v.npy f32 3 1 2 30 8
+    "$tool" make g.npy f32 4 1 4 30 8; "$tool" make m.npy bool 5 30 30
+    for kern in fast reference; do
+      "$sdpa" attention --q q.npy --k k.npy --v v.npy --out o_$kern.npy --mask m.npy --kernel $kern \
+        --grad-out g.npy --dq dq_$kern.npy --dk dk_$kern.npy --dv dv_$kern.npy
+    done
+    [ "$("$tool" info dk_fast.npy)" = "float32 [1, 2, 30, 8]" ] || fail "dk shape"
+    for t in o dq dk dv; do close ${t}_fast.npy ${t}_reference.npy 1e-4; done ;;
+  masks_and_windows)
+    "$tool" make q.npy f32 1 2 20 8; "$tool" make k.npy f32 2 2 25 8; "$tool" make v.npy f32 3 2 25 8
+    "$tool" make add.npy f32 6 20 25; "$tool" make keep.npy bool 7 1 1 25
+    for extra in "--mask add.npy" "--mask keep.npy --causal bottom-right" "--window 3,2" "--window -1,0 --causal top-left"; do
+      "$sdpa" attention --q q.npy --k k.npy --v v.npy --out o.npy $extra
+      "$sdpa" attention --q q.npy --k k.npy --v v.npy --out r.npy $extra --kernel reference
+      close o.npy r.npy 1e-5
+    done ;;
+  errors)
+    "$tool" make q.npy f32 1 2 10 8; "$tool" make k.npy f32 2 2 12 8; "$tool" make v.npy f32 3 2 12 8
+    "$tool" make k7.npy f32 2 2 12 7; "$tool" make v64.npy f64 3 2 12 8; "$tool" make m.npy f32 4 10 13
+    "$tool" make g.npy f32 5 2 10 8; "$tool" make z.npy f32 6 2 0 8
+    printf 'not an npy file' > junk.npy
+    base=(attention --q q.npy --k k.npy --v v.npy --out o.npy)
+    expect_error "missing.npy" "$sdpa" attention --q missing.npy --k k.npy --v v.npy --out o.npy
+    expect_error "magic" "$sdpa" attention --q junk.npy --k k.npy --v v.npy --out o.npy
+    expect_error "head dim" "$sdpa" attention --q q.npy --k k7.npy --v v.npy --out o.npy
+    expect_error "dtype" "$sdpa" attention --q q.npy --k k.npy --v v64.npy --out o.npy
+    expect_error "zero-size" "$sdpa" attention --q z.npy --k k.npy --v v.npy --out o.npy
+    expect_error "scale" "$sdpa" "${base[@]}" --scale inf
+    expect_error "softcap" "$sdpa" "${base[@]}" --softcap -1
+    expect_error "--causal" "$sdpa" "${base[@]}" --causal diagonal
+    expect_error "--window" "$sdpa" "${base[@]}" --window 3
+    expect_error "--isa" "$sdpa" "${base[@]}" --isa sse9
+    # errors found after the inputs were read and the forward ran: still no output file
+    expect_error "mask" "$sdpa" "${base[@]}" --lse l.npy --mask m.npy
+    expect_error "go together" "$sdpa" "${base[@]}" --grad-out g.npy --dq dq.npy
+    expect_error "nonexistent_dir" "$sdpa" attention --q q.npy --k k.npy --v v.npy --out o.npy --lse /nonexistent_dir/l.npy
+    [ ! -e o.npy ] || fail "o.npy written although --lse could not be" ;;
+  isa_environment)
+    [ "$(SDPA_ISA=scalar "$sdpa" --version)" = "$("$sdpa" --version | sed 's/(isa: .*)/(isa: scalar)/')" ] || fail "SDPA_ISA=scalar"
+    "$tool" make q.npy f32 1 40 8; "$tool" make k.npy f32 2 40 8; "$tool" make v.npy f32 3 40 8
+    SDPA_ISA=scalar "$sdpa" attention --q q.npy --k k.npy --v v.npy --out s.npy
+    "$sdpa" attention --q q.npy --k k.npy --v v.npy --out a.npy
+    close s.npy a.npy 1e-5
+    expect_error "SDPA_ISA" env SDPA_ISA=mmx "$sdpa" attention --q q.npy --k k.npy --v v.npy --out o.npy ;;
+  check)
+    "$sdpa" check --seq 200 --heads 2 --repeat 2 | tee check.txt
+    grep -q '^OK$' check.txt || fail "check did not pass"
+    "$sdpa" check --seq 100 --kv-seq 150 --heads 4 --kv-heads 2 --dim 24 --dim-v 40 --causal bottom-right \
+      --repeat 1 --format json | tee check.json
+    grep -q '"pass": true}$' check.json || fail "json check did not pass" ;;
+  *) fail "unknown case $case" ;;
+esac
+echo "PASS $case"

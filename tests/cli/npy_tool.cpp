@@ -1,0 +1,65 @@
+// npy_tool.cpp — fixtures for the CLI tests without NumPy:
+//   npy_tool make PATH f32|f64|bool SEED D0 [D1 ...]   seeded standard-normal data (bool: ~70% true)
+//   npy_tool info PATH                                 prints "float32 [2, 3]"
+//   npy_tool maxdiff A B                               prints max |a - b| (as float64)
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "io/atomic_file.hpp"
+#include "io/npy.hpp"
+#include "sdpa/error.hpp"
+
+using namespace sdpa::io;
+
+static std::vector<double> as_f64(const NpyArray& a) {
+  std::vector<double> out(static_cast<std::size_t>(a.numel()));
+  for (std::size_t i = 0; i < out.size(); ++i)
+    out[i] = a.dtype == DType::f32 ? a.f32()[i] : a.dtype == DType::f64 ? a.f64()[i] : a.u8()[i];
+  return out;
+}
+
+int main(int argc, char** argv) try {
+  const std::string mode = argc > 1 ? argv[1] : "";
+  if (mode == "make" && argc >= 6) {
+    const std::string type = argv[3];
+    std::mt19937_64 rng(std::stoull(argv[4]));
+    std::vector<std::int64_t> shape;
+    for (int i = 5; i < argc; ++i) shape.push_back(std::stoll(argv[i]));
+    std::int64_t n = 1;
+    for (auto d : shape) n *= d;
+    std::normal_distribution<double> normal;
+    std::vector<float> f(n);
+    std::vector<double> d(n);
+    std::vector<unsigned char> b(n);
+    for (std::int64_t i = 0; i < n; ++i) d[i] = normal(rng), f[i] = static_cast<float>(d[i]), b[i] = d[i] > -0.5;
+    if (type == "f32") write_npy_atomic(argv[2], DType::f32, shape, f.data());
+    else if (type == "f64") write_npy_atomic(argv[2], DType::f64, shape, d.data());
+    else if (type == "bool") write_npy_atomic(argv[2], DType::u8, shape, b.data());
+    else return 2;
+    return 0;
+  }
+  if (mode == "info" && argc == 3) {
+    const NpyArray a = read_npy(argv[2]);
+    std::string s = "[";
+    for (std::size_t i = 0; i < a.shape.size(); ++i) s += (i ? ", " : "") + std::to_string(a.shape[i]);
+    std::printf("%s %s]\n", a.dtype == DType::f32 ? "float32" : a.dtype == DType::f64 ? "float64" : "uint8", s.c_str());
+    return 0;
+  }
+  if (mode == "maxdiff" && argc == 4) {
+    const auto a = as_f64(read_npy(argv[2])), b = as_f64(read_npy(argv[3]));
+    if (a.size() != b.size()) return std::printf("size mismatch\n"), 1;
+    double m = 0;
+    for (std::size_t i = 0; i < a.size(); ++i) m = std::fmax(m, std::fabs(a[i] - b[i]));
+    std::printf("%.3e\n", m);
+    return 0;
+  }
+  std::fprintf(stderr, "usage: npy_tool make PATH f32|f64|bool SEED DIMS... | info PATH | maxdiff A B\n");
+  return 2;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "npy_tool: %s\n", e.what());
+  return 1;
+}
