@@ -12,48 +12,27 @@ struct Vec {
   static R add(R a, R b) { return _mm512_add_ps(a, b); }
   static R sub(R a, R b) { return _mm512_sub_ps(a, b); }
   static R mul(R a, R b) { return _mm512_mul_ps(a, b); }
+  static R div(R a, R b) { return _mm512_div_ps(a, b); }
   static R fma(R a, R b, R c) { return _mm512_fmadd_ps(a, b, c); }
+  static R fnma(R a, R b, R c) { return _mm512_fnmadd_ps(a, b, c); }
   static R max_ignore_nan(R x, R acc) { return _mm512_max_ps(x, acc); }  // second operand on NaN
-  static R zero_where_zero(R p, R x) {
-    return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(p, zero(), _CMP_NEQ_UQ), x);
+  static R max_keep_nan(R c, R x) { return _mm512_max_ps(c, x); }
+  static R min_keep_nan(R c, R x) { return _mm512_min_ps(c, x); }
+  static R zero_where_zero(R p, R x) { return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(p, zero(), _CMP_NEQ_UQ), x); }
+  static R select_lt(R x, R c, R a, R b) { return _mm512_mask_mov_ps(b, _mm512_cmp_ps_mask(x, c, _CMP_LT_OQ), a); }
+  static R select_gt(R x, R c, R a, R b) { return _mm512_mask_mov_ps(b, _mm512_cmp_ps_mask(x, c, _CMP_GT_OQ), a); }
+  static R round_nearest(R x) { return _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+  static R abs(R x) {
+    return _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32(0x7fffffff)));
   }
-
-  // e^x: same reduction as the AVX2 path (see simd_avx2.hpp); scalef applies 2^n
-  // without exponent-field arithmetic.
-  static R exp(R x) {
-    const R lo = set1(-87.3365447f), hi = set1(88.7228391f);
-    R xc = _mm512_min_ps(hi, _mm512_max_ps(lo, x));
-    const R n = _mm512_roundscale_ps(mul(xc, set1(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    R r = _mm512_fnmadd_ps(n, set1(0.693359375f), xc);
-    r = _mm512_fnmadd_ps(n, set1(-2.12194440e-4f), r);
-    R p = set1(1.0f / 5040.0f);
-    p = fma(p, r, set1(1.0f / 720.0f));
-    p = fma(p, r, set1(1.0f / 120.0f));
-    p = fma(p, r, set1(1.0f / 24.0f));
-    p = fma(p, r, set1(1.0f / 6.0f));
-    p = fma(p, r, set1(0.5f));
-    p = fma(p, r, set1(1.0f));
-    p = fma(p, r, set1(1.0f));
-    R res = _mm512_scalef_ps(p, n);
-    res = _mm512_mask_mov_ps(res, _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ), zero());
-    res = _mm512_mask_mov_ps(res, _mm512_cmp_ps_mask(x, hi, _CMP_GT_OQ), set1(__builtin_inff()));
-    return res;
+  static R copysign(R mag, R sign) {
+    const __m512i s = _mm512_and_si512(_mm512_castps_si512(sign), _mm512_set1_epi32(static_cast<int>(0x80000000u)));
+    return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(abs(mag)), s));
   }
-
-  static R tanh(R x) {
-    const __m512i sign_bits = _mm512_set1_epi32(static_cast<int>(0x80000000u));
-    const __m512i xi = _mm512_castps_si512(x);
-    const R ax = _mm512_castsi512_ps(_mm512_andnot_si512(sign_bits, xi));
-    const R y = add(ax, ax);
-    R u = set1(1.0f);
-    for (int k = 11; k >= 2; --k) u = fma(mul(y, set1(1.0f / static_cast<float>(k))), u, set1(1.0f));
-    const R m = mul(y, u);
-    const R small = _mm512_div_ps(m, add(m, set1(2.0f)));
-    const R large = sub(set1(1.0f), _mm512_div_ps(set1(2.0f), add(exp(y), set1(1.0f))));
-    const R t = _mm512_mask_mov_ps(large, _mm512_cmp_ps_mask(ax, set1(0.625f), _CMP_LT_OQ), small);
-    return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(t), _mm512_and_si512(xi, sign_bits)));
-  }
-
+  static R scale_pow2(R p, R n) { return _mm512_scalef_ps(p, n); }  // exact for any integral n
+  static R exp(R x);   // simd_math.inl
+  static R tanh(R x);  // simd_math.inl
   static float hmax(R x) { return _mm512_reduce_max_ps(x); }
   static float hsum(R x) { return _mm512_reduce_add_ps(x); }
 };
+#include "attention/simd_math.inl"
