@@ -16,5 +16,6 @@ struct Command {
 
 Command add_attention(CLI::App& parent);  // cmd_attention.cpp
 Command add_check(CLI::App& parent);      // cmd_check.cpp
+Command add_lab(CLI::App& parent);        // cmd_lab.cpp
 
 }  // namespace sdpa::cli

@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   std::vector<sdpa::cli::Command> commands{
       sdpa::cli::add_attention(app),
       sdpa::cli::add_check(app),
+      sdpa::cli::add_lab(app),
   };
 
   try {

@@ -1,0 +1,48 @@
+// stats.hpp — estimators with their standard errors, and the unit-variance
+// distributions the lab samples from.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace sdpa::lab {
+
+/// A Monte-Carlo estimate with its standard error and a 95% normal-approximation interval.
+struct Estimate {
+  double value = 0, se = 0;
+  double lo() const { return value - 1.959964 * se; }
+  double hi() const { return value + 1.959964 * se; }
+};
+
+/// Sample mean; se = s / sqrt(n).
+Estimate mean_of(const std::vector<double>& x);
+/// Unbiased sample variance; se from the sample fourth central moment,
+/// Var(s²) ≈ (m4 − (n−3)/(n−1)·s⁴)/n.
+Estimate variance_of(const std::vector<double>& x);
+/// Population (ddof = 0) variance of a finite set, as numpy's .var() computes it.
+double population_variance(const std::vector<double>& x);
+
+/// Zero-mean, unit-variance distributions.
+enum class Dist { gaussian, uniform, rademacher, student_t5 };
+const char* dist_name(Dist d);
+Dist parse_dist(const std::string& s);  // throws sdpa::Error
+/// Fourth moment E[X⁴] of the unit-variance distribution (for closed forms in tests).
+double fourth_moment(Dist d);
+
+class Sampler {
+ public:
+  Sampler(Dist d, std::uint64_t seed) : dist_(d), rng_(seed) {}
+  double operator()();
+  std::mt19937_64& rng() { return rng_; }
+
+ private:
+  Dist dist_;
+  std::mt19937_64 rng_;
+  std::normal_distribution<double> normal_{0.0, 1.0};
+  std::uniform_real_distribution<double> uniform_{-1.7320508075688772, 1.7320508075688772};  // ±√3
+  std::student_t_distribution<double> t5_{5.0};
+};
+
+}  // namespace sdpa::lab
