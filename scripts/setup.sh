@@ -4,7 +4,8 @@
 set -euo pipefail
 packages=(build-essential cmake ninja-build git pkg-config
           libgtest-dev libgmock-dev libbenchmark-dev libfmt-dev libcli11-dev
-          libomp-dev clang libclang-rt-14-dev)
+          libomp-dev clang libclang-rt-14-dev
+          python3 python3-matplotlib)   # Debian's python3 draws the lab report's plots
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

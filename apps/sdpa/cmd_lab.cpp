@@ -7,8 +7,19 @@
 #include <fmt/core.h>
 
 #include "commands.hpp"
+#include "common.hpp"
+#include "io/atomic_file.hpp"
 #include "lab/experiments.hpp"
-#include "sdpa/error.hpp"
+#include "sdpa/sdpa.hpp"
+
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <unistd.h>
 
 namespace sdpa::cli {
 namespace {
@@ -41,7 +52,82 @@ std::vector<Experiment> experiments() {
       {"matrix", "the 1111x111 matrix experiment (var ~ 111, ~ 1 scaled)", [](const Args& a) { return lab::matrix(a.common); }},
       {"puzzle", "why a 2x2 experiment printed a variance of 1.6", [](const Args& a) { return lab::puzzle(a.common); }},
       {"softmax", "the softmax values the seeds quote, from the library", [](const Args&) { return lab::softmax_numbers(); }},
+      {"saturation", "max weight and entropy against d_k (scaled, unscaled) and against N",
+       [](const Args& a) { return lab::saturation(a.common); }},
+      {"gradients", "which gradients vanish without scaling, and the non-monotone softmax Jacobian",
+       [](const Args& a) { return lab::gradients(a.common); }},
+      {"alternatives", "1/sqrt(d_k) against 1, 1/d_k, 1/ln d_k and cosine similarity",
+       [](const Args& a) { return lab::alternatives(a.common); }},
+      {"projections", "q = xW_q, k = xW_k: Xavier, LayerNorm, and the self-attention diagonal",
+       [](const Args& a) { return lab::projections(a.common); }},
   };
+}
+
+std::string json_escape(const std::string& s) {
+  std::string o;
+  for (char ch : s) o += (ch == '"' || ch == '\\') ? std::string("\\") + ch : std::string(1, ch);
+  return o;
+}
+
+// Runs every experiment, then the plotting script, and commits DIR/index.html and
+// DIR/lab.json together; nothing is written to DIR unless all of it succeeded.
+int run_report(const Args& a, const std::string& out_dir) {
+  if (out_dir.empty()) throw Error("--out: give a directory for the report");
+  const bool created = ::mkdir(out_dir.c_str(), 0755) == 0;
+  if (!created && errno != EEXIST)
+    throw Error("--out: cannot create directory '" + out_dir + "': " + std::strerror(errno));
+  struct RemoveIfEmpty {  // a directory this run created goes again if nothing was written to it
+    const std::string& dir;
+    bool on;
+    ~RemoveIfEmpty() {
+      if (on) ::rmdir(dir.c_str());  // fails, harmlessly, unless empty
+    }
+  } cleanup{out_dir, created};
+  {  // fail now, not after the experiments, if the directory is not writable
+    io::OutputSet probe;
+    probe.add(out_dir + "/index.html", {});
+  }
+  const char* py_env = std::getenv("SDPA_PYTHON");
+  const std::string python = py_env && *py_env ? py_env : "/usr/bin/python3";
+  const char* script_env = std::getenv("SDPA_REPORT_SCRIPT");
+  const std::string script = script_env && *script_env ? script_env : SDPA_REPORT_SCRIPT;
+  if (::access(script.c_str(), R_OK) != 0) throw Error("report: plotting script not found at '" + script + "' (set SDPA_REPORT_SCRIPT)");
+
+  const bool tty = stderr_is_terminal();
+  const auto list = experiments();
+  const double t_start = now_seconds();
+  std::string doc = fmt::format("{{\"version\": \"{}\", \"isa\": \"{}\", \"seed\": {}, \"experiments\": [",
+                                SDPA_VERSION_STRING, isa_name(active_isa()), a.common.seed);
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    if (tty) fmt::print(stderr, "\r\033[Ksdpa lab report: [{}/{}] {} ...", i + 1, list.size(), list[i].name);
+    const double t0 = now_seconds();
+    const lab::Table t = list[i].run(a);
+    doc += fmt::format("{}{{\"name\": \"{}\", \"title\": \"{}\", \"seconds\": {:.3f}, \"rows\": {}}}",
+                       i ? ",\n" : "", t.name, json_escape(t.title), seconds_since(t0), lab::render(t, lab::Format::json));
+  }
+  doc += fmt::format("], \"experiments_seconds\": {:.3f}}}\n", seconds_since(t_start));
+  if (tty) fmt::print(stderr, "\r\033[Ksdpa lab report: plotting ...");
+
+  io::OutputSet files;
+  const std::vector<unsigned char> doc_bytes(doc.begin(), doc.end());
+  const std::string data_path = files.add(out_dir + "/lab.json", doc_bytes);  // still a temporary name
+  const std::string cmd = "'" + python + "' '" + script + "' --data '" + data_path + "'";
+  FILE* pipe = ::popen(cmd.c_str(), "r");
+  if (!pipe) throw Error("report: cannot start '" + python + "': " + std::strerror(errno));
+  std::vector<unsigned char> html;
+  unsigned char buf[65536];
+  for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, pipe)) > 0;) html.insert(html.end(), buf, buf + n);
+  const int status = ::pclose(pipe);
+  if (tty) fmt::print(stderr, "\r\033[K");
+  if (status != 0 || html.empty())
+    throw Error("report: the plotting script failed (" + python + " " + script +
+                ", exit status " + std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : -1) +
+                "; its own message is above; is python3-matplotlib installed?)");
+  files.add(out_dir + "/index.html", html);
+  files.commit();
+  fmt::print("sdpa lab report: wrote {}/index.html and {}/lab.json ({:.1f} s)\n", out_dir, out_dir,
+             seconds_since(t_start));
+  return 0;
 }
 
 }  // namespace
@@ -73,6 +159,13 @@ Command add_lab(CLI::App& parent) {
       };
     });
   }
+  auto out_dir = std::make_shared<std::string>();
+  CLI::App* report = lab->add_subcommand("report", "Run every experiment and write a self-contained DIR/index.html "
+                                                   "(plots by matplotlib) with the tables in DIR/lab.json");
+  report->add_option("--out", *out_dir, "Output directory (created if missing)")->required();
+  report->add_option("--seed", a->common.seed, "Random seed")->capture_default_str();
+  report->add_option("--threads", a->common.threads, "Threads (0 = all)")->capture_default_str();
+  report->callback([a, chosen, out_dir] { *chosen = [a, out_dir] { return run_report(*a, *out_dir); }; });
   return {lab, [chosen] { return (*chosen)(); }};
 }
 

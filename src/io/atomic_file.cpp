@@ -29,7 +29,7 @@ OutputSet::~OutputSet() {
   for (const auto& p : pending_) ::unlink(p.temp.c_str());
 }
 
-void OutputSet::add(const std::string& path, const std::vector<unsigned char>& bytes) {
+std::string OutputSet::add(const std::string& path, const std::vector<unsigned char>& bytes) {
   if (path.empty()) throw Error("output path is empty");
   for (const auto& p : pending_)
     if (p.target == path) throw Error(path + ": the same output file is named twice");
@@ -56,6 +56,7 @@ void OutputSet::add(const std::string& path, const std::vector<unsigned char>& b
     throw Error(path + ": cannot finish writing: " + why);
   }
   if (::close(fd) != 0) throw Error(path + ": close failed: " + errno_text());
+  return temp;
 }
 
 void OutputSet::commit() {

@@ -21,7 +21,8 @@ class OutputSet {
   ~OutputSet();
 
   /// Throws sdpa::Error naming the path (unwritable directory, disk full, same path twice).
-  void add(const std::string& path, const std::vector<unsigned char>& bytes);
+  /// Returns the temporary file's path, readable until commit() or destruction.
+  std::string add(const std::string& path, const std::vector<unsigned char>& bytes);
   /// Renames every temporary into place. Throws sdpa::Error on failure.
   void commit();
 

@@ -29,5 +29,13 @@ Table matrix(const Common& c);
 Table puzzle(const Common& c);
 /// Claim 5 (seeds 002/003): the softmax numbers the seeds quote, from the library.
 Table softmax_numbers();
+/// Claim 6: saturation of unscaled attention against d_k, and of any attention against N.
+Table saturation(const Common& c);
+/// Claim 7: which gradients vanish without scaling — w.r.t. the logits, q·k and q.
+Table gradients(const Common& c);
+/// Claim 8 (seed 002's question): 1/sqrt(d_k) against 1, 1/d_k, 1/log d_k and cosine similarity.
+Table alternatives(const Common& c);
+/// Claim 9 (seeds 001/002/004): projections, Xavier initialisation, LayerNorm, and where it fails.
+Table projections(const Common& c);
 
 }  // namespace sdpa::lab

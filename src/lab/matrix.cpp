@@ -77,7 +77,7 @@ Table matrix(const Common& c) {
     const double sd = std::sqrt(variance_of(*xs).value);
     const double z_seed = (seed_value - e.value) / sd;  // where one draw like the seed's falls among ours
     t.add({std::string(name), reps, e.value, e.lo(), e.hi(), sd, expected, seed_value, z_seed,
-           std::abs(e.value - expected) <= 3.29 * e.se && std::abs(z_seed) <= 3.29 ? "holds" : "fails"});
+           std::abs(e.value - expected) <= kVerdictZ * e.se && std::abs(z_seed) <= kVerdictZ ? "holds" : "fails"});
   }
   return t;
 }
@@ -104,7 +104,7 @@ Table puzzle(const Common& c) {
     if (n == 2)
       below = double(std::count_if(vars.begin(), vars.end(), [](double x) { return x <= 1.6; })) / double(T);
     t.add({n, T, e.value, e.lo(), e.hi(), expected, sd, sd / double(n), quantile(vars, 0.05), quantile(vars, 0.5),
-           quantile(vars, 0.95), below, std::abs(e.value - expected) <= 3.29 * e.se ? "holds" : "fails"});
+           quantile(vars, 0.95), below, std::abs(e.value - expected) <= kVerdictZ * e.se ? "holds" : "fails"});
   }
   return t;
 }

@@ -9,6 +9,13 @@
 
 namespace sdpa::lab {
 
+/// Verdict band: a measured value "holds" when within kVerdictZ standard errors of the
+/// expected one. The report makes about 150 such comparisons; a per-comparison 95% or
+/// 99.9% band would call several true claims "fails" by chance in every run. |z| <= 4
+/// (two-sided p = 6.3e-5) keeps the chance of any false "fails" in a report near 1%
+/// (Bonferroni).
+inline constexpr double kVerdictZ = 4.0;
+
 /// A Monte-Carlo estimate with its standard error and a 95% normal-approximation interval.
 struct Estimate {
   double value = 0, se = 0;

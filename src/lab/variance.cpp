@@ -11,12 +11,9 @@
 namespace sdpa::lab {
 namespace {
 
-// |z| <= 3.29 is the two-sided 99.9% band: with dozens of rows per table, a 95% band
-// would call about one row in twenty a failure by chance alone.
-constexpr double kZ = 3.29;
 
 std::string verdict(double measured, double expected, double se) {
-  return std::abs(measured - expected) <= kZ * se ? "holds" : "fails";
+  return std::abs(measured - expected) <= kVerdictZ * se ? "holds" : "fails";
 }
 
 // n pairs of d-vectors, entries mu + sigma·X with X from `dist`.
@@ -33,7 +30,7 @@ Table variance(const Common& c, const std::vector<Dist>& dists, std::int64_t max
   if (n < 10) throw Error("--samples: need at least 10, got " + std::to_string(n));
   Table t{"variance",
           "q, k with independent zero-mean unit-variance entries: E[q.k] = 0, Var(q.k) = d_k, and 1 after dividing by "
-          "sqrt(d_k) (95% CIs; verdict at 99.9%)",
+          "sqrt(d_k) (95% CIs; verdict at |z| <= 4)",
           {"dist", "d_k", "samples", "mean", "mean_lo", "mean_hi", "var", "var_lo", "var_hi", "var_expected",
            "var_scaled", "var_scaled_lo", "var_scaled_hi", "z", "verdict"},
           {}};

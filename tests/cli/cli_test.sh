@@ -107,6 +107,43 @@ case $case in
     "$sdpa" check --seq 100 --kv-seq 150 --heads 4 --kv-heads 2 --dim 24 --dim-v 40 --causal bottom-right \
       --repeat 1 --format json | tee check.json
     grep -q '"pass": true}$' check.json || fail "json check did not pass" ;;
+  lab_tables)
+    "$sdpa" lab --help | grep -q variance || fail "lab --help"
+    "$sdpa" lab softmax | grep -q '0.971416' || fail "softmax table"
+    [ "$("$sdpa" lab softmax | grep -c fails)" -eq 0 ] || fail "a softmax value fails"
+    "$sdpa" lab variance --dist gaussian rademacher --max-dk 16 --samples 500 --seed 7 --format json > a.json
+    "$sdpa" lab variance --dist gaussian rademacher --max-dk 16 --samples 500 --seed 7 --format json > b.json
+    cmp -s a.json b.json || fail "same --seed, different output"
+    "$sdpa" lab variance --dist gaussian --max-dk 4 --samples 500 --seed 8 --format json > c.json
+    ! cmp -s a.json c.json || fail "--seed ignored"
+    head -c 2 a.json | grep -q '^\[{' || fail "json must be a list of row objects"
+    grep -q '"d_k": 16' a.json && grep -q '"var_scaled"' a.json || fail "json rows lack d_k/var/var_scaled"
+    "$sdpa" lab puzzle --samples 300 --format csv | head -1 | grep -q '^n,trials,mean_var' || fail "csv header"
+    echo "ok: tables, formats, determinism" ;;
+  lab_errors)
+    expect_error "--samples" "$sdpa" lab variance --samples -5
+    expect_error "--samples" "$sdpa" lab variance --samples 3
+    expect_error "--max-dk" "$sdpa" lab variance --max-dk 0
+    expect_error "--dist" "$sdpa" lab variance --dist cauchy
+    expect_error "--format" "$sdpa" lab softmax --format xml
+    rc=0; "$sdpa" lab nosuch > /dev/null 2>&1 || rc=$?; [ "$rc" -eq 2 ] || fail "unknown experiment should exit 2, got $rc"
+    mkdir ro && chmod 555 ro
+    if [ "$(id -u)" -ne 0 ]; then  # root ignores directory permissions
+      expect_error "ro" "$sdpa" lab report --out ro/report
+    fi
+    expect_error "report" "$sdpa" lab report --out /proc/sdpa_report_here
+    expect_error "plotting script" env SDPA_REPORT_SCRIPT=/nonexistent/script.py "$sdpa" lab report --out rep1
+    [ ! -e rep1 ] || fail "a failed report left its directory behind"
+    printf 'import sys\nsys.exit(3)\n' > bad.py
+    mkdir rep2
+    expect_error "exit status 3" env SDPA_REPORT_SCRIPT="$PWD/bad.py" "$sdpa" lab report --out rep2
+    [ -z "$(ls -A rep2)" ] || fail "a failed report left files: $(ls -A rep2)" ;;
+  lab_report)
+    "$sdpa" lab report --out rep > log.txt
+    grep -q 'wrote rep/index.html' log.txt || fail "report: $(cat log.txt)"
+    grep -q '<h2>9. Projections' rep/index.html || fail "report lacks sections"
+    [ "$(grep -o 'data:image/png;base64' rep/index.html | wc -l)" -ge 8 ] || fail "report lacks embedded plots"
+    grep -q '"experiments"' rep/lab.json || fail "lab.json" ;;
   *) fail "unknown case $case" ;;
 esac
 echo "PASS $case"
