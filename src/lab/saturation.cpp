@@ -20,10 +20,10 @@ Table saturation(const Common& c) {
            "entropy_hi", "ln_N", "max_score", "sqrt_2lnN"},
           {}};
   const std::int64_t T0 = c.samples ? c.samples : 400;
-  std::uint64_t stream = 0;
   auto row = [&](const char* sweep, std::int64_t d, std::int64_t N, bool scaled) {
     const std::int64_t T = std::max<std::int64_t>(50, T0 * 64 / std::max<std::int64_t>(N, 64));  // bounded memory
-    std::mt19937_64 rng(c.seed * 2654435761u + stream++);
+    // One draw per (d_k, N): both temperatures see the same q and k (a paired comparison).
+    std::mt19937_64 rng(c.seed * 2654435761u + static_cast<std::uint64_t>(d) * 1000003u + static_cast<std::uint64_t>(N));
     const auto q = gaussian(rng, T * d), k = gaussian(rng, T * N * d);
     const double beta = scaled ? 1.0 / std::sqrt(double(d)) : 1.0;
     std::vector<double> maxw, ent;

@@ -134,6 +134,69 @@ TEST(Softmax, LibraryReproducesTheQuotedValues) {
   for (const auto& r : t.rows) EXPECT_EQ(std::get<std::string>(r.back()), "holds") << std::get<std::string>(r[1]);
 }
 
+std::vector<const std::vector<Cell>*> rows_where(const Table& t, const std::string& column, const std::string& value) {
+  std::vector<const std::vector<Cell>*> out;
+  for (const auto& r : t.rows)
+    if (std::get<std::string>(r[col(t, column)]) == value) out.push_back(&r);
+  return out;
+}
+double se_of(const Table& t, const std::vector<Cell>& r, const std::string& name) {
+  return (num(r[col(t, name + "_hi")]) - num(r[col(t, name)])) / 1.959964;
+}
+
+TEST(Saturation, BoundsAndTheDk1Identity) {
+  Common c;
+  c.samples = 200;
+  const Table t = saturation(c);
+  // At d_k = 1, beta = 1 and beta = 1/sqrt(1) are the same experiment on the same draw.
+  EXPECT_EQ(num(t.rows[0][col(t, "max_weight")]), num(t.rows[1][col(t, "max_weight")]));
+  for (const auto& r : t.rows) {
+    EXPECT_LE(num(r[col(t, "entropy")]), num(r[col(t, "ln_N")]) + 1e-9);  // entropy of N outcomes <= ln N
+    EXPECT_GE(num(r[col(t, "max_weight")]), 1.0 / num(r[col(t, "N")]) - 1e-9);
+  }
+  // E[max of N standard normals] < sqrt(2 ln N) for every N (scaled rows, d_k = 64: scores close to N(0,1)).
+  for (const auto* r : rows_where(t, "sweep", "N"))
+    EXPECT_LT(num((*r)[col(t, "max_score")]), num((*r)[col(t, "sqrt_2lnN")]));
+}
+
+TEST(Gradients, NearlyUniformSoftmaxMatchesItsJacobian) {
+  // At logit scale 0.01, p ≈ 1/N and J ≈ (I − 11ᵀ/N)/N; with u = V g (u_j ~ N(0, dv = 16))
+  // ‖J u‖ ≈ ‖(I − 11ᵀ/N) u‖/N, whose mean is 4·E[χ_63]/64 ≈ 4·sqrt(62.5)/64 = 0.494.
+  Common c;
+  c.samples = 400;
+  const Table t = gradients(c);
+  const auto ls = rows_where(t, "sweep", "logit_scale");
+  const auto& r = *ls.front();
+  ASSERT_NEAR(num(r[col(t, "logit_std")]), 0.01, 1e-12);
+  EXPECT_NEAR(num(r[col(t, "grad_logits")]), 4.0 * std::sqrt(62.5) / 64.0, 4 * se_of(t, r, "grad_logits") + 0.005);
+  // dL/dq = beta * sum_j dL/ds_j k_j: at that scale it is ~100x smaller than at scale 1
+  EXPECT_LT(num(r[col(t, "grad_q")]) * 50, num((*ls[3])[col(t, "grad_q")]));
+}
+
+TEST(Alternatives, ScoreStdIsBetaTimesSqrtDk) {
+  // Given q, the N scores beta q·k_j have sd beta·‖q‖ ≈ beta·sqrt(d_k) (cosine: tau/sqrt(d_k)).
+  const Table t = alternatives(Common{});
+  for (const auto& r : t.rows) {
+    const double d = num(r[col(t, "d_k")]), beta = num(r[col(t, "beta")]);
+    if (d < 32) continue;  // small d: ‖q‖ and the 64-sample sd are too variable for 10%
+    const bool cosine = std::get<std::string>(r[col(t, "policy")]).rfind("cosine", 0) == 0;
+    const double want = cosine ? beta / std::sqrt(d) : beta * std::sqrt(d);
+    EXPECT_NEAR(num(r[col(t, "score_std")]), want, 0.1 * want) << std::get<std::string>(r[0]) << " d=" << d;
+  }
+}
+
+TEST(Projections, ClosedFormsIncludingTheTiedDiagonalMean) {
+  const Table t = projections(Common{});
+  for (const auto& r : t.rows) {
+    const std::string name = std::get<std::string>(r[0]);
+    const double var = num(r[col(t, "var")]), formula = num(r[col(t, "var_formula")]);
+    if (name.find("tied") == std::string::npos && name.find("corr") == std::string::npos)
+      EXPECT_NEAR(var, formula, 4 * se_of(t, r, "var")) << name;
+    if (name == "diagonal (x' = x), W_k = W_q (tied)")  // E[q·k] = d_x d_k sigma_W^2 = 64·64·2/128
+      EXPECT_NEAR(num(r[col(t, "mean")]), 64.0, 4 * se_of(t, r, "mean")) << name;
+  }
+}
+
 TEST(Render, JsonIsAListOfRowObjectsAndCsvHasAHeader) {
   Table t{"x", "t", {"a", "b"}, {}};
   t.add({1.5, std::string("p,q")});
