@@ -337,7 +337,7 @@ img { max-width: 100%; }
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", required=True)
-    ap.add_argument("--docs", default="../docs/lab.md", help="where the derivations live, relative to the page")
+    ap.add_argument("--docs", default="../docs/lab.md", help="URL of docs/lab.md, where the derivations live")
     args = ap.parse_args()
     with open(args.data) as f:
         doc = json.load(f)

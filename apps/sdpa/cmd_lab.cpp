@@ -111,7 +111,8 @@ int run_report(const Args& a, const std::string& out_dir) {
   io::OutputSet files;
   const std::vector<unsigned char> doc_bytes(doc.begin(), doc.end());
   const std::string data_path = files.add(out_dir + "/lab.json", doc_bytes);  // still a temporary name
-  const std::string cmd = "'" + python + "' '" + script + "' --data '" + data_path + "'";
+  // Each section links to its derivation in this checkout's docs/lab.md.
+  const std::string cmd = "'" + python + "' '" + script + "' --data '" + data_path + "' --docs 'file://" SDPA_LAB_DOCS "'";
   FILE* pipe = ::popen(cmd.c_str(), "r");
   if (!pipe) throw Error("report: cannot start '" + python + "': " + std::strerror(errno));
   std::vector<unsigned char> html;
