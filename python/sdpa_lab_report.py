@@ -55,6 +55,11 @@ def table_html(rows, keep=None):
     return f'<details><summary>the numbers ({len(rows)} rows)</summary><table><tr>{head}</tr>{body}</table></details>'
 
 
+def all_hold(rows):
+    """Whether every row of a table carries the verdict "holds"."""
+    return all(r["verdict"] == "holds" for r in rows)
+
+
 def errorbar(ax, x, y, lo, hi, **kw):
     ax.errorbar(x, y, yerr=[[a - b for a, b in zip(y, lo)], [b - a for a, b in zip(y, hi)]], capsize=3, marker="o",
                 ms=4, **kw)
@@ -93,7 +98,7 @@ def claim_variance(t):
 
 def claim_scaling(t):
     rows = t["rows"]
-    ok = all(r["verdict"] == "holds" for r in rows)
+    ok = all_hold(rows)
     return ("dividing by c divides the variance by c² (seed 003: 2.67 → 0.67 for [2, 4, 6] / 2)",
             f"[2, 4, 6]: {rows[0]['var_before']:.4f} → {rows[0]['var_after']:.4f}; at d_k = 64, /8: "
             f"{rows[3]['var_after']:.3f} (expected 1)", "exact for the worked example; 4 SE for sampled rows",
@@ -103,7 +108,7 @@ def claim_scaling(t):
 
 def claim_general(t):
     rows = t["rows"]
-    ok = all(r["verdict"] == "holds" for r in rows)
+    ok = all_hold(rows)
     fig, ax = plt.subplots(figsize=(7, 3.6))
     labels = [f"μ=({r['mu_x']:g},{r['mu_y']:g})\nσ=({r['sigma_x']:g},{r['sigma_y']:g})" for r in rows]
     x = range(len(rows))
@@ -124,7 +129,7 @@ def claim_general(t):
 
 def claim_matrix(t):
     rows = t["rows"]
-    ok = all(r["verdict"] == "holds" for r in rows)
+    ok = all_hold(rows)
     r0, r1 = rows
     return ("A (1111×111)·B (111×1111): variance ≈ 111, ≈ 1 after /√111 (seed printed 110.56, 0.996)",
             f"{r0['mean']:.2f} [{r0['lo']:.2f}, {r0['hi']:.2f}] (sd of one draw {r0['sd']:.2f}); scaled "
@@ -137,7 +142,7 @@ def claim_matrix(t):
 def claim_puzzle(t):
     rows = t["rows"]
     r2 = rows[0]
-    ok = all(r["verdict"] == "holds" for r in rows)
+    ok = all_hold(rows)
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
     n = col(rows, "n")
     axes[0].fill_between(n, col(rows, "q05"), col(rows, "q95"), alpha=0.25, label="5–95% of draws")
@@ -163,7 +168,7 @@ def claim_puzzle(t):
 
 def claim_softmax(t):
     rows = t["rows"]
-    ok = all(r["verdict"] == "holds" for r in rows)
+    ok = all_hold(rows)
     cases = list(dict.fromkeys((r["logits"], r["beta"]) for r in rows))
     fig, axes = plt.subplots(1, len(cases), figsize=(13, 2.6))
     for ax, (lg, b) in zip(axes, cases):
