@@ -9,7 +9,10 @@
 
 #include "commands.hpp"
 #include "common.hpp"
+#include "common/peak.hpp"
 #include "common/tolerance.hpp"
+
+#include <thread>
 
 namespace sdpa::cli {
 namespace {
@@ -98,6 +101,12 @@ int run(const Args& a) {
       if (r) tb.push_back(seconds_since(t0));
     }
   const double fwd_s = median(tf), bwd_s = a.backward ? median(tb) : 0.0;
+  // This machine's FMA peak, measured now with as many threads as the kernel used.
+  progress.say("measuring the FMA peak");
+  const int threads = a.threads > 0 ? a.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const peak::Result pk = peak::measure(threads);
+  const double fwd_gf = flops / fwd_s / 1e9, bwd_gf = a.backward ? 2.5 * flops / bwd_s / 1e9 : 0.0;
+  auto frac = [&](double gf) { return pk.gflops > 0 ? gf / pk.gflops : 0.0; };
   const double rss = peak_rss_mib();  // before the reference, which materialises scores
 
   // Check against the fp64 reference (and the naive fp32 one that sets the tolerance).
@@ -189,18 +198,22 @@ int run(const Args& a) {
     fmt::print(
         "{{\"batch\": {}, \"heads\": {}, \"kv_heads\": {}, \"seq\": {}, \"kv_seq\": {}, \"dim\": {}, \"dim_v\": {}, "
         "\"causal\": \"{}\", \"isa\": \"{}\", \"threads\": {}, \"forward_seconds_median\": {:.6g}, \"forward_gflops\": {:.4g}, "
-        "\"backward_seconds_median\": {:.6g}, \"backward_gflops\": {:.4g}, \"peak_rss_mib\": {:.1f}, "
+        "\"backward_seconds_median\": {:.6g}, \"backward_gflops\": {:.4g}, \"peak_gflops\": {:.4g}, "
+        "\"peak_isa\": \"{}\", \"fraction_of_peak_forward\": {:.4f}, \"fraction_of_peak_backward\": {:.4f}, "
+        "\"peak_rss_mib\": {:.1f}, "
         "\"score_matrix_fp32_gib\": {:.4g}, \"checks\": {}, \"note\": \"{}\", \"pass\": {}}}\n",
-        B, Hq, Hkv, Nq, Nk, Dk, Dv, a.causal, isa_name(isa), a.threads, fwd_s, flops / fwd_s / 1e9, bwd_s,
-        a.backward ? 2.5 * flops / bwd_s / 1e9 : 0.0, rss, scores_gib, checks, note, ok ? "true" : "false");
+        B, Hq, Hkv, Nq, Nk, Dk, Dv, a.causal, isa_name(isa), a.threads, fwd_s, fwd_gf, bwd_s, bwd_gf, pk.gflops, pk.isa,
+        frac(fwd_gf), frac(bwd_gf), rss, scores_gib, checks, note, ok ? "true" : "false");
   } else {
     fmt::print("sdpa check: B={} Hq={} Hkv={} Nq={} Nk={} Dk={} Dv={} causal={} isa={} threads={}\n", B, Hq, Hkv, Nq, Nk,
                Dk, Dv, a.causal, isa_name(isa), a.threads ? std::to_string(a.threads) : std::string("all"));
-    fmt::print("  forward   median {:9.4f} s  {:7.1f} GFLOP/s  ({} runs after a warm-up)\n", fwd_s, flops / fwd_s / 1e9,
-               a.repeat);
+    fmt::print("  forward   median {:9.4f} s  {:7.1f} GFLOP/s  {:5.1f}% of peak  ({} runs after a warm-up)\n", fwd_s,
+               fwd_gf, 100 * frac(fwd_gf), a.repeat);
     if (a.backward)
-      fmt::print("  backward  median {:9.4f} s  {:7.1f} GFLOP/s  (FLOPs counted as 2.5x forward)\n", bwd_s,
-                 2.5 * flops / bwd_s / 1e9);
+      fmt::print("  backward  median {:9.4f} s  {:7.1f} GFLOP/s  {:5.1f}% of peak  (FLOPs counted as 2.5x forward)\n",
+                 bwd_s, bwd_gf, 100 * frac(bwd_gf));
+    fmt::print("  peak      {:.1f} GFLOP/s fp32 FMA ({}, {} threads), measured in this run\n", pk.gflops, pk.isa,
+               pk.threads);
     fmt::print("  peak RSS  {:.1f} MiB   (one Nq x Nk fp32 score matrix would be {:.3g} GiB)\n", rss, scores_gib);
     if (!rows.empty()) {
       fmt::print("  check against the fp64 reference: fast error <= 2 x naive-fp32 error + floor\n");

@@ -1,0 +1,96 @@
+// peak.cpp — see peak.hpp. Inline assembly needs no -m flags; the path is chosen at run time.
+#include "common/peak.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <thread>
+#include <vector>
+
+namespace sdpa::peak {
+namespace {
+
+constexpr int kChains = 12;  // ≥ FMA latency × FMA ports on current x86 cores
+
+// `iters` iterations of kChains independent FMAs on ymm (8 floats) registers.
+void fma_avx2(std::int64_t iters) {
+  asm volatile(
+      "vxorps %%ymm0, %%ymm0, %%ymm0\n\t"
+      "vmovaps %%ymm0, %%ymm1\n\tvmovaps %%ymm0, %%ymm2\n\tvmovaps %%ymm0, %%ymm3\n\t"
+      "vmovaps %%ymm0, %%ymm4\n\tvmovaps %%ymm0, %%ymm5\n\tvmovaps %%ymm0, %%ymm6\n\t"
+      "vmovaps %%ymm0, %%ymm7\n\tvmovaps %%ymm0, %%ymm8\n\tvmovaps %%ymm0, %%ymm9\n\t"
+      "vmovaps %%ymm0, %%ymm10\n\tvmovaps %%ymm0, %%ymm11\n\t"
+      "vmovaps %%ymm0, %%ymm12\n\tvmovaps %%ymm0, %%ymm13\n\t"
+      "1:\n\t"
+      "vfmadd231ps %%ymm12, %%ymm13, %%ymm0\n\tvfmadd231ps %%ymm12, %%ymm13, %%ymm1\n\t"
+      "vfmadd231ps %%ymm12, %%ymm13, %%ymm2\n\tvfmadd231ps %%ymm12, %%ymm13, %%ymm3\n\t"
+      "vfmadd231ps %%ymm12, %%ymm13, %%ymm4\n\tvfmadd231ps %%ymm12, %%ymm13, %%ymm5\n\t"
+      "vfmadd231ps %%ymm12, %%ymm13, %%ymm6\n\tvfmadd231ps %%ymm12, %%ymm13, %%ymm7\n\t"
+      "vfmadd231ps %%ymm12, %%ymm13, %%ymm8\n\tvfmadd231ps %%ymm12, %%ymm13, %%ymm9\n\t"
+      "vfmadd231ps %%ymm12, %%ymm13, %%ymm10\n\tvfmadd231ps %%ymm12, %%ymm13, %%ymm11\n\t"
+      "dec %0\n\tjnz 1b\n\t"
+      "vzeroupper\n\t"
+      : "+r"(iters)
+      :
+      : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12",
+        "xmm13", "cc");
+}
+
+// The same on zmm (16 floats) registers.
+void fma_avx512(std::int64_t iters) {
+  asm volatile(
+      "vpxord %%zmm0, %%zmm0, %%zmm0\n\t"
+      "vmovaps %%zmm0, %%zmm1\n\tvmovaps %%zmm0, %%zmm2\n\tvmovaps %%zmm0, %%zmm3\n\t"
+      "vmovaps %%zmm0, %%zmm4\n\tvmovaps %%zmm0, %%zmm5\n\tvmovaps %%zmm0, %%zmm6\n\t"
+      "vmovaps %%zmm0, %%zmm7\n\tvmovaps %%zmm0, %%zmm8\n\tvmovaps %%zmm0, %%zmm9\n\t"
+      "vmovaps %%zmm0, %%zmm10\n\tvmovaps %%zmm0, %%zmm11\n\t"
+      "vmovaps %%zmm0, %%zmm12\n\tvmovaps %%zmm0, %%zmm13\n\t"
+      "1:\n\t"
+      "vfmadd231ps %%zmm12, %%zmm13, %%zmm0\n\tvfmadd231ps %%zmm12, %%zmm13, %%zmm1\n\t"
+      "vfmadd231ps %%zmm12, %%zmm13, %%zmm2\n\tvfmadd231ps %%zmm12, %%zmm13, %%zmm3\n\t"
+      "vfmadd231ps %%zmm12, %%zmm13, %%zmm4\n\tvfmadd231ps %%zmm12, %%zmm13, %%zmm5\n\t"
+      "vfmadd231ps %%zmm12, %%zmm13, %%zmm6\n\tvfmadd231ps %%zmm12, %%zmm13, %%zmm7\n\t"
+      "vfmadd231ps %%zmm12, %%zmm13, %%zmm8\n\tvfmadd231ps %%zmm12, %%zmm13, %%zmm9\n\t"
+      "vfmadd231ps %%zmm12, %%zmm13, %%zmm10\n\tvfmadd231ps %%zmm12, %%zmm13, %%zmm11\n\t"
+      "dec %0\n\tjnz 1b\n\t"
+      "vzeroupper\n\t"
+      : "+r"(iters)
+      :
+      : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12",
+        "xmm13", "cc");
+}
+
+}  // namespace
+
+Result measure(int threads, double seconds) {
+  Result r;
+  r.threads = std::max(1, threads);
+  const bool avx512 = __builtin_cpu_supports("avx512f");
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  if (!avx512 && !avx2) {
+    r.isa = "none";
+    return r;
+  }
+  r.isa = avx512 ? "avx512" : "avx2";
+  void (*kernel)(std::int64_t) = avx512 ? fma_avx512 : fma_avx2;
+  const double flops_per_iter = kChains * (avx512 ? 16 : 8) * 2.0;
+  auto timed = [&](std::int64_t iters) {  // all threads at once; FLOP/s over the slowest
+    std::vector<double> t(static_cast<std::size_t>(r.threads));
+    std::vector<std::thread> pool;
+    for (int i = 0; i < r.threads; ++i)
+      pool.emplace_back([&, i] {
+        const auto t0 = std::chrono::steady_clock::now();
+        kernel(iters);
+        t[static_cast<std::size_t>(i)] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      });
+    for (auto& th : pool) th.join();
+    return *std::max_element(t.begin(), t.end());
+  };
+  std::int64_t iters = 1 << 20;
+  while (timed(iters) < seconds / 4) iters *= 2;  // calibrate (also warms the units up)
+  for (int rep = 0; rep < 3; ++rep)
+    r.gflops = std::max(r.gflops, flops_per_iter * double(iters) * r.threads / timed(iters) / 1e9);
+  return r;
+}
+
+}  // namespace sdpa::peak

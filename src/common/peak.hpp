@@ -1,0 +1,17 @@
+// peak.hpp — this machine's fp32 FMA peak, measured now.
+#pragma once
+
+namespace sdpa::peak {
+
+struct Result {
+  double gflops = 0;     // fp32 FLOP/s / 1e9 over all threads (an FMA counts 2)
+  const char* isa = "";  // the instruction set measured ("avx512", "avx2", or "none")
+  int threads = 0;
+};
+
+/// Runs `threads` threads, each a loop of 12 independent vector FMA chains written in
+/// inline assembly (so the compiler can neither merge nor spill them), for about
+/// `seconds`, best of three; uses the widest FMA this CPU has.
+Result measure(int threads, double seconds = 0.2);
+
+}  // namespace sdpa::peak
