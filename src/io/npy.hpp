@@ -1,10 +1,21 @@
 // npy.hpp — reading and writing NumPy .npy files (format versions 1.0, 2.0, 3.0).
 //
-// Accepted: little-endian float32 ('<f4'), float64 ('<f8'), bool ('|b1') and uint8
-// ('|u1'), C order. Everything else — Fortran order, other dtypes, big-endian,
-// malformed or hostile headers, a data length that disagrees with the shape — is an
-// sdpa::Error naming the file. The parser never allocates more than the input's size
-// and never reads outside it (fuzzed: fuzz/fuzz_npy.cpp).
+// Accepted descr strings, exactly: '<f4' (float32), '<f8' (float64), '|b1' (bool)
+// and '|u1' (uint8); both of the last two read as DType::u8 and are written back as
+// '|u1'. Native-order '=f4'/'=f8' are refused: NumPy itself never writes '=', and a
+// file's meaning must not depend on the machine that wrote it. Also refused, each
+// with an sdpa::Error naming the file: Fortran order, every other dtype (including
+// big-endian '>f4' and structured dtypes), a bad magic string or version, a header
+// that is not the dict NumPy writes (missing, duplicate or unknown keys, malformed
+// literals, no final '\n'), negative dimensions, shapes whose sizes overflow, a
+// header length running past the end, and data shorter or longer than the shape.
+//
+// Error messages are one line: "<what>: <problem>", e.g.
+//   "q.npy: dtype '<f2' is not supported (float32 '<f4', float64 '<f8', ...)".
+//
+// The parser never allocates more than the input's own size (the data length is
+// checked against the shape before anything is copied) and never reads outside it;
+// fuzz/fuzz_npy.cpp exercises it under ASan/UBSan.
 #pragma once
 
 #include <cstddef>
@@ -16,31 +27,43 @@ namespace sdpa::io {
 
 enum class DType { f32, f64, u8 };
 
-/// Bytes per element.
+/// Bytes per element: 4, 8, 1.
 std::size_t itemsize(DType t);
 /// "float32", "float64", "bool/uint8".
 const char* dtype_name(DType t);
+
+/// Most dimensions a shape may have (NumPy 2's own limit).
+inline constexpr std::size_t kMaxDims = 64;
 
 struct NpyArray {
   DType dtype = DType::f32;
   std::vector<std::int64_t> shape;   // C order; () is a scalar
   std::vector<unsigned char> bytes;  // little-endian element data, numel * itemsize
 
+  /// Product of the dimensions (1 for a scalar). For a parsed array, the product of
+  /// any subset of its non-zero dimensions fits in int64, and so does the byte count.
   std::int64_t numel() const;
+
   // Typed access; throws sdpa::Error on a dtype mismatch.
   const float* f32() const;
   const double* f64() const;
   const unsigned char* u8() const;
   float* f32();
   double* f64();
+  unsigned char* u8();
 };
 
 /// Parses a whole .npy file held in memory. `what` names it in error messages.
 NpyArray parse_npy(const unsigned char* data, std::size_t size, const std::string& what);
-/// Reads and parses a file.
+
+/// Reads and parses a file (a regular file, or a pipe such as /dev/stdin).
 NpyArray read_npy(const std::string& path);
-/// The bytes of a .npy file (version 1.0, or 2.0 when the header needs it),
-/// header padded so the data starts at a multiple of 64 bytes.
+
+/// The bytes of a .npy file: version 1.0 (2.0 if the header would not fit in 65535
+/// bytes), header padded with spaces and ended by '\n' so that the data starts at a
+/// multiple of 64 bytes, as NumPy does. `data` holds numel(shape) * itemsize(dtype)
+/// bytes (may be null when that is 0). Throws sdpa::Error for a negative dimension,
+/// more than kMaxDims dimensions, or a size that overflows.
 std::vector<unsigned char> serialize_npy(DType dtype, const std::vector<std::int64_t>& shape, const void* data);
 
 }  // namespace sdpa::io
