@@ -1,6 +1,8 @@
 // main.cpp — the sdpa command line: subcommands, --version, one-line errors.
+#include <algorithm>
 #include <cstdio>
 #include <exception>
+#include <string>
 #include <vector>
 
 #include <fmt/core.h>
@@ -36,7 +38,12 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "{}", app.help());
     return 2;
   } catch (const std::exception& e) {
-    fmt::print(stderr, "sdpa: error: {}\n", e.what());
+    std::string msg = e.what();  // always one line, whatever the message holds
+    std::replace(msg.begin(), msg.end(), '\n', ' ');
+    fmt::print(stderr, "sdpa: error: {}\n", msg);
+    return 1;
+  } catch (...) {
+    fmt::print(stderr, "sdpa: error: unknown exception\n");
     return 1;
   }
 }
