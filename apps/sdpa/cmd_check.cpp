@@ -27,7 +27,7 @@ struct Args {
 
 // The reference materialises Nq x Nk doubles per head; above this many it checks a
 // strided subset of query rows instead.
-constexpr i64 kMaxReferenceScores = i64(1) << 22;
+constexpr i64 kMaxReferenceScores = i64(1) << 26;
 
 struct Row {
   std::string tensor;
