@@ -32,11 +32,11 @@ int main() {
   sdpa::forward(sdpa::from_bnhd<const float>(qt.data(), B, N, H, D), sdpa::from_bnhd<const float>(kt.data(), B, N, H, D),
                 sdpa::from_bnhd<const float>(vt.data(), B, N, H, D), sdpa::from_bnhd(out_t.data(), B, N, H, D), {}, opt);
 
-  // Against the fp64 reference.
+  // Against the readable reference, accumulating in fp64.
   std::vector<float> ref(q.size());
-  opt.kernel = sdpa::Kernel::reference;
-  sdpa::forward(sdpa::contiguous<const float>(q.data(), {B, H, N, D}), sdpa::contiguous<const float>(k.data(), {B, H, N, D}),
-                sdpa::contiguous<const float>(v.data(), {B, H, N, D}), sdpa::contiguous(ref.data(), {B, H, N, D}), {}, opt);
+  sdpa::reference::forward<float, double>(
+      sdpa::contiguous<const float>(q.data(), {B, H, N, D}), sdpa::contiguous<const float>(k.data(), {B, H, N, D}),
+      sdpa::contiguous<const float>(v.data(), {B, H, N, D}), sdpa::contiguous(ref.data(), {B, H, N, D}), {}, opt);
   double checksum = 0, diff = 0, layout_diff = 0;
   for (std::int64_t h = 0; h < H; ++h)
     for (std::int64_t n = 0; n < N; ++n)
