@@ -1,0 +1,28 @@
+"""sdpa — exact scaled dot-product attention for NumPy arrays and PyTorch CPU tensors.
+
+    import numpy as np, sdpa
+    q = k = v = np.random.default_rng(0).standard_normal((1, 8, 128, 64), dtype=np.float32)
+    out = sdpa.attention(q, k, v, causal="top-left")
+
+sdpa.attention / sdpa.reference_attention / sdpa.attention_backward: the C++ library's
+kernels, reading float32 arrays in place through their strides. sdpa.torch (imported on
+first use, needs PyTorch): scaled_dot_product_attention with autograd. sdpa.lab: the lab's
+experiments as tables. Bad arguments raise TypeError, or ValueError (sdpa.Error for what
+the library itself refuses), naming the argument. See docs/python.md.
+"""
+
+from ._api import active_isa, attention, attention_backward, reference_attention
+from ._ext import Error, __version__
+from . import lab
+
+__all__ = ["attention", "reference_attention", "attention_backward", "active_isa", "Error", "__version__", "lab",
+           "torch"]
+
+
+def __getattr__(name):
+    # sdpa.torch imports PyTorch, so it loads only when asked for.
+    if name == "torch":
+        import importlib
+
+        return importlib.import_module(".torch", __name__)
+    raise AttributeError(f"module 'sdpa' has no attribute {name!r}")

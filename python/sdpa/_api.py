@@ -1,0 +1,300 @@
+"""Argument checks, result allocation and the calls into the C++ module sdpa._ext.
+
+Everything that can be said about an argument in Python is checked here, so that the
+error names the argument and says what to do; the extension module itself only takes
+arrays that already fit (float32, CPU, fixed rank) and never copies one.
+"""
+
+from __future__ import annotations
+
+import numbers
+import sys
+
+import numpy as np
+
+from . import _ext
+
+_CAUSAL = {None: "none", "top-left": "top-left", "bottom-right": "bottom-right"}
+
+
+def _torch_module():
+    """torch if the caller has imported it (a torch tensor cannot exist otherwise)."""
+    return sys.modules.get("torch")
+
+
+def _is_torch(x) -> bool:
+    t = _torch_module()
+    return t is not None and isinstance(x, t.Tensor)
+
+
+def _kind(name: str, x) -> str:
+    if isinstance(x, np.ndarray):
+        return "numpy"
+    if _is_torch(x):
+        return "torch"
+    raise TypeError(f"{name}: expected a NumPy array or a PyTorch tensor, got {type(x).__module__}.{type(x).__name__}")
+
+
+def _check_layout(name: str, x, kind: str) -> None:
+    """Device and memory layout: what the kernel can read in place."""
+    if kind == "torch":
+        t = _torch_module()
+        if x.device.type != "cpu":
+            raise ValueError(f"{name}: tensor is on device '{x.device}'; sdpa runs on the CPU "
+                             f"(move it with {name}.cpu())")
+        if x.layout != t.strided:
+            raise TypeError(f"{name}: layout {x.layout} is not supported; sdpa needs a strided (dense) tensor "
+                            f"(convert with {name}.to_dense())")
+        return
+    item = x.itemsize
+    if any(s % item for s in x.strides):
+        raise ValueError(f"{name}: strides {x.strides} (bytes) are not a multiple of the element size "
+                         f"{item}; sdpa reads arrays in place and needs whole-element strides "
+                         f"(make a copy with numpy.ascontiguousarray({name}))")
+    if not x.flags.aligned:
+        raise ValueError(f"{name}: data is not aligned to its {item}-byte elements "
+                         f"(make a copy with numpy.ascontiguousarray({name}))")
+
+
+def _check_float32(name: str, x, kind: str) -> None:
+    if kind == "torch":
+        t = _torch_module()
+        if x.dtype != t.float32:
+            raise TypeError(f"{name}: dtype {x.dtype} is not supported; sdpa computes in float32 "
+                            f"(convert with {name}.float(); a float64 tensor is not downcast silently)")
+    elif x.dtype != np.float32:
+        raise TypeError(f"{name}: dtype {x.dtype} is not supported; sdpa computes in float32 "
+                        f"(convert with {name}.astype(numpy.float32); a float64 array is not downcast silently)")
+
+
+def _check_tensors(named: dict, first: str) -> str:
+    """q, k, v (or more) under their argument names: one kind, float32, CPU, one rank in 2..4."""
+    kind = _kind(first, named[first])
+    rank = named[first].ndim
+    for name, x in named.items():
+        kx = _kind(name, x)
+        if kx != kind:
+            raise TypeError(f"{name}: a {'PyTorch tensor' if kx == 'torch' else 'NumPy array'} while {first} is a "
+                            f"{'PyTorch tensor' if kind == 'torch' else 'NumPy array'}; pass the same kind for all")
+        _check_layout(name, x, kind)
+        _check_float32(name, x, kind)
+        if x.ndim != rank:
+            raise ValueError(f"{name}: rank {x.ndim} (shape {tuple(x.shape)}) differs from {first}'s rank {rank} "
+                             f"(shape {tuple(named[first].shape)})")
+    if not 2 <= rank <= 4:
+        raise ValueError(f"{first}: shape {tuple(named[first].shape)} has rank {rank}; expected [B, H, N, D], "
+                         f"[H, N, D] or [N, D]")
+    return kind
+
+
+def _check_rank(name: str, x, rank: int) -> None:
+    if x.ndim != rank:
+        raise ValueError(f"{name}: rank {x.ndim} (shape {tuple(x.shape)}) should be {rank}")
+
+
+def _raw(x):
+    """What the extension receives: the same memory, never a copy (torch: without autograd)."""
+    return x.detach() if _is_torch(x) else x
+
+
+def _to4(x, rank: int = 4):
+    """A view with size-1 dimensions prepended up to `rank` (indexing with None never copies)."""
+    return x[(None,) * (rank - x.ndim)] if x.ndim < rank else x
+
+
+def _from4(x, ndim: int, rank: int = 4):
+    return x[(0,) * (rank - ndim)] if ndim < rank else x
+
+
+def _empty(kind: str, shape):
+    if kind == "torch":
+        t = _torch_module()
+        return t.empty(shape, dtype=t.float32)
+    return np.empty(shape, dtype=np.float32)
+
+
+def _empty_like(kind: str, x):
+    """A fresh float32 buffer shaped like x, in x's memory order where x is dense (so a gradient has its
+    input's layout: a [B, N, H, D] buffer's view gets a [B, N, H, D] gradient)."""
+    if kind == "torch":
+        return _torch_module().empty_like(x)
+    return np.empty_like(x, order="K")
+
+
+def _mask_arrays(mask, q_rank: int, grad_ok: bool):
+    """(additive float32 view, keep-mask uint8 view), at rank 4, one of them None or both."""
+    if mask is None:
+        return None, None
+    kind = _kind("mask", mask)
+    _check_layout("mask", mask, kind)
+    if mask.ndim > 4:
+        raise ValueError(f"mask: shape {tuple(mask.shape)} has rank {mask.ndim}; it must broadcast to "
+                         f"[B, Hq, Nq, Nk] (rank 4 at most)")
+    if mask.ndim < 2:
+        raise ValueError(f"mask: shape {tuple(mask.shape)} has rank {mask.ndim}; give at least [Nq, Nk] "
+                         f"(size-1 dimensions broadcast)")
+    del q_rank  # the mask broadcasts against [B, Hq, Nq, Nk] whatever q's rank
+    m = _to4(mask)
+    if kind == "torch":
+        t = _torch_module()
+        if mask.requires_grad and not grad_ok:
+            raise ValueError("mask: requires grad, but sdpa does not compute gradients with respect to the mask "
+                             "(pass mask.detach())")
+        m = m.detach()
+        if mask.dtype == t.bool:
+            return None, m.view(t.uint8)
+        if mask.dtype == t.float32:
+            return m, None
+    else:
+        if mask.dtype == np.bool_:
+            return None, m.view(np.uint8)
+        if mask.dtype == np.float32:
+            return m, None
+    raise TypeError(f"mask: dtype {mask.dtype} is not supported; give bool (True keeps a key, as in PyTorch) "
+                    f"or float32 (added to the scores; -inf masks)")
+
+
+def _options(*, scale, causal, window, softcap, mask, threads, kernel, q_rank, grad_ok=False) -> dict:
+    """The keyword arguments of _ext.forward/_ext.backward, each checked under its own name."""
+    if scale is not None and (isinstance(scale, bool) or not isinstance(scale, numbers.Real)):
+        raise TypeError(f"scale: expected a real number or None (for 1/sqrt(Dk)), got {type(scale).__name__}")
+    if softcap is not None and (isinstance(softcap, bool) or not isinstance(softcap, numbers.Real)):
+        raise TypeError(f"softcap: expected a real number > 0 or None, got {type(softcap).__name__}")
+    if not isinstance(causal, (str, type(None))) or causal not in _CAUSAL:
+        raise ValueError(f"causal: expected None, 'top-left' (PyTorch's is_causal) or 'bottom-right' "
+                         f"(a KV cache's alignment), got {causal!r}")
+    left = right = -1
+    if window is not None:
+        try:
+            left, right = window
+        except (TypeError, ValueError):
+            raise ValueError(f"window: expected (left, right), each an int >= 0 or -1/None for unbounded, "
+                             f"got {window!r}") from None
+        left = -1 if left is None else left
+        right = -1 if right is None else right
+        for side, val in (("left", left), ("right", right)):
+            if isinstance(val, bool) or not isinstance(val, numbers.Integral):
+                raise TypeError(f"window: {side} must be an int (or -1/None for unbounded), got {val!r}")
+    if threads is None:
+        threads = 0
+    if isinstance(threads, bool) or not isinstance(threads, numbers.Integral):
+        raise TypeError(f"threads: expected an int >= 0 (0 or None: all available), got {threads!r}")
+    additive, keep = _mask_arrays(mask, q_rank, grad_ok)
+    return {
+        "scale": None if scale is None else float(scale),
+        "softcap": None if softcap is None else float(softcap),
+        "causal": _CAUSAL[causal],
+        "window_left": int(left),
+        "window_right": int(right),
+        "mask": additive,
+        "keep": keep,
+        "threads": int(threads),
+        "kernel": kernel,
+    }
+
+
+def _forward4(kind: str, q, k, v, opts: dict):
+    """out [B, Hq, Nq, Dv] and lse [B, Hq, Nq], freshly allocated, written by the kernel."""
+    B, Hq, Nq, _ = q.shape
+    out = _empty(kind, (B, Hq, Nq, v.shape[3]))
+    lse = _empty(kind, (B, Hq, Nq))
+    _ext.forward(_raw(q), _raw(k), _raw(v), out, lse, **opts)
+    return out, lse
+
+
+def _backward4(kind: str, q, k, v, out, lse, dout, opts: dict):
+    q, k, v, out, lse, dout = (_raw(x) for x in (q, k, v, out, lse, dout))
+    dq, dk, dv = _empty_like(kind, q), _empty_like(kind, k), _empty_like(kind, v)
+    _ext.backward(q, k, v, out, lse, dout, dq, dk, dv, **opts)
+    return dq, dk, dv
+
+
+def _needs_grad(kind: str, *xs) -> bool:
+    if kind != "torch":
+        return False
+    t = _torch_module()
+    return t.is_grad_enabled() and any(x.requires_grad for x in xs)
+
+
+def _attention(q, k, v, *, scale, causal, window, softcap, mask, return_lse, threads, kernel):
+    kind = _check_tensors({"q": q, "k": k, "v": v}, "q")
+    grad = _needs_grad(kind, q, k, v)
+    opts = _options(scale=scale, causal=causal, window=window, softcap=softcap, mask=mask, threads=threads,
+                    kernel=kernel, q_rank=q.ndim)
+    q4, k4, v4 = _to4(q), _to4(k), _to4(v)
+    if grad:
+        from .torch import _SdpaFunction  # torch is importable: q is a tensor
+        out4, lse4 = _SdpaFunction.apply(q4, k4, v4, opts)
+    else:
+        out4, lse4 = _forward4(kind, q4, k4, v4, opts)
+    out = _from4(out4, q.ndim)
+    if return_lse:
+        return out, _from4(lse4, q.ndim - 1, 3)
+    return out
+
+
+def attention(q, k, v, *, scale=None, causal=None, window=None, softcap=None, mask=None, return_lse=False,
+              threads=None):
+    """Exact scaled dot-product attention, ``softmax(scale * q @ k^T + mask) @ v``, by the fast kernel.
+
+    q: [B, Hq, Nq, Dk], k: [B, Hkv, Nk, Dk], v: [B, Hkv, Nk, Dv] — NumPy arrays or PyTorch CPU
+    tensors (all the same kind), float32, any strides: a transposed view of a [B, N, H, D] buffer is
+    read in place, never copied. [H, N, D] and [N, D] are accepted too. Hq % Hkv == 0 gives
+    grouped-query attention (query head h reads kv head h // (Hq // Hkv)).
+
+    scale:   the temperature beta (default 1/sqrt(Dk)); any finite value.
+    causal:  None, 'top-left' (key j visible to query i iff j <= i; PyTorch's is_causal) or
+             'bottom-right' (j <= i + Nk - Nq; a KV cache).
+    window:  (left, right): key j visible iff d_i - left <= j <= d_i + right around query i's
+             diagonal d_i; -1 or None leaves a side unbounded.
+    softcap: c > 0 turns scores s into c * tanh(s / c).
+    mask:    bool (True keeps a key, as in PyTorch) or float32 (added to the scores; -inf masks),
+             broadcast NumPy-style to [B, Hq, Nq, Nk] (size-1 dimensions are read with stride 0).
+    return_lse: also return the log-sum-exp of each query's scores, shaped like out without its
+             last dimension (-inf for a query that sees no key; such a query's output is 0).
+    threads: None or 0 for all available; the result is the same for any count.
+
+    Returns out [B, Hq, Nq, Dv] (and lse [B, Hq, Nq]) in the caller's array type. With PyTorch
+    tensors that require grad, the result is differentiable (the library's backward runs).
+    Raises TypeError for a wrong type or dtype (only float32 is computed: convert float64 with
+    .astype(numpy.float32) or .float()), ValueError (sdpa.Error) for wrong shapes, devices,
+    strides or options, each naming the argument.
+    """
+    return _attention(q, k, v, scale=scale, causal=causal, window=window, softcap=softcap, mask=mask,
+                      return_lse=return_lse, threads=threads, kernel="fast")
+
+
+def reference_attention(q, k, v, *, scale=None, causal=None, window=None, softcap=None, mask=None,
+                        return_lse=False, threads=None):
+    """sdpa.attention computed by the readable reference kernel: it materialises each head's score
+    matrix and accumulates in float64 (results are float32). The oracle the fast kernel is tested
+    against; slow and O(Nq * Nk) memory per head. Same arguments and results as sdpa.attention."""
+    return _attention(q, k, v, scale=scale, causal=causal, window=window, softcap=softcap, mask=mask,
+                      return_lse=return_lse, threads=threads, kernel="reference")
+
+
+def attention_backward(q, k, v, out, lse, dout, *, scale=None, causal=None, window=None, softcap=None,
+                       mask=None, threads=None):
+    """Gradients (dq, dk, dv) of a loss whose gradient with respect to out is dout.
+
+    out and lse must be what sdpa.attention(..., return_lse=True) returned for the same q, k, v and
+    options. Arrays as in sdpa.attention (same kind, float32, any strides); dq, dk, dv have the shapes
+    of q, k, v (and their memory order, where dense). dk and dv sum over the query heads of a group.
+    Deterministic: the same bits for any thread count.
+    """
+    kind = _check_tensors({"q": q, "k": k, "v": v, "out": out, "dout": dout}, "q")
+    if _kind("lse", lse) != kind:
+        raise TypeError("lse: not the same kind of array as q; pass what sdpa.attention returned")
+    _check_layout("lse", lse, kind)
+    _check_float32("lse", lse, kind)
+    _check_rank("lse", lse, q.ndim - 1)
+    opts = _options(scale=scale, causal=causal, window=window, softcap=softcap, mask=mask, threads=threads,
+                    kernel="fast", q_rank=q.ndim)
+    dq, dk, dv = _backward4(kind, _to4(q), _to4(k), _to4(v), _to4(out), _to4(lse, 3), _to4(dout), opts)
+    return _from4(dq, q.ndim), _from4(dk, q.ndim), _from4(dv, q.ndim)
+
+
+def active_isa() -> str:
+    """The instruction set the fast kernel uses in this process: 'avx512', 'avx2' or 'scalar'
+    (the SDPA_ISA environment variable forces one)."""
+    return _ext.active_isa()

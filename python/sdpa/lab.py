@@ -1,0 +1,84 @@
+"""The lab from Python: each claim of the seed documents as a table (see docs/lab.md).
+
+    >>> t = sdpa.lab.run("variance", seed=1, max_dk=64)
+    >>> t.columns, t.rows[0], t["measured"]      # a column as a NumPy array
+
+The same C++ functions as ``sdpa lab <experiment>``; every score, softmax and gradient
+comes from the library's kernel. Deterministic for a seed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import _ext
+
+__all__ = ["Table", "experiments", "run"]
+
+_DEFAULT_DISTS = ("gaussian", "uniform", "rademacher", "student_t5")
+
+
+@dataclass(frozen=True)
+class Table:
+    """One experiment's result: a title, named columns and rows (dicts column -> value)."""
+
+    name: str
+    title: str
+    columns: tuple
+    rows: list = field(repr=False)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __iter__(self):
+        return iter(self.rows)
+
+    def __getitem__(self, column: str) -> np.ndarray:
+        """The column as a NumPy array: int64 or float64 where every cell is a number, else object."""
+        if column not in self.columns:
+            raise KeyError(f"column {column!r} not in {self.name}'s columns {list(self.columns)}")
+        cells = [r[column] for r in self.rows]
+        if all(isinstance(c, int) for c in cells):
+            return np.array(cells, dtype=np.int64)
+        if all(isinstance(c, (int, float)) for c in cells):
+            return np.array(cells, dtype=np.float64)
+        return np.array(cells, dtype=object)
+
+    def to_numpy(self) -> dict:
+        """{column: NumPy array} for every column."""
+        return {c: self[c] for c in self.columns}
+
+
+def experiments() -> list:
+    """Names of the experiments run() accepts."""
+    return list(_ext.lab_experiments())
+
+
+def run(experiment: str, *, seed: int = 1, samples: int = 0, threads: int = 0, dists=None,
+        max_dk: int = 4096) -> Table:
+    """Runs one lab experiment and returns its Table.
+
+    seed: results are deterministic for a seed. samples: Monte-Carlo samples, trials or
+    repetitions (0: the experiment's default). threads: 0 for all. dists and max_dk belong to
+    'variance' only (distributions among gaussian, uniform, rademacher, student_t5; the largest
+    d_k, powers of two from 1).
+    """
+    if experiment not in experiments():
+        raise ValueError(f"experiment: unknown lab experiment {experiment!r} (known: {', '.join(experiments())})")
+    for name, val in (("seed", seed), ("samples", samples), ("threads", threads), ("max_dk", max_dk)):
+        if isinstance(val, bool) or not isinstance(val, (int, np.integer)):
+            raise TypeError(f"{name}: expected an int, got {val!r}")
+    if seed < 0:
+        raise ValueError(f"seed: must be >= 0, got {seed}")
+    if experiment != "variance" and (dists is not None or max_dk != 4096):
+        raise ValueError(f"dists, max_dk: only the 'variance' experiment takes them, not {experiment!r}")
+    if dists is None:
+        dists = _DEFAULT_DISTS
+    if isinstance(dists, str):
+        dists = (dists,)
+    name, title, columns, rows = _ext.lab_run(experiment, int(seed), int(samples), int(threads),
+                                              [str(d) for d in dists], int(max_dk))
+    columns = tuple(columns)
+    return Table(name=name, title=title, columns=columns, rows=[dict(zip(columns, r)) for r in rows])

@@ -1,0 +1,202 @@
+// sdpa_ext.cpp — the Python extension module sdpa._ext (nanobind).
+//
+// Deliberately thin: every array argument is a CPU float32 (or uint8 keep-mask)
+// ndarray of fixed rank, taken with .noconvert(), so nanobind never makes a copy to
+// satisfy a constraint — an argument that does not fit is refused, and the friendly,
+// argument-naming checks live in python/sdpa/_api.py, which calls this module. The
+// arrays' own strides (in elements) become the views' strides: a transposed buffer
+// reaches the kernel as the same pointer. The GIL is released while the kernel runs.
+// sdpa::Error becomes sdpa.Error, a subclass of ValueError, with the library's message.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "lab/experiments.hpp"
+#include "sdpa/sdpa.hpp"
+
+namespace nb = nanobind;
+
+namespace {
+
+using cpu = nb::device::cpu;
+using In4 = nb::ndarray<const float, nb::ndim<4>, cpu>;
+using In3 = nb::ndarray<const float, nb::ndim<3>, cpu>;
+using Out4 = nb::ndarray<float, nb::ndim<4>, cpu>;
+using Out3 = nb::ndarray<float, nb::ndim<3>, cpu>;
+using Keep4 = nb::ndarray<const std::uint8_t, nb::ndim<4>, cpu>;
+
+// The ndarray as a view: same pointer, same shape, same element strides.
+template <class T, std::size_t R, class A>
+sdpa::View<T, R> view_of(const A& a) {
+  sdpa::View<T, R> v;
+  v.data = a.data();
+  for (std::size_t d = 0; d < R; ++d) {
+    v.shape[d] = static_cast<std::int64_t>(a.shape(d));
+    v.stride[d] = a.stride(d);
+  }
+  return v;
+}
+
+sdpa::Causal parse_causal(const std::string& s) {
+  if (s.empty() || s == "none") return sdpa::Causal::none;
+  if (s == "top-left") return sdpa::Causal::top_left;
+  if (s == "bottom-right") return sdpa::Causal::bottom_right;
+  throw sdpa::Error("causal: expected None, 'top-left' or 'bottom-right', got '" + s + "'");
+}
+
+sdpa::Kernel parse_kernel(const std::string& s) {
+  if (s == "fast") return sdpa::Kernel::fast;
+  if (s == "reference") return sdpa::Kernel::reference;
+  throw sdpa::Error("kernel: expected 'fast' or 'reference', got '" + s + "'");
+}
+
+// Options from the keyword arguments every entry point shares. The mask views point
+// into arrays the caller keeps alive for the duration of the call.
+sdpa::Options options(std::optional<double> scale, std::optional<double> softcap, const std::string& causal,
+                      std::int64_t window_left, std::int64_t window_right, const In4& mask, const Keep4& keep,
+                      int threads, const std::string& kernel) {
+  sdpa::Options opt;
+  opt.scale = scale;
+  opt.softcap = softcap;
+  opt.causal = parse_causal(causal);
+  opt.window = {window_left, window_right};
+  if (mask.is_valid()) opt.mask = view_of<const float, 4>(mask);
+  if (keep.is_valid()) opt.keep = view_of<const std::uint8_t, 4>(keep);
+  opt.threads = threads;
+  opt.kernel = parse_kernel(kernel);
+  return opt;
+}
+
+void forward(In4 q, In4 k, In4 v, Out4 out, Out3 lse, std::optional<double> scale, std::optional<double> softcap,
+             const std::string& causal, std::int64_t window_left, std::int64_t window_right, In4 mask, Keep4 keep,
+             int threads, const std::string& kernel) {
+  const sdpa::Options opt = options(scale, softcap, causal, window_left, window_right, mask, keep, threads, kernel);
+  const auto lse_view = lse.is_valid() ? view_of<float, 3>(lse) : sdpa::View3<float>{};
+  nb::gil_scoped_release unlocked;
+  sdpa::forward(view_of<const float, 4>(q), view_of<const float, 4>(k), view_of<const float, 4>(v),
+                view_of<float, 4>(out), lse_view, opt);
+}
+
+void backward(In4 q, In4 k, In4 v, In4 out, In3 lse, In4 dout, Out4 dq, Out4 dk, Out4 dv,
+              std::optional<double> scale, std::optional<double> softcap, const std::string& causal,
+              std::int64_t window_left, std::int64_t window_right, In4 mask, Keep4 keep, int threads,
+              const std::string& kernel) {
+  const sdpa::Options opt = options(scale, softcap, causal, window_left, window_right, mask, keep, threads, kernel);
+  nb::gil_scoped_release unlocked;
+  sdpa::backward(view_of<const float, 4>(q), view_of<const float, 4>(k), view_of<const float, 4>(v),
+                 view_of<const float, 4>(out), view_of<const float, 3>(lse), view_of<const float, 4>(dout),
+                 view_of<float, 4>(dq), view_of<float, 4>(dk), view_of<float, 4>(dv), opt);
+}
+
+// What the module sees of an array: (address, shape, element strides). The tests use
+// it to show that a strided view arrives as the caller's own memory.
+nb::tuple inspect(nb::ndarray<const float, cpu> a) {
+  nb::list shape, strides;
+  for (std::size_t d = 0; d < a.ndim(); ++d) {
+    shape.append(a.shape(d));
+    strides.append(a.stride(d));
+  }
+  return nb::make_tuple(reinterpret_cast<std::uintptr_t>(a.data()), nb::tuple(shape), nb::tuple(strides));
+}
+
+// ---- the lab ----------------------------------------------------------------------
+
+const std::vector<std::string>& lab_names() {
+  static const std::vector<std::string> names{"variance",   "scaling",   "general",      "matrix",     "puzzle",
+                                              "softmax",    "saturation", "gradients",   "alternatives",
+                                              "projections"};
+  return names;
+}
+
+sdpa::lab::Table lab_table(const std::string& name, const sdpa::lab::Common& c,
+                           const std::vector<std::string>& dists, std::int64_t max_dk) {
+  namespace lab = sdpa::lab;
+  if (name == "variance") {
+    std::vector<lab::Dist> ds;
+    for (const auto& d : dists) ds.push_back(lab::parse_dist(d));
+    return lab::variance(c, ds, max_dk);
+  }
+  if (name == "scaling") return lab::scaling(c);
+  if (name == "general") return lab::general_formula(c);
+  if (name == "matrix") return lab::matrix(c);
+  if (name == "puzzle") return lab::puzzle(c);
+  if (name == "softmax") return lab::softmax_numbers();
+  if (name == "saturation") return lab::saturation(c);
+  if (name == "gradients") return lab::gradients(c);
+  if (name == "alternatives") return lab::alternatives(c);
+  if (name == "projections") return lab::projections(c);
+  std::string known;
+  for (const auto& n : lab_names()) known += (known.empty() ? "" : ", ") + n;
+  throw sdpa::Error("experiment: unknown lab experiment '" + name + "' (known: " + known + ")");
+}
+
+// (name, title, columns, rows); each row a list of float, int or str.
+nb::tuple lab_run(const std::string& name, std::uint64_t seed, std::int64_t samples, int threads,
+                  const std::vector<std::string>& dists, std::int64_t max_dk) {
+  if (samples < 0) throw sdpa::Error("samples: must be >= 0 (0: the experiment's default), got " + std::to_string(samples));
+  if (threads < 0) throw sdpa::Error("threads: must be >= 0 (0 = all available), got " + std::to_string(threads));
+  sdpa::lab::Common c;
+  c.seed = seed;
+  c.samples = samples;
+  c.threads = threads;
+  sdpa::lab::Table t;
+  {
+    nb::gil_scoped_release unlocked;
+    t = lab_table(name, c, dists, max_dk);
+  }
+  nb::list rows;
+  for (const auto& r : t.rows) {
+    nb::list row;
+    for (const auto& cell : r) {
+      if (const auto* d = std::get_if<double>(&cell))
+        row.append(nb::float_(*d));
+      else if (const auto* i = std::get_if<std::int64_t>(&cell))
+        row.append(nb::int_(*i));
+      else
+        row.append(nb::str(std::get<std::string>(cell).c_str()));
+    }
+    rows.append(row);
+  }
+  nb::list columns;
+  for (const auto& col : t.columns) columns.append(nb::str(col.c_str()));
+  return nb::make_tuple(nb::str(t.name.c_str()), nb::str(t.title.c_str()), columns, rows);
+}
+
+}  // namespace
+
+NB_MODULE(_ext, m) {
+  m.doc() = "sdpa's C++ core (internal: use the sdpa package, which checks arguments and allocates results)";
+  m.attr("__version__") = SDPA_VERSION_STRING;
+  nb::exception<sdpa::Error>(m, "Error", PyExc_ValueError);
+
+  // Every array: noconvert (no silent copies). Optional ones accept None.
+  m.def("forward", &forward, nb::arg("q").noconvert(), nb::arg("k").noconvert(), nb::arg("v").noconvert(),
+        nb::arg("out").noconvert(), nb::arg("lse").noconvert().none(), nb::arg("scale").none(),
+        nb::arg("softcap").none(), nb::arg("causal"), nb::arg("window_left"), nb::arg("window_right"),
+        nb::arg("mask").noconvert().none(), nb::arg("keep").noconvert().none(), nb::arg("threads"),
+        nb::arg("kernel"), "sdpa::forward into preallocated out (and lse, unless None).");
+  m.def("backward", &backward, nb::arg("q").noconvert(), nb::arg("k").noconvert(), nb::arg("v").noconvert(),
+        nb::arg("out").noconvert(), nb::arg("lse").noconvert(), nb::arg("dout").noconvert(),
+        nb::arg("dq").noconvert(), nb::arg("dk").noconvert(), nb::arg("dv").noconvert(), nb::arg("scale").none(),
+        nb::arg("softcap").none(), nb::arg("causal"), nb::arg("window_left"), nb::arg("window_right"),
+        nb::arg("mask").noconvert().none(), nb::arg("keep").noconvert().none(), nb::arg("threads"),
+        nb::arg("kernel"), "sdpa::backward into preallocated dq, dk, dv.");
+  m.def("inspect", &inspect, nb::arg("a").noconvert(),
+        "(address, shape, element strides) of a float32 CPU array as the module receives it.");
+
+  m.def("active_isa", [] { return std::string(sdpa::isa_name(sdpa::active_isa())); },
+        "The instruction set the fast kernel uses in this process.");
+  m.def("isa_supported", [](const std::string& name) { return sdpa::isa_supported(sdpa::parse_isa(name.c_str())); },
+        nb::arg("isa"), "Whether this CPU can run the named ISA's kernel.");
+
+  m.def("lab_experiments", [] { return lab_names(); }, "Names of the lab experiments.");
+  m.def("lab_run", &lab_run, nb::arg("name"), nb::arg("seed"), nb::arg("samples"), nb::arg("threads"),
+        nb::arg("dists"), nb::arg("max_dk"), "Runs one lab experiment: (name, title, columns, rows).");
+}
