@@ -78,6 +78,9 @@ def run(experiment: str, *, seed: int = 1, samples: int = 0, threads: int = 0, d
         dists = _DEFAULT_DISTS
     if isinstance(dists, str):
         dists = (dists,)
+    for d in dists:
+        if d not in _DEFAULT_DISTS:
+            raise ValueError(f"dists: unknown distribution {d!r} (known: {', '.join(_DEFAULT_DISTS)})")
     name, title, columns, rows = _ext.lab_run(experiment, int(seed), int(samples), int(threads),
                                               [str(d) for d in dists], int(max_dk))
     columns = tuple(columns)

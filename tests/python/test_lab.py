@@ -1,0 +1,63 @@
+"""sdpa.lab: the lab's experiments reach Python as tables with the CLI's columns."""
+
+import json
+
+import numpy as np
+import pytest
+
+import sdpa
+from npref import EPS32
+
+
+def test_lists_every_experiment():
+    assert sdpa.lab.experiments() == ["variance", "scaling", "general", "matrix", "puzzle", "softmax", "saturation",
+                                      "gradients", "alternatives", "projections"]
+
+
+def test_softmax_values_are_the_kernels():
+    t = sdpa.lab.run("softmax")
+    assert t.name == "softmax" and len(t) > 0
+    for row in t:
+        z = np.array(json.loads(row["logits"]), dtype=np.float64) * row["beta"]
+        p = np.exp(z - z.max())
+        p /= p.sum()
+        # The lab's value comes from sdpa::forward in fp32 (q = [1], k_j = [z_j], v = I): the
+        # forward floor 8 eps (1 + smax) max|v| with smax = max |beta z_j|.
+        assert abs(row["value"] - p[row["index"]]) <= 8 * EPS32 * (1 + np.abs(z).max()), row
+
+
+def test_variance_follows_its_arguments_and_seed():
+    a = sdpa.lab.run("variance", seed=3, samples=500, max_dk=16, dists=["gaussian", "rademacher"])
+    assert a.columns[:3] == ("dist", "d_k", "samples")
+    assert [(r["dist"], r["d_k"]) for r in a] == [(d, 2 ** i) for d in ("gaussian", "rademacher") for i in range(5)]
+    assert set(a["samples"].tolist()) == {500}
+    b = sdpa.lab.run("variance", seed=3, samples=500, max_dk=16, dists=["gaussian", "rademacher"])
+    c = sdpa.lab.run("variance", seed=4, samples=500, max_dk=16, dists=["gaussian", "rademacher"])
+    assert a.rows == b.rows  # deterministic for a seed
+    assert not np.array_equal(a["var"], c["var"])
+    # Var(q.k) = d_k: each estimate within the lab's own verdict band (4 standard errors).
+    for r in a:
+        se = (r["var_hi"] - r["var_lo"]) / (2 * 1.959964)
+        assert abs(r["var"] - r["var_expected"]) <= 4 * se + 1e-12, r
+
+
+def test_columns_as_numpy_arrays():
+    t = sdpa.lab.run("variance", samples=100, max_dk=4, dists="uniform")
+    cols = t.to_numpy()
+    assert cols["d_k"].dtype == np.int64 and cols["var"].dtype == np.float64 and cols["dist"].dtype == object
+    assert cols["d_k"].tolist() == [1, 2, 4]
+    with pytest.raises(KeyError, match="nope"):
+        t["nope"]
+
+
+@pytest.mark.parametrize("kwargs, exc, match", [
+    (dict(experiment="varience"), ValueError, r"^experiment: unknown lab experiment 'varience'"),
+    (dict(experiment="variance", dists=["cauchy"]), ValueError, r"^dists: unknown distribution 'cauchy'"),
+    (dict(experiment="softmax", max_dk=8), ValueError, r"^dists, max_dk: only the 'variance' experiment"),
+    (dict(experiment="scaling", samples=-1), ValueError, r"^samples: must be >= 0"),
+    (dict(experiment="scaling", seed=1.5), TypeError, r"^seed:"),
+])
+def test_errors_name_the_argument(kwargs, exc, match):
+    name = kwargs.pop("experiment")
+    with pytest.raises(exc, match=match):
+        sdpa.lab.run(name, **kwargs)
