@@ -1,6 +1,9 @@
 // api.cpp — sdpa::forward / sdpa::backward: validate, pick the kernel and ISA,
 // spread tiles over threads.
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
+#include <limits>
 #include <memory>
 #include <new>
 #include <vector>
@@ -61,6 +64,59 @@ void parallel_items(i64 items, int workers, const Scratch& scratch, Body body) {
   }
 }
 
+// Split-KV: with few items (decoding: a handful of query rows per kv head) the keys are
+// cut into splits whose partial results are merged by their lse. Decided by the shape
+// alone, never by the thread count, so the bits do not depend on the threads either.
+constexpr i64 kSplitBelowItems = 8;  // split when a call has fewer items than this
+constexpr i64 kSplitKeys = 2048;     // ... into splits of at least this many keys
+constexpr i64 kMaxSplits = 16;
+
+i64 kv_splits(const Problem& p, i64 items) {
+  if (items >= kSplitBelowItems || p.Nk < 2 * kSplitKeys) return 1;
+  return std::min(kMaxSplits, std::min(ceil_div(kSplitBelowItems * 2, items), p.Nk / kSplitKeys));
+}
+
+// out_l = Σ_s exp(lse_s − lse) out_s,  lse = log Σ_s exp(lse_s); a split that saw no key
+// (lse_s = −inf) contributes nothing, a NaN lse_s makes the row NaN as an unsplit call would.
+void merge_splits(const Problem& p, const Tensors& t, i64 splits, i64 lanes, const std::vector<float>& part_out,
+                  const std::vector<float>& part_lse, int workers) {
+  const i64 rows = p.B * p.Hkv * lanes, stride = rows;  // stride between splits, in lanes
+  const float nan = std::numeric_limits<float>::quiet_NaN(), neg_inf = -std::numeric_limits<float>::infinity();
+#pragma omp parallel for num_threads(workers) schedule(static)
+  for (i64 row = 0; row < rows; ++row) {
+    const i64 bg = row / lanes, lane = row % lanes, b = bg / p.Hkv, g = bg % p.Hkv;
+    const i64 h = g * p.group + lane / p.Nq, i = lane % p.Nq;
+    float mx = neg_inf;
+    bool any_nan = false;
+    for (i64 s = 0; s < splits; ++s) {
+      const float x = part_lse[static_cast<std::size_t>(s * stride + row)];
+      any_nan |= std::isnan(x);
+      mx = std::max(mx, x);
+    }
+    float lse = neg_inf;
+    if (any_nan) {
+      lse = nan;
+    } else if (mx != neg_inf) {
+      float sum = 0.0f;
+      for (i64 s = 0; s < splits; ++s) sum += std::exp(part_lse[static_cast<std::size_t>(s * stride + row)] - mx);
+      lse = mx + std::log(sum);
+    }
+    for (i64 e = 0; e < p.Dv; ++e) {
+      float acc = 0.0f;
+      if (any_nan) {
+        acc = nan;
+      } else if (lse != neg_inf) {
+        for (i64 s = 0; s < splits; ++s) {
+          const float w = std::exp(part_lse[static_cast<std::size_t>(s * stride + row)] - lse);
+          if (w != 0.0f) acc += w * part_out[static_cast<std::size_t>((s * stride + row) * p.Dv + e)];
+        }
+      }
+      t.out_w(b, h, i, e) = acc;
+    }
+    if (!t.lse_w.empty()) t.lse_w(b, h, i) = lse;
+  }
+}
+
 }  // namespace
 }  // namespace detail
 
@@ -73,13 +129,30 @@ void forward(View4<const float> q, View4<const float> k, View4<const float> v, V
   Tensors t;
   t.q = q, t.k = k, t.v = v, t.out_w = out, t.lse_w = lse;
 
-  const i64 tiles = ceil_div(p.Nq, kTileRows), items = p.B * p.Hq * tiles;
+  // Items: (b, kv head, a tile of query lanes over the group's heads[, a key split]).
+  const i64 lanes = p.group * p.Nq, lane_tiles = ceil_div(lanes, kTileRows);
+  const i64 splits = kv_splits(p, p.B * p.Hkv * lane_tiles);
+  const i64 split_keys = ceil_div(ceil_div(p.Nk, kTileCols), splits) * kTileCols;
+  const i64 items = p.B * p.Hkv * lane_tiles * splits;
+  std::vector<float> part_out, part_lse;  // (splits, B, Hkv, lanes[, Dv]) when split
+  if (splits > 1) {
+    part_out.resize(static_cast<std::size_t>(splits * p.B * p.Hkv * lanes * p.Dv));
+    part_lse.resize(static_cast<std::size_t>(splits * p.B * p.Hkv * lanes));
+  }
   const int workers = workers_for(opt, items);
   const Scratch scratch(workers, kern.forward_scratch(p));
   parallel_items(items, workers, scratch, [&](i64 it, float* s) {
-    const i64 b = it / (p.Hq * tiles), h = it / tiles % p.Hq, i0 = it % tiles * kTileRows;
-    kern.forward_tile(p, t, b, h, i0, s);
+    ForwardItem fi;
+    const i64 sp = it % splits, bg = it / splits / lane_tiles;
+    fi.b = bg / p.Hkv, fi.g = bg % p.Hkv, fi.l0 = it / splits % lane_tiles * kTileRows;
+    fi.j_begin = sp * split_keys, fi.j_end = std::min(p.Nk, fi.j_begin + split_keys);
+    if (splits > 1) {
+      const i64 base = sp * p.B * p.Hkv + bg;
+      fi.part_out = part_out.data() + base * lanes * p.Dv, fi.part_lse = part_lse.data() + base * lanes;
+    }
+    kern.forward_item(p, t, fi, s);
   });
+  if (splits > 1) merge_splits(p, t, splits, lanes, part_out, part_lse, workers);
 }
 
 void backward(View4<const float> q, View4<const float> k, View4<const float> v, View4<const float> out,

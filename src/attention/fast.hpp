@@ -1,7 +1,8 @@
 // fast.hpp — the tiled online-softmax kernel's interface, one table per ISA.
 //
 // Work is cut into tiles so scratch memory is O(tile), never O(Nq·Nk):
-//   forward   one item = (b, h, query tile of kTileRows rows), loops over key tiles
+//   forward   one item = (b, kv head g, kTileRows query lanes over the group's heads, a key
+//             range), loops over key tiles; split-KV items write partial results merged by lse
 //   backward  pass A: one item = (b, kv head, key tile)  -> dk, dv (loops over the group's
 //             query heads and query tiles);  pass B: one item = (b, h, query tile) -> dq.
 // Every output element is written by exactly one item, in a fixed order, so the
@@ -18,10 +19,21 @@ inline constexpr i64 kTileRows = 64;  // query rows per tile
 inline constexpr i64 kTileCols = 64;  // keys per tile
 inline constexpr i64 kPad = 16;       // padding of vector dimensions (the widest vector: 16 floats)
 
+// One forward work item. Lanes [l0, l0 + kTileRows) of the flattened (query head in the
+// group, query row) index l = (h - g·group)·Nq + i; keys [j_begin, j_end) (all of them
+// unless the call is split along the keys). With part_out set, the item writes its
+// normalised partial output (lane l at part_out + l·Dv) and lse (part_lse[l]) instead.
+struct ForwardItem {
+  i64 b = 0, g = 0, l0 = 0;
+  i64 j_begin = 0, j_end = 0;
+  float* part_out = nullptr;
+  float* part_lse = nullptr;
+};
+
 struct FastKernels {
   std::size_t (*forward_scratch)(const Problem&);   // floats per worker
   std::size_t (*backward_scratch)(const Problem&);  // floats per worker
-  void (*forward_tile)(const Problem&, const Tensors&, i64 b, i64 h, i64 i0, float* scratch);
+  void (*forward_item)(const Problem&, const Tensors&, const ForwardItem&, float* scratch);
   // delta: (B, Hq, Nq) row sums Σ_e dout·out, contiguous.
   void (*backward_kv_tile)(const Problem&, const Tensors&, const float* delta, i64 b, i64 g, i64 j0,
                            float* scratch);

@@ -201,79 +201,143 @@ struct Carve {
 };
 
 // ---------------------------------------------------------------------------------------
-// Forward.
+// Forward, in the transposed layout: a tile holds Sᵀ (bc keys × np query lanes), so
+//   Sᵀ = K·Qᵀ     reads K rows straight from the tensor (broadcast A operand),
+//   O += P·V      reads V rows straight from the tensor (B operand, when unit-stride),
+// and only Q is packed (transposed), once per item. The online softmax runs down the
+// key rows with one query per vector lane: no horizontal reductions.
+// Lanes are the item's query rows flattened over the kv group's query heads, so a
+// group's heads share every K and V load (GQA decoding reads K and V once):
+//   lane r  ->  flat l = it.l0 + r,  h = g·group + l / Nq,  i = l % Nq.
+
+// Whether every element of rows [0, n) (width D, row stride ld, unit stride along D) is
+// finite: Σ x·0 is NaN as soon as one x is ±inf or NaN.
+inline bool rows_finite(const float* x, i64 ld, i64 n, i64 D) {
+  R acc = Vec::zero();
+  const R z = Vec::zero();
+  const i64 dv = D / W * W;
+  float tail = 0.0f;
+  for (i64 c = 0; c < n; ++c) {
+    const float* row = x + c * ld;
+    for (i64 d = 0; d < dv; d += W) acc = Vec::fma(Vec::load(row + d), z, acc);
+    for (i64 d = dv; d < D; ++d) tail += row[d] * 0.0f;
+  }
+  return is_finite(Vec::hsum(acc) + tail);
+}
+
 std::size_t forward_scratch(const Problem& p) {
   const i64 dvp = round_up(p.Dv, kPad);
-  const i64 n = kTileRows * p.Dk + p.Dk * kTileCols + kTileCols * dvp + kTileRows * kTileCols +
-                kTileRows * dvp + 2 * kTileRows + 8 * kPad;
+  const i64 n = p.Dk * kTileRows + kTileCols * kTileRows + kTileCols * dvp + kTileRows * dvp + 3 * kTileRows +
+                8 * kPad;
   return static_cast<std::size_t>(n);
 }
 
-void forward_tile(const Problem& p, const Tensors& t, i64 b, i64 h, i64 i0, float* scratch) {
-  const i64 g = h / p.group, Dk = p.Dk, Dv = p.Dv, dvp = round_up(Dv, kPad);
-  const i64 br = imin(kTileRows, p.Nq - i0);
+void forward_item(const Problem& p, const Tensors& t, const ForwardItem& it, float* scratch) {
+  const i64 b = it.b, g = it.g, Dk = p.Dk, Dv = p.Dv, dvp = round_up(Dv, kPad);
+  const i64 n = imin(kTileRows, p.group * p.Nq - it.l0), np = round_up(n, kPad);
   Carve cv{scratch};
-  float* Q = cv.take(kTileRows * Dk);    // (br, Dk)
-  float* KT = cv.take(Dk * kTileCols);   // (Dk, bcp)
-  float* V = cv.take(kTileCols * dvp);   // (bc, dvp)
-  float* S = cv.take(kTileRows * kTileCols);  // (br, bcp) scores, then probabilities
-  float* O = cv.take(kTileRows * dvp);   // (br, dvp) unnormalised output
-  float* m = cv.take(kTileRows);         // running max
-  float* l = cv.take(kTileRows);         // running sum
+  float* QT = cv.take(Dk * kTileRows);         // (Dk, np)  packed queries, lanes along rows
+  float* ST = cv.take(kTileCols * kTileRows);  // (bc, np)  scores, then probabilities
+  float* Vp = cv.take(kTileCols * dvp);        // (bc, dvp) V rows, when they cannot be read in place
+  float* O = cv.take(kTileRows * dvp);         // (n, dvp)  unnormalised output
+  float* m = cv.take(kTileRows);               // (np) running max
+  float* l = cv.take(kTileRows);               // (np) running sum
+  float* al = cv.take(kTileRows);              // (np) this tile's rescale factor
 
-  for (i64 r = 0; r < br; ++r)
-    for (i64 d = 0; d < Dk; ++d) Q[r * Dk + d] = t.q.data[off(t.q, b, h, i0 + r, d)];
-  for (i64 x = 0; x < br * dvp; ++x) O[x] = 0.0f;
-  for (i64 r = 0; r < br; ++r) m[r] = kNegInf, l[r] = 0.0f;
+  i64 lh[kTileRows], li[kTileRows];  // each lane's query head and row
+  i64 i_min = p.Nq, i_max = 0;
+  for (i64 r = 0; r < n; ++r) {
+    const i64 flat = it.l0 + r;
+    lh[r] = g * p.group + flat / p.Nq, li[r] = flat % p.Nq;
+    i_min = imin(i_min, li[r]), i_max = imax(i_max, li[r]);
+  }
+  for (i64 d = 0; d < Dk; ++d) {
+    float* o = QT + d * np;
+    for (i64 r = 0; r < n; ++r) o[r] = t.q.data[off(t.q, b, lh[r], li[r], d)];
+    for (i64 r = n; r < np; ++r) o[r] = 0.0f;
+  }
+  for (i64 x = 0; x < n * dvp; ++x) O[x] = 0.0f;
+  for (i64 r = 0; r < np; ++r) m[r] = kNegInf, l[r] = 0.0f;
 
-  i64 first, last;
-  key_range(p, i0, br, first, last);
+  // Keys any lane can see (row_lo, row_hi are monotone in i), within this item's split.
+  const bool st = structural(p), ex = explicit_mask(p);
+  const i64 first = imax(st ? imax(0, row_lo(p, i_min)) : 0, it.j_begin);
+  const i64 last = imin(st ? imin(p.Nk - 1, row_hi(p, i_max)) : p.Nk - 1, it.j_end - 1);
+  const bool v_direct = t.v.stride[3] == 1 && Dv % W == 0;
+  const R neg_inf = Vec::set1(kNegInf);
+
   for (i64 j0 = first / kTileCols * kTileCols; j0 <= last; j0 += kTileCols) {
-    const i64 bc = imin(kTileCols, p.Nk - j0), bcp = round_up(bc, kPad);
-    pack_transposed(t.k, b, g, j0, bc, Dk, KT, bcp);
-    const bool v_finite = pack_rows(t.v, b, g, j0, bc, Dv, V, dvp);
-
-    gemm<false, false>(br, bcp, Dk, Q, Dk, 1, KT, bcp, S, bcp);  // S = Q Kᵀ
-    scale_softcap(p, S, bcp, br, bcp, nullptr);
-    if (tile_needs_mask(p, i0, br, j0, bc, bcp)) mask_rows(p, S, bcp, b, h, i0, br, j0, bc, bcp);
-
-    for (i64 r = 0; r < br; ++r) {
-      float* s = S + r * bcp;
-      R vm = Vec::set1(kNegInf);
-      for (i64 c = 0; c < bcp; c += W) vm = Vec::max_ignore_nan(Vec::load(s + c), vm);
-      const float tile_max = Vec::hmax(vm);
-      const float m_new = tile_max > m[r] ? tile_max : m[r];
-      const float shift = m_new == kNegInf ? 0.0f : m_new;  // all masked so far: exp(-inf - 0) = 0
-      const float alpha = __builtin_expf(m[r] - shift);      // rescales what came before
-      const R sv = Vec::set1(shift);
+    const i64 bc = imin(kTileCols, p.Nk - j0);
+    // Sᵀ = K Qᵀ, K rows read in place.
+    gemm<false, false>(bc, np, Dk, t.k.data + off(t.k, b, g, j0, 0), t.k.stride[2], t.k.stride[3], QT, np, ST, np);
+    scale_softcap(p, ST, np, bc, np, nullptr);
+    if (ex || (st && !(row_lo(p, i_max) <= j0 && row_hi(p, i_min) >= j0 + bc - 1)))
+      for (i64 r = 0; r < n; ++r) {
+        const i64 i = li[r], lo = st ? row_lo(p, i) : 0, hi = st ? row_hi(p, i) : p.Nk - 1;
+        for (i64 c = 0; c < bc; ++c) {
+          float& x = ST[c * np + r];
+          const i64 j = j0 + c;
+          if (j < lo || j > hi) {
+            x = kNegInf;
+          } else if (ex) {
+            const float bias = bias_at(p, b, lh[r], i, j);
+            x = bias == kNegInf ? kNegInf : x + bias;
+          }
+        }
+      }
+    // Online softmax down the key rows, W lanes at a time.
+    for (i64 rv = 0; rv < np; rv += W) {
+      R vm = neg_inf;
+      for (i64 c = 0; c < bc; ++c) vm = Vec::max_ignore_nan(Vec::load(ST + c * np + rv), vm);
+      const R m_old = Vec::load(m + rv);
+      const R m_new = Vec::max_ignore_nan(vm, m_old);
+      const R shift = Vec::select_gt(m_new, neg_inf, m_new, Vec::zero());  // all masked so far: exp(-inf - 0) = 0
       R sum = Vec::zero();
-      for (i64 c = 0; c < bcp; c += W) {
-        const R e = Vec::exp(Vec::sub(Vec::load(s + c), sv));
-        Vec::store(s + c, e);
+      for (i64 c = 0; c < bc; ++c) {
+        const R e = Vec::exp(Vec::sub(Vec::load(ST + c * np + rv), shift));
+        Vec::store(ST + c * np + rv, e);
         sum = Vec::add(sum, e);
       }
-      l[r] = l[r] * alpha + Vec::hsum(sum);
-      m[r] = m_new;
-      if (alpha != 1.0f) {
-        const R av = Vec::set1(alpha);
+      const R alpha = Vec::exp(Vec::sub(m_old, shift));  // rescales what came before
+      Vec::store(al + rv, alpha);
+      Vec::store(l + rv, Vec::fma(Vec::load(l + rv), alpha, sum));
+      Vec::store(m + rv, m_new);
+    }
+    for (i64 r = 0; r < n; ++r)
+      if (al[r] != 1.0f) {
+        const R av = Vec::set1(al[r]);
         for (i64 e = 0; e < dvp; e += W) Vec::store(O + r * dvp + e, Vec::mul(Vec::load(O + r * dvp + e), av));
       }
+    // O += P V, P read down its columns (A[r][c] = ST[c·np + r]).
+    const float* Vr = Vp;
+    i64 ldv = dvp, nv = dvp;
+    bool v_finite;
+    if (v_direct) {
+      Vr = t.v.data + off(t.v, b, g, j0, 0), ldv = t.v.stride[2], nv = Dv;
+      v_finite = rows_finite(Vr, ldv, bc, Dv);
+    } else {
+      v_finite = pack_rows(t.v, b, g, j0, bc, Dv, Vp, dvp);
     }
     if (v_finite)
-      gemm<true, false>(br, dvp, bc, S, bcp, 1, V, dvp, O, dvp);  // O += P V
+      gemm<true, false>(n, nv, bc, ST, 1, np, Vr, ldv, O, dvp);
     else
-      gemm<true, true>(br, dvp, bc, S, bcp, 1, V, dvp, O, dvp);
+      gemm<true, true>(n, nv, bc, ST, 1, np, Vr, ldv, O, dvp);
   }
 
-  for (i64 r = 0; r < br; ++r) {
-    const i64 i = i0 + r;
+  for (i64 r = 0; r < n; ++r) {
     const bool empty_row = l[r] == 0.0f;
     const float inv = empty_row ? 0.0f : 1.0f / l[r];
-    for (i64 e = 0; e < Dv; ++e) t.out_w.data[off(t.out_w, b, h, i, e)] = empty_row ? 0.0f : O[r * dvp + e] * inv;
-    if (t.lse_w.data != nullptr) {
-      const float shift = m[r] == kNegInf ? 0.0f : m[r];
-      t.lse_w.data[off3w(t.lse_w, b, h, i)] = empty_row ? kNegInf : shift + __builtin_logf(l[r]);
+    const float shift = m[r] == kNegInf ? 0.0f : m[r];
+    const float lse = empty_row ? kNegInf : shift + __builtin_logf(l[r]);
+    if (it.part_out != nullptr) {  // split-KV: this split's normalised output and lse
+      float* po = it.part_out + (it.l0 + r) * Dv;
+      for (i64 e = 0; e < Dv; ++e) po[e] = empty_row ? 0.0f : O[r * dvp + e] * inv;
+      it.part_lse[it.l0 + r] = lse;
+      continue;
     }
+    const i64 h = lh[r], i = li[r];
+    for (i64 e = 0; e < Dv; ++e) t.out_w.data[off(t.out_w, b, h, i, e)] = empty_row ? 0.0f : O[r * dvp + e] * inv;
+    if (t.lse_w.data != nullptr) t.lse_w.data[off3w(t.lse_w, b, h, i)] = lse;
   }
 }
 
@@ -462,7 +526,7 @@ void tanh_n(const float* x, float* y, i64 n) {
 }
 
 const FastKernels& table() {
-  static const FastKernels k{forward_scratch, backward_scratch, forward_tile, backward_kv_tile, backward_q_tile,
+  static const FastKernels k{forward_scratch, backward_scratch, forward_item, backward_kv_tile, backward_q_tile,
                              exp_n, tanh_n};
   return k;
 }

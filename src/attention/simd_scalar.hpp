@@ -15,6 +15,7 @@ struct Vec {
   static R fma(R a, R b, R c) { return __builtin_fmaf(a, b, c); }
   static R max_ignore_nan(R x, R acc) { return x > acc ? x : acc; }
   static R zero_where_zero(R p, R x) { return p == 0.0f ? 0.0f : x; }
+  static R select_gt(R x, R c, R a, R b) { return x > c ? a : b; }
   static R exp(R x) { return __builtin_expf(x); }
   static R tanh(R x) { return __builtin_tanhf(x); }
   static float hmax(R x) { return x; }

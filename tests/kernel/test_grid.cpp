@@ -201,6 +201,18 @@ std::vector<Case> feature_grid() {
   add("extreme_logits_causal", [](Case& c) {
     c.Nq = c.Nk = 130, c.Dk = c.Dv = 16, c.scale = -1500.0, c.causal = Causal::top_left;
   });
+  // Decoding: few query rows, long key sequences, MQA/GQA. With fewer than 8 (b, kv head,
+  // lane tile) items and Nk >= 4096 the forward splits the keys and merges by lse
+  // (src/attention/api.cpp): uneven last split, masks that empty whole splits, NaN-free.
+  for (auto [hq, hkv, nq, nk] : {std::array<i64, 4>{4, 1, 1, 5000}, {8, 2, 3, 9000}, {1, 1, 2, 4096}, {6, 3, 1, 12345}})
+    for (int variant = 0; variant < 3; ++variant)
+      add("decode_Hq" + std::to_string(hq) + "_Hkv" + std::to_string(hkv) + "_Nq" + std::to_string(nq) + "_Nk" +
+              std::to_string(nk) + "_v" + std::to_string(variant),
+          [&](Case& c) {
+            c.Hq = hq, c.Hkv = hkv, c.Nq = nq, c.Nk = nk, c.Dk = 64, c.Dv = 48;
+            if (variant == 1) c.causal = Causal::bottom_right, c.window = {2500, -1};  // early splits see nothing
+            if (variant == 2) c.mask = MaskKind::padding, c.B = 2, c.bnhd = true;
+          });
   // [B, N, H, D] buffers through strides, with GQA and a mask.
   add("bnhd_layout", [](Case& c) {
     c.B = 2, c.Hq = 4, c.Hkv = 2, c.Nq = 77, c.Nk = 99, c.Dk = 20, c.Dv = 36, c.bnhd = true, c.mask = MaskKind::padding;
