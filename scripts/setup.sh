@@ -5,7 +5,9 @@ set -euo pipefail
 packages=(build-essential cmake ninja-build git pkg-config
           libgtest-dev libgmock-dev libbenchmark-dev libfmt-dev libcli11-dev
           libomp-dev clang libclang-rt-14-dev
-          python3 python3-matplotlib)   # Debian's python3 draws the lab report's plots
+          libopenblas-dev   # the BLAS baseline of `sdpa bench`
+          python3 python3-matplotlib    # Debian's python3 draws the lab report's plots
+          python3-venv python3-dev)     # the Python package's venv and build (scripts/python_test.sh)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

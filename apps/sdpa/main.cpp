@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
       sdpa::cli::add_attention(app),
       sdpa::cli::add_check(app),
       sdpa::cli::add_lab(app),
+      sdpa::cli::add_bench(app),
   };
 
   try {

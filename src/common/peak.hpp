@@ -14,4 +14,9 @@ struct Result {
 /// `seconds`, best of three; uses the widest FMA this CPU has.
 Result measure(int threads, double seconds = 0.2);
 
+/// Read bandwidth from memory in GB/s (1e9 bytes/s): `threads` threads stream disjoint
+/// parts of a `bytes` buffer (far larger than the last-level cache) into vector sums,
+/// best of five passes after one that faults the pages in.
+double read_bandwidth_gbs(int threads, double bytes = 1024.0 * 1024 * 1024);
+
 }  // namespace sdpa::peak

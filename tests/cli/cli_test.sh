@@ -107,6 +107,25 @@ case $case in
     "$sdpa" check --seq 100 --kv-seq 150 --heads 4 --kv-heads 2 --dim 24 --dim-v 40 --causal bottom-right \
       --repeat 1 --format json | tee check.json
     grep -q '"pass": true}$' check.json || fail "json check did not pass" ;;
+  bench)
+    "$sdpa" bench --help | grep -q -- '--suite' || fail "bench --help"
+    # One small shape, forward and backward, with the BLAS baseline; PyTorch skipped here
+    # (it is optional, and says so plainly when it is missing).
+    "$sdpa" bench --seq 128 --heads 2 --repeat 2 --no-torch --format json | tee b.json
+    for key in seconds_median gflops peak_gflops fraction_of_peak speedup_vs_blas; do
+      grep -q "\"$key\": [0-9]" b.json || fail "bench json lacks a numeric $key"
+    done
+    "$sdpa" bench --seq 130 --kv-seq 70 --heads 4 --kv-heads 2 --backward --causal --repeat 1 --no-torch | tee b.txt
+    grep -q 'causal bwd' b.txt || fail "bench table lacks the causal bwd row"
+    grep -q 'FMA peak' b.txt || fail "bench table lacks the measured peak"
+    SDPA_TORCH_PYTHON=/nonexistent/python "$sdpa" bench --seq 64 --heads 1 --repeat 1 --no-blas | tee t.txt
+    grep -q 'PyTorch: not available' t.txt || fail "a missing PyTorch must be said plainly"
+    "$sdpa" bench --seq 1 --kv-seq 5000 --heads 4 --kv-heads 1 --repeat 1 --no-torch | grep -q '^decode' \
+      || fail "decoding row"
+    expect_error "--suite" "$sdpa" bench --suite nope
+    expect_error "--threads" "$sdpa" bench --threads -1
+    expect_error "--kv-heads" "$sdpa" bench --heads 6 --kv-heads 4
+    expect_error "--seq" "$sdpa" bench --seq 0 ;;
   lab_tables)
     "$sdpa" lab --help | grep -q variance || fail "lab --help"
     "$sdpa" lab softmax | grep -q '0.971416' || fail "softmax table"
