@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # test.sh — set up, then run every test: the Release build's ctest suite, the same
 # suite built with AddressSanitizer + UndefinedBehaviorSanitizer, and a fuzz smoke of
-# the .npy parser. Exits non-zero on any failure. Prints each stage's elapsed seconds.
+# the .npy parser, then the Python package built with pip and its pytest suite. Exits
+# non-zero on any failure. Prints each stage's elapsed seconds.
 # SDPA_JOBS limits build and ctest parallelism (default: all cores); FUZZ_SECONDS the
-# fuzz smoke's length (default 60).
+# fuzz smoke's length (default 60); SDPA_PY_TORCH=0 skips installing PyTorch for the
+# Python tests (see scripts/python_test.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=${SDPA_JOBS:-$(nproc)}
@@ -37,6 +39,9 @@ if [ -f scripts/fuzz_smoke.sh ]; then
   stage "fuzz smoke (.npy parser, libFuzzer)"
   FUZZ_SECONDS=${FUZZ_SECONDS:-60} bash scripts/fuzz_smoke.sh
 fi
+
+stage "Python package (pip install . into .venv, pytest)"
+bash scripts/python_test.sh
 
 end_stage
 echo; echo "=== all tests passed in $((SECONDS - start)) s"
