@@ -227,6 +227,23 @@ def test_gil_is_released_during_compute():
     assert len(inside) >= 0.5 * (span["end"] - span["start"]) / 0.002, (len(inside), span, reps)
 
 
+def test_concurrent_calls_from_threads():
+    cases = [qkv(30 + i, Nq=120, Nk=150) for i in range(4)]
+    serial = [sdpa.attention(*c, causal="bottom-right") for c in cases]
+    results = [None] * len(cases)
+
+    def run(i):
+        results[i] = sdpa.attention(*cases[i], causal="bottom-right")
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(cases))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for a, b in zip(results, serial):
+        np.testing.assert_array_equal(a, b)
+
+
 # ---- errors ---------------------------------------------------------------------------
 
 def test_float64_is_refused_with_a_hint():
