@@ -121,7 +121,7 @@ def _empty_like(kind: str, x):
     return np.empty_like(x, order="K")
 
 
-def _mask_arrays(mask, q_rank: int, grad_ok: bool):
+def _mask_arrays(mask):
     """(additive float32 view, keep-mask uint8 view), at rank 4, one of them None or both."""
     if mask is None:
         return None, None
@@ -133,11 +133,10 @@ def _mask_arrays(mask, q_rank: int, grad_ok: bool):
     if mask.ndim < 2:
         raise ValueError(f"mask: shape {tuple(mask.shape)} has rank {mask.ndim}; give at least [Nq, Nk] "
                          f"(size-1 dimensions broadcast)")
-    del q_rank  # the mask broadcasts against [B, Hq, Nq, Nk] whatever q's rank
     m = _to4(mask)
     if kind == "torch":
         t = _torch_module()
-        if mask.requires_grad and not grad_ok:
+        if mask.requires_grad and t.is_grad_enabled():
             raise ValueError("mask: requires grad, but sdpa does not compute gradients with respect to the mask "
                              "(pass mask.detach())")
         m = m.detach()
@@ -154,7 +153,7 @@ def _mask_arrays(mask, q_rank: int, grad_ok: bool):
                     f"or float32 (added to the scores; -inf masks)")
 
 
-def _options(*, scale, causal, window, softcap, mask, threads, kernel, q_rank, grad_ok=False) -> dict:
+def _options(*, scale, causal, window, softcap, mask, threads, kernel) -> dict:
     """The keyword arguments of _ext.forward/_ext.backward, each checked under its own name."""
     if scale is not None and (isinstance(scale, bool) or not isinstance(scale, numbers.Real)):
         raise TypeError(f"scale: expected a real number or None (for 1/sqrt(Dk)), got {type(scale).__name__}")
@@ -179,7 +178,7 @@ def _options(*, scale, causal, window, softcap, mask, threads, kernel, q_rank, g
         threads = 0
     if isinstance(threads, bool) or not isinstance(threads, numbers.Integral):
         raise TypeError(f"threads: expected an int >= 0 (0 or None: all available), got {threads!r}")
-    additive, keep = _mask_arrays(mask, q_rank, grad_ok)
+    additive, keep = _mask_arrays(mask)
     return {
         "scale": None if scale is None else float(scale),
         "softcap": None if softcap is None else float(softcap),
@@ -220,7 +219,7 @@ def _attention(q, k, v, *, scale, causal, window, softcap, mask, return_lse, thr
     kind = _check_tensors({"q": q, "k": k, "v": v}, "q")
     grad = _needs_grad(kind, q, k, v)
     opts = _options(scale=scale, causal=causal, window=window, softcap=softcap, mask=mask, threads=threads,
-                    kernel=kernel, q_rank=q.ndim)
+                    kernel=kernel)
     q4, k4, v4 = _to4(q), _to4(k), _to4(v)
     if grad:
         from .torch import _SdpaFunction  # torch is importable: q is a tensor
@@ -289,7 +288,7 @@ def attention_backward(q, k, v, out, lse, dout, *, scale=None, causal=None, wind
     _check_float32("lse", lse, kind)
     _check_rank("lse", lse, q.ndim - 1)
     opts = _options(scale=scale, causal=causal, window=window, softcap=softcap, mask=mask, threads=threads,
-                    kernel="fast", q_rank=q.ndim)
+                    kernel="fast")
     dq, dk, dv = _backward4(kind, _to4(q), _to4(k), _to4(v), _to4(out), _to4(lse, 3), _to4(dout), opts)
     return _from4(dq, q.ndim), _from4(dk, q.ndim), _from4(dv, q.ndim)
 

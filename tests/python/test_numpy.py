@@ -106,7 +106,9 @@ def test_sliced_and_broadcast_views():
     ks = k[:, :, :, ::2]
     kb = np.broadcast_to(k[:, :1], k.shape)  # stride 0 over heads
     assert sdpa._ext.inspect(kb)[2][1] == 0
-    for a, b, c in [(qs, ks, v), (q, kb, v)]:
+    qo, ko, vo = q[:, 1:, 5:, 3:19], k[:, 1:, 2:, 3:19], v[:, 1:, 2:]  # views that start inside their buffers
+    assert sdpa._ext.inspect(qo)[0] == q.ctypes.data + 4 * (q.strides[1] // 4 + 5 * q.strides[2] // 4 + 3)
+    for a, b, c in [(qs, ks, v), (q, kb, v), (qo, ko, vo)]:
         out = sdpa.attention(a, b, c)
         np.testing.assert_array_equal(
             out, sdpa.attention(np.ascontiguousarray(a), np.ascontiguousarray(b), np.ascontiguousarray(c)))

@@ -242,6 +242,10 @@ def test_strided_tensors_are_read_in_place():
     out = st.scaled_dot_product_attention(q, q, q, is_causal=True)
     dense = q.contiguous()
     assert torch.equal(out, st.scaled_dot_product_attention(dense, dense, dense, is_causal=True))
+    sub = q[:, 1:, 3:, 2:10]  # starts inside the buffer
+    assert sdpa._ext.inspect(sub)[0] == sub.data_ptr() != buf.data_ptr()
+    assert torch.equal(st.scaled_dot_product_attention(sub, sub, sub),
+                       st.scaled_dot_product_attention(sub.contiguous(), sub.contiguous(), sub.contiguous()))
 
 
 def test_attention_on_tensors_returns_tensors_and_lse():
@@ -285,7 +289,9 @@ def test_errors_name_torch_arguments():
     with pytest.raises(ValueError, match=r"^key: 2 heads differ from query's 4; pass enable_gqa=True"):
         st.scaled_dot_product_attention(q, k[:, :2], v[:, :2])
     with pytest.raises(ValueError, match=r"^attn_mask: requires grad"):
-        st.scaled_dot_product_attention(q.requires_grad_(), k, v, attn_mask=torch.zeros(19, 23, requires_grad=True))
+        st.scaled_dot_product_attention(q, k, v, attn_mask=torch.zeros(19, 23, requires_grad=True))
+    with torch.no_grad():  # no gradient wanted: the mask is just read
+        st.scaled_dot_product_attention(q, k, v, attn_mask=torch.zeros(19, 23, requires_grad=True))
     with pytest.raises(ValueError, match=r"^attn_mask: shape \[1, 1, 19, 5\] does not broadcast"):
         st.scaled_dot_product_attention(q, k, v, attn_mask=torch.zeros(19, 5))
     with pytest.raises(TypeError, match=r"^key: expected a torch.Tensor"):
