@@ -385,81 +385,102 @@ inline void ds_from_p(const Problem& p, const float* S, float* dP, const float* 
 std::size_t backward_scratch(const Problem& p) {
   const i64 dkp = round_up(p.Dk, kPad), dvp = round_up(p.Dv, kPad);
   const i64 T = kTileRows > kTileCols ? kTileRows : kTileCols;
-  // Pass A needs: Kr, Vr (bc × D), QT, dOT (D × br), Qr, dOr (br × Dpad), ST, TT, dPT (bc × br),
-  // dK, dV accumulators, L, Dl. Pass B needs less than that with the same tile sizes.
-  const i64 n = 2 * T * (p.Dk + p.Dv) + T * (dkp + dvp) + 3 * T * T + T * (dkp + dvp) + 2 * T + 16 * kPad;
+  // Pass A: KT, VT (D × bcp), rows of Q and dout when not read in place (br × Dpad), S, T, dP
+  // (br × bcp), dK, dV accumulators (bc × Dpad), L, Dl. Pass B needs no more than that.
+  const i64 n = T * (p.Dk + p.Dv) + T * (dkp + dvp) + 3 * T * T + T * (dkp + dvp) + 2 * T + 16 * kPad;
   return static_cast<std::size_t>(n);
 }
 
-// Pass A: one key tile of kv head g; loops over the group's query heads and query tiles.
+// Rows [r0, r0 + n) of (b, h) as a B operand: in place when the rows are unit-stride and
+// D is a multiple of the vector width (ld = the tensor's row stride, cols = D), else
+// packed into buf (ld = cols = D padded to kPad). finite: whether all n × D values are.
+struct RowsOperand {
+  const float* p;
+  i64 ld, cols;
+  bool finite;
+};
+inline RowsOperand rows_operand(const View4<const float>& x, i64 b, i64 h, i64 r0, i64 n, i64 D, float* buf) {
+  if (x.stride[3] == 1 && D % W == 0) {
+    const float* p = x.data + off(x, b, h, r0, 0);
+    return {p, x.stride[2], D, rows_finite(p, x.stride[2], n, D)};
+  }
+  const i64 ld = round_up(D, kPad);
+  const bool finite = pack_rows(x, b, h, r0, n, D, buf, ld);
+  return {buf, ld, ld, finite};
+}
+
+// Masks on a transposed tile (element (c, r) is key j0 + c for query i0 + r).
+inline void mask_transposed(const Problem& p, float* ST, i64 ld, i64 b, i64 h, i64 i0, i64 br, i64 j0, i64 bc) {
+  const bool st = structural(p), ex = explicit_mask(p);
+  for (i64 r = 0; r < br; ++r) {
+    const i64 i = i0 + r, lo = st ? row_lo(p, i) : 0, hi = st ? row_hi(p, i) : p.Nk - 1;
+    for (i64 c = 0; c < bc; ++c) {
+      float& x = ST[c * ld + r];
+      const i64 j = j0 + c;
+      if (j < lo || j > hi) {
+        x = kNegInf;
+      } else if (ex) {
+        const float bias = bias_at(p, b, h, i, j);
+        x = bias == kNegInf ? kNegInf : x + bias;
+      }
+    }
+  }
+}
+
+// Pass A: one key tile of kv head g (dk, dv); loops over the group's query heads and
+// query tiles. Tiles in the row layout (query rows × keys): Kᵀ and Vᵀ are packed once,
+// Q and dout rows are read in place, as the A operand of S = Q Kᵀ and dP = dout Vᵀ and
+// the B operand of dV += Pᵀ dout and dK += dXᵀ Q.
 void backward_kv_tile(const Problem& p, const Tensors& t, const float* delta, i64 b, i64 g, i64 j0, float* scratch) {
   const i64 Dk = p.Dk, Dv = p.Dv, dkp = round_up(Dk, kPad), dvp = round_up(Dv, kPad);
-  const i64 bc = imin(kTileCols, p.Nk - j0);
+  const i64 bc = imin(kTileCols, p.Nk - j0), bcp = round_up(bc, kPad);
   constexpr i64 BR = kTileRows;
   Carve cv{scratch};
-  float* Kr = cv.take(kTileCols * Dk);  // (bc, Dk)
-  float* Vr = cv.take(kTileCols * Dv);  // (bc, Dv)
-  float* QT = cv.take(Dk * BR);         // (Dk, brp)
-  float* dOT = cv.take(Dv * BR);        // (Dv, brp)
-  float* Qr = cv.take(BR * dkp);        // (br, dkp)
-  float* dOr = cv.take(BR * dvp);       // (br, dvp)
-  float* ST = cv.take(kTileCols * BR);  // (bc, brp): P transposed
-  float* TT = cv.take(kTileCols * BR);  // (bc, brp): soft-cap tanh
-  float* dPT = cv.take(kTileCols * BR); // (bc, brp): dP, then dX
-  float* dK = cv.take(kTileCols * dkp);
-  float* dV = cv.take(kTileCols * dvp);
+  float* KT = cv.take(Dk * kTileCols);   // (Dk, bcp)
+  float* VT = cv.take(Dv * kTileCols);   // (Dv, bcp)
+  float* Qb = cv.take(BR * dkp);         // Q rows, when not read in place
+  float* dOb = cv.take(BR * dvp);        // dout rows, when not read in place
+  float* S = cv.take(BR * kTileCols);    // (br, bcp): P
+  float* T = cv.take(BR * kTileCols);    // (br, bcp): soft-cap tanh
+  float* dP = cv.take(BR * kTileCols);   // (br, bcp): dP, then dX
+  float* dK = cv.take(kTileCols * dkp);  // (bc, dkp)
+  float* dV = cv.take(kTileCols * dvp);  // (bc, dvp)
   float* L = cv.take(BR);
   float* Dl = cv.take(BR);
 
-  pack_rows(t.k, b, g, j0, bc, Dk, Kr, Dk);
-  pack_rows(t.v, b, g, j0, bc, Dv, Vr, Dv);
+  pack_transposed(t.k, b, g, j0, bc, Dk, KT, bcp);
+  pack_transposed(t.v, b, g, j0, bc, Dv, VT, bcp);
   for (i64 x = 0; x < bc * dkp; ++x) dK[x] = 0.0f;
   for (i64 x = 0; x < bc * dvp; ++x) dV[x] = 0.0f;
-  const bool st = structural(p), ex = explicit_mask(p);
+  const bool st = structural(p);
 
   for (i64 h = g * p.group; h < (g + 1) * p.group; ++h)
     for (i64 i0 = 0; i0 < p.Nq; i0 += BR) {
-      const i64 br = imin(BR, p.Nq - i0), brp = round_up(br, kPad);
+      const i64 br = imin(BR, p.Nq - i0);
       if (st && (row_hi(p, i0 + br - 1) < j0 || row_lo(p, i0) > j0 + bc - 1)) continue;  // tile fully masked
-      pack_transposed(t.q, b, h, i0, br, Dk, QT, brp);
-      pack_transposed(t.dout, b, h, i0, br, Dv, dOT, brp);
-      const bool q_finite = pack_rows(t.q, b, h, i0, br, Dk, Qr, dkp);
-      const bool do_finite = pack_rows(t.dout, b, h, i0, br, Dv, dOr, dvp);
-      load_row_constants(p, t, delta, b, h, i0, br, brp, L, Dl);
-
-      gemm<false, false>(bc, brp, Dk, Kr, Dk, 1, QT, brp, ST, brp);  // Sᵀ = K Qᵀ
-      scale_softcap(p, ST, brp, bc, brp, TT);
-      // Masks, transposed: element (c, r) is key j0 + c for query i0 + r; padding rows have L = +inf.
-      const bool full = !ex && (!st || (row_lo(p, i0 + br - 1) <= j0 && row_hi(p, i0) >= j0 + bc - 1));
-      if (!full)
-        for (i64 r = 0; r < br; ++r) {
-          const i64 i = i0 + r;
-          const i64 lo = st ? row_lo(p, i) : 0, hi = st ? row_hi(p, i) : p.Nk - 1;
-          for (i64 c = 0; c < bc; ++c) {
-            float& s = ST[c * brp + r];
-            const i64 j = j0 + c;
-            if (j < lo || j > hi) {
-              s = kNegInf;
-            } else if (ex) {
-              const float bias = bias_at(p, b, h, i, j);
-              s = bias == kNegInf ? kNegInf : s + bias;
-            }
-          }
-        }
-      for (i64 c = 0; c < bc; ++c)  // P = exp(s - lse), L along columns
-        for (i64 r = 0; r < brp; r += W)
-          Vec::store(ST + c * brp + r, Vec::exp(Vec::sub(Vec::load(ST + c * brp + r), Vec::load(L + r))));
-
-      gemm<false, false>(bc, brp, Dv, Vr, Dv, 1, dOT, brp, dPT, brp);  // dPᵀ = V doutᵀ
-      ds_from_p<false>(p, ST, dPT, TT, Dl, brp, bc, brp);
-      if (do_finite)
-        gemm<true, false>(bc, dvp, br, ST, brp, 1, dOr, dvp, dV, dvp);  // dV += Pᵀ dout
+      load_row_constants(p, t, delta, b, h, i0, br, br, L, Dl);
+      // S = Q Kᵀ and dP = dout Vᵀ, Q and dout rows broadcast in place.
+      gemm<false, false>(br, bcp, Dk, t.q.data + off(t.q, b, h, i0, 0), t.q.stride[2], t.q.stride[3], KT, bcp, S, bcp);
+      scale_softcap(p, S, bcp, br, bcp, T);
+      if (tile_needs_mask(p, i0, br, j0, bc, bcp)) mask_rows(p, S, bcp, b, h, i0, br, j0, bc, bcp);
+      for (i64 r = 0; r < br; ++r) {  // P = exp(s - lse_r)
+        const R Lr = Vec::set1(L[r]);
+        for (i64 c = 0; c < bcp; c += W) Vec::store(S + r * bcp + c, Vec::exp(Vec::sub(Vec::load(S + r * bcp + c), Lr)));
+      }
+      gemm<false, false>(br, bcp, Dv, t.dout.data + off(t.dout, b, h, i0, 0), t.dout.stride[2], t.dout.stride[3], VT,
+                         bcp, dP, bcp);
+      ds_from_p<true>(p, S, dP, T, Dl, bcp, br, bcp);
+      // dV += Pᵀ dout and dK += dXᵀ Q: A[c][r] = tile[r·bcp + c].
+      const RowsOperand dOr = rows_operand(t.dout, b, h, i0, br, Dv, dOb);
+      if (dOr.finite)
+        gemm<true, false>(bc, dOr.cols, br, S, 1, bcp, dOr.p, dOr.ld, dV, dvp);
       else
-        gemm<true, true>(bc, dvp, br, ST, brp, 1, dOr, dvp, dV, dvp);
-      if (q_finite)
-        gemm<true, false>(bc, dkp, br, dPT, brp, 1, Qr, dkp, dK, dkp);  // dK += dXᵀ Q
+        gemm<true, true>(bc, dOr.cols, br, S, 1, bcp, dOr.p, dOr.ld, dV, dvp);
+      const RowsOperand Qr = rows_operand(t.q, b, h, i0, br, Dk, Qb);
+      if (Qr.finite)
+        gemm<true, false>(bc, Qr.cols, br, dP, 1, bcp, Qr.p, Qr.ld, dK, dkp);
       else
-        gemm<true, true>(bc, dkp, br, dPT, brp, 1, Qr, dkp, dK, dkp);
+        gemm<true, true>(bc, Qr.cols, br, dP, 1, bcp, Qr.p, Qr.ld, dK, dkp);
     }
 
   for (i64 c = 0; c < bc; ++c) {
@@ -468,50 +489,50 @@ void backward_kv_tile(const Problem& p, const Tensors& t, const float* delta, i6
   }
 }
 
-// Pass B: dq of one query tile; loops over the key tiles it can see.
+// Pass B: dq of one query tile; loops over the key tiles it can see. Tiles in the
+// transposed layout (keys × query lanes): Qᵀ and doutᵀ are packed once, K and V rows are
+// read in place, as the A operand of Sᵀ = K Qᵀ and dPᵀ = V doutᵀ and the B operand of
+// dQ += dX K.
 void backward_q_tile(const Problem& p, const Tensors& t, const float* delta, i64 b, i64 h, i64 i0, float* scratch) {
   const i64 g = h / p.group, Dk = p.Dk, Dv = p.Dv, dkp = round_up(Dk, kPad);
-  const i64 br = imin(kTileRows, p.Nq - i0);
+  const i64 br = imin(kTileRows, p.Nq - i0), brp = round_up(br, kPad);
   constexpr i64 BC = kTileCols;
   Carve cv{scratch};
-  float* Qr = cv.take(kTileRows * Dk);   // (br, Dk)
-  float* dOr = cv.take(kTileRows * Dv);  // (br, Dv)
-  float* KT = cv.take(Dk * BC);          // (Dk, bcp)
-  float* VT = cv.take(Dv * BC);          // (Dv, bcp)
-  float* Kr = cv.take(BC * dkp);         // (bc, dkp)
-  float* S = cv.take(kTileRows * BC);    // (br, bcp): P
-  float* T = cv.take(kTileRows * BC);    // soft-cap tanh
-  float* dP = cv.take(kTileRows * BC);   // dP, then dX
-  float* dQ = cv.take(kTileRows * dkp);
+  float* QT = cv.take(Dk * kTileRows);   // (Dk, brp)
+  float* dOT = cv.take(Dv * kTileRows);  // (Dv, brp)
+  float* Kb = cv.take(BC * dkp);         // K rows, when not read in place
+  float* ST = cv.take(BC * kTileRows);   // (bc, brp): P transposed
+  float* TT = cv.take(BC * kTileRows);   // soft-cap tanh
+  float* dPT = cv.take(BC * kTileRows);  // dP, then dX, transposed
+  float* dQ = cv.take(kTileRows * dkp);  // (br, dkp)
   float* L = cv.take(kTileRows);
   float* Dl = cv.take(kTileRows);
 
-  pack_rows(t.q, b, h, i0, br, Dk, Qr, Dk);
-  pack_rows(t.dout, b, h, i0, br, Dv, dOr, Dv);
-  load_row_constants(p, t, delta, b, h, i0, br, br, L, Dl);
+  pack_transposed(t.q, b, h, i0, br, Dk, QT, brp);
+  pack_transposed(t.dout, b, h, i0, br, Dv, dOT, brp);
+  load_row_constants(p, t, delta, b, h, i0, br, brp, L, Dl);
   for (i64 x = 0; x < br * dkp; ++x) dQ[x] = 0.0f;
 
   i64 first, last;
   key_range(p, i0, br, first, last);
   for (i64 j0 = first / BC * BC; j0 <= last; j0 += BC) {
-    const i64 bc = imin(BC, p.Nk - j0), bcp = round_up(bc, kPad);
-    pack_transposed(t.k, b, g, j0, bc, Dk, KT, bcp);
-    pack_transposed(t.v, b, g, j0, bc, Dv, VT, bcp);
-    const bool k_finite = pack_rows(t.k, b, g, j0, bc, Dk, Kr, dkp);
-
-    gemm<false, false>(br, bcp, Dk, Qr, Dk, 1, KT, bcp, S, bcp);  // S = Q Kᵀ
-    scale_softcap(p, S, bcp, br, bcp, T);
-    if (tile_needs_mask(p, i0, br, j0, bc, bcp)) mask_rows(p, S, bcp, b, h, i0, br, j0, bc, bcp);
-    for (i64 r = 0; r < br; ++r) {  // P = exp(s - lse_r)
-      const R Lr = Vec::set1(L[r]);
-      for (i64 c = 0; c < bcp; c += W) Vec::store(S + r * bcp + c, Vec::exp(Vec::sub(Vec::load(S + r * bcp + c), Lr)));
-    }
-    gemm<false, false>(br, bcp, Dv, dOr, Dv, 1, VT, bcp, dP, bcp);  // dP = dout Vᵀ
-    ds_from_p<true>(p, S, dP, T, Dl, bcp, br, bcp);
-    if (k_finite)
-      gemm<true, false>(br, dkp, bc, dP, bcp, 1, Kr, dkp, dQ, dkp);  // dQ += dX K
+    const i64 bc = imin(BC, p.Nk - j0);
+    gemm<false, false>(bc, brp, Dk, t.k.data + off(t.k, b, g, j0, 0), t.k.stride[2], t.k.stride[3], QT, brp, ST, brp);
+    scale_softcap(p, ST, brp, bc, brp, TT);
+    if (explicit_mask(p) || (structural(p) && !(row_lo(p, i0 + br - 1) <= j0 && row_hi(p, i0) >= j0 + bc - 1)))
+      mask_transposed(p, ST, brp, b, h, i0, br, j0, bc);
+    for (i64 c = 0; c < bc; ++c)  // P = exp(s - lse), L along the lanes (+inf on padding lanes)
+      for (i64 r = 0; r < brp; r += W)
+        Vec::store(ST + c * brp + r, Vec::exp(Vec::sub(Vec::load(ST + c * brp + r), Vec::load(L + r))));
+    gemm<false, false>(bc, brp, Dv, t.v.data + off(t.v, b, g, j0, 0), t.v.stride[2], t.v.stride[3], dOT, brp, dPT,
+                       brp);
+    ds_from_p<false>(p, ST, dPT, TT, Dl, brp, bc, brp);
+    // dQ += dX K: A[r][c] = dXᵀ[c·brp + r].
+    const RowsOperand Kr = rows_operand(t.k, b, g, j0, bc, Dk, Kb);
+    if (Kr.finite)
+      gemm<true, false>(br, Kr.cols, bc, dPT, 1, brp, Kr.p, Kr.ld, dQ, dkp);
     else
-      gemm<true, true>(br, dkp, bc, dP, bcp, 1, Kr, dkp, dQ, dkp);
+      gemm<true, true>(br, Kr.cols, bc, dPT, 1, brp, Kr.p, Kr.ld, dQ, dkp);
   }
 
   for (i64 r = 0; r < br; ++r)
