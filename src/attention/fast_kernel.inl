@@ -213,16 +213,60 @@ struct Carve {
 // Whether every element of rows [0, n) (width D, row stride ld, unit stride along D) is
 // finite: Σ x·0 is NaN as soon as one x is ±inf or NaN.
 inline bool rows_finite(const float* x, i64 ld, i64 n, i64 D) {
-  R acc = Vec::zero();
+  // Eight rows at a time, one accumulator each: one chain through all n·D/W FMAs would
+  // be bound by the FMA latency (and cost as much as a decoding tile's arithmetic).
   const R z = Vec::zero();
+  R a[8] = {z, z, z, z, z, z, z, z};
   const i64 dv = D / W * W;
   float tail = 0.0f;
-  for (i64 c = 0; c < n; ++c) {
-    const float* row = x + c * ld;
-    for (i64 d = 0; d < dv; d += W) acc = Vec::fma(Vec::load(row + d), z, acc);
-    for (i64 d = dv; d < D; ++d) tail += row[d] * 0.0f;
+  i64 c = 0;
+  for (; c + 8 <= n; c += 8)
+    for (i64 d = 0; d < dv; d += W)
+      for (int u = 0; u < 8; ++u) a[u] = Vec::fma(Vec::load(x + (c + u) * ld + d), z, a[u]);
+  for (; c < n; ++c)
+    for (i64 d = 0; d < dv; d += W) a[0] = Vec::fma(Vec::load(x + c * ld + d), z, a[0]);
+  for (i64 r = 0; r < n; ++r)
+    for (i64 d = dv; d < D; ++d) tail += x[r * ld + d] * 0.0f;
+  const R s = Vec::add(Vec::add(Vec::add(a[0], a[1]), Vec::add(a[2], a[3])),
+                       Vec::add(Vec::add(a[4], a[5]), Vec::add(a[6], a[7])));
+  return is_finite(Vec::hsum(s) + tail);
+}
+
+// Asks for rows [r0, r0 + n) of (b, h) to be brought into L2, one request per 64-byte line
+// (rows with unit stride along D; otherwise nothing: the hardware prefetcher is on its own).
+inline void prefetch_rows(const View4<const float>& x, i64 b, i64 h, i64 r0, i64 n, i64 D) {
+  if (x.stride[3] != 1) return;
+  for (i64 r = 0; r < n; ++r) {
+    const char* row = reinterpret_cast<const char*>(x.data + off(x, b, h, r0 + r, 0));
+    for (i64 byte = 0; byte < D * 4; byte += 64) __builtin_prefetch(row + byte, 0, 2);
   }
-  return is_finite(Vec::hsum(acc) + tail);
+}
+
+// Sᵀ for a tile with few query lanes (decoding): one dot product per (key, lane), the key
+// row loaded once in vector chunks and reused for every lane, then one horizontal sum.
+// The GEMM form would spend a broadcast and a full-width FMA per (key, element) with
+// most lanes idle. Qr: the n lanes' queries as rows of ldq floats. Needs unit-stride keys.
+constexpr i64 kFewLanes = 8;
+inline void scores_few_lanes(const float* K, i64 ldk, i64 bc, i64 Dk, const float* Qr, i64 ldq, i64 n, float* ST,
+                             i64 np) {
+  const i64 dv = Dk / W * W;
+  for (i64 c = 0; c < bc; ++c) {
+    const float* k = K + c * ldk;
+    for (i64 r = 0; r < n; ++r) {
+      const float* q = Qr + r * ldq;
+      R a0 = Vec::zero(), a1 = Vec::zero();
+      i64 d = 0;
+      for (; d + 2 * W <= dv; d += 2 * W) {
+        a0 = Vec::fma(Vec::load(k + d), Vec::load(q + d), a0);
+        a1 = Vec::fma(Vec::load(k + d + W), Vec::load(q + d + W), a1);
+      }
+      if (d < dv) a0 = Vec::fma(Vec::load(k + d), Vec::load(q + d), a0);
+      float x = Vec::hsum(Vec::add(a0, a1));
+      for (i64 e = dv; e < Dk; ++e) x += k[e] * q[e];
+      ST[c * np + r] = x;
+    }
+    for (i64 r = n; r < np; ++r) ST[c * np + r] = 0.0f;
+  }
 }
 
 std::size_t forward_scratch(const Problem& p) {
@@ -251,10 +295,17 @@ void forward_item(const Problem& p, const Tensors& t, const ForwardItem& it, flo
     lh[r] = g * p.group + flat / p.Nq, li[r] = flat % p.Nq;
     i_min = imin(i_min, li[r]), i_max = imax(i_max, li[r]);
   }
-  for (i64 d = 0; d < Dk; ++d) {
-    float* o = QT + d * np;
-    for (i64 r = 0; r < n; ++r) o[r] = t.q.data[off(t.q, b, lh[r], li[r], d)];
-    for (i64 r = n; r < np; ++r) o[r] = 0.0f;
+  // Few lanes and unit-stride keys: Q as rows (n × Dk) for scores_few_lanes; else Qᵀ (Dk × np).
+  const bool few = n <= kFewLanes && t.k.stride[3] == 1;
+  if (few) {
+    for (i64 r = 0; r < n; ++r)
+      for (i64 d = 0; d < Dk; ++d) QT[r * Dk + d] = t.q.data[off(t.q, b, lh[r], li[r], d)];
+  } else {
+    for (i64 d = 0; d < Dk; ++d) {
+      float* o = QT + d * np;
+      for (i64 r = 0; r < n; ++r) o[r] = t.q.data[off(t.q, b, lh[r], li[r], d)];
+      for (i64 r = n; r < np; ++r) o[r] = 0.0f;
+    }
   }
   for (i64 x = 0; x < n * dvp; ++x) O[x] = 0.0f;
   for (i64 r = 0; r < np; ++r) m[r] = kNegInf, l[r] = 0.0f;
@@ -268,8 +319,16 @@ void forward_item(const Problem& p, const Tensors& t, const ForwardItem& it, flo
 
   for (i64 j0 = first / kTileCols * kTileCols; j0 <= last; j0 += kTileCols) {
     const i64 bc = imin(kTileCols, p.Nk - j0);
+    if (j0 + kTileCols <= last) {  // the next tile's K and V rows towards L2 while this one computes
+      const i64 nb = imin(kTileCols, p.Nk - j0 - kTileCols);
+      prefetch_rows(t.k, b, g, j0 + kTileCols, nb, Dk);
+      prefetch_rows(t.v, b, g, j0 + kTileCols, nb, Dv);
+    }
     // Sᵀ = K Qᵀ, K rows read in place.
-    gemm<false, false>(bc, np, Dk, t.k.data + off(t.k, b, g, j0, 0), t.k.stride[2], t.k.stride[3], QT, np, ST, np);
+    if (few)
+      scores_few_lanes(t.k.data + off(t.k, b, g, j0, 0), t.k.stride[2], bc, Dk, QT, Dk, n, ST, np);
+    else
+      gemm<false, false>(bc, np, Dk, t.k.data + off(t.k, b, g, j0, 0), t.k.stride[2], t.k.stride[3], QT, np, ST, np);
     scale_softcap(p, ST, np, bc, np, nullptr);
     if (ex || (st && !(row_lo(p, i_max) <= j0 && row_hi(p, i_min) >= j0 + bc - 1)))
       for (i64 r = 0; r < n; ++r) {

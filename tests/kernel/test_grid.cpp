@@ -230,7 +230,7 @@ INSTANTIATE_TEST_SUITE_P(Features, Grid, ::testing::ValuesIn(feature_grid()), []
   return n;
 });
 
-// Reports the AVX-512 path as skipped, visibly, on CPUs without it (this one lacks it).
+// Reports the AVX-512 path as skipped, visibly, on CPUs without it.
 TEST(Isa, Avx512PathRunsHere) {
   if (!isa_supported(Isa::avx512)) GTEST_SKIP() << "this CPU has no AVX-512: that path is compiled but not run here";
   SUCCEED();
