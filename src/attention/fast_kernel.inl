@@ -232,41 +232,54 @@ inline bool rows_finite(const float* x, i64 ld, i64 n, i64 D) {
   return is_finite(Vec::hsum(s) + tail);
 }
 
-// Asks for rows [r0, r0 + n) of (b, h) to be brought into L2, one request per 64-byte line
-// (rows with unit stride along D; otherwise nothing: the hardware prefetcher is on its own).
-inline void prefetch_rows(const View4<const float>& x, i64 b, i64 h, i64 r0, i64 n, i64 D) {
-  if (x.stride[3] != 1) return;
-  for (i64 r = 0; r < n; ++r) {
-    const char* row = reinterpret_cast<const char*>(x.data + off(x, b, h, r0 + r, 0));
-    for (i64 byte = 0; byte < D * 4; byte += 64) __builtin_prefetch(row + byte, 0, 2);
-  }
-}
-
 // Sᵀ for a tile with few query lanes (decoding): one dot product per (key, lane), the key
 // row loaded once in vector chunks and reused for every lane, then one horizontal sum.
 // The GEMM form would spend a broadcast and a full-width FMA per (key, element) with
 // most lanes idle. Qr: the n lanes' queries as rows of ldq floats. Needs unit-stride keys.
 constexpr i64 kFewLanes = 8;
+// One (key, lane) dot product over whole vectors, up to dv (a multiple of W).
+inline float dot_tail(const float* k, const float* q, i64 dv, i64 D) {
+  float x = 0.0f;
+  for (i64 e = dv; e < D; ++e) x += k[e] * q[e];
+  return x;
+}
 inline void scores_few_lanes(const float* K, i64 ldk, i64 bc, i64 Dk, const float* Qr, i64 ldq, i64 n, float* ST,
                              i64 np) {
   const i64 dv = Dk / W * W;
-  for (i64 c = 0; c < bc; ++c) {
+  i64 c = 0;
+  // Four keys at a time: each query chunk loaded once feeds four independent chains.
+  for (; c + 4 <= bc; c += 4) {
+    const float* k0 = K + c * ldk;
+    const float* k1 = k0 + ldk;
+    const float* k2 = k1 + ldk;
+    const float* k3 = k2 + ldk;
+    for (i64 r = 0; r < n; ++r) {
+      const float* q = Qr + r * ldq;
+      R a0 = Vec::zero(), a1 = Vec::zero(), a2 = Vec::zero(), a3 = Vec::zero();
+      for (i64 d = 0; d < dv; d += W) {
+        const R qv = Vec::load(q + d);
+        a0 = Vec::fma(Vec::load(k0 + d), qv, a0);
+        a1 = Vec::fma(Vec::load(k1 + d), qv, a1);
+        a2 = Vec::fma(Vec::load(k2 + d), qv, a2);
+        a3 = Vec::fma(Vec::load(k3 + d), qv, a3);
+      }
+      ST[(c + 0) * np + r] = Vec::hsum(a0) + dot_tail(k0, q, dv, Dk);
+      ST[(c + 1) * np + r] = Vec::hsum(a1) + dot_tail(k1, q, dv, Dk);
+      ST[(c + 2) * np + r] = Vec::hsum(a2) + dot_tail(k2, q, dv, Dk);
+      ST[(c + 3) * np + r] = Vec::hsum(a3) + dot_tail(k3, q, dv, Dk);
+    }
+  }
+  for (; c < bc; ++c) {
     const float* k = K + c * ldk;
     for (i64 r = 0; r < n; ++r) {
       const float* q = Qr + r * ldq;
-      R a0 = Vec::zero(), a1 = Vec::zero();
-      i64 d = 0;
-      for (; d + 2 * W <= dv; d += 2 * W) {
-        a0 = Vec::fma(Vec::load(k + d), Vec::load(q + d), a0);
-        a1 = Vec::fma(Vec::load(k + d + W), Vec::load(q + d + W), a1);
-      }
-      if (d < dv) a0 = Vec::fma(Vec::load(k + d), Vec::load(q + d), a0);
-      float x = Vec::hsum(Vec::add(a0, a1));
-      for (i64 e = dv; e < Dk; ++e) x += k[e] * q[e];
-      ST[c * np + r] = x;
+      R a = Vec::zero();
+      for (i64 d = 0; d < dv; d += W) a = Vec::fma(Vec::load(k + d), Vec::load(q + d), a);
+      ST[c * np + r] = Vec::hsum(a) + dot_tail(k, q, dv, Dk);
     }
-    for (i64 r = n; r < np; ++r) ST[c * np + r] = 0.0f;
   }
+  for (i64 cc = 0; cc < bc; ++cc)
+    for (i64 r = n; r < np; ++r) ST[cc * np + r] = 0.0f;
 }
 
 std::size_t forward_scratch(const Problem& p) {
@@ -319,16 +332,12 @@ void forward_item(const Problem& p, const Tensors& t, const ForwardItem& it, flo
 
   for (i64 j0 = first / kTileCols * kTileCols; j0 <= last; j0 += kTileCols) {
     const i64 bc = imin(kTileCols, p.Nk - j0);
-    if (j0 + kTileCols <= last) {  // the next tile's K and V rows towards L2 while this one computes
-      const i64 nb = imin(kTileCols, p.Nk - j0 - kTileCols);
-      prefetch_rows(t.k, b, g, j0 + kTileCols, nb, Dk);
-      prefetch_rows(t.v, b, g, j0 + kTileCols, nb, Dv);
-    }
     // Sᵀ = K Qᵀ, K rows read in place.
-    if (few)
+    if (few) {
       scores_few_lanes(t.k.data + off(t.k, b, g, j0, 0), t.k.stride[2], bc, Dk, QT, Dk, n, ST, np);
-    else
+    } else {
       gemm<false, false>(bc, np, Dk, t.k.data + off(t.k, b, g, j0, 0), t.k.stride[2], t.k.stride[3], QT, np, ST, np);
+    }
     scale_softcap(p, ST, np, bc, np, nullptr);
     if (ex || (st && !(row_lo(p, i_max) <= j0 && row_hi(p, i_min) >= j0 + bc - 1)))
       for (i64 r = 0; r < n; ++r) {
