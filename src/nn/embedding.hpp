@@ -1,0 +1,37 @@
+// nn/embedding.hpp — token embedding plus learned position embedding.
+#pragma once
+
+#include "nn/common.hpp"
+
+namespace sdpa::nn {
+
+/// out[b,t,:] = wte[tok[b,t],:] + wpe[pos0[b] + t,:]
+///   out (B, T, C)   tok (B, T)   wte (V, C)   wpe (Tmax, C)   pos0 (B) or null (= 0)
+template <class T>
+void embedding_forward(T* out, const int* tok, const int* pos0, const T* wte, const T* wpe, i64 B, i64 Tn, i64 C) {
+  for (i64 b = 0; b < B; ++b)
+    for (i64 t = 0; t < Tn; ++t) {
+      T* o = out + (b * Tn + t) * C;
+      const T* e = wte + static_cast<i64>(tok[b * Tn + t]) * C;
+      const T* p = wpe + (t + (pos0 ? pos0[b] : 0)) * C;
+      for (i64 c = 0; c < C; ++c) o[c] = e[c] + p[c];
+    }
+}
+
+/// Inverts the forward line `o[c] = e[c] + p[c]`: both tables receive dout (`+=`).
+///   dwte (V, C)   dwpe (Tmax, C)   dout (B, T, C)
+template <class T>
+void embedding_backward(T* dwte, T* dwpe, const T* dout, const int* tok, const int* pos0, i64 B, i64 Tn, i64 C) {
+  for (i64 b = 0; b < B; ++b)
+    for (i64 t = 0; t < Tn; ++t) {
+      const T* d = dout + (b * Tn + t) * C;
+      T* e = dwte + static_cast<i64>(tok[b * Tn + t]) * C;
+      T* p = dwpe + (t + (pos0 ? pos0[b] : 0)) * C;
+      for (i64 c = 0; c < C; ++c) {
+        e[c] += d[c];
+        p[c] += d[c];
+      }
+    }
+}
+
+}  // namespace sdpa::nn

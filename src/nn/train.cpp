@@ -1,0 +1,242 @@
+// nn/train.cpp — the training loop (see train.hpp).
+#include "nn/train.hpp"
+
+#include <omp.h>
+
+#include <chrono>
+#include <cmath>
+
+#include <fmt/format.h>
+
+namespace sdpa::nn {
+
+namespace {
+
+std::string num(double x) { return std::isfinite(x) ? fmt::format("{:.6g}", x) : "null"; }
+
+std::string arr(const std::vector<double>& v) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + num(v[i]);
+  return s + "]";
+}
+
+// (L, H) row-major as [[h0, h1, ...], ...]
+std::string arr2(const std::vector<double>& v, i64 H) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < v.size(); i += static_cast<std::size_t>(H)) {
+    s += i ? ", [" : "[";
+    for (i64 h = 0; h < H; ++h) s += (h ? ", " : "") + num(v[i + static_cast<std::size_t>(h)]);
+    s += "]";
+  }
+  return s + "]";
+}
+
+struct Eval {
+  double loss = 0, accuracy = 0;
+};
+
+Eval evaluate(Model<float>& m, const Batch& ev, i64 chunk) {
+  double loss = 0;
+  i64 counted = 0, correct = 0;
+  for (i64 b0 = 0; b0 < ev.B; b0 += chunk) {
+    const i64 n = std::min(chunk, ev.B - b0);
+    const auto res = m.forward(ev.tokens.data() + b0 * ev.T, ev.targets.data() + b0 * ev.T,
+                               ev.pos0.empty() ? nullptr : ev.pos0.data() + b0, n, ev.T, false);
+    loss += res.loss * static_cast<double>(res.counted);
+    counted += res.counted;
+    correct += res.correct;
+  }
+  return {counted ? loss / static_cast<double>(counted) : 0.0,
+          counted ? static_cast<double>(correct) / static_cast<double>(counted) : 0.0};
+}
+
+std::string first_difference(const std::string& a, const std::string& b) {
+  auto field = [](const std::string& s, std::size_t& at) {
+    const std::size_t end = s.find(';', at);
+    std::string f = s.substr(at, end == std::string::npos ? std::string::npos : end - at);
+    at = end == std::string::npos ? s.size() : end + 1;
+    return f;
+  };
+  std::size_t i = 0, j = 0;
+  while (i < a.size() || j < b.size()) {
+    const std::string fa = field(a, i), fb = field(b, j);
+    if (fa != fb) return "checkpoint has " + (fa.empty() ? "?" : fa) + ", this run has " + (fb.empty() ? "?" : fb);
+  }
+  return "identity differs";
+}
+
+}  // namespace
+
+std::string TrainConfig::identity() const {
+  return fmt::format("task={};policy={};init={};d_model={};heads={};layers={};seq={};batch={};steps={};warmup={};"
+                     "lr={};weight_decay={};clip={};seed={}",
+                     task, policy, init, d_model, heads, layers, seq, batch, steps, warmup, num(lr),
+                     num(weight_decay), num(clip), seed);
+}
+
+TrainSummary train(const TrainConfig& c, const std::function<void(const std::string&)>& line,
+                   const std::function<void(i64, double)>& progress) {
+  const Task task = parse_task(c.task, c.seq);
+  if (c.task == "lengthgen" && c.seq > 64) throw Error("--seq: lengthgen evaluates at 2*seq, so seq must be <= 64");
+  const Policy policy = parse_policy(c.policy);
+  const Init init = parse_init(c.init);
+  auto positive = [](i64 v, const char* what) {
+    if (v <= 0) throw Error(std::string(what) + ": must be >= 1, got " + std::to_string(v));
+  };
+  positive(c.d_model, "--d-model");
+  positive(c.heads, "--heads");
+  positive(c.layers, "--layers");
+  positive(c.batch, "--batch");
+  positive(c.steps, "--steps");
+  positive(c.log_every, "--log-every");
+  positive(c.eval_size, "--eval-size");
+  if (c.d_model % c.heads != 0)
+    throw Error("--d-model " + std::to_string(c.d_model) + " must be a multiple of --heads " + std::to_string(c.heads));
+  if (!(c.lr > 0) || !std::isfinite(c.lr)) throw Error("--lr: must be a finite value > 0");
+  if (c.warmup < 0) throw Error("--warmup: must be >= 0");
+  if (c.threads < 0) throw Error("--threads: must be >= 0");
+  if (c.stop_at < 0 || c.stop_at > c.steps) throw Error("--stop-at: must be in [0, --steps]");
+
+  const int threads = c.threads > 0 ? c.threads : omp_get_max_threads();
+  omp_set_num_threads(threads);
+  ModelConfig mc;
+  mc.vocab = kVocab;
+  mc.max_pos = task.max_positions();
+  mc.C = c.d_model;
+  mc.H = c.heads;
+  mc.L = c.layers;
+  mc.policy = policy;
+  mc.init = init;
+  mc.seed = c.seed;
+  mc.threads = threads;
+  Model<float> model(mc);
+  if (c.frozen_beta) {
+    if (static_cast<i64>(c.frozen_beta->size()) != c.layers * c.heads)
+      throw Error("--frozen-beta: needs layers*heads = " + std::to_string(c.layers * c.heads) + " values, got " +
+                  std::to_string(c.frozen_beta->size()));
+    model.frozen_beta = c.frozen_beta;
+  }
+  const auto n = static_cast<std::size_t>(model.layout.total);
+  std::vector<float> m(n, 0.0f), v(n, 0.0f);
+  i64 step0 = 0;
+  const std::string identity = c.identity();
+  if (!c.resume.empty()) {
+    Checkpoint ck = load_checkpoint(c.resume);
+    if (ck.identity != identity)
+      throw Error("checkpoint '" + c.resume + "' is for another run: " + first_difference(ck.identity, identity));
+    if (ck.params.size() != n || ck.score_ema.size() != model.score_ema.size())
+      throw Error("checkpoint '" + c.resume + "': holds " + std::to_string(ck.params.size()) +
+                  " parameters, this model has " + std::to_string(n));
+    if (ck.step > c.steps) throw Error("checkpoint '" + c.resume + "': already at step " + std::to_string(ck.step));
+    model.params = ck.params;
+    m = ck.m;
+    v = ck.v;
+    model.score_ema = ck.score_ema;
+    step0 = ck.step;
+  } else if (c.eval_only) {
+    throw Error("--eval-only needs --resume CHECKPOINT");
+  }
+  auto save = [&](i64 step) {
+    if (c.save.empty()) return;
+    save_checkpoint(c.save, Checkpoint{identity, step, model.params, m, v, model.score_ema});
+  };
+
+  Rng eval_rng = stream(c.seed, 3);
+  const Batch ev = task.make(eval_rng, c.eval_size, c.seq, false);
+  Batch ev_long;
+  if (task.kind == TaskKind::lengthgen) {
+    Rng r = stream(c.seed, 4);
+    ev_long = task.make(r, c.eval_size, 2 * c.seq, false);
+  }
+  const i64 chunk = std::max<i64>(c.batch, 64);
+
+  TrainSummary sum;
+  AdamW opt;
+  opt.lr = c.lr;
+  opt.weight_decay = c.weight_decay;
+  const i64 last = c.stop_at ? c.stop_at : c.steps;
+  double train_seconds = 0;
+  i64 trained_tokens = 0;
+  const auto t_start = std::chrono::steady_clock::now();
+  auto since = [](std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  i64 step = step0;
+  for (i64 t = step0 + 1; t <= (c.eval_only ? step0 : last); ++t) {
+    Rng r = stream(c.seed, 2, static_cast<std::uint64_t>(t));
+    const Batch b = task.make(r, c.batch, c.seq, true);
+    const bool log = t == 1 || t % c.log_every == 0 || t == c.steps;
+    Stats st;
+    const auto t0 = std::chrono::steady_clock::now();
+    const CeResult res =
+        model.forward(b.tokens.data(), b.targets.data(), b.pos0.empty() ? nullptr : b.pos0.data(), b.B, b.T, true,
+                      log ? &st : nullptr);
+    if (!std::isfinite(res.loss)) {
+      sum.diverged = true;
+      line(fmt::format("{{\"step\": {}, \"loss\": null, \"diverged\": true}}", t));
+      break;
+    }
+    model.zero_grad();
+    model.backward(log ? &st : nullptr);
+    const double gnorm = clip_grad_norm(model.grads.data(), model.layout.total, c.clip);
+    if (!std::isfinite(gnorm)) {
+      sum.diverged = true;
+      line(fmt::format("{{\"step\": {}, \"loss\": {}, \"grad_norm\": null, \"diverged\": true}}", t, num(res.loss)));
+      break;
+    }
+    const double lr = lr_at(c.lr, t, c.warmup, c.steps);
+    adamw_update(model.params.data(), model.grads.data(), m.data(), v.data(), model.layout.decay.data(),
+                 model.layout.total, opt, lr, t);
+    train_seconds += since(t0);
+    trained_tokens += b.B * b.T;
+    step = t;
+    sum.loss = res.loss;
+    sum.accuracy = res.counted ? static_cast<double>(res.correct) / static_cast<double>(res.counted) : 0.0;
+    if (progress) progress(t, res.loss);
+    if (log) {
+      const Eval e = evaluate(model, ev, chunk);
+      sum.eval_loss = e.loss;
+      sum.eval_accuracy = e.accuracy;
+      if (sum.steps_to_threshold < 0 && e.accuracy >= c.threshold) sum.steps_to_threshold = t;
+      std::string extra;
+      if (task.kind == TaskKind::lengthgen) {
+        sum.eval_long_accuracy = evaluate(model, ev_long, chunk).accuracy;
+        extra = fmt::format(", \"eval_long_accuracy\": {}", num(sum.eval_long_accuracy));
+      }
+      const i64 H = c.heads;
+      line(fmt::format(
+          "{{\"step\": {}, \"loss\": {}, \"accuracy\": {}, \"eval_loss\": {}, \"eval_accuracy\": {}{}, \"lr\": {}, "
+          "\"beta\": {}, \"sigma_x\": {}, \"sigma_wq\": {}, \"sigma_wk\": {}, \"score_std\": {}, \"entropy\": {}, "
+          "\"max_weight\": {}, \"grad_norm_q\": {}, \"grad_norm_k\": {}, \"grad_norm_v\": {}, \"grad_norm_o\": {}, "
+          "\"grad_norm\": {}, \"tokens_per_s\": {:.0f}, \"elapsed_s\": {:.2f}}}",
+          t, num(res.loss), num(sum.accuracy), num(e.loss), num(e.accuracy), extra, num(lr), arr2(st.beta, H),
+          arr(st.sigma_x), arr2(st.sigma_wq, H), arr2(st.sigma_wk, H), arr2(st.score_std, H), arr2(st.entropy, H),
+          arr2(st.max_weight, H), arr(st.gq), arr(st.gk), arr(st.gv), arr(st.go), num(gnorm),
+          train_seconds > 0 ? static_cast<double>(trained_tokens) / train_seconds : 0.0, since(t_start)));
+    }
+    if (!c.save.empty() && c.save_every > 0 && t % c.save_every == 0) save(t);
+  }
+  if (c.eval_only || sum.diverged || step == step0) {
+    const Eval e = evaluate(model, ev, chunk);
+    sum.eval_loss = e.loss;
+    sum.eval_accuracy = e.accuracy;
+    if (task.kind == TaskKind::lengthgen) sum.eval_long_accuracy = evaluate(model, ev_long, chunk).accuracy;
+  }
+  if (!sum.diverged && step > step0) save(step);
+  sum.steps_done = step;
+  sum.seconds = since(t_start);
+  sum.tokens_per_s = train_seconds > 0 ? static_cast<double>(trained_tokens) / train_seconds : 0.0;
+  sum.beta = model.beta;
+  line(fmt::format("{{\"final\": true, \"task\": \"{}\", \"policy\": \"{}\", \"seed\": {}, \"d_model\": {}, "
+                   "\"heads\": {}, \"d_head\": {}, \"layers\": {}, \"seq\": {}, \"steps\": {}, \"eval_loss\": {}, "
+                   "\"eval_accuracy\": {}, \"eval_long_accuracy\": {}, \"steps_to_threshold\": {}, "
+                   "\"threshold\": {}, \"diverged\": {}, \"beta\": {}, \"tokens_per_s\": {:.0f}, \"seconds\": {:.2f}}}",
+                   c.task, policy.name(), c.seed, c.d_model, c.heads, c.d_model / c.heads, c.layers, c.seq, step,
+                   num(sum.eval_loss), num(sum.eval_accuracy),
+                   sum.eval_long_accuracy < 0 ? "null" : num(sum.eval_long_accuracy),
+                   sum.steps_to_threshold, num(c.threshold), sum.diverged ? "true" : "false",
+                   arr2(sum.beta, c.heads), sum.tokens_per_s, sum.seconds));
+  return sum;
+}
+
+}  // namespace sdpa::nn

@@ -1,0 +1,216 @@
+// test_gradients.cpp — every layer's backward against fp64 central finite differences
+// (the tolerance rule is in fd.hpp), and a test that the check can fail.
+#include <gtest/gtest.h>
+
+#include "fd.hpp"
+#include "nn/attention.hpp"
+#include "nn/crossentropy.hpp"
+#include "nn/embedding.hpp"
+#include "nn/gelu.hpp"
+#include "nn/layernorm.hpp"
+#include "nn/linear.hpp"
+#include "nn/model.hpp"
+#include "nn/residual.hpp"
+
+namespace nn = sdpa::nn;
+using nn::i64;
+using V = std::vector<double>;
+
+namespace {
+
+double dot(const V& a, const V& b) {
+  double s = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
+  return s;
+}
+
+}  // namespace
+
+TEST(Gradients, Linear) {
+  const i64 R = 5, IN = 6, OUT = 7;
+  V x = fd::randv(R * IN, 1), W = fd::randv(IN * OUT, 2), b = fd::randv(OUT, 3), w = fd::randv(R * OUT, 4);
+  V out(R * OUT);
+  auto f = [&] {
+    nn::linear_forward(out.data(), x.data(), W.data(), b.data(), R, IN, OUT);
+    return dot(out, w);
+  };
+  f();
+  V dx(R * IN), dW(IN * OUT, 0.0), db(OUT, 0.0);
+  nn::linear_backward(dx.data(), dW.data(), db.data(), w.data(), x.data(), W.data(), R, IN, OUT);
+  EXPECT_FD_OK(fd::check(x, dx, f));
+  EXPECT_FD_OK(fd::check(W, dW, f));
+  EXPECT_FD_OK(fd::check(b, db, f));
+}
+
+TEST(Gradients, LayerNorm) {
+  const i64 R = 4, C = 9;
+  V x = fd::randv(R * C, 5, 2.0), g = fd::randv(C, 6), b = fd::randv(C, 7), w = fd::randv(R * C, 8);
+  V out(R * C), mean(R), rstd(R);
+  auto f = [&] {
+    nn::layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), g.data(), b.data(), R, C);
+    return dot(out, w);
+  };
+  f();
+  V dx(R * C), dg(C, 0.0), db(C, 0.0);
+  nn::layernorm_backward(dx.data(), dg.data(), db.data(), w.data(), x.data(), g.data(), mean.data(), rstd.data(), R, C);
+  EXPECT_FD_OK(fd::check(x, dx, f));
+  EXPECT_FD_OK(fd::check(g, dg, f));
+  EXPECT_FD_OK(fd::check(b, db, f));
+}
+
+TEST(Gradients, Gelu) {
+  const i64 N = 40;
+  V x = fd::randv(N, 9, 4.0), w = fd::randv(N, 10), out(N);
+  auto f = [&] {
+    nn::gelu_forward(out.data(), x.data(), N);
+    return dot(out, w);
+  };
+  V dx(N);
+  nn::gelu_backward(dx.data(), w.data(), x.data(), N);
+  EXPECT_FD_OK(fd::check(x, dx, f));
+}
+
+TEST(Gradients, Residual) {
+  const i64 N = 12;
+  V a = fd::randv(N, 11), b = fd::randv(N, 12), w = fd::randv(N, 13), out(N);
+  auto f = [&] {
+    nn::residual_forward(out.data(), a.data(), b.data(), N);
+    return dot(out, w);
+  };
+  V da(N), db(N);
+  nn::residual_backward(da.data(), db.data(), w.data(), N);
+  EXPECT_FD_OK(fd::check(a, da, f));
+  EXPECT_FD_OK(fd::check(b, db, f));
+}
+
+TEST(Gradients, Embedding) {
+  const i64 B = 2, T = 3, C = 4, Vn = 5, P = 6;
+  const std::vector<int> tok{1, 4, 1, 0, 2, 2}, pos0{0, 2};
+  V wte = fd::randv(Vn * C, 14), wpe = fd::randv(P * C, 15), w = fd::randv(B * T * C, 16), out(B * T * C);
+  auto f = [&] {
+    nn::embedding_forward(out.data(), tok.data(), pos0.data(), wte.data(), wpe.data(), B, T, C);
+    return dot(out, w);
+  };
+  V dwte(Vn * C, 0.0), dwpe(P * C, 0.0);
+  nn::embedding_backward(dwte.data(), dwpe.data(), w.data(), tok.data(), pos0.data(), B, T, C);
+  EXPECT_FD_OK(fd::check(wte, dwte, f));
+  EXPECT_FD_OK(fd::check(wpe, dwpe, f));
+}
+
+TEST(Gradients, CrossEntropy) {
+  const i64 R = 5, Vn = 7;
+  V logits = fd::randv(R * Vn, 17, 3.0), probs(R * Vn);
+  const std::vector<int> tgt{3, -1, 0, 6, 2};
+  i64 counted = 0;
+  auto f = [&] {
+    const auto r = nn::crossentropy_forward(probs.data(), logits.data(), tgt.data(), R, Vn);
+    counted = r.counted;
+    return r.loss;
+  };
+  f();
+  EXPECT_EQ(counted, 4);
+  V d(R * Vn);
+  nn::crossentropy_backward(d.data(), probs.data(), tgt.data(), R, Vn, counted);
+  EXPECT_FD_OK(fd::check(logits, d, f));
+}
+
+// The attention layer in fp64 (the library's reference kernel), for every q/k transform,
+// with the log-temperature gradient dL/dθ = Σ q'·dq'.
+class AttentionGrad : public ::testing::TestWithParam<nn::QkTransform> {};
+
+TEST_P(AttentionGrad, MatchesFiniteDifferences) {
+  const nn::AttnDims s{2, 5, 8, 2};
+  const i64 R = s.B * s.T;
+  V qkv = fd::randv(R * 3 * s.C, 18, 1.5), w = fd::randv(R * s.C, 19), out(R * s.C);
+  V theta{std::log(0.7), std::log(1.9)};
+  nn::AttnSaved<double> sv;
+  auto f = [&] {
+    const double beta[2] = {std::exp(theta[0]), std::exp(theta[1])};
+    nn::attention_forward(out.data(), sv, qkv.data(), beta, GetParam(), s, 1);
+    return dot(out, w);
+  };
+  f();
+  const double beta[2] = {std::exp(theta[0]), std::exp(theta[1])};
+  V dqkv(R * 3 * s.C), dtheta(2, 0.0);
+  nn::attention_backward(dqkv.data(), dtheta.data(), w.data(), out.data(), sv, qkv.data(), beta, GetParam(), s, 1);
+  EXPECT_FD_OK(fd::check(qkv, dqkv, f));
+  EXPECT_FD_OK(fd::check(theta, dtheta, f));
+  // dL/dβ = Σ q'·dq' / β, the identity the learned policy relies on
+  EXPECT_GT(std::abs(dtheta[0]) + std::abs(dtheta[1]), 1e-6);
+}
+
+INSTANTIATE_TEST_SUITE_P(Transforms, AttentionGrad,
+                         ::testing::Values(nn::QkTransform::plain, nn::QkTransform::normalize, nn::QkTransform::log_n),
+                         [](const auto& info) {
+                           return info.param == nn::QkTransform::plain       ? std::string("plain")
+                                  : info.param == nn::QkTransform::normalize ? std::string("normalize")
+                                                                             : std::string("log_n");
+                         });
+
+// The whole model in fp64: loss against every parameter (sub-sampled), per policy.
+class ModelGrad : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(ModelGrad, MatchesFiniteDifferences) {
+  nn::ModelConfig mc;
+  mc.vocab = 11;
+  mc.max_pos = 6;
+  mc.C = 8;
+  mc.H = 2;
+  mc.L = 2;
+  mc.policy = nn::parse_policy(GetParam());
+  mc.seed = 3;
+  nn::Model<double> m(mc);
+  // push the parameters off their initial symmetric values (LN gains 1, biases 0)
+  const V jitter = fd::randv(m.params.size(), 20, 0.05);
+  for (std::size_t i = 0; i < m.params.size(); ++i) m.params[i] += jitter[i];
+  const i64 B = 2, T = 6;
+  const std::vector<int> tok{1, 5, 7, 2, 9, 3, 4, 4, 10, 0, 6, 8}, tgt{-1, 3, -1, 7, 1, 0, 2, -1, 5, 9, -1, 6};
+  auto f = [&] { return m.forward(tok.data(), tgt.data(), nullptr, B, T, false).loss; };
+  f();
+  m.zero_grad();
+  m.backward();
+  const V g = m.grads;
+  // about 150 of the parameters, every tensor touched (stride coprime with the sizes)
+  const int stride = std::max<int>(1, static_cast<int>(m.params.size() / 150)) | 1;
+  auto rep = fd::check(m.params, g, f, 1e-4, stride);
+  EXPECT_FD_OK(rep);
+  if (mc.policy.has_theta()) {  // the temperatures themselves, every one
+    V th(m.params.begin() + m.layout.theta, m.params.begin() + m.layout.theta + mc.L * mc.H);
+    V gth(g.begin() + m.layout.theta, g.begin() + m.layout.theta + mc.L * mc.H);
+    auto ft = [&] {
+      std::copy(th.begin(), th.end(), m.params.begin() + m.layout.theta);
+      return f();
+    };
+    EXPECT_FD_OK(fd::check(th, gth, ft));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Policies, ModelGrad,
+                         ::testing::Values("inv_sqrt_dk", "none", "learned", "qk_norm", "log_n"),
+                         [](const auto& info) { return std::string(info.param); });
+
+// The check must be able to fail: a backward pass with a small slip is caught.
+TEST(Gradients, CheckDetectsAPerturbedGradient) {
+  const i64 R = 4, C = 9;
+  V x = fd::randv(R * C, 21, 2.0), g = fd::randv(C, 22), b = fd::randv(C, 23), w = fd::randv(R * C, 24);
+  V out(R * C), mean(R), rstd(R);
+  auto f = [&] {
+    nn::layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), g.data(), b.data(), R, C);
+    return dot(out, w);
+  };
+  f();
+  V dx(R * C), dg(C, 0.0), db(C, 0.0);
+  nn::layernorm_backward(dx.data(), dg.data(), db.data(), w.data(), x.data(), g.data(), mean.data(), rstd.data(), R, C);
+  ASSERT_EQ(fd::check(x, dx, f).failed, 0);
+  dx[7] += 1e-6;  // one element off by 1e-6
+  const auto rep = fd::check(x, dx, f);
+  EXPECT_EQ(rep.failed, 1) << "a 1e-6 error in one element should fail the check";
+  // a classic bug: forgetting the mean(dxhat·xhat) term of the LayerNorm backward
+  V wrong(R * C);
+  for (i64 r = 0; r < R; ++r) {
+    double md = 0;
+    for (i64 c = 0; c < C; ++c) md += w[r * C + c] * g[c] / C;
+    for (i64 c = 0; c < C; ++c) wrong[r * C + c] = rstd[r] * (w[r * C + c] * g[c] - md);
+  }
+  EXPECT_GT(fd::check(x, wrong, f).failed, R * C / 2);
+}
