@@ -163,7 +163,8 @@ std::string torch_python() {
   return "python3";
 }
 
-// Runs every row through PyTorch in one subprocess; fills torch_seconds or torch_note.
+// Runs these rows (all with the same thread count) through PyTorch in one subprocess;
+// fills torch_seconds or torch_note and returns the line that says which torch ran.
 std::string run_torch(std::vector<Result>& results, int repeat) {
   const std::string py = torch_python();
   std::string req = "{\"rows\": [";
@@ -285,6 +286,7 @@ int run(const Args& a) {
   }
 
   std::vector<Result> results;
+  std::string torch_line = "PyTorch: not run (--no-torch)";
   double rss_fast = 0, tensors_mib = 0;
   for (std::size_t i = 0; i < shapes.size(); ++i) {
     Result r;
@@ -302,21 +304,17 @@ int run(const Args& a) {
       say(fmt::format("{}/{} BLAS {} {}", i + 1, shapes.size(), pass(r.s), label(r.s)));
       run_blas(r, x, a.repeat, r.s.threads);
     }
+    // PyTorch right after ours, one subprocess per row: each ratio is then measured over
+    // the same minute of this shared machine, not minutes apart.
+    if (!a.no_torch) {
+      say(fmt::format("{}/{} PyTorch {} {}", i + 1, shapes.size(), pass(r.s), label(r.s)));
+      std::vector<Result> one{r};
+      torch_line = run_torch(one, a.repeat);
+      r = one[0];
+    }
     results.push_back(r);
   }
-  std::string torch_line = "PyTorch: not run (--no-torch)";
-  if (!a.no_torch) {
-    // One subprocess per thread count (torch.set_num_threads is per process).
-    std::map<int, std::vector<std::size_t>> by_threads;
-    for (std::size_t i = 0; i < results.size(); ++i) by_threads[results[i].s.threads].push_back(i);
-    for (auto& [t, idx] : by_threads) {
-      say(fmt::format("PyTorch, {} rows on {} threads", idx.size(), t));
-      std::vector<Result> part;
-      for (auto i : idx) part.push_back(results[i]);
-      torch_line = run_torch(part, a.repeat);
-      for (std::size_t j = 0; j < idx.size(); ++j) results[idx[j]] = part[j];
-    }
-  }
+  if (tty) fmt::print(stderr, "\r\033[K");
   // The peaks again after the runs: on a shared machine a neighbour can depress one
   // measurement; the larger of the two is the machine's capability, and fractions of it
   // err on the side of understating the kernel.
