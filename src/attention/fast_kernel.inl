@@ -379,6 +379,20 @@ void forward_item(const Problem& p, const Tensors& t, const ForwardItem& it, flo
     // O += P V, P read down its columns (A[r][c] = ST[c·np + r]).
     const float* Vr = Vp;
     i64 ldv = dvp, nv = dvp;
+    if (v_direct && few) {
+      // Decoding: the tile's V is read once, by the GEMM itself. A non-finite O afterwards
+      // (rare: a NaN or inf in V or already in O) redoes the tile from a copy of O with
+      // zero weights skipped, which is what the scan-first path computes.
+      Vr = t.v.data + off(t.v, b, g, j0, 0), ldv = t.v.stride[2], nv = Dv;
+      float* Osave = Vp;  // unused when V is read in place
+      for (i64 x = 0; x < n * dvp; ++x) Osave[x] = O[x];
+      gemm<true, false>(n, nv, bc, ST, 1, np, Vr, ldv, O, dvp);
+      if (!rows_finite(O, dvp, n, nv)) {
+        for (i64 x = 0; x < n * dvp; ++x) O[x] = Osave[x];
+        gemm<true, true>(n, nv, bc, ST, 1, np, Vr, ldv, O, dvp);
+      }
+      continue;
+    }
     bool v_finite;
     if (v_direct) {
       Vr = t.v.data + off(t.v, b, g, j0, 0), ldv = t.v.stride[2], nv = Dv;

@@ -140,6 +140,22 @@ TEST_P(NaNs, KeyAndValueReachOnlyRowsThatSeeThem) {
   }
 }
 
+TEST_P(NaNs, DecodingValueReachesOnlyHeadsThatSeeIt) {
+  // One query row per head, four heads on one kv head (the decoding path, few lanes):
+  // v_50 holds NaN and a keep-mask hides key 50 from heads 0 and 2 only.
+  Problem4 P(1, 4, 1, 1, 200, 32, 32, 7);
+  P.v.at(0, 0, 50, 3) = kNaN;
+  Buf<std::uint8_t> keep({1, 4, 1, 200});
+  std::fill(keep.data.begin(), keep.data.end(), std::uint8_t{1});
+  keep.at(0, 0, 0, 50) = keep.at(0, 2, 0, 50) = 0;
+  Options o;
+  o.isa = GetParam();
+  o.keep = keep.cview();
+  forward(P.q.cview(), P.k.cview(), P.v.cview(), P.out.view(), P.lse.view(), o);
+  for (i64 h = 0; h < 4; ++h) EXPECT_EQ(row_has_nan(P.out, 0, h, 0), h % 2 == 1) << "head " << h;
+  EXPECT_TRUE(all_finite(P.lse.data));
+}
+
 TEST_P(NaNs, GradOutRowReachesOnlyKeysItSees) {
   // NaN in dout row 20 under top-left causal: dq row 20, and dk/dv of keys 0..20 only.
   Problem4 P(1, 1, 1, 100, 100, 16, 16, 6);
