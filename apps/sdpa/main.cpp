@@ -21,6 +21,8 @@ int main(int argc, char** argv) {
       sdpa::cli::add_check(app),
       sdpa::cli::add_lab(app),
       sdpa::cli::add_bench(app),
+      sdpa::cli::add_train(app),
+      sdpa::cli::add_sweep(app),
   };
 
   try {

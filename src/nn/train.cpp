@@ -8,9 +8,13 @@
 
 #include <fmt/format.h>
 
+#include "io/atomic_file.hpp"
+
 namespace sdpa::nn {
 
 namespace {
+
+constexpr std::uint64_t kEvalSeed = 0x5EED0E7A1ull;
 
 std::string num(double x) { return std::isfinite(x) ? fmt::format("{:.6g}", x) : "null"; }
 
@@ -136,16 +140,25 @@ TrainSummary train(const TrainConfig& c, const std::function<void(const std::str
   } else if (c.eval_only) {
     throw Error("--eval-only needs --resume CHECKPOINT");
   }
+  if (!c.save.empty()) {  // fail now, not after the training, if --save cannot be written
+    io::OutputSet probe;
+    probe.add(c.save, {});
+  }
   auto save = [&](i64 step) {
     if (c.save.empty()) return;
     save_checkpoint(c.save, Checkpoint{identity, step, model.params, m, v, model.score_ema});
   };
 
-  Rng eval_rng = stream(c.seed, 3);
+  // The held-out sets do not depend on --seed, so every run of a sweep is scored on the
+  // same sequences; "test" is a second set for choosing on one and reporting on another.
+  if (c.eval_set != "validation" && c.eval_set != "test")
+    throw Error("--eval-set: 'validation' or 'test', got '" + c.eval_set + "'");
+  const std::uint64_t which = c.eval_set == "test" ? 5 : 3;
+  Rng eval_rng = stream(kEvalSeed, which);
   const Batch ev = task.make(eval_rng, c.eval_size, c.seq, false);
   Batch ev_long;
   if (task.kind == TaskKind::lengthgen) {
-    Rng r = stream(c.seed, 4);
+    Rng r = stream(kEvalSeed, which + 1);
     ev_long = task.make(r, c.eval_size, 2 * c.seq, false);
   }
   const i64 chunk = std::max<i64>(c.batch, 64);

@@ -28,7 +28,8 @@ struct TrainConfig {
   i64 save_every = 0;  // also write --save every N steps
   i64 stop_at = 0;     // stop after this step as if interrupted (0: run to --steps)
   std::optional<std::vector<double>> frozen_beta;  // evaluate/train with these β (L·H)
-  i64 eval_only = 0;                               // 1: only evaluate (after --resume)
+  bool eval_only = false;                          // only evaluate (after --resume)
+  std::string eval_set = "validation";             // validation | test: two held-out sets
 
   /// The fields a checkpoint must agree on, as "key=value;..." (threads, logging and
   /// the stopping point may differ).

@@ -163,6 +163,68 @@ case $case in
     grep -q '<h2>9. Projections' rep/index.html || fail "report lacks sections"
     [ "$(grep -o 'data:image/png;base64' rep/index.html | wc -l)" -ge 8 ] || fail "report lacks embedded plots"
     grep -q '"experiments"' rep/lab.json || fail "lab.json" ;;
+  train)
+    tiny="--d-model 16 --heads 2 --layers 1 --seq 8 --batch 4 --warmup 3 --eval-size 8 --threads 1"
+    "$sdpa" train --help | grep -q -- '--policy' || fail "train --help"
+    "$sdpa" train $tiny --steps 12 --log-every 4 --policy adaptive > log.jsonl 2> err.txt
+    [ ! -s err.txt ] || fail "stderr should be empty when it is not a terminal: $(cat err.txt)"
+    [ "$(wc -l < log.jsonl)" -eq 5 ] || fail "want steps 1, 4, 8, 12 and a summary: $(wc -l < log.jsonl) lines"
+    /usr/bin/python3 - log.jsonl <<'PY' || fail "JSON lines"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert [r["step"] for r in rows[:-1]] == [1, 4, 8, 12], rows
+for r in rows[:-1]:
+    for k in ["loss", "accuracy", "eval_accuracy", "beta", "sigma_x", "sigma_wq", "sigma_wk", "score_std", "entropy",
+              "max_weight", "grad_norm_q", "grad_norm_k", "grad_norm_v", "grad_norm_o", "tokens_per_s"]:
+        assert k in r, k
+    assert len(r["beta"]) == 1 and len(r["beta"][0]) == 2, r["beta"]
+assert rows[-1]["final"] is True and rows[-1]["tokens_per_s"] > 0
+PY
+    for p in inv_sqrt_dk none inv_dk fixed:0.5 learned qk_norm log_n adaptive_scores; do
+      "$sdpa" train $tiny --steps 3 --policy $p | tail -1 | grep -q '"diverged": false' || fail "policy $p"
+    done
+    for t in copy reverse sort lengthgen; do
+      "$sdpa" train $tiny --steps 3 --task $t | tail -1 | grep -q "\"task\": \"$t\"" || fail "task $t"
+    done ;;
+  train_resume)
+    tiny="--d-model 16 --heads 2 --layers 1 --seq 8 --batch 4 --steps 20 --warmup 3 --eval-size 8 --log-every 1"
+    strip() { grep -v '"final"' "$1" | sed 's/, "tokens_per_s".*$//'; }
+    "$sdpa" train $tiny --policy learned --threads 1 > full.jsonl
+    "$sdpa" train $tiny --policy learned --threads 1 --stop-at 9 --save ck.bin > a.jsonl
+    "$sdpa" train $tiny --policy learned --threads 2 --resume ck.bin > b.jsonl
+    [ "$(strip full.jsonl)" = "$(strip a.jsonl; strip b.jsonl)" ] || {
+      diff <(strip full.jsonl) <(strip a.jsonl; strip b.jsonl) | head -5; fail "resumed run differs"; }
+    echo "ok: steps 10..20 after --resume are bit-for-bit those of the uninterrupted run" ;;
+  train_errors)
+    tiny="--d-model 16 --layers 1 --seq 8 --batch 4 --steps 6 --warmup 3 --eval-size 8"
+    "$sdpa" train $tiny --stop-at 3 --save ck.bin > /dev/null
+    expect_error "unknown policy 'softest'" "$sdpa" train $tiny --policy softest
+    expect_error "unknown task" "$sdpa" train $tiny --task nope
+    expect_error "multiple of --heads" "$sdpa" train $tiny --heads 3
+    expect_error "policy=inv_sqrt_dk" "$sdpa" train $tiny --policy adaptive --resume ck.bin
+    expect_error "seed=1" "$sdpa" train $tiny --seed 2 --resume ck.bin
+    expect_error "cannot open" "$sdpa" train $tiny --resume missing.bin
+    head -c 100 ck.bin > trunc.bin
+    expect_error "truncated" "$sdpa" train $tiny --resume trunc.bin
+    /usr/bin/python3 -c "import sys; b=bytearray(open('ck.bin','rb').read()); b[200]^=1; open('bad.bin','wb').write(b)"
+    expect_error "checksum" "$sdpa" train $tiny --resume bad.bin
+    /usr/bin/python3 -c "import sys; b=bytearray(open('ck.bin','rb').read()); b[8]=7; open('ver.bin','wb').write(b)"
+    expect_error "version 7" "$sdpa" train $tiny --resume ver.bin
+    echo "not a checkpoint" > text.bin
+    expect_error "magic" "$sdpa" train $tiny --resume text.bin
+    expect_error "cannot write into directory" "$sdpa" train $tiny --save no/such/dir/ck.bin ;;
+  sweep)
+    "$sdpa" sweep --d-model 16 --layers 1 --seq 8 --batch 4 --steps 8 --warmup 2 --eval-size 8 --log-every 4 \
+      --policies inv_sqrt_dk adaptive --seeds 1 2 --d-head 8 --out sw > table.txt 2> err.txt
+    grep -q 'adaptive' table.txt || fail "sweep table: $(cat table.txt)"
+    grep -q 'ensemble rule' table.txt || fail "sweep table lacks the ensemble rule: $(cat table.txt)"
+    grep -q 'wrote sw/index.html' table.txt || fail "sweep: $(cat table.txt)"
+    [ "$(grep -o 'data:image/png;base64' sw/index.html | wc -l)" -ge 8 ] || fail "sweep report lacks plots"
+    /usr/bin/python3 -c "import json; d=json.load(open('sw/sweep.json')); assert len(d['runs']) == 4 and len(d['ensemble']) == 2" \
+      || fail "sweep.json"
+    [ -z "$(ls -A sw | grep -v -e '^index.html$' -e '^sweep.json$')" ] || fail "sweep left files: $(ls -A sw)"
+    expect_error "does not divide" "$sdpa" sweep --d-head 5 --out sw2
+    [ ! -e sw2 ] || fail "a failed sweep left its directory" ;;
   *) fail "unknown case $case" ;;
 esac
 echo "PASS $case"

@@ -214,3 +214,46 @@ TEST(Gradients, CheckDetectsAPerturbedGradient) {
   }
   EXPECT_GT(fd::check(x, wrong, f).failed, R * C / 2);
 }
+
+// The fp32 model (the library's fast kernel) computes what the fp64 one (the reference
+// kernel) does, to fp32 rounding: loss and every gradient.
+TEST(Gradients, Fp32ModelMatchesFp64Model) {
+  for (const char* policy : {"inv_sqrt_dk", "qk_norm", "log_n"}) {
+    nn::ModelConfig mc;
+    mc.vocab = 11;
+    mc.max_pos = 12;
+    mc.C = 16;
+    mc.H = 2;
+    mc.L = 2;
+    mc.policy = nn::parse_policy(policy);
+    mc.seed = 5;
+    nn::Model<double> md(mc);
+    nn::Model<float> mf(mc);
+    const V jitter = fd::randv(md.params.size(), 25, 0.05);
+    for (std::size_t i = 0; i < md.params.size(); ++i) {
+      md.params[i] += jitter[i];
+      mf.params[i] = static_cast<float>(md.params[i]);
+      md.params[i] = mf.params[i];  // identical starting values
+    }
+    const i64 B = 2, T = 12;
+    std::vector<int> tok(B * T), tgt(B * T);
+    for (i64 i = 0; i < B * T; ++i) {
+      tok[i] = static_cast<int>((i * 7 + 3) % 11);
+      tgt[i] = i % 3 ? static_cast<int>((i * 5 + 1) % 11) : -1;
+    }
+    const double ld = md.forward(tok.data(), tgt.data(), nullptr, B, T, false).loss;
+    const double lf = mf.forward(tok.data(), tgt.data(), nullptr, B, T, false).loss;
+    md.zero_grad();
+    md.backward();
+    mf.zero_grad();
+    mf.backward();
+    // fp32 rounding through ~10 layers of sums of ≤ 64 terms: a few hundred ulps of the scale
+    EXPECT_NEAR(lf, ld, 1e-5 * std::abs(ld)) << policy;
+    double gmax = 0, emax = 0;
+    for (std::size_t i = 0; i < md.grads.size(); ++i) {
+      gmax = std::max(gmax, std::abs(md.grads[i]));
+      emax = std::max(emax, std::abs(md.grads[i] - mf.grads[i]));
+    }
+    EXPECT_LT(emax, 1e-4 * gmax) << policy;
+  }
+}

@@ -1,0 +1,166 @@
+#!/usr/bin/python3
+"""Render an `sdpa sweep` (its sweep.json) as one self-contained HTML page.
+
+Run by `sdpa sweep` with Debian's /usr/bin/python3 and python3-matplotlib; reads --data,
+prints the page on stdout (the caller writes it atomically). Plots are PNGs embedded
+as base64, so the page has no other files.
+"""
+import argparse
+import base64
+import html
+import io
+import json
+import math
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf", "#7f7f7f",
+          "#bcbd22"]
+
+
+def fig_to_img(fig, alt):
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
+    plt.close(fig)
+    return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{base64.b64encode(buf.getvalue()).decode()}">'
+
+
+def flat_mean(v):
+    """Mean of a number or a (nested) list of numbers; None if nothing finite."""
+    xs = []
+
+    def walk(x):
+        if isinstance(x, list):
+            for y in x:
+                walk(y)
+        elif isinstance(x, (int, float)) and math.isfinite(x):
+            xs.append(float(x))
+
+    walk(v)
+    return sum(xs) / len(xs) if xs else None
+
+
+def series(run, key, reduce=flat_mean):
+    steps, ys = [], []
+    for row in run["log"]:
+        if key in row and row[key] is not None:
+            y = reduce(row[key])
+            if y is not None:
+                steps.append(row["step"])
+                ys.append(y)
+    return steps, ys
+
+
+def mean_curve(runs, key, reduce=flat_mean):
+    """Per step: mean, min, max over the runs (seeds) that logged it."""
+    by_step = {}
+    for r in runs:
+        for s, y in zip(*series(r, key, reduce)):
+            by_step.setdefault(s, []).append(y)
+    steps = sorted(by_step)
+    return (steps, [sum(by_step[s]) / len(by_step[s]) for s in steps], [min(by_step[s]) for s in steps],
+            [max(by_step[s]) for s in steps])
+
+
+def panel_grid(doc, key, title, ylabel, log=False, reduce=flat_mean):
+    dheads = sorted({r["d_head"] for r in doc["runs"]})
+    policies = list(dict.fromkeys(r["policy"] for r in doc["runs"]))
+    fig, axes = plt.subplots(1, len(dheads), figsize=(6 * len(dheads), 4), squeeze=False)
+    for ax, dh in zip(axes[0], dheads):
+        for i, p in enumerate(policies):
+            runs = [r for r in doc["runs"] if r["policy"] == p and r["d_head"] == dh]
+            s, m, lo, hi = mean_curve(runs, key, reduce)
+            if not s:
+                continue
+            ax.plot(s, m, color=COLORS[i % len(COLORS)], label=p, lw=1.5)
+            ax.fill_between(s, lo, hi, color=COLORS[i % len(COLORS)], alpha=0.15, lw=0)
+        ax.set_title(f"{title}, d_k = {dh}")
+        ax.set_xlabel("step")
+        ax.set_ylabel(ylabel)
+        if log:
+            ax.set_yscale("log")
+        ax.grid(alpha=0.3)
+    axes[0][-1].legend(fontsize=8, loc="best")
+    return fig_to_img(fig, title)
+
+
+def fmt(x, d=4):
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "–"
+    return f"{x:.{d}g}" if isinstance(x, float) else str(x)
+
+
+def summary_table(doc):
+    keys = ["policy", "d_head", "runs", "diverged", "eval_loss_mean", "eval_loss_sd", "eval_accuracy_mean",
+            "eval_accuracy_sd", "reached", "steps_to_threshold_mean", "beta_mean"]
+    if any(r.get("long_accuracy_mean") is not None for r in doc["summary"]):
+        keys += ["long_accuracy_mean", "long_accuracy_sd"]
+    head = "".join(f"<th>{html.escape(k)}</th>" for k in keys)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(fmt(r.get(k)))}</td>" for k in keys) + "</tr>"
+                   for r in doc["summary"])
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def ensemble_table(doc):
+    if not doc.get("ensemble"):
+        return "<p>No ensemble evaluation in this sweep (it needs the adaptive policy).</p>"
+    keys = ["d_head", "seed", "best_seed", "own_test_loss", "own_test_accuracy", "ensemble_test_loss",
+            "ensemble_test_accuracy"]
+    head = "".join(f"<th>{html.escape(k)}</th>" for k in keys)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(fmt(r.get(k)))}</td>" for k in keys) + "</tr>"
+                   for r in doc["ensemble"])
+    betas = "".join(f"<li>d_k = {r['d_head']}: β from seed {r['best_seed']} = "
+                    f"{html.escape(', '.join(f'{b:.4g}' for b in r['ensemble_beta']))}</li>"
+                    for r in {r['d_head']: r for r in doc['ensemble']}.values())
+    return f"<table><tr>{head}</tr>{body}</table><ul>{betas}</ul>"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--data", required=True)
+    args = ap.parse_args()
+    with open(args.data) as f:
+        doc = json.load(f)
+    title = (f"sdpa sweep: {doc['task']}, d_model {doc['d_model']}, {doc['layers']} layers, seq {doc['seq']}, "
+             f"{doc['steps']} steps")
+    parts = [
+        f"<h1>{html.escape(title)}</h1>",
+        f"<p>{len(doc['runs'])} runs, {doc['jobs']} at a time, {doc['threads']} thread(s) each; "
+        f"{doc['seconds']:.0f} s in all. Bands: min–max over seeds; lines: mean. "
+        f"Held-out sets are the same for every run. Reading: docs/training.md.</p>",
+        "<h2>Summary</h2>", summary_table(doc),
+        f"<pre>{html.escape(doc['table'])}</pre>",
+        "<h2>Learning curves</h2>",
+        panel_grid(doc, "eval_loss", "held-out loss", "cross-entropy (nats)", log=True),
+        panel_grid(doc, "eval_accuracy", "held-out accuracy", "accuracy"),
+        "<h2>Temperature β and what the adaptive rules measure</h2>",
+        "<p>β: mean over layers and heads. σ_X: std of the attention input (LayerNorm output); σ_Wq, σ_Wk: std of "
+        "the entries of each head's projection; raw score std: std of q·k over the causal pairs of four "
+        "sequences of the batch.</p>",
+        panel_grid(doc, "beta", "β", "β (mean over heads)", log=True),
+        panel_grid(doc, "sigma_x", "σ_X", "σ_X"),
+        panel_grid(doc, "sigma_wq", "σ_Wq", "σ_Wq"),
+        panel_grid(doc, "sigma_wk", "σ_Wk", "σ_Wk"),
+        panel_grid(doc, "score_std", "raw score std", "std(q·k)", log=True),
+        "<h2>Attention</h2>",
+        panel_grid(doc, "entropy", "attention entropy", "nats (mean over queries)"),
+        panel_grid(doc, "max_weight", "max attention weight", "mean max_j p_ij"),
+        panel_grid(doc, "grad_norm_q", "‖dL/dq‖", "norm", log=True),
+        "<h2>The ensemble rule</h2>",
+        "<p>For each head size, the adaptive run with the lowest validation loss gives its final β (per layer and "
+        "head); every adaptive run is then scored on a separate test set with its own (recomputed) adaptive β and "
+        "with that frozen ensemble β.</p>",
+        ensemble_table(doc),
+    ]
+    css = ("body{font-family:sans-serif;max-width:1300px;margin:auto;padding:1em}table{border-collapse:collapse;"
+           "font-size:90%}td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}img{max-width:100%}")
+    sys.stdout.write(f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+                     f"<style>{css}</style></head><body>{''.join(parts)}</body></html>\n")
+
+
+if __name__ == "__main__":
+    main()
