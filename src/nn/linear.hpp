@@ -1,21 +1,25 @@
 // nn/linear.hpp — the affine map every projection uses: out = x · W + b.
 //
 // W is stored (IN, OUT), row-major, so the forward's inner loop runs along a row of W
-// and vectorises without reassociating any sum. Rows are split across OpenMP threads;
-// every output element is summed by one thread in a fixed order, so results do not
-// depend on the thread count.
+// and vectorises without reassociating any sum. Work is split across OpenMP threads in
+// fixed blocks (rows of out and dx, rows of dW); every output element is summed by one
+// thread in a fixed order, so results do not depend on the thread count.
 #pragma once
+
+#include <omp.h>
+
+#include <algorithm>
+#include <type_traits>
 
 #include "nn/common.hpp"
 
 namespace sdpa::nn {
 
-/// out[r,o] = b[o] + Σ_c x[r,c] · W[c,o]
-///   out (R, OUT)   x (R, IN)   W (IN, OUT)   b (OUT) or null
+/// The loops over a block: rows [r0, r1) of out, or of dx; rows [c0, c1) of dW.
 template <class T>
-void linear_forward(T* out, const T* x, const T* W, const T* b, i64 R, i64 IN, i64 OUT) {
-#pragma omp parallel for schedule(static)
-  for (i64 r = 0; r < R; ++r) {
+[[gnu::always_inline]] inline void linear_forward_block(T* out, const T* x, const T* W, const T* b, i64 r0, i64 r1,
+                                                        i64 IN, i64 OUT) {
+  for (i64 r = r0; r < r1; ++r) {
     T* o = out + r * OUT;
     for (i64 j = 0; j < OUT; ++j) o[j] = b ? b[j] : T(0);
     const T* xr = x + r * IN;
@@ -26,28 +30,24 @@ void linear_forward(T* out, const T* x, const T* W, const T* b, i64 R, i64 IN, i
     }
   }
 }
-
-/// Inverts `o[j] += x[r,c] · W[c,j]`:
-///   dx[r,c] = Σ_j dout[r,j] · W[c,j]      (=)
-///   dW[c,j] += Σ_r x[r,c] · dout[r,j]     db[j] += Σ_r dout[r,j]
-///   dx (R, IN) or null   dW (IN, OUT)   db (OUT) or null   dout (R, OUT)
 template <class T>
-void linear_backward(T* dx, T* dW, T* db, const T* dout, const T* x, const T* W, i64 R, i64 IN, i64 OUT) {
-  if (dx) {
-#pragma omp parallel for schedule(static)
-    for (i64 r = 0; r < R; ++r) {
-      const T* d = dout + r * OUT;
-      for (i64 c = 0; c < IN; ++c) {
-        const T* w = W + c * OUT;
-        T s = 0;
+[[gnu::always_inline]] inline void linear_dx_block(T* dx, const T* dout, const T* W, i64 r0, i64 r1, i64 IN,
+                                                   i64 OUT) {
+  for (i64 r = r0; r < r1; ++r) {
+    const T* d = dout + r * OUT;
+    for (i64 c = 0; c < IN; ++c) {
+      const T* w = W + c * OUT;
+      T s = 0;
 #pragma omp simd reduction(+ : s)
-        for (i64 j = 0; j < OUT; ++j) s += d[j] * w[j];
-        dx[r * IN + c] = s;
-      }
+      for (i64 j = 0; j < OUT; ++j) s += d[j] * w[j];
+      dx[r * IN + c] = s;
     }
   }
-#pragma omp parallel for schedule(static)
-  for (i64 c = 0; c < IN; ++c) {
+}
+template <class T>
+[[gnu::always_inline]] inline void linear_dw_block(T* dW, const T* dout, const T* x, i64 R, i64 c0, i64 c1, i64 IN,
+                                                   i64 OUT) {
+  for (i64 c = c0; c < c1; ++c) {
     T* dw = dW + c * OUT;
     for (i64 r = 0; r < R; ++r) {
       const T xv = x[r * IN + c];
@@ -55,6 +55,51 @@ void linear_backward(T* dx, T* dW, T* db, const T* dout, const T* x, const T* W,
       for (i64 j = 0; j < OUT; ++j) dw[j] += xv * d[j];
     }
   }
+}
+
+// fp32 blocks (linear.cpp): compiled for AVX-512, AVX2 and the baseline, one picked
+// by the loader (GCC target_clones); fp64 runs the templates as they are.
+void linear_forward_block_f32(float* out, const float* x, const float* W, const float* b, i64 r0, i64 r1, i64 IN,
+                              i64 OUT);
+void linear_dx_block_f32(float* dx, const float* dout, const float* W, i64 r0, i64 r1, i64 IN, i64 OUT);
+void linear_dw_block_f32(float* dW, const float* dout, const float* x, i64 R, i64 c0, i64 c1, i64 IN, i64 OUT);
+
+/// Calls f(lo, hi) on this thread's share of [0, n), in fixed contiguous blocks.
+template <class F>
+void split(i64 n, F&& f) {
+#pragma omp parallel
+  {
+    const i64 t = omp_get_thread_num(), nt = omp_get_num_threads();
+    const i64 lo = n * t / nt, hi = n * (t + 1) / nt;
+    if (lo < hi) f(lo, hi);
+  }
+}
+
+/// out[r,o] = b[o] + Σ_c x[r,c] · W[c,o]
+///   out (R, OUT)   x (R, IN)   W (IN, OUT)   b (OUT) or null
+template <class T>
+void linear_forward(T* out, const T* x, const T* W, const T* b, i64 R, i64 IN, i64 OUT) {
+  split(R, [&](i64 r0, i64 r1) {
+    if constexpr (std::is_same_v<T, float>) linear_forward_block_f32(out, x, W, b, r0, r1, IN, OUT);
+    else linear_forward_block(out, x, W, b, r0, r1, IN, OUT);
+  });
+}
+
+/// Inverts `o[j] += x[r,c] · W[c,j]`:
+///   dx[r,c] = Σ_j dout[r,j] · W[c,j]      (=)
+///   dW[c,j] += Σ_r x[r,c] · dout[r,j]     db[j] += Σ_r dout[r,j]
+///   dx (R, IN) or null   dW (IN, OUT)   db (OUT) or null   dout (R, OUT)
+template <class T>
+void linear_backward(T* dx, T* dW, T* db, const T* dout, const T* x, const T* W, i64 R, i64 IN, i64 OUT) {
+  if (dx)
+    split(R, [&](i64 r0, i64 r1) {
+      if constexpr (std::is_same_v<T, float>) linear_dx_block_f32(dx, dout, W, r0, r1, IN, OUT);
+      else linear_dx_block(dx, dout, W, r0, r1, IN, OUT);
+    });
+  split(IN, [&](i64 c0, i64 c1) {
+    if constexpr (std::is_same_v<T, float>) linear_dw_block_f32(dW, dout, x, R, c0, c1, IN, OUT);
+    else linear_dw_block(dW, dout, x, R, c0, c1, IN, OUT);
+  });
   if (db)
     for (i64 r = 0; r < R; ++r)
       for (i64 j = 0; j < OUT; ++j) db[j] += dout[r * OUT + j];
