@@ -236,7 +236,7 @@ std::vector<Shape> default_suite(int threads) {
 }
 
 struct Args {
-  i64 batch = 1, heads = 8, kv_heads = 0, seq = 1024, kv_seq = 0, dim = 64, dim_v = 0;
+  ShapeOptions shape;
   bool causal = false, backward = false, no_torch = false, no_blas = false;
   int threads = 0, repeat = 5;
   std::string suite, format = "table", isa = "auto";
@@ -256,13 +256,8 @@ int run(const Args& a) {
     if (a.suite != "default") throw Error("--suite: the only suite is 'default', got '" + a.suite + "'");
     shapes = default_suite(threads);
   } else {
-    Shape s{a.batch, a.heads, a.kv_heads ? a.kv_heads : a.heads, a.seq, a.kv_seq ? a.kv_seq : a.seq, a.dim,
-            a.dim_v ? a.dim_v : a.dim, a.causal, a.backward, threads};
-    for (auto [v, n] : {std::pair{s.B, "--batch"}, {s.Hq, "--heads"}, {s.Hkv, "--kv-heads"}, {s.Nq, "--seq"},
-                        {s.Nk, "--kv-seq"}, {s.Dk, "--dim"}, {s.Dv, "--dim-v"}})
-      if (v <= 0) throw Error(std::string(n) + ": must be >= 1, got " + std::to_string(v));
-    if (s.Hq % s.Hkv != 0)
-      throw Error(fmt::format("--kv-heads: must divide --heads, got Hq = {}, Hkv = {}", s.Hq, s.Hkv));
+    const auto z = a.shape.resolve();
+    const Shape s{z.B, z.Hq, z.Hkv, z.Nq, z.Nk, z.Dk, z.Dv, a.causal, a.backward, threads};
     shapes.push_back(s);
   }
   const bool tty = stderr_is_terminal();
@@ -394,13 +389,7 @@ Command add_bench(CLI::App& parent) {
       "Times the fast kernel (median after a warm-up) against this machine's FMA peak and read bandwidth, "
       "measured in the same run, and against a plain BLAS implementation and PyTorch's CPU SDPA on the same "
       "shapes.");
-  c->add_option("--batch", a->batch, "B")->capture_default_str();
-  c->add_option("--heads", a->heads, "Query heads Hq")->capture_default_str();
-  c->add_option("--kv-heads", a->kv_heads, "Key/value heads Hkv (default: Hq)");
-  c->add_option("--seq", a->seq, "Query length Nq")->capture_default_str();
-  c->add_option("--kv-seq", a->kv_seq, "Key length Nk (default: Nq)");
-  c->add_option("--dim", a->dim, "Head dim Dk")->capture_default_str();
-  c->add_option("--dim-v", a->dim_v, "Value dim Dv (default: Dk)");
+  a->shape.add_to(*c);
   c->add_flag("--causal", a->causal, "Top-left causal mask (PyTorch's is_causal)");
   c->add_flag("--backward", a->backward, "Time the backward pass instead of the forward");
   c->add_option("--threads", a->threads, "Threads (0 = all)")->capture_default_str();

@@ -18,7 +18,7 @@ namespace sdpa::cli {
 namespace {
 
 struct Args {
-  i64 batch = 1, heads = 8, kv_heads = 0, seq = 1024, kv_seq = 0, dim = 64, dim_v = 0;
+  ShapeOptions shape;
   std::string causal = "none", isa = "auto", format = "table";
   int threads = 0, repeat = 5;
   std::uint64_t seed = 1;
@@ -49,11 +49,7 @@ class Progress {
 };
 
 int run(const Args& a) {
-  const i64 B = a.batch, Hq = a.heads, Hkv = a.kv_heads ? a.kv_heads : a.heads, Nq = a.seq,
-            Nk = a.kv_seq ? a.kv_seq : a.seq, Dk = a.dim, Dv = a.dim_v ? a.dim_v : a.dim;
-  for (auto [v, n] : {std::pair{B, "--batch"}, {Hq, "--heads"}, {Hkv, "--kv-heads"}, {Nq, "--seq"}, {Nk, "--kv-seq"},
-                      {Dk, "--dim"}, {Dv, "--dim-v"}})
-    if (v <= 0) throw Error(std::string(n) + ": must be >= 1, got " + std::to_string(v));
+  const auto [B, Hq, Hkv, Nq, Nk, Dk, Dv] = a.shape.resolve();
   if (a.repeat < 1) throw Error("--repeat: must be >= 1");
   if (a.format != "table" && a.format != "json") throw Error("--format: expected table or json, got '" + a.format + "'");
   Options opt;
@@ -236,13 +232,7 @@ Command add_check(CLI::App& parent) {
       "check",
       "The main job: attention forward and backward on seeded random inputs (standard normal, mt19937_64), "
       "timed (median after a warm-up), and checked against the fp64 reference.");
-  c->add_option("--batch", a->batch, "B")->capture_default_str();
-  c->add_option("--heads", a->heads, "Query heads Hq")->capture_default_str();
-  c->add_option("--kv-heads", a->kv_heads, "Key/value heads Hkv (default: Hq)");
-  c->add_option("--seq", a->seq, "Query length Nq")->capture_default_str();
-  c->add_option("--kv-seq", a->kv_seq, "Key length Nk (default: Nq)");
-  c->add_option("--dim", a->dim, "Head dim Dk")->capture_default_str();
-  c->add_option("--dim-v", a->dim_v, "Value dim Dv (default: Dk)");
+  a->shape.add_to(*c);
   c->add_option("--causal", a->causal, "none | top-left | bottom-right")->capture_default_str();
   c->add_option("--threads", a->threads, "Threads (0 = all)")->capture_default_str();
   c->add_option("--seed", a->seed, "Random seed")->capture_default_str();

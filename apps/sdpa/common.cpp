@@ -1,6 +1,8 @@
 // common.cpp — see common.hpp.
 #include "common.hpp"
 
+#include <CLI/CLI.hpp>
+
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -91,6 +93,26 @@ Window parse_window(const std::string& s) {
   } catch (const std::exception&) {
     throw Error("--window: expected L,R (two integers, -1 for unbounded), got '" + s + "'");
   }
+}
+
+void ShapeOptions::add_to(CLI::App& c) {
+  c.add_option("--batch", batch, "B")->capture_default_str();
+  c.add_option("--heads", heads, "Query heads Hq")->capture_default_str();
+  c.add_option("--kv-heads", kv_heads, "Key/value heads Hkv (default: Hq)");
+  c.add_option("--seq", seq, "Query length Nq")->capture_default_str();
+  c.add_option("--kv-seq", kv_seq, "Key length Nk (default: Nq)");
+  c.add_option("--dim", dim, "Head dim Dk")->capture_default_str();
+  c.add_option("--dim-v", dim_v, "Value dim Dv (default: Dk)");
+}
+
+ShapeOptions::Sizes ShapeOptions::resolve() const {
+  const Sizes s{batch, heads, kv_heads ? kv_heads : heads, seq, kv_seq ? kv_seq : seq, dim, dim_v ? dim_v : dim};
+  for (auto [v, n] : {std::pair{s.B, "--batch"}, {s.Hq, "--heads"}, {s.Hkv, "--kv-heads"}, {s.Nq, "--seq"},
+                      {s.Nk, "--kv-seq"}, {s.Dk, "--dim"}, {s.Dv, "--dim-v"}})
+    if (v <= 0) throw Error(std::string(n) + ": must be >= 1, got " + std::to_string(v));
+  if (s.Hq % s.Hkv != 0)
+    throw Error("--kv-heads: must divide --heads, got Hq = " + std::to_string(s.Hq) + ", Hkv = " + std::to_string(s.Hkv));
+  return s;
 }
 
 double now_seconds() {

@@ -11,9 +11,26 @@
 #include "io/npy.hpp"
 #include "sdpa/sdpa.hpp"
 
+namespace CLI {
+class App;
+}
+
 namespace sdpa::cli {
 
 using i64 = std::int64_t;
+
+/// The attention shape options `check` and `bench` share: --batch --heads --kv-heads
+/// --seq --kv-seq --dim --dim-v (0 for the last of a pair means "same as the first").
+struct ShapeOptions {
+  i64 batch = 1, heads = 8, kv_heads = 0, seq = 1024, kv_seq = 0, dim = 64, dim_v = 0;
+  struct Sizes {
+    i64 B, Hq, Hkv, Nq, Nk, Dk, Dv;
+  };
+  void add_to(CLI::App& c);
+  /// The sizes with the defaults applied; throws sdpa::Error naming the option for a size
+  /// below 1 or --kv-heads not dividing --heads.
+  Sizes resolve() const;
+};
 
 /// A float32 tensor read from a .npy file, promoted to rank 4 ([N,D] -> [1,1,N,D]).
 struct Tensor {
