@@ -3,11 +3,15 @@
 #   1. sdpa check: attention forward and backward on generated inputs, timed, checked
 #      against the fp64 reference;
 #   2. sdpa lab report: every claim of the seed documents measured, written to
-#      report/index.html (one self-contained page) and report/lab.json.
+#      report/index.html (one self-contained page) and report/lab.json;
+#   3. sdpa sweep, reduced (one seed, one head size: 8 runs, ~2 minutes): every temperature
+#      policy trained on sort, written to report/sweep/index.html. The full grid of
+#      docs/training.md (3 seeds, d_k 8 and 32, ~10 minutes): sdpa sweep --out DIR.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 bash scripts/build.sh build -DCMAKE_BUILD_TYPE=Release
 ./build/apps/sdpa/sdpa check
 ./build/apps/sdpa/sdpa lab report --out report "$@"
-echo "open report/index.html"
+./build/apps/sdpa/sdpa sweep --seeds 1 --d-head 16 --out report/sweep
+echo "open report/index.html and report/sweep/index.html"

@@ -14,10 +14,10 @@
 namespace sdpa::nn {
 
 struct TrainConfig {
-  std::string task = "mqar";
+  std::string task = "sort";
   std::string policy = "inv_sqrt_dk";
   std::string init = "xavier";
-  i64 d_model = 64, heads = 4, layers = 2, seq = 32, batch = 32, steps = 1000, warmup = 100;
+  i64 d_model = 64, heads = 4, layers = 2, seq = 16, batch = 32, steps = 1000, warmup = 100;
   double lr = 3e-3, weight_decay = 0.1, clip = 1.0;
   std::uint64_t seed = 1;
   int threads = 1;

@@ -263,6 +263,7 @@ TEST(Checkpoint, MismatchedRunIsRefused) {
 
 TEST(Training, LossFallsOnMqar) {
   nn::TrainConfig c = tiny("inv_sqrt_dk");
+  c.task = "mqar";
   c.steps = 150;
   c.lr = 1e-2;
   nn::TrainSummary s;
