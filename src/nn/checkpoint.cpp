@@ -43,7 +43,7 @@ struct Reader {
   std::vector<V> vec(std::uint64_t count) {
     if (count > (n - at) / sizeof(V)) need(n + 1);
     std::vector<V> out(count);
-    std::memcpy(out.data(), p + at, count * sizeof(V));
+    if (count) std::memcpy(out.data(), p + at, count * sizeof(V));
     at += count * sizeof(V);
     return out;
   }
