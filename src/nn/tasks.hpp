@@ -9,8 +9,9 @@
 //              a query is its key's value.
 //   copy       x1 … xL SEP x1 … x(L−1) → predict x1 … xL after SEP (L = T/2)
 //   reverse    the same, reversed      sort   the same, sorted ascending
-//   lengthgen  mqar trained at T with the positions shifted by a random offset in [0, T],
-//              so all 2T learned positions are trained; evaluated at 2T (twice the pairs)
+//   lengthgen  sort trained at T with the positions shifted by a random offset in [0, T],
+//              so all 2T learned positions are trained; evaluated at T and at 2T (lists
+//              twice as long as any seen in training)
 #pragma once
 
 #include <string>

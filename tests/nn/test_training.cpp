@@ -69,6 +69,23 @@ TEST(Tasks, SortReverseCopy) {
   }
 }
 
+TEST(Tasks, LengthgenIsSortWithShiftedPositions) {
+  const nn::Task t = nn::parse_task("lengthgen", 8);
+  EXPECT_EQ(t.max_positions(), 16);
+  nn::Rng r = nn::stream(3, 2, 1);
+  const auto train = t.make(r, 64, 8, true), longer = t.make(r, 4, 16, false);
+  std::set<int> offsets(train.pos0.begin(), train.pos0.end());
+  EXPECT_EQ(*offsets.begin(), 0);
+  EXPECT_EQ(*offsets.rbegin(), 8) << "offsets cover [0, T] so every position is trained";
+  for (int s = 0; s < 4; ++s) {  // the long evaluation: sorted copies of 8 symbols, at positions 0..15
+    EXPECT_EQ(longer.pos0[s], 0);
+    std::vector<int> x(longer.tokens.begin() + s * 16, longer.tokens.begin() + s * 16 + 8), y;
+    for (int i = 8; i < 16; ++i) y.push_back(longer.targets[s * 16 + i]);
+    std::sort(x.begin(), x.end());
+    EXPECT_EQ(x, y);
+  }
+}
+
 TEST(Tasks, BadArgumentsThrow) {
   EXPECT_THROW(nn::parse_task("nope", 16), sdpa::Error);
   EXPECT_THROW(nn::parse_task("copy", 7), sdpa::Error);
