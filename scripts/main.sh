@@ -4,9 +4,9 @@
 #      against the fp64 reference;
 #   2. sdpa lab report: every claim of the seed documents measured, written to
 #      report/index.html (one self-contained page) and report/lab.json;
-#   3. sdpa sweep, reduced (one seed, one head size: 8 runs, ~2 minutes): every temperature
+#   3. sdpa sweep, reduced (one seed, one head size: 8 runs, under a minute): every temperature
 #      policy trained on sort, written to report/sweep/index.html. The full grid of
-#      docs/training.md (3 seeds, d_k 8 and 32, ~10 minutes): sdpa sweep --out DIR.
+#      docs/training.md (3 seeds, d_k 8 and 32, ~7 minutes): sdpa sweep --out DIR.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh

@@ -191,6 +191,11 @@ double sd(const std::vector<double>& v) {  // sample standard deviation over see
   return std::sqrt(s / static_cast<double>(v.size() - 1));
 }
 std::string num(double x) { return std::isfinite(x) ? fmt::format("{:.6g}", x) : "null"; }
+// "mean ± sd" over seeds; just the mean when there is one seed (no spread to show)
+std::string pm(const std::vector<double>& v) {
+  if (v.empty()) return "-";
+  return v.size() < 2 ? fmt::format("{:.4f}", mean(v)) : fmt::format("{:.4f} ± {:.4f}", mean(v), sd(v));
+}
 
 struct TempDir {
   std::string path;
@@ -377,12 +382,10 @@ int run_sweep(SweepArgs& a) {
       const std::string steps =
           g.reached ? fmt::format("{:.0f} ({}/{})", mean(g.steps_to), g.reached, g.n) : fmt::format("- (0/{})", g.n);
       table += fmt::format("{:<16} {:>6} {:>18} {:>18} {:>16} {:>9} {:>10}{}\n", p, dh,
-                           fmt::format("{:.4f} ± {:.4f}", mean(g.loss), sd(g.loss)),
-                           fmt::format("{:.4f} ± {:.4f}", mean(g.acc), sd(g.acc)), steps,
+                           pm(g.loss), pm(g.acc), steps,
                            fmt::format("{}/{}", g.diverged, g.n), fmt::format("{:.4g}", mean(g.beta)),
                            g.long_acc.empty() ? ""
-                                              : fmt::format(" {:>18}", fmt::format("{:.4f} ± {:.4f}", mean(g.long_acc),
-                                                                                   sd(g.long_acc))));
+                                              : fmt::format(" {:>18}", pm(g.long_acc)));
       summary_json += fmt::format(
           "{}{{\"policy\": \"{}\", \"d_head\": {}, \"runs\": {}, \"diverged\": {}, \"eval_loss_mean\": {}, "
           "\"eval_loss_sd\": {}, \"eval_accuracy_mean\": {}, \"eval_accuracy_sd\": {}, \"reached\": {}, "
