@@ -70,10 +70,17 @@ std::string render(const Table& t, Format f) {
     return out + "]\n";
   }
   if (f == Format::csv) {
-    for (std::size_t c = 0; c < t.columns.size(); ++c) out += (c ? "," : "") + csv(t.columns[c]);
+    // Appended piecewise: GCC 12 reports a false -Wrestrict on `"," + std::string&&`.
+    for (std::size_t c = 0; c < t.columns.size(); ++c) {
+      if (c) out += ',';
+      out += csv(t.columns[c]);
+    }
     out += "\n";
     for (const auto& row : t.rows) {
-      for (std::size_t c = 0; c < row.size(); ++c) out += (c ? "," : "") + csv(text(row[c]));
+      for (std::size_t c = 0; c < row.size(); ++c) {
+        if (c) out += ',';
+        out += csv(text(row[c]));
+      }
       out += "\n";
     }
     return out;
