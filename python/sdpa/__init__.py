@@ -7,15 +7,15 @@
 sdpa.attention / sdpa.reference_attention / sdpa.attention_backward: the C++ library's
 kernels, reading float32 arrays in place through their strides. sdpa.torch (imported on
 first use, needs PyTorch): scaled_dot_product_attention with autograd. sdpa.lab: the lab's
-experiments as tables. Bad arguments raise TypeError, or ValueError (sdpa.Error for what
+experiments as tables. sdpa.train: the training lab, one model per call. Bad arguments raise TypeError, or ValueError (sdpa.Error for what
 the library itself refuses), naming the argument. See docs/python.md.
 """
 
 from ._api import active_isa, attention, attention_backward, reference_attention
 from ._ext import Error, __version__
-from . import lab
+from . import lab, train
 
-__all__ = ["attention", "reference_attention", "attention_backward", "active_isa", "Error", "__version__", "lab",
+__all__ = ["attention", "reference_attention", "attention_backward", "active_isa", "Error", "__version__", "lab", "train",
            "torch"]
 
 

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "lab/experiments.hpp"
+#include "nn/train.hpp"
 #include "sdpa/sdpa.hpp"
 
 namespace nb = nanobind;
@@ -169,6 +170,33 @@ nb::tuple lab_run(const std::string& name, std::uint64_t seed, std::int64_t samp
   return nb::make_tuple(nb::str(t.name.c_str()), nb::str(t.title.c_str()), columns, rows);
 }
 
+// Trains one model (docs/training.md): the JSON lines `sdpa train` prints, one per logged
+// step, and the run's summary as (steps_done, loss, accuracy, eval_loss, eval_accuracy,
+// steps_to_threshold, diverged, tokens_per_s, seconds, beta).
+nb::tuple train_run(const std::string& task, const std::string& policy, const std::string& init, std::int64_t d_model,
+                    std::int64_t heads, std::int64_t layers, std::int64_t seq, std::int64_t batch, std::int64_t steps,
+                    std::int64_t warmup, double lr, std::uint64_t seed, int threads, std::int64_t log_every) {
+  sdpa::nn::TrainConfig cfg;
+  cfg.task = task, cfg.policy = policy, cfg.init = init;
+  cfg.d_model = d_model, cfg.heads = heads, cfg.layers = layers, cfg.seq = seq, cfg.batch = batch;
+  cfg.steps = steps, cfg.warmup = warmup, cfg.lr = lr, cfg.seed = seed, cfg.threads = threads;
+  cfg.log_every = log_every;
+  std::vector<std::string> lines;
+  sdpa::nn::TrainSummary s;
+  {
+    nb::gil_scoped_release unlocked;
+    s = sdpa::nn::train(cfg, [&](const std::string& line) { lines.push_back(line); });
+  }
+  nb::list out;
+  for (const auto& l : lines) out.append(nb::str(l.c_str()));
+  nb::list beta;
+  for (double b : s.beta) beta.append(nb::float_(b));
+  return nb::make_tuple(out, nb::make_tuple(nb::int_(s.steps_done), nb::float_(s.loss), nb::float_(s.accuracy),
+                                            nb::float_(s.eval_loss), nb::float_(s.eval_accuracy),
+                                            nb::int_(s.steps_to_threshold), nb::bool_(s.diverged),
+                                            nb::float_(s.tokens_per_s), nb::float_(s.seconds), beta));
+}
+
 }  // namespace
 
 NB_MODULE(_ext, m) {
@@ -199,4 +227,8 @@ NB_MODULE(_ext, m) {
   m.def("lab_experiments", [] { return lab_names(); }, "Names of the lab experiments.");
   m.def("lab_run", &lab_run, nb::arg("name"), nb::arg("seed"), nb::arg("samples"), nb::arg("threads"),
         nb::arg("dists"), nb::arg("max_dk"), "Runs one lab experiment: (name, title, columns, rows).");
+  m.def("train_run", &train_run, nb::arg("task"), nb::arg("policy"), nb::arg("init"), nb::arg("d_model"),
+        nb::arg("heads"), nb::arg("layers"), nb::arg("seq"), nb::arg("batch"), nb::arg("steps"), nb::arg("warmup"),
+        nb::arg("lr"), nb::arg("seed"), nb::arg("threads"), nb::arg("log_every"),
+        "Trains one model: (JSON lines, summary tuple).");
 }
