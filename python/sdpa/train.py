@@ -6,7 +6,8 @@
 `run` trains one small transformer with the library's hand-written backward passes and
 returns what `sdpa train` prints: one dict per logged step (step, loss, accuracy,
 eval_loss, eval_accuracy, beta, sigma_x, sigma_wq, sigma_wk, score_std, entropy,
-max_weight, grad norms, ...), and a summary dict. Deterministic for a seed. Bad
+max_weight, grad norms, ...), and a summary dict (the closing line's run description and
+figures; `beta` there is flat, layer-major). Deterministic for a seed. Bad
 arguments raise sdpa.Error (a ValueError) naming the option.
 """
 
@@ -34,4 +35,8 @@ def run(task="sort", policy="inv_sqrt_dk", *, init="xavier", d_model=64, heads=4
         raise ValueError(f"threads: must be an int >= 0 (0 = all), got {threads!r}")
     lines, summary = _ext.train_run(str(task), str(policy), str(init), d_model, heads, layers, seq, batch, steps,
                                     int(warmup), float(lr), int(seed), threads, log_every)
-    return [json.loads(line) for line in lines], dict(zip(SUMMARY_KEYS, summary))
+    rows = [json.loads(line) for line in lines]
+    log = [r for r in rows if "step" in r]  # sdpa train's per-step lines
+    final = next((r for r in rows if r.get("final")), {})  # and its closing line
+    final.pop("final", None)
+    return log, {**final, **dict(zip(SUMMARY_KEYS, summary))}  # beta flat: (layer, head) row-major
