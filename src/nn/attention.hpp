@@ -71,6 +71,15 @@ struct AttnSaved {
   std::vector<T> lse;    // (B, H, T)
 };
 
+/// The library options of one head: its β, causal top-left, the threads.
+inline Options head_options(double beta, int threads) {
+  Options opt;
+  opt.scale = beta;
+  opt.causal = Causal::top_left;
+  opt.threads = threads;
+  return opt;
+}
+
 /// out = concat_h softmax(β_h q'_h k'_hᵀ, causal) v_h
 ///   out (B, T, C)   qkv (B, T, 3C)   beta (H)
 template <class T>
@@ -106,10 +115,7 @@ void attention_forward(T* out, AttnSaved<T>& sv, const T* qkv, const double* bet
     qk_width = 2 * C;
   }
   for (i64 h = 0; h < H; ++h) {
-    Options opt;
-    opt.scale = beta[h];
-    opt.causal = Causal::top_left;
-    opt.threads = threads;
+    const Options opt = head_options(beta[h], threads);
     detail::core_forward(detail::head<const T>(qk_src, s, qk_width, 0, h),
                          detail::head<const T>(qk_src, s, qk_width, C, h),
                          detail::head<const T>(qkv, s, 3 * C, 2 * C, h), detail::head<T>(out, s, C, 0, h),
@@ -131,10 +137,7 @@ void attention_backward(T* dqkv, T* dtheta, const T* dout, const T* out, const A
   const T* qk_src = tr == QkTransform::plain ? qkv : sv.qk.data();
   const i64 qk_width = tr == QkTransform::plain ? 3 * C : 2 * C;
   for (i64 h = 0; h < H; ++h) {
-    Options opt;
-    opt.scale = beta[h];
-    opt.causal = Causal::top_left;
-    opt.threads = threads;
+    const Options opt = head_options(beta[h], threads);
     detail::core_backward(detail::head<const T>(qk_src, s, qk_width, 0, h),
                           detail::head<const T>(qk_src, s, qk_width, C, h),
                           detail::head<const T>(qkv, s, 3 * C, 2 * C, h), detail::head<const T>(out, s, C, 0, h),
