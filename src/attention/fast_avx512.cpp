@@ -1,5 +1,14 @@
 // fast_avx512.cpp — the tiled kernel compiled for the avx512 path (flags: src/CMakeLists.txt).
+// GCC 12 flags the _mm512_undefined_* operands inside its own AVX-512 headers as
+// -Wuninitialized wherever a reduction is inlined (GCC bug 105593): silenced for the header only.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
 #include <immintrin.h>
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 #include <cstddef>
 
 #include "attention/fast.hpp"

@@ -237,49 +237,76 @@ inline bool rows_finite(const float* x, i64 ld, i64 n, i64 D) {
 // The GEMM form would spend a broadcast and a full-width FMA per (key, element) with
 // most lanes idle. Qr: the n lanes' queries as rows of ldq floats. Needs unit-stride keys.
 constexpr i64 kFewLanes = 8;
+// Keys per tile on that path: K and V are consumed a few KiB at a time, so the rows
+// prefetched ahead (below) are still in L2 when the tile reaches them.
+constexpr i64 kFewTileCols = 32;
+// ... and how far ahead its K and V rows are prefetched into L2. The hardware prefetchers
+// stop at 4 KiB pages, which hold only 8 rows of a D = 128 head. Measured on the suite's
+// decoding shape: 1.1-1.3x from memory (docs/performance.md, "Decoding").
+constexpr i64 kFewPrefetchKeys = 64;
+inline void prefetch_rows(const float* x, i64 ld, i64 rows, i64 D) {
+  for (i64 r = 0; r < rows; ++r)
+    for (i64 e = 0; e < D; e += 16) __builtin_prefetch(x + r * ld + e, 0, 2);
+}
 // One (key, lane) dot product over whole vectors, up to dv (a multiple of W).
 inline float dot_tail(const float* k, const float* q, i64 dv, i64 D) {
   float x = 0.0f;
   for (i64 e = dv; e < D; ++e) x += k[e] * q[e];
   return x;
 }
+// NL lanes × 4 keys: 4·NL independent accumulator chains (an FMA's latency is hidden
+// only with at least 8 in flight), each key chunk loaded once for all NL lanes.
+template <int NL>
+inline void scores_keys4(const float* k0, i64 ldk, i64 dv, i64 Dk, const float* q, i64 ldq, float* st, i64 np) {
+  const float* k[4] = {k0, k0 + ldk, k0 + 2 * ldk, k0 + 3 * ldk};
+  R a[NL][4];
+  for (int l = 0; l < NL; ++l)
+    for (int c = 0; c < 4; ++c) a[l][c] = Vec::zero();
+  for (i64 d = 0; d < dv; d += W) {
+    R kv[4];
+    for (int c = 0; c < 4; ++c) kv[c] = Vec::load(k[c] + d);
+    for (int l = 0; l < NL; ++l) {
+      const R qv = Vec::load(q + l * ldq + d);
+      for (int c = 0; c < 4; ++c) a[l][c] = Vec::fma(kv[c], qv, a[l][c]);
+    }
+  }
+  for (int l = 0; l < NL; ++l)
+    for (int c = 0; c < 4; ++c) st[c * np + l] = Vec::hsum(a[l][c]) + dot_tail(k[c], q + l * ldq, dv, Dk);
+}
+template <int NL>
+inline void scores_key1(const float* k, i64 dv, i64 Dk, const float* q, i64 ldq, float* st) {
+  R a[NL];
+  for (int l = 0; l < NL; ++l) a[l] = Vec::zero();
+  for (i64 d = 0; d < dv; d += W) {
+    const R kv = Vec::load(k + d);
+    for (int l = 0; l < NL; ++l) a[l] = Vec::fma(kv, Vec::load(q + l * ldq + d), a[l]);
+  }
+  for (int l = 0; l < NL; ++l) st[l] = Vec::hsum(a[l]) + dot_tail(k, q + l * ldq, dv, Dk);
+}
+// Lanes per register block: 4 × 4 accumulators + 4 keys + a query fit AVX-512's 32
+// registers; AVX2's 16 take 2 lanes.
+constexpr int kScoreLanes = W >= 16 ? 4 : 2;
+template <int NL>
+inline void scores_lane_block(const float* K, i64 ldk, i64 bc, i64 dv, i64 Dk, const float* q, i64 ldq, float* st,
+                              i64 np) {
+  i64 c = 0;
+  for (; c + 4 <= bc; c += 4) scores_keys4<NL>(K + c * ldk, ldk, dv, Dk, q, ldq, st + c * np, np);
+  for (; c < bc; ++c) scores_key1<NL>(K + c * ldk, dv, Dk, q, ldq, st + c * np);
+}
 inline void scores_few_lanes(const float* K, i64 ldk, i64 bc, i64 Dk, const float* Qr, i64 ldq, i64 n, float* ST,
                              i64 np) {
   const i64 dv = Dk / W * W;
-  i64 c = 0;
-  // Four keys at a time: each query chunk loaded once feeds four independent chains.
-  for (; c + 4 <= bc; c += 4) {
-    const float* k0 = K + c * ldk;
-    const float* k1 = k0 + ldk;
-    const float* k2 = k1 + ldk;
-    const float* k3 = k2 + ldk;
-    for (i64 r = 0; r < n; ++r) {
-      const float* q = Qr + r * ldq;
-      R a0 = Vec::zero(), a1 = Vec::zero(), a2 = Vec::zero(), a3 = Vec::zero();
-      for (i64 d = 0; d < dv; d += W) {
-        const R qv = Vec::load(q + d);
-        a0 = Vec::fma(Vec::load(k0 + d), qv, a0);
-        a1 = Vec::fma(Vec::load(k1 + d), qv, a1);
-        a2 = Vec::fma(Vec::load(k2 + d), qv, a2);
-        a3 = Vec::fma(Vec::load(k3 + d), qv, a3);
-      }
-      ST[(c + 0) * np + r] = Vec::hsum(a0) + dot_tail(k0, q, dv, Dk);
-      ST[(c + 1) * np + r] = Vec::hsum(a1) + dot_tail(k1, q, dv, Dk);
-      ST[(c + 2) * np + r] = Vec::hsum(a2) + dot_tail(k2, q, dv, Dk);
-      ST[(c + 3) * np + r] = Vec::hsum(a3) + dot_tail(k3, q, dv, Dk);
-    }
-  }
-  for (; c < bc; ++c) {
-    const float* k = K + c * ldk;
-    for (i64 r = 0; r < n; ++r) {
-      const float* q = Qr + r * ldq;
-      R a = Vec::zero();
-      for (i64 d = 0; d < dv; d += W) a = Vec::fma(Vec::load(k + d), Vec::load(q + d), a);
-      ST[c * np + r] = Vec::hsum(a) + dot_tail(k, q, dv, Dk);
-    }
+  i64 r = 0;
+  for (; r + kScoreLanes <= n; r += kScoreLanes)
+    scores_lane_block<kScoreLanes>(K, ldk, bc, dv, Dk, Qr + r * ldq, ldq, ST + r, np);
+  switch (n - r) {
+    case 1: scores_lane_block<1>(K, ldk, bc, dv, Dk, Qr + r * ldq, ldq, ST + r, np); break;
+    case 2: scores_lane_block<2>(K, ldk, bc, dv, Dk, Qr + r * ldq, ldq, ST + r, np); break;
+    case 3: scores_lane_block<3>(K, ldk, bc, dv, Dk, Qr + r * ldq, ldq, ST + r, np); break;
+    default: break;
   }
   for (i64 cc = 0; cc < bc; ++cc)
-    for (i64 r = n; r < np; ++r) ST[cc * np + r] = 0.0f;
+    for (i64 x = n; x < np; ++x) ST[cc * np + x] = 0.0f;
 }
 
 std::size_t forward_scratch(const Problem& p) {
@@ -330,9 +357,15 @@ void forward_item(const Problem& p, const Tensors& t, const ForwardItem& it, flo
   const bool v_direct = t.v.stride[3] == 1 && Dv % W == 0;
   const R neg_inf = Vec::set1(kNegInf);
 
-  for (i64 j0 = first / kTileCols * kTileCols; j0 <= last; j0 += kTileCols) {
-    const i64 bc = imin(kTileCols, p.Nk - j0);
+  const i64 tc = few ? kFewTileCols : kTileCols;  // split boundaries are multiples of both
+  for (i64 j0 = first / tc * tc; j0 <= last; j0 += tc) {
+    const i64 bc = imin(tc, p.Nk - j0);
     // Sᵀ = K Qᵀ, K rows read in place.
+    if (few && j0 + kFewPrefetchKeys <= last) {
+      const i64 jp = j0 + kFewPrefetchKeys, rp = imin(tc, last + 1 - jp);
+      prefetch_rows(t.k.data + off(t.k, b, g, jp, 0), t.k.stride[2], rp, Dk);
+      if (v_direct) prefetch_rows(t.v.data + off(t.v, b, g, jp, 0), t.v.stride[2], rp, Dv);
+    }
     if (few) {
       scores_few_lanes(t.k.data + off(t.k, b, g, j0, 0), t.k.stride[2], bc, Dk, QT, Dk, n, ST, np);
     } else {

@@ -213,6 +213,14 @@ std::vector<Case> feature_grid() {
             if (variant == 1) c.causal = Causal::bottom_right, c.window = {2500, -1};  // early splits see nothing
             if (variant == 2) c.mask = MaskKind::padding, c.B = 2, c.bnhd = true;
           });
+  // The few-lane score kernel takes lanes in register blocks (4 on AVX-512, 2 on AVX2):
+  // lane counts that leave each remainder, with a head size that is not a whole number of
+  // vectors (the scalar tail of each dot product), and a causal window across tiles.
+  for (i64 hq : {3, 5, 7, 8})
+    add("decode_lanes" + std::to_string(hq) + "_Dk40", [hq](Case& c) {
+      c.Hq = hq, c.Hkv = 1, c.Nq = 1, c.Nk = 4500, c.Dk = 40, c.Dv = 48;
+      if (hq == 7) c.causal = Causal::bottom_right, c.window = {100, -1};
+    });
   // [B, N, H, D] buffers through strides, with GQA and a mask.
   add("bnhd_layout", [](Case& c) {
     c.B = 2, c.Hq = 4, c.Hkv = 2, c.Nq = 77, c.Nk = 99, c.Dk = 20, c.Dv = 36, c.bnhd = true, c.mask = MaskKind::padding;
