@@ -1,7 +1,8 @@
 // nn/linear.hpp — the affine map every projection uses: out = x · W + b.
 //
 // W is stored (IN, OUT), row-major, so the forward's inner loop runs along a row of W
-// and vectorises without reassociating any sum. Work is split across OpenMP threads in
+// and vectorises without reassociating any sum. The templates below are the readable
+// form (the fp64 model runs them); fp32 runs a register-blocked kernel (linear.cpp). Work is split across OpenMP threads in
 // fixed blocks (rows of out and dx, rows of dW); every output element is summed by one
 // thread in a fixed order, so results do not depend on the thread count.
 #pragma once
@@ -10,6 +11,7 @@
 
 #include <algorithm>
 #include <type_traits>
+#include <vector>
 
 #include "nn/common.hpp"
 
@@ -61,7 +63,8 @@ template <class T>
 // by the loader (GCC target_clones); fp64 runs the templates as they are.
 void linear_forward_block_f32(float* out, const float* x, const float* W, const float* b, i64 r0, i64 r1, i64 IN,
                               i64 OUT);
-void linear_dx_block_f32(float* dx, const float* dout, const float* W, i64 r0, i64 r1, i64 IN, i64 OUT);
+/// The dx block takes Wᵀ (OUT, IN), which linear_backward transposes once per call.
+void linear_dx_block_f32(float* dx, const float* dout, const float* WT, i64 r0, i64 r1, i64 IN, i64 OUT);
 void linear_dw_block_f32(float* dW, const float* dout, const float* x, i64 R, i64 c0, i64 c1, i64 IN, i64 OUT);
 
 /// Calls f(lo, hi) on this thread's share of [0, n), in fixed contiguous blocks.
@@ -91,11 +94,16 @@ void linear_forward(T* out, const T* x, const T* W, const T* b, i64 R, i64 IN, i
 ///   dx (R, IN) or null   dW (IN, OUT)   db (OUT) or null   dout (R, OUT)
 template <class T>
 void linear_backward(T* dx, T* dW, T* db, const T* dout, const T* x, const T* W, i64 R, i64 IN, i64 OUT) {
-  if (dx)
-    split(R, [&](i64 r0, i64 r1) {
-      if constexpr (std::is_same_v<T, float>) linear_dx_block_f32(dx, dout, W, r0, r1, IN, OUT);
-      else linear_dx_block(dx, dout, W, r0, r1, IN, OUT);
-    });
+  if (dx) {
+    if constexpr (std::is_same_v<T, float>) {
+      std::vector<float> wt(static_cast<std::size_t>(IN * OUT));
+      for (i64 c = 0; c < IN; ++c)
+        for (i64 j = 0; j < OUT; ++j) wt[static_cast<std::size_t>(j * IN + c)] = W[c * OUT + j];
+      split(R, [&](i64 r0, i64 r1) { linear_dx_block_f32(dx, dout, wt.data(), r0, r1, IN, OUT); });
+    } else {
+      split(R, [&](i64 r0, i64 r1) { linear_dx_block(dx, dout, W, r0, r1, IN, OUT); });
+    }
+  }
   split(IN, [&](i64 c0, i64 c1) {
     if constexpr (std::is_same_v<T, float>) linear_dw_block_f32(dW, dout, x, R, c0, c1, IN, OUT);
     else linear_dw_block(dW, dout, x, R, c0, c1, IN, OUT);

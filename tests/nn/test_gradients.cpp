@@ -2,6 +2,9 @@
 // (the tolerance rule is in fd.hpp), and a test that the check can fail.
 #include <gtest/gtest.h>
 
+#include <array>
+#include <cmath>
+
 #include "fd.hpp"
 #include "nn/attention.hpp"
 #include "nn/crossentropy.hpp"
@@ -40,6 +43,47 @@ TEST(Gradients, Linear) {
   EXPECT_FD_OK(fd::check(x, dx, f));
   EXPECT_FD_OK(fd::check(W, dW, f));
   EXPECT_FD_OK(fd::check(b, db, f));
+}
+
+// The fp32 projections (a register-blocked kernel, linear.cpp) against the fp64
+// templates: shapes with whole 64-column blocks, a 2-row and a 1-row remainder and a
+// column tail. A sum of K products in fp32 errs by at most γ_K Σ|a_k b_k|, γ_K = K u/(1 − K u),
+// u = 2⁻²⁴ (Higham, Accuracy and Stability, §3.1); the bound below is that, plus the
+// rounding of the fp32 inputs themselves (exact here: they are fp32 values).
+TEST(Linear, Fp32KernelWithinTheSummationBound) {
+  for (auto [R, IN, OUT] : {std::array<i64, 3>{5, 70, 130}, {4, 64, 64}, {3, 129, 66}, {1, 7, 200}}) {
+    const V xd0 = fd::randv(R * IN, 11), Wd0 = fd::randv(IN * OUT, 12), bd0 = fd::randv(OUT, 13),
+            gd0 = fd::randv(R * OUT, 14);
+    std::vector<float> x(xd0.begin(), xd0.end()), W(Wd0.begin(), Wd0.end()), b(bd0.begin(), bd0.end()),
+        g(gd0.begin(), gd0.end());
+    const V xd(x.begin(), x.end()), Wd(W.begin(), W.end()), bd(b.begin(), b.end()), gd(g.begin(), g.end());
+    std::vector<float> out(R * OUT), dx(R * IN), dW(IN * OUT, 0.5f), db(OUT, 0.0f);
+    V outd(R * OUT), dxd(R * IN), dWd(IN * OUT, 0.5), dbd(OUT, 0.0);
+    nn::linear_forward(out.data(), x.data(), W.data(), b.data(), R, IN, OUT);
+    nn::linear_forward(outd.data(), xd.data(), Wd.data(), bd.data(), R, IN, OUT);
+    nn::linear_backward(dx.data(), dW.data(), db.data(), g.data(), x.data(), W.data(), R, IN, OUT);
+    nn::linear_backward(dxd.data(), dWd.data(), dbd.data(), gd.data(), xd.data(), Wd.data(), R, IN, OUT);
+    const double u = std::ldexp(1.0, -24);
+    auto gamma = [u](i64 k) { return double(k + 1) * u / (1.0 - double(k + 1) * u); };  // + 1: the initial term
+    for (i64 r = 0; r < R; ++r)
+      for (i64 o = 0; o < OUT; ++o) {
+        double mag = std::abs(bd[o]);
+        for (i64 c = 0; c < IN; ++c) mag += std::abs(xd[r * IN + c] * Wd[c * OUT + o]);
+        ASSERT_LE(std::abs(out[r * OUT + o] - outd[r * OUT + o]), gamma(IN) * mag) << R << "x" << IN << "x" << OUT;
+      }
+    for (i64 r = 0; r < R; ++r)
+      for (i64 c = 0; c < IN; ++c) {
+        double mag = 0;
+        for (i64 o = 0; o < OUT; ++o) mag += std::abs(gd[r * OUT + o] * Wd[c * OUT + o]);
+        ASSERT_LE(std::abs(dx[r * IN + c] - dxd[r * IN + c]), gamma(OUT) * mag) << R << "x" << IN << "x" << OUT;
+      }
+    for (i64 c = 0; c < IN; ++c)
+      for (i64 o = 0; o < OUT; ++o) {
+        double mag = 0.5;
+        for (i64 r = 0; r < R; ++r) mag += std::abs(xd[r * IN + c] * gd[r * OUT + o]);
+        ASSERT_LE(std::abs(dW[c * OUT + o] - dWd[c * OUT + o]), gamma(R) * mag) << R << "x" << IN << "x" << OUT;
+      }
+  }
 }
 
 TEST(Gradients, LayerNorm) {
