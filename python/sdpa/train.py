@@ -19,8 +19,8 @@ SUMMARY_KEYS = ("steps_done", "loss", "accuracy", "eval_loss", "eval_accuracy", 
                 "tokens_per_s", "seconds", "beta")
 
 
-def run(task="sort", policy="inv_sqrt_dk", *, init="xavier", d_model=64, heads=4, layers=2, seq=16, batch=32,
-        steps=1000, warmup=100, lr=3e-3, seed=1, threads=1, log_every=25):
+def run(task="mqar", policy="inv_sqrt_dk", *, init="xavier", d_model=128, heads=1, layers=2, seq=16, batch=32,
+        steps=1000, warmup=100, lr=1e-3, seed=1, threads=1, log_every=25):
     """Trains one model; returns (log, summary): a list of per-step dicts and a dict.
 
     task: mqar | copy | reverse | sort | lengthgen; policy: inv_sqrt_dk | none | inv_dk |
