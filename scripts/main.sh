@@ -4,7 +4,9 @@
 #      against the fp64 reference;
 #   2. sdpa lab report: every claim of the seed documents measured, written to
 #      report/index.html (one self-contained page) and report/lab.json;
-#   3. sdpa sweep, reduced (one seed, one head size: 8 runs, under a minute): every temperature
+#   3. sdpa train with its defaults: a small transformer learns mqar (associative recall)
+#      from scratch in under a minute; its log goes to report/train_mqar.jsonl;
+#   4. sdpa sweep, reduced (one seed, one head size: 8 runs, under a minute): every temperature
 #      policy trained on sort, written to report/sweep/index.html. The full grid of
 #      docs/training.md (3 seeds, d_k 8 and 32, ~7 minutes): sdpa sweep --out DIR.
 set -euo pipefail
@@ -13,5 +15,7 @@ bash scripts/setup.sh
 bash scripts/build.sh build -DCMAKE_BUILD_TYPE=Release
 ./build/apps/sdpa/sdpa check
 ./build/apps/sdpa/sdpa lab report --out report "$@"
+./build/apps/sdpa/sdpa train > report/train_mqar.jsonl
+tail -n 1 report/train_mqar.jsonl
 ./build/apps/sdpa/sdpa sweep --seeds 1 --d-head 16 --out report/sweep
 echo "open report/index.html and report/sweep/index.html"
