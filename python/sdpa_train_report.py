@@ -94,15 +94,27 @@ def fmt(x, d=4):
     return f"{x:.{d}g}" if isinstance(x, float) else str(x)
 
 
+def pm(r, key):
+    """'mean ± sd' over seeds, or the mean alone when one seed gives no spread."""
+    m, s = r.get(key + "_mean"), r.get(key + "_sd")
+    return fmt(m) if s is None else f"{fmt(m)} ± {fmt(s, 2)}"
+
+
 def summary_table(doc):
-    keys = ["policy", "d_head", "runs", "diverged", "eval_loss_mean", "eval_loss_sd", "eval_accuracy_mean",
-            "eval_accuracy_sd", "reached", "steps_to_threshold_mean", "beta_mean"]
+    cols = [("policy", lambda r: fmt(r.get("policy"))), ("d_k", lambda r: fmt(r.get("d_head"))),
+            ("runs", lambda r: fmt(r.get("runs"))), ("diverged", lambda r: fmt(r.get("diverged"))),
+            ("eval loss", lambda r: pm(r, "eval_loss")), ("eval accuracy", lambda r: pm(r, "eval_accuracy")),
+            ("reached threshold", lambda r: f"{fmt(r.get('reached'))}/{fmt(r.get('runs'))}"),
+            ("steps to threshold", lambda r: fmt(r.get("steps_to_threshold_mean"))),
+            ("final β (mean)", lambda r: fmt(r.get("beta_mean")))]
     if any(r.get("long_accuracy_mean") is not None for r in doc["summary"]):
-        keys += ["long_accuracy_mean", "long_accuracy_sd"]
-    head = "".join(f"<th>{html.escape(k)}</th>" for k in keys)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(fmt(r.get(k)))}</td>" for k in keys) + "</tr>"
+        cols.append(("accuracy at 2n", lambda r: pm(r, "long_accuracy")))
+    head = "".join(f"<th>{html.escape(name)}</th>" for name, _ in cols)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(get(r))}</td>" for _, get in cols) + "</tr>"
                    for r in doc["summary"])
-    return f"<table><tr>{head}</tr>{body}</table>"
+    seeds = "" if any(r.get("eval_loss_sd") is not None for r in doc["summary"]) else \
+        "<p>One seed per cell: no spread to show (± is the sample standard deviation over seeds).</p>"
+    return f"<table><tr>{head}</tr>{body}</table>{seeds}"
 
 
 def ensemble_table(doc):

@@ -183,8 +183,8 @@ double mean(const std::vector<double>& v) {
   for (double x : v) s += x;
   return s / static_cast<double>(v.size());
 }
-double sd(const std::vector<double>& v) {  // sample standard deviation over seeds
-  if (v.size() < 2) return 0;
+double sd(const std::vector<double>& v) {  // sample standard deviation over seeds; none for one seed
+  if (v.size() < 2) return NAN;
   const double m = mean(v);
   double s = 0;
   for (double x : v) s += (x - m) * (x - m);
