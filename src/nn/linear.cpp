@@ -23,7 +23,7 @@ typedef float v16 __attribute__((vector_size(64)));
   __builtin_memcpy(&v, p, sizeof v);
   return v;
 }
-[[gnu::always_inline]] inline void store16(float* p, v16 v) { __builtin_memcpy(p, &v, sizeof v); }
+[[gnu::always_inline]] inline void store16(float* p, const v16& v) { __builtin_memcpy(p, &v, sizeof v); }
 
 enum class Init { zero, bias, accumulate };
 
