@@ -81,6 +81,12 @@ int run(const Args& a) {
   // Timing: one warm-up, then the median of --repeat runs.
   double flops = 2.0 * double(Dk + Dv) * double(B * Hq) * double(Nq) * double(Nk);
   if (opt.causal != Causal::none && Nq == Nk) flops /= 2;
+  // This machine's FMA peak with as many threads as the kernel uses, measured before and
+  // after the timings with the larger kept (as `sdpa bench` does): on a shared machine a
+  // neighbour can depress one measurement, and a depressed peak flatters the kernel.
+  const int threads = a.threads > 0 ? a.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  progress.say("measuring the FMA peak");
+  peak::Result pk = peak::measure(threads);
   std::vector<double> tf, tb;
   for (int r = 0; r <= a.repeat; ++r) {
     progress.say(fmt::format("forward {}/{}", r, a.repeat));
@@ -97,10 +103,8 @@ int run(const Args& a) {
       if (r) tb.push_back(seconds_since(t0));
     }
   const double fwd_s = median(tf), bwd_s = a.backward ? median(tb) : 0.0;
-  // This machine's FMA peak, measured now with as many threads as the kernel used.
-  progress.say("measuring the FMA peak");
-  const int threads = a.threads > 0 ? a.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  const peak::Result pk = peak::measure(threads);
+  progress.say("measuring the FMA peak again");
+  if (const peak::Result again = peak::measure(threads); again.gflops > pk.gflops) pk = again;
   const double fwd_gf = flops / fwd_s / 1e9, bwd_gf = a.backward ? 2.5 * flops / bwd_s / 1e9 : 0.0;
   auto frac = [&](double gf) { return pk.gflops > 0 ? gf / pk.gflops : 0.0; };
   const double rss = peak_rss_mib();  // before the reference, which materialises scores
@@ -208,8 +212,9 @@ int run(const Args& a) {
     if (a.backward)
       fmt::print("  backward  median {:9.4f} s  {:7.1f} GFLOP/s  {:5.1f}% of peak  (FLOPs counted as 2.5x forward)\n",
                  bwd_s, bwd_gf, 100 * frac(bwd_gf));
-    fmt::print("  peak      {:.1f} GFLOP/s fp32 FMA ({}, {} threads), measured in this run\n", pk.gflops, pk.isa,
-               pk.threads);
+    fmt::print("  peak      {:.1f} GFLOP/s fp32 FMA ({}, {} threads), measured in this run before and after "
+               "the timings, the larger kept\n",
+               pk.gflops, pk.isa, pk.threads);
     fmt::print("  peak RSS  {:.1f} MiB   (one Nq x Nk fp32 score matrix would be {:.3g} GiB)\n", rss, scores_gib);
     if (!rows.empty()) {
       fmt::print("  check against the fp64 reference: fast error <= 2 x naive-fp32 error + floor\n");
