@@ -8,7 +8,7 @@
 #      from scratch in under a minute; its log goes to report/train_mqar.jsonl;
 #   4. sdpa sweep, reduced (one seed, one head size: 8 runs, under a minute): every temperature
 #      policy trained on sort, written to report/sweep/index.html. The full grid of
-#      docs/training.md (3 seeds, d_k 8 and 32, ~7 minutes): sdpa sweep --out DIR.
+#      docs/training.md (3 seeds, d_k 8 and 32, ~3 minutes): sdpa sweep --out DIR.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
