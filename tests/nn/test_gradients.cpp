@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "fd.hpp"
+#include "small_model.hpp"
 #include "nn/attention.hpp"
 #include "nn/crossentropy.hpp"
 #include "nn/embedding.hpp"
@@ -86,20 +87,28 @@ TEST(Linear, Fp32KernelWithinTheSummationBound) {
   }
 }
 
-TEST(Gradients, LayerNorm) {
-  const i64 R = 4, C = 9;
-  V x = fd::randv(R * C, 5, 2.0), g = fd::randv(C, 6), b = fd::randv(C, 7), w = fd::randv(R * C, 8);
-  V out(R * C), mean(R), rstd(R);
-  auto f = [&] {
+// LayerNorm over R rows of C, loss = out·w, inputs drawn from seeds s..s+3; backward run once.
+struct LayerNormCase {
+  static constexpr i64 R = 4, C = 9;
+  V x, g, b, w, out = V(R * C), mean = V(R), rstd = V(R), dx = V(R * C), dg = V(C, 0.0), db = V(C, 0.0);
+  explicit LayerNormCase(unsigned s)
+      : x(fd::randv(R * C, s, 2.0)), g(fd::randv(C, s + 1)), b(fd::randv(C, s + 2)), w(fd::randv(R * C, s + 3)) {
+    f();
+    nn::layernorm_backward(dx.data(), dg.data(), db.data(), w.data(), x.data(), g.data(), mean.data(), rstd.data(),
+                           R, C);
+  }
+  double f() {
     nn::layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), g.data(), b.data(), R, C);
     return dot(out, w);
-  };
-  f();
-  V dx(R * C), dg(C, 0.0), db(C, 0.0);
-  nn::layernorm_backward(dx.data(), dg.data(), db.data(), w.data(), x.data(), g.data(), mean.data(), rstd.data(), R, C);
-  EXPECT_FD_OK(fd::check(x, dx, f));
-  EXPECT_FD_OK(fd::check(g, dg, f));
-  EXPECT_FD_OK(fd::check(b, db, f));
+  }
+};
+
+TEST(Gradients, LayerNorm) {
+  LayerNormCase t(5);
+  auto f = [&] { return t.f(); };
+  EXPECT_FD_OK(fd::check(t.x, t.dx, f));
+  EXPECT_FD_OK(fd::check(t.g, t.dg, f));
+  EXPECT_FD_OK(fd::check(t.b, t.db, f));
 }
 
 TEST(Gradients, Gelu) {
@@ -195,13 +204,7 @@ INSTANTIATE_TEST_SUITE_P(Transforms, AttentionGrad,
 class ModelGrad : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(ModelGrad, MatchesFiniteDifferences) {
-  nn::ModelConfig mc;
-  mc.vocab = 11;
-  mc.max_pos = 6;
-  mc.C = 8;
-  mc.H = 2;
-  mc.L = 2;
-  mc.policy = nn::parse_policy(GetParam());
+  nn::ModelConfig mc = small_model(GetParam(), 6, 8, 2);
   mc.seed = 3;
   nn::Model<double> m(mc);
   // push the parameters off their initial symmetric values (LN gains 1, biases 0)
@@ -235,16 +238,11 @@ INSTANTIATE_TEST_SUITE_P(Policies, ModelGrad,
 
 // The check must be able to fail: a backward pass with a small slip is caught.
 TEST(Gradients, CheckDetectsAPerturbedGradient) {
-  const i64 R = 4, C = 9;
-  V x = fd::randv(R * C, 21, 2.0), g = fd::randv(C, 22), b = fd::randv(C, 23), w = fd::randv(R * C, 24);
-  V out(R * C), mean(R), rstd(R);
-  auto f = [&] {
-    nn::layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), g.data(), b.data(), R, C);
-    return dot(out, w);
-  };
-  f();
-  V dx(R * C), dg(C, 0.0), db(C, 0.0);
-  nn::layernorm_backward(dx.data(), dg.data(), db.data(), w.data(), x.data(), g.data(), mean.data(), rstd.data(), R, C);
+  LayerNormCase t(21);
+  const i64 R = LayerNormCase::R, C = LayerNormCase::C;
+  V &x = t.x, &dx = t.dx;
+  const V &g = t.g, &w = t.w, &rstd = t.rstd;
+  auto f = [&] { return t.f(); };
   ASSERT_EQ(fd::check(x, dx, f).failed, 0);
   dx[7] += 1e-6;  // one element off by 1e-6
   const auto rep = fd::check(x, dx, f);
@@ -263,13 +261,7 @@ TEST(Gradients, CheckDetectsAPerturbedGradient) {
 // kernel) does, to fp32 rounding: loss and every gradient.
 TEST(Gradients, Fp32ModelMatchesFp64Model) {
   for (const char* policy : {"inv_sqrt_dk", "qk_norm", "log_n"}) {
-    nn::ModelConfig mc;
-    mc.vocab = 11;
-    mc.max_pos = 12;
-    mc.C = 16;
-    mc.H = 2;
-    mc.L = 2;
-    mc.policy = nn::parse_policy(policy);
+    nn::ModelConfig mc = small_model(policy, 12, 16, 2);
     mc.seed = 5;
     nn::Model<double> md(mc);
     nn::Model<float> mf(mc);

@@ -11,6 +11,7 @@
 #include "nn/policy.hpp"
 #include "nn/tasks.hpp"
 #include "nn/train.hpp"
+#include "small_model.hpp"
 
 namespace nn = sdpa::nn;
 using nn::i64;
@@ -112,13 +113,7 @@ TEST(Policies, AdaptiveFormulaAtTheSeedNotesAssumptions) {
 // The adaptive policy inside the model measures σ_X and σ_W: with W_q, W_k set to ±a
 // (σ exactly a) and LayerNorm output of σ ≈ 1, β must be 1/(C a_q a_k √D).
 TEST(Policies, AdaptiveBetaMatchesItsFormulaOnKnownSigma) {
-  nn::ModelConfig mc;
-  mc.vocab = 11;
-  mc.max_pos = 8;
-  mc.C = 16;
-  mc.H = 2;
-  mc.L = 1;
-  mc.policy = nn::parse_policy("adaptive");
+  const nn::ModelConfig mc = small_model("adaptive", 8, 16, 1);
   nn::Model<float> m(mc);
   const double aq[2] = {0.3, 0.05}, ak[2] = {0.1, 0.2};
   const i64 C = 16, D = 8;
@@ -150,13 +145,7 @@ TEST(Policies, AdaptiveBetaMatchesItsFormulaOnKnownSigma) {
 }
 
 TEST(Policies, AdaptiveScoresIsTheInverseSmoothedScoreStd) {
-  nn::ModelConfig mc;
-  mc.vocab = 11;
-  mc.max_pos = 8;
-  mc.C = 16;
-  mc.H = 2;
-  mc.L = 1;
-  mc.policy = nn::parse_policy("adaptive_scores");
+  const nn::ModelConfig mc = small_model("adaptive_scores", 8, 16, 1);
   nn::Model<float> m(mc);
   const std::vector<int> tok{1, 2, 3, 4, 5, 6, 7, 8}, tgt(8, 1), tok2{8, 3, 3, 9, 1, 2, 10, 4};
   nn::Stats s1, s2;
