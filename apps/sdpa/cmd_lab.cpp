@@ -112,18 +112,15 @@ int run_report(const Args& a, const std::string& out_dir) {
   const std::vector<unsigned char> doc_bytes(doc.begin(), doc.end());
   const std::string data_path = files.add(out_dir + "/lab.json", doc_bytes);  // still a temporary name
   // Each section links to its derivation in this checkout's docs/lab.md.
-  const std::string cmd = "'" + python + "' '" + script + "' --data '" + data_path + "' --docs 'file://" SDPA_LAB_DOCS "'";
-  FILE* pipe = ::popen(cmd.c_str(), "r");
-  if (!pipe) throw Error("report: cannot start '" + python + "': " + std::strerror(errno));
   std::vector<unsigned char> html;
-  unsigned char buf[65536];
-  for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, pipe)) > 0;) html.insert(html.end(), buf, buf + n);
-  const int status = ::pclose(pipe);
+  try {
+    html = run_plot_script("report", python, script,
+                           "--data '" + data_path + "' --docs 'file://" SDPA_LAB_DOCS "'");
+  } catch (...) {
+    if (tty) fmt::print(stderr, "\r\033[K");
+    throw;
+  }
   if (tty) fmt::print(stderr, "\r\033[K");
-  if (status != 0 || html.empty())
-    throw Error("report: the plotting script failed (" + python + " " + script +
-                ", exit status " + std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : -1) +
-                "; its own message is above; is python3-matplotlib installed?)");
   files.add(out_dir + "/index.html", html);
   files.commit();
   fmt::print("sdpa lab report: wrote {}/index.html and {}/lab.json ({:.1f} s)\n", out_dir, out_dir,

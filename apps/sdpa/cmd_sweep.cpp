@@ -430,18 +430,7 @@ int run_sweep(SweepArgs& a) {
 
   io::OutputSet files;
   const std::string data_path = files.add(a.out + "/sweep.json", std::vector<unsigned char>(doc.begin(), doc.end()));
-  const std::string cmd = "'" + python + "' '" + script + "' --data '" + data_path + "'";
-  FILE* pipe = ::popen(cmd.c_str(), "r");
-  if (!pipe) throw Error("sweep: cannot start '" + python + "': " + std::strerror(errno));
-  std::vector<unsigned char> html;
-  unsigned char buf[65536];
-  for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, pipe)) > 0;) html.insert(html.end(), buf, buf + n);
-  const int status = ::pclose(pipe);
-  if (status != 0 || html.empty())
-    throw Error("sweep: the plotting script failed (" + python + " " + script + ", exit status " +
-                std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : -1) +
-                "; its own message is above; is python3-matplotlib installed?)");
-  files.add(a.out + "/index.html", html);
+  files.add(a.out + "/index.html", run_plot_script("sweep", python, script, "--data '" + data_path + "'"));
   files.commit();
   fmt::print("{}", table);
   fmt::print("sdpa sweep: wrote {}/index.html and {}/sweep.json ({:.1f} s)\n", a.out, a.out, seconds_since(t_start));

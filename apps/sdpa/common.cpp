@@ -4,10 +4,13 @@
 #include <CLI/CLI.hpp>
 
 #include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cerrno>
+#include <cstdio>
 #include <cstring>
 
 namespace sdpa::cli {
@@ -133,6 +136,22 @@ double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const std::size_t n = v.size();
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+std::vector<unsigned char> run_plot_script(const std::string& what, const std::string& python,
+                                           const std::string& script, const std::string& args) {
+  const std::string cmd = "'" + python + "' '" + script + "' " + args;
+  FILE* pipe = ::popen(cmd.c_str(), "r");
+  if (!pipe) throw Error(what + ": cannot start '" + python + "': " + std::strerror(errno));
+  std::vector<unsigned char> out;
+  unsigned char buf[65536];
+  for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, pipe)) > 0;) out.insert(out.end(), buf, buf + n);
+  const int status = ::pclose(pipe);
+  if (status != 0 || out.empty())
+    throw Error(what + ": the plotting script failed (" + python + " " + script + ", exit status " +
+                std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : -1) +
+                "; its own message is above; is python3-matplotlib installed?)");
+  return out;
 }
 
 }  // namespace sdpa::cli
