@@ -14,8 +14,10 @@
 #include "attention/fast.hpp"
 
 namespace sdpa::detail::avx512 {
+#define SDPA_FUSED_DECODE 1  // decode_avx512.inl: the decoding forward of this ISA
 #include "attention/simd_avx512.hpp"
 #include "attention/fast_kernel.inl"
+#undef SDPA_FUSED_DECODE
 }  // namespace sdpa::detail::avx512
 
 namespace sdpa::detail {

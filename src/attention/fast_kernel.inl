@@ -236,6 +236,9 @@ inline bool rows_finite(const float* x, i64 ld, i64 n, i64 D) {
 // row loaded once in vector chunks and reused for every lane, then one horizontal sum.
 // The GEMM form would spend a broadcast and a full-width FMA per (key, element) with
 // most lanes idle. Qr: the n lanes' queries as rows of ldq floats. Needs unit-stride keys.
+// (The AVX-512 build takes such items through decode_avx512.inl instead, which fuses the
+// scores, the softmax and P·V per tile; this path serves AVX2, the scalar build, and
+// items that one cannot take: explicit masks, strided V.)
 constexpr i64 kFewLanes = 8;
 // Keys per tile on that path: K and V are consumed a few KiB at a time, so the rows
 // prefetched ahead (below) are still in L2 when the tile reaches them.
@@ -309,6 +312,29 @@ inline void scores_few_lanes(const float* K, i64 ldk, i64 bc, i64 Dk, const floa
     for (i64 x = n; x < np; ++x) ST[cc * np + x] = 0.0f;
 }
 
+// Writes lane r of an item (query head h, row i) from its running max m, sum l and
+// unnormalised output row O: out and lse, or the split's partial results.
+inline void finish_row(const Problem& p, const Tensors& t, const ForwardItem& it, i64 b, i64 h, i64 i, i64 r,
+                       float m, float l, const float* O) {
+  const i64 Dv = p.Dv;
+  const bool empty_row = l == 0.0f;
+  const float inv = empty_row ? 0.0f : 1.0f / l;
+  const float shift = m == kNegInf ? 0.0f : m;
+  const float lse = empty_row ? kNegInf : shift + __builtin_logf(l);
+  if (it.part_out != nullptr) {  // split-KV: this split's normalised output and lse
+    float* po = it.part_out + (it.l0 + r) * Dv;
+    for (i64 e = 0; e < Dv; ++e) po[e] = empty_row ? 0.0f : O[e] * inv;
+    it.part_lse[it.l0 + r] = lse;
+    return;
+  }
+  for (i64 e = 0; e < Dv; ++e) t.out_w.data[off(t.out_w, b, h, i, e)] = empty_row ? 0.0f : O[e] * inv;
+  if (t.lse_w.data != nullptr) t.lse_w.data[off3w(t.lse_w, b, h, i)] = lse;
+}
+
+#ifdef SDPA_FUSED_DECODE
+#include "attention/decode_avx512.inl"
+#endif
+
 std::size_t forward_scratch(const Problem& p) {
   const i64 dvp = round_up(p.Dv, kPad);
   const i64 n = p.Dk * kTileRows + kTileCols * kTileRows + kTileCols * dvp + kTileRows * dvp + 3 * kTileRows +
@@ -335,6 +361,9 @@ void forward_item(const Problem& p, const Tensors& t, const ForwardItem& it, flo
     lh[r] = g * p.group + flat / p.Nq, li[r] = flat % p.Nq;
     i_min = imin(i_min, li[r]), i_max = imax(i_max, li[r]);
   }
+#ifdef SDPA_FUSED_DECODE
+  if (decode::applies(p, t, n)) return decode::forward(p, t, it, lh, li, n, scratch);
+#endif
   // Few lanes and unit-stride keys: Q as rows (n × Dk) for scores_few_lanes; else Qᵀ (Dk × np).
   const bool few = n <= kFewLanes && t.k.stride[3] == 1;
   if (few) {
@@ -439,21 +468,7 @@ void forward_item(const Problem& p, const Tensors& t, const ForwardItem& it, flo
       gemm<true, true>(n, nv, bc, ST, 1, np, Vr, ldv, O, dvp);
   }
 
-  for (i64 r = 0; r < n; ++r) {
-    const bool empty_row = l[r] == 0.0f;
-    const float inv = empty_row ? 0.0f : 1.0f / l[r];
-    const float shift = m[r] == kNegInf ? 0.0f : m[r];
-    const float lse = empty_row ? kNegInf : shift + __builtin_logf(l[r]);
-    if (it.part_out != nullptr) {  // split-KV: this split's normalised output and lse
-      float* po = it.part_out + (it.l0 + r) * Dv;
-      for (i64 e = 0; e < Dv; ++e) po[e] = empty_row ? 0.0f : O[r * dvp + e] * inv;
-      it.part_lse[it.l0 + r] = lse;
-      continue;
-    }
-    const i64 h = lh[r], i = li[r];
-    for (i64 e = 0; e < Dv; ++e) t.out_w.data[off(t.out_w, b, h, i, e)] = empty_row ? 0.0f : O[r * dvp + e] * inv;
-    if (t.lse_w.data != nullptr) t.lse_w.data[off3w(t.lse_w, b, h, i)] = lse;
-  }
+  for (i64 r = 0; r < n; ++r) finish_row(p, t, it, b, lh[r], li[r], r, m[r], l[r], O + r * dvp);
 }
 
 // ---------------------------------------------------------------------------------------
