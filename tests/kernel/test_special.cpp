@@ -156,6 +156,29 @@ TEST_P(NaNs, DecodingValueReachesOnlyHeadsThatSeeIt) {
   EXPECT_TRUE(all_finite(P.lse.data));
 }
 
+TEST_P(NaNs, DecodingValueHiddenByCausalWindowChangesNothing) {
+  // Two query rows per head (2, 4 and 8 lanes per kv head), bottom-right causal with a
+  // window of 100: row 0 sees keys 98..198, row 1 sees 99..199. v_97 (NaN) is in a visited
+  // key tile but hidden from both rows, v_199 (inf) is seen by row 1 only. Row 0 must come
+  // out exactly as without them: a hidden key's zero weight never multiplies its value.
+  for (i64 hq : {1, 2, 4}) {
+    Problem4 P(1, hq, 1, 2, 200, 32, 40, 11);
+    Options o;
+    o.isa = GetParam();
+    o.causal = Causal::bottom_right;
+    o.window = {100, -1};
+    P.run(o);
+    Buf<float> clean = P.out;
+    P.v.at(0, 0, 97, 3) = kNaN;
+    P.v.at(0, 0, 199, 5) = kInf;
+    P.run(o);
+    for (i64 h = 0; h < hq; ++h) {
+      for (i64 e = 0; e < 40; ++e) EXPECT_EQ(P.out.at(0, h, 0, e), clean.at(0, h, 0, e)) << "hq " << hq << " h " << h;
+      EXPECT_FALSE(std::isfinite(P.out.at(0, h, 1, 5))) << "hq " << hq << " h " << h;
+    }
+  }
+}
+
 TEST_P(NaNs, GradOutRowReachesOnlyKeysItSees) {
   // NaN in dout row 20 under top-left causal: dq row 20, and dk/dv of keys 0..20 only.
   Problem4 P(1, 1, 1, 100, 100, 16, 16, 6);
