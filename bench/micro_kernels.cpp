@@ -37,7 +37,8 @@ void Forward(benchmark::State& st) {
   sdpa::Options opt;
   opt.threads = 1, opt.isa = isa, opt.causal = st.range(3) ? sdpa::Causal::top_left : sdpa::Causal::none;
   for (auto _ : st)
-    sdpa::forward(sdpa::contiguous<const float>(q.data(), {1, 1, N, D}), sdpa::contiguous<const float>(k.data(), {1, 1, N, D}),
+    sdpa::forward(sdpa::contiguous<const float>(q.data(), {1, 1, N, D}),
+                  sdpa::contiguous<const float>(k.data(), {1, 1, N, D}),
                   sdpa::contiguous<const float>(v.data(), {1, 1, N, D}), sdpa::contiguous(out.data(), {1, 1, N, D}),
                   sdpa::contiguous(lse.data(), {1, 1, N}), opt);
   const double flops = 4.0 * double(N) * double(N) * double(D) / (st.range(3) ? 2 : 1);
@@ -56,8 +57,8 @@ void Backward(benchmark::State& st) {
   sdpa::forward(view(q), view(k), view(v), sdpa::contiguous(out.data(), {1, 1, N, D}),
                 sdpa::contiguous(lse.data(), {1, 1, N}), opt);
   for (auto _ : st)
-    sdpa::backward(view(q), view(k), view(v), view(out), sdpa::contiguous<const float>(lse.data(), {1, 1, N}), view(dout),
-                   sdpa::contiguous(dq.data(), {1, 1, N, D}), sdpa::contiguous(dk.data(), {1, 1, N, D}),
+    sdpa::backward(view(q), view(k), view(v), view(out), sdpa::contiguous<const float>(lse.data(), {1, 1, N}),
+                   view(dout), sdpa::contiguous(dq.data(), {1, 1, N, D}), sdpa::contiguous(dk.data(), {1, 1, N, D}),
                    sdpa::contiguous(dv.data(), {1, 1, N, D}), opt);
   st.counters["FLOP/s"] =
       benchmark::Counter(2.5 * 4.0 * double(N) * double(N) * double(D), benchmark::Counter::kIsIterationInvariantRate);

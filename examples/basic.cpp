@@ -17,7 +17,8 @@ int main() {
 
   sdpa::Options opt;
   opt.causal = sdpa::Causal::top_left;  // β defaults to 1/sqrt(D); set opt.scale for another temperature
-  sdpa::forward(sdpa::contiguous<const float>(q.data(), {B, H, N, D}), sdpa::contiguous<const float>(k.data(), {B, H, N, D}),
+  sdpa::forward(sdpa::contiguous<const float>(q.data(), {B, H, N, D}),
+                sdpa::contiguous<const float>(k.data(), {B, H, N, D}),
                 sdpa::contiguous<const float>(v.data(), {B, H, N, D}), sdpa::contiguous(out.data(), {B, H, N, D}),
                 sdpa::contiguous(lse.data(), {B, H, N}), opt);
 
@@ -29,8 +30,9 @@ int main() {
         const auto bhnd = (h * N + n) * D + d, bnhd = (n * H + h) * D + d;
         qt[bnhd] = q[bhnd], kt[bnhd] = k[bhnd], vt[bnhd] = v[bhnd];
       }
-  sdpa::forward(sdpa::from_bnhd<const float>(qt.data(), B, N, H, D), sdpa::from_bnhd<const float>(kt.data(), B, N, H, D),
-                sdpa::from_bnhd<const float>(vt.data(), B, N, H, D), sdpa::from_bnhd(out_t.data(), B, N, H, D), {}, opt);
+  sdpa::forward(
+      sdpa::from_bnhd<const float>(qt.data(), B, N, H, D), sdpa::from_bnhd<const float>(kt.data(), B, N, H, D),
+      sdpa::from_bnhd<const float>(vt.data(), B, N, H, D), sdpa::from_bnhd(out_t.data(), B, N, H, D), {}, opt);
 
   // Against the readable reference, accumulating in fp64.
   std::vector<float> ref(q.size());

@@ -140,14 +140,17 @@ void run_blas(Result& r, Buffers& x, int repeat, int threads) {
   bench::BlasShape b{s.B, s.Hq, s.Hkv, s.Nq, s.Nk, s.Dk, s.Dv, s.causal, 1.0 / std::sqrt(double(s.Dk))};
   std::vector<float> out(x.out.size()), lse(x.lse.size());
   if (!s.backward) {
-    r.blas_seconds = time_median([&] { bench::blas_forward(b, x.q.data(), x.k.data(), x.v.data(), out.data(),
-                                                           lse.data(), threads); }, repeat);
+    r.blas_seconds = time_median(
+        [&] { bench::blas_forward(b, x.q.data(), x.k.data(), x.v.data(), out.data(), lse.data(), threads); }, repeat);
   } else {
     bench::blas_forward(b, x.q.data(), x.k.data(), x.v.data(), out.data(), lse.data(), threads);
     std::vector<float> dq(x.dq.size()), dk(x.dk.size()), dv(x.dv.size());
-    r.blas_seconds = time_median([&] { bench::blas_backward(b, x.q.data(), x.k.data(), x.v.data(), out.data(),
-                                                            lse.data(), x.dout.data(), dq.data(), dk.data(),
-                                                            dv.data(), threads); }, repeat);
+    r.blas_seconds = time_median(
+        [&] {
+          bench::blas_backward(b, x.q.data(), x.k.data(), x.v.data(), out.data(), lse.data(), x.dout.data(), dq.data(),
+                               dk.data(), dv.data(), threads);
+        },
+        repeat);
   }
 }
 
@@ -171,10 +174,11 @@ std::string run_torch(std::vector<Result>& results, int repeat) {
   const int threads = results.empty() ? 1 : results[0].s.threads;  // the caller groups rows by threads
   for (std::size_t i = 0; i < results.size(); ++i) {
     const Shape& s = results[i].s;
-    req += fmt::format("{}{{\"B\": {}, \"Hq\": {}, \"Hkv\": {}, \"Nq\": {}, \"Nk\": {}, \"Dk\": {}, \"Dv\": {}, "
-                       "\"causal\": {}, \"backward\": {}, \"repeat\": {}}}",
-                       i ? ", " : "", s.B, s.Hq, s.Hkv, s.Nq, s.Nk, s.Dk, s.Dv, s.causal ? "true" : "false",
-                       s.backward ? "true" : "false", repeat);
+    req += fmt::format(
+        "{}{{\"B\": {}, \"Hq\": {}, \"Hkv\": {}, \"Nq\": {}, \"Nk\": {}, \"Dk\": {}, \"Dv\": {}, "
+        "\"causal\": {}, \"backward\": {}, \"repeat\": {}}}",
+        i ? ", " : "", s.B, s.Hq, s.Hkv, s.Nq, s.Nk, s.Dk, s.Dv, s.causal ? "true" : "false",
+        s.backward ? "true" : "false", repeat);
   }
   req += fmt::format("], \"threads\": {}}}", threads);
   // The request goes through a temporary file: popen gives one direction only.
@@ -243,7 +247,8 @@ struct Args {
 };
 
 int run(const Args& a) {
-  if (a.format != "table" && a.format != "json") throw Error("--format: expected table or json, got '" + a.format + "'");
+  if (a.format != "table" && a.format != "json")
+    throw Error("--format: expected table or json, got '" + a.format + "'");
   if (a.repeat < 1) throw Error("--repeat: must be >= 1, got " + std::to_string(a.repeat));
   if (a.threads < 0) throw Error("--threads: must be >= 0, got " + std::to_string(a.threads));
   const Isa isa = parse_isa(a.isa.c_str(), "--isa");
@@ -352,12 +357,15 @@ int run(const Args& a) {
     fmt::print("\n]\n");
     return 0;
   }
-  fmt::print("sdpa bench: fp32, isa {}, median of >= {} runs after a warm-up; peaks measured in this run "
-             "(before and after the timings, the larger kept)\n",
-             isa_name(isa == Isa::automatic ? active_isa() : isa), a.repeat);
-  for (auto [t, gf] : peak) fmt::print("  FMA peak   {:7.1f} GFLOP/s on {} thread{} ({})\n", gf, t, t > 1 ? "s" : "", peak_isa);
+  fmt::print(
+      "sdpa bench: fp32, isa {}, median of >= {} runs after a warm-up; peaks measured in this run "
+      "(before and after the timings, the larger kept)\n",
+      isa_name(isa == Isa::automatic ? active_isa() : isa), a.repeat);
+  for (auto [t, gf] : peak)
+    fmt::print("  FMA peak   {:7.1f} GFLOP/s on {} thread{} ({})\n", gf, t, t > 1 ? "s" : "", peak_isa);
   for (auto [t, bw] : bandwidth) fmt::print("  read bw    {:7.1f} GB/s on {} thread{}\n", bw, t, t > 1 ? "s" : "");
-  fmt::print("  BLAS       {} (matmul, softmax, matmul; scores materialised)\n", a.no_blas ? "not run" : bench::blas_name());
+  fmt::print("  BLAS       {} (matmul, softmax, matmul; scores materialised)\n",
+             a.no_blas ? "not run" : bench::blas_name());
   fmt::print("  {}\n\n", torch_line);
   fmt::print("{:<9} {:<28} {:>3} {:>10} {:>9} {:>7} {:>10} {:>9} {:>9}\n", "pass", "shape", "thr", "median ms",
              "GFLOP/s", "% peak", "% bw", "x torch", "x BLAS");
@@ -369,14 +377,16 @@ int run(const Args& a) {
                r.torch_seconds > 0 ? fmt::format("{:.2f}", ratio(r.torch_seconds, r.seconds)) : std::string("-"),
                r.blas_seconds > 0 ? fmt::format("{:.2f}", ratio(r.blas_seconds, r.seconds)) : std::string("-"));
   }
-  fmt::print("\n'x torch', 'x BLAS': their median time over ours (above 1: sdpa is faster). '% bw': K and V bytes\n"
-             "read once per call over the time, against the read bandwidth above (decoding rows).\n");
+  fmt::print(
+      "\n'x torch', 'x BLAS': their median time over ours (above 1: sdpa is faster). '% bw': K and V bytes\n"
+      "read once per call over the time, against the read bandwidth above (decoding rows).\n");
   for (const auto& r : results)
     if (!r.blas_note.empty() && r.blas_seconds == 0) fmt::print("BLAS {} {}: {}\n", pass(r.s), label(r.s), r.blas_note);
   if (shapes.size() == 1)
-    fmt::print("peak RSS of the sdpa runs: {:.1f} MiB; its tensors (inputs, outputs{}): {:.1f} MiB; difference "
-               "{:.1f} MiB\n",
-               rss_fast, shapes[0].backward ? ", gradients" : "", tensors_mib, rss_fast - tensors_mib);
+    fmt::print(
+        "peak RSS of the sdpa runs: {:.1f} MiB; its tensors (inputs, outputs{}): {:.1f} MiB; difference "
+        "{:.1f} MiB\n",
+        rss_fast, shapes[0].backward ? ", gradients" : "", tensors_mib, rss_fast - tensors_mib);
   return 0;
 }
 

@@ -51,7 +51,8 @@ class Progress {
 int run(const Args& a) {
   const auto [B, Hq, Hkv, Nq, Nk, Dk, Dv] = a.shape.resolve();
   if (a.repeat < 1) throw Error("--repeat: must be >= 1");
-  if (a.format != "table" && a.format != "json") throw Error("--format: expected table or json, got '" + a.format + "'");
+  if (a.format != "table" && a.format != "json")
+    throw Error("--format: expected table or json, got '" + a.format + "'");
   Options opt;
   opt.causal = parse_causal(a.causal);
   opt.threads = a.threads;
@@ -73,8 +74,10 @@ int run(const Args& a) {
                      dout = make(B * Hq * Nq * Dv);
   std::vector<float> out(dout.size()), lse(static_cast<std::size_t>(B * Hq * Nq)), dq(q.size()), dk(k.size()),
       dv(v.size());
-  const auto Q = contiguous<const float>(q.data(), {B, Hq, Nq, Dk}), K = contiguous<const float>(k.data(), {B, Hkv, Nk, Dk}),
-             V = contiguous<const float>(v.data(), {B, Hkv, Nk, Dv}), dO = contiguous<const float>(dout.data(), {B, Hq, Nq, Dv});
+  const auto Q = contiguous<const float>(q.data(), {B, Hq, Nq, Dk}),
+             K = contiguous<const float>(k.data(), {B, Hkv, Nk, Dk}),
+             V = contiguous<const float>(v.data(), {B, Hkv, Nk, Dv}),
+             dO = contiguous<const float>(dout.data(), {B, Hq, Nq, Dv});
   const auto O = contiguous(out.data(), {B, Hq, Nq, Dv});
   const auto L = contiguous(lse.data(), {B, Hq, Nq});
 
@@ -119,8 +122,9 @@ int run(const Args& a) {
       note = fmt::format("forward checked on every {}th query row ({} of {}); backward not checked at this size",
                          stride, (Nq + stride - 1) / stride, Nq);
     } else {
-      note = "not checked: the reference needs the full score matrix, too large here, and a causal mask "
-             "cannot be checked on a subset of rows";
+      note =
+          "not checked: the reference needs the full score matrix, too large here, and a causal mask "
+          "cannot be checked on a subset of rows";
     }
   }
   const bool check_fwd = note.rfind("not checked", 0) != 0, check_bwd = a.backward && stride == 1 && check_fwd;
@@ -130,7 +134,8 @@ int run(const Args& a) {
     auto rows_of = [&](const float* p, i64 D) {  // the checked query rows, as a view
       return View4<const float>{p, {B, Hq, nq, D}, {Hq * Nq * D, Nq * D, stride * D, 1}};
     };
-    std::vector<double> q64(static_cast<std::size_t>(B * Hq * nq * Dk)), k64(k.begin(), k.end()), v64(v.begin(), v.end());
+    std::vector<double> q64(static_cast<std::size_t>(B * Hq * nq * Dk)), k64(k.begin(), k.end()),
+        v64(v.begin(), v.end());
     {
       const auto qs = rows_of(q.data(), Dk);
       std::size_t x = 0;
@@ -144,7 +149,8 @@ int run(const Args& a) {
     const auto Q64 = contiguous<const double>(q64.data(), {B, Hq, nq, Dk});
     reference::forward<double, double>(Q64, contiguous<const double>(k64.data(), {B, Hkv, Nk, Dk}),
                                        contiguous<const double>(v64.data(), {B, Hkv, Nk, Dv}),
-                                       contiguous(out64.data(), {B, Hq, nq, Dv}), contiguous(lse64.data(), {B, Hq, nq}), opt);
+                                       contiguous(out64.data(), {B, Hq, nq, Dv}), contiguous(lse64.data(), {B, Hq, nq}),
+                                       opt);
     reference::forward<float, float>(rows_of(q.data(), Dk), K, V, contiguous(outn.data(), {B, Hq, nq, Dv}),
                                      contiguous(lsen.data(), {B, Hq, nq}), opt);
     {  // the fast results for the same rows
@@ -163,7 +169,8 @@ int run(const Args& a) {
       std::vector<double> do64(dout.begin(), dout.end());
       dq64.resize(q.size()), dk64.resize(k.size()), dv64.resize(v.size());
       reference::backward<double, double>(
-          Q64, contiguous<const double>(k64.data(), {B, Hkv, Nk, Dk}), contiguous<const double>(v64.data(), {B, Hkv, Nk, Dv}),
+          Q64, contiguous<const double>(k64.data(), {B, Hkv, Nk, Dk}),
+          contiguous<const double>(v64.data(), {B, Hkv, Nk, Dv}),
           contiguous<const double>(out64.data(), {B, Hq, Nq, Dv}), contiguous<const double>(lse64.data(), {B, Hq, Nq}),
           contiguous<const double>(do64.data(), {B, Hq, Nq, Dv}), contiguous(dq64.data(), {B, Hq, Nq, Dk}),
           contiguous(dk64.data(), {B, Hkv, Nk, Dk}), contiguous(dv64.data(), {B, Hkv, Nk, Dv}), opt);
@@ -174,10 +181,10 @@ int run(const Args& a) {
     rows.push_back({"lse", tolerance::judge(lse_s, lsen, lse64, fl.lse)});
     if (check_bwd) {
       std::vector<float> dqn(q.size()), dkn(k.size()), dvn(v.size());
-      reference::backward<float, float>(Q, K, V, contiguous<const float>(outn.data(), {B, Hq, Nq, Dv}),
-                                        contiguous<const float>(lsen.data(), {B, Hq, Nq}), dO,
-                                        contiguous(dqn.data(), {B, Hq, Nq, Dk}), contiguous(dkn.data(), {B, Hkv, Nk, Dk}),
-                                        contiguous(dvn.data(), {B, Hkv, Nk, Dv}), opt);
+      reference::backward<float, float>(
+          Q, K, V, contiguous<const float>(outn.data(), {B, Hq, Nq, Dv}),
+          contiguous<const float>(lsen.data(), {B, Hq, Nq}), dO, contiguous(dqn.data(), {B, Hq, Nq, Dk}),
+          contiguous(dkn.data(), {B, Hkv, Nk, Dk}), contiguous(dvn.data(), {B, Hkv, Nk, Dv}), opt);
       rows.push_back({"dq", tolerance::judge(dq, dqn, dq64, fl.dq)});
       rows.push_back({"dk", tolerance::judge(dk, dkn, dk64, fl.dk)});
       rows.push_back({"dv", tolerance::judge(dv, dvn, dv64, fl.dv)});
@@ -190,14 +197,16 @@ int run(const Args& a) {
   if (a.format == "json") {
     std::string checks = "[";
     for (std::size_t i = 0; i < rows.size(); ++i)
-      checks += fmt::format("{}{{\"tensor\": \"{}\", \"err_fast\": {:.6g}, \"err_naive_fp32\": {:.6g}, \"bound\": {:.6g}, "
-                            "\"pass\": {}}}",
-                            i ? ", " : "", rows[i].tensor, rows[i].v.fast, rows[i].v.naive, rows[i].v.bound,
-                            rows[i].v.ok() ? "true" : "false");
+      checks += fmt::format(
+          "{}{{\"tensor\": \"{}\", \"err_fast\": {:.6g}, \"err_naive_fp32\": {:.6g}, \"bound\": {:.6g}, "
+          "\"pass\": {}}}",
+          i ? ", " : "", rows[i].tensor, rows[i].v.fast, rows[i].v.naive, rows[i].v.bound,
+          rows[i].v.ok() ? "true" : "false");
     checks += "]";
     fmt::print(
         "{{\"batch\": {}, \"heads\": {}, \"kv_heads\": {}, \"seq\": {}, \"kv_seq\": {}, \"dim\": {}, \"dim_v\": {}, "
-        "\"causal\": \"{}\", \"isa\": \"{}\", \"threads\": {}, \"forward_seconds_median\": {:.6g}, \"forward_gflops\": {:.4g}, "
+        "\"causal\": \"{}\", \"isa\": \"{}\", \"threads\": {}, \"forward_seconds_median\": {:.6g}, \"forward_gflops\": "
+        "{:.4g}, "
         "\"backward_seconds_median\": {:.6g}, \"backward_gflops\": {:.4g}, \"peak_gflops\": {:.4g}, "
         "\"peak_isa\": \"{}\", \"fraction_of_peak_forward\": {:.4f}, \"fraction_of_peak_backward\": {:.4f}, "
         "\"peak_rss_mib\": {:.1f}, "
@@ -205,16 +214,17 @@ int run(const Args& a) {
         B, Hq, Hkv, Nq, Nk, Dk, Dv, a.causal, isa_name(isa), a.threads, fwd_s, fwd_gf, bwd_s, bwd_gf, pk.gflops, pk.isa,
         frac(fwd_gf), frac(bwd_gf), rss, scores_gib, checks, note, ok ? "true" : "false");
   } else {
-    fmt::print("sdpa check: B={} Hq={} Hkv={} Nq={} Nk={} Dk={} Dv={} causal={} isa={} threads={}\n", B, Hq, Hkv, Nq, Nk,
-               Dk, Dv, a.causal, isa_name(isa), a.threads ? std::to_string(a.threads) : std::string("all"));
+    fmt::print("sdpa check: B={} Hq={} Hkv={} Nq={} Nk={} Dk={} Dv={} causal={} isa={} threads={}\n", B, Hq, Hkv, Nq,
+               Nk, Dk, Dv, a.causal, isa_name(isa), a.threads ? std::to_string(a.threads) : std::string("all"));
     fmt::print("  forward   median {:9.4f} s  {:7.1f} GFLOP/s  {:5.1f}% of peak  ({} runs after a warm-up)\n", fwd_s,
                fwd_gf, 100 * frac(fwd_gf), a.repeat);
     if (a.backward)
       fmt::print("  backward  median {:9.4f} s  {:7.1f} GFLOP/s  {:5.1f}% of peak  (FLOPs counted as 2.5x forward)\n",
                  bwd_s, bwd_gf, 100 * frac(bwd_gf));
-    fmt::print("  peak      {:.1f} GFLOP/s fp32 FMA ({}, {} threads), measured in this run before and after "
-               "the timings, the larger kept\n",
-               pk.gflops, pk.isa, pk.threads);
+    fmt::print(
+        "  peak      {:.1f} GFLOP/s fp32 FMA ({}, {} threads), measured in this run before and after "
+        "the timings, the larger kept\n",
+        pk.gflops, pk.isa, pk.threads);
     fmt::print("  peak RSS  {:.1f} MiB   (one Nq x Nk fp32 score matrix would be {:.3g} GiB)\n", rss, scores_gib);
     if (!rows.empty()) {
       fmt::print("  check against the fp64 reference: fast error <= 2 x naive-fp32 error + floor\n");

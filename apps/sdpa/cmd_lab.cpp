@@ -46,12 +46,15 @@ std::vector<Experiment> experiments() {
          for (const auto& d : a.dists) ds.push_back(lab::parse_dist(d));
          return lab::variance(a.common, ds, a.max_dk);
        }},
-      {"scaling", "dividing scores by c divides their variance by c^2", [](const Args& a) { return lab::scaling(a.common); }},
+      {"scaling", "dividing scores by c divides their variance by c^2",
+       [](const Args& a) { return lab::scaling(a.common); }},
       {"general", "the general product-variance formula with non-zero means and other variances",
        [](const Args& a) { return lab::general_formula(a.common); }},
-      {"matrix", "the 1111x111 matrix experiment (var ~ 111, ~ 1 scaled)", [](const Args& a) { return lab::matrix(a.common); }},
+      {"matrix", "the 1111x111 matrix experiment (var ~ 111, ~ 1 scaled)",
+       [](const Args& a) { return lab::matrix(a.common); }},
       {"puzzle", "why a 2x2 experiment printed a variance of 1.6", [](const Args& a) { return lab::puzzle(a.common); }},
-      {"softmax", "the softmax values the seeds quote, from the library", [](const Args&) { return lab::softmax_numbers(); }},
+      {"softmax", "the softmax values the seeds quote, from the library",
+       [](const Args&) { return lab::softmax_numbers(); }},
       {"saturation", "max weight and entropy against d_k (scaled, unscaled) and against N",
        [](const Args& a) { return lab::saturation(a.common); }},
       {"gradients", "which gradients vanish without scaling, and the non-monotone softmax Jacobian",
@@ -91,7 +94,8 @@ int run_report(const Args& a, const std::string& out_dir) {
   const std::string python = py_env && *py_env ? py_env : "/usr/bin/python3";
   const char* script_env = std::getenv("SDPA_REPORT_SCRIPT");
   const std::string script = script_env && *script_env ? script_env : SDPA_REPORT_SCRIPT;
-  if (::access(script.c_str(), R_OK) != 0) throw Error("report: plotting script not found at '" + script + "' (set SDPA_REPORT_SCRIPT)");
+  if (::access(script.c_str(), R_OK) != 0)
+    throw Error("report: plotting script not found at '" + script + "' (set SDPA_REPORT_SCRIPT)");
 
   const bool tty = stderr_is_terminal();
   const auto list = experiments();
@@ -102,8 +106,8 @@ int run_report(const Args& a, const std::string& out_dir) {
     if (tty) fmt::print(stderr, "\r\033[Ksdpa lab report: [{}/{}] {} ...", i + 1, list.size(), list[i].name);
     const double t0 = now_seconds();
     const lab::Table t = list[i].run(a);
-    doc += fmt::format("{}{{\"name\": \"{}\", \"title\": \"{}\", \"seconds\": {:.3f}, \"rows\": {}}}",
-                       i ? ",\n" : "", t.name, json_escape(t.title), seconds_since(t0), lab::render(t, lab::Format::json));
+    doc += fmt::format("{}{{\"name\": \"{}\", \"title\": \"{}\", \"seconds\": {:.3f}, \"rows\": {}}}", i ? ",\n" : "",
+                       t.name, json_escape(t.title), seconds_since(t0), lab::render(t, lab::Format::json));
   }
   doc += fmt::format("], \"experiments_seconds\": {:.3f}}}\n", seconds_since(t_start));
   if (tty) fmt::print(stderr, "\r\033[Ksdpa lab report: plotting ...");
@@ -114,8 +118,7 @@ int run_report(const Args& a, const std::string& out_dir) {
   // Each section links to its derivation in this checkout's docs/lab.md.
   std::vector<unsigned char> html;
   try {
-    html = run_plot_script("report", python, script,
-                           "--data '" + data_path + "' --docs 'file://" SDPA_LAB_DOCS "'");
+    html = run_plot_script("report", python, script, "--data '" + data_path + "' --docs 'file://" SDPA_LAB_DOCS "'");
   } catch (...) {
     if (tty) fmt::print(stderr, "\r\033[K");
     throw;
@@ -138,13 +141,15 @@ Command add_lab(CLI::App& parent) {
   auto chosen = std::make_shared<std::function<int()>>();
   for (const auto& e : experiments()) {
     CLI::App* sub = lab->add_subcommand(e.name, e.help);
-    sub->add_option("--seed", a->common.seed, "Random seed (results are deterministic for a seed)")->capture_default_str();
+    sub->add_option("--seed", a->common.seed, "Random seed (results are deterministic for a seed)")
+        ->capture_default_str();
     sub->add_option("--samples", a->samples, "Monte-Carlo samples, trials or repetitions (0: the experiment's default)")
         ->capture_default_str();
     sub->add_option("--threads", a->common.threads, "Threads (0 = all)")->capture_default_str();
     sub->add_option("--format", a->format, "table | json | csv")->capture_default_str();
     if (std::string(e.name) == "variance") {
-      sub->add_option("--dist", a->dists, "Distributions: gaussian uniform rademacher student_t5")->capture_default_str();
+      sub->add_option("--dist", a->dists, "Distributions: gaussian uniform rademacher student_t5")
+          ->capture_default_str();
       sub->add_option("--max-dk", a->max_dk, "Largest d_k (powers of two from 1)")->capture_default_str();
     }
     sub->callback([a, chosen, run = e.run] {
@@ -158,8 +163,9 @@ Command add_lab(CLI::App& parent) {
     });
   }
   auto out_dir = std::make_shared<std::string>();
-  CLI::App* report = lab->add_subcommand("report", "Run every experiment and write a self-contained DIR/index.html "
-                                                   "(plots by matplotlib) with the tables in DIR/lab.json");
+  CLI::App* report = lab->add_subcommand("report",
+                                         "Run every experiment and write a self-contained DIR/index.html "
+                                         "(plots by matplotlib) with the tables in DIR/lab.json");
   report->add_option("--out", *out_dir, "Output directory (created if missing)")->required();
   report->add_option("--seed", a->common.seed, "Random seed")->capture_default_str();
   report->add_option("--threads", a->common.threads, "Threads (0 = all)")->capture_default_str();

@@ -101,6 +101,8 @@ std::string tail_of(const std::string& path) {
 
 std::vector<std::string> train_argv(const nn::TrainConfig& c, const std::string& policy, i64 d_head,
                                     std::uint64_t seed) {
+  // Option, value pairs, laid out by hand.
+  // clang-format off
   return {"train",      "--task",       c.task,     "--policy",  policy,
           "--d-model",  std::to_string(c.d_model),  "--heads",   std::to_string(c.d_model / d_head),
           "--layers",   std::to_string(c.layers),   "--seq",     std::to_string(c.seq),
@@ -110,6 +112,7 @@ std::vector<std::string> train_argv(const nn::TrainConfig& c, const std::string&
           "--init",     c.init,                     "--seed",    std::to_string(seed),
           "--threads",  std::to_string(c.threads),  "--log-every", std::to_string(c.log_every),
           "--eval-size", std::to_string(c.eval_size), "--threshold", fmt::format("{}", c.threshold)};
+  // clang-format on
 }
 
 pid_t spawn(const std::vector<std::string>& args, const std::string& out, const std::string& err) {
@@ -162,8 +165,8 @@ void run_all(std::vector<Run*>& runs, const std::function<std::vector<std::strin
     ++done;
     const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128;
     if (code != 0 && failure.empty())
-      failure = fmt::format("sweep: {} of policy {} d_head {} seed {} failed (exit {}): {}", what, r->policy,
-                            r->d_head, r->seed, code, tail_of(r->err));
+      failure = fmt::format("sweep: {} of policy {} d_head {} seed {} failed (exit {}): {}", what, r->policy, r->d_head,
+                            r->seed, code, tail_of(r->err));
     if (tty)
       fmt::print(stderr, "\r\033[Ksdpa sweep: {} {}/{} done ({:.0f} s; last {} d_head={} seed={})", what, done,
                  runs.size(), seconds_since(t0), r->policy, r->d_head, r->seed);
@@ -221,7 +224,8 @@ int run_sweep(SweepArgs& a) {
   if (a.base.threads <= 0) a.base.threads = 1;
 
   const bool created = ::mkdir(a.out.c_str(), 0755) == 0;
-  if (!created && errno != EEXIST) throw Error("--out: cannot create directory '" + a.out + "': " + std::strerror(errno));
+  if (!created && errno != EEXIST)
+    throw Error("--out: cannot create directory '" + a.out + "': " + std::strerror(errno));
   struct RemoveIfEmpty {
     const std::string& dir;
     bool on;
@@ -261,7 +265,8 @@ int run_sweep(SweepArgs& a) {
         r.ckpt = stem + ".ckpt";
         runs.push_back(r);
       }
-  const bool ensemble = !a.no_ensemble && std::find(a.policies.begin(), a.policies.end(), "adaptive") != a.policies.end();
+  const bool ensemble =
+      !a.no_ensemble && std::find(a.policies.begin(), a.policies.end(), "adaptive") != a.policies.end();
   std::vector<Run*> all;
   for (auto& r : runs) all.push_back(&r);
   fmt::print(stderr, "sdpa sweep: {} runs ({} policies x {} head sizes x {} seeds), {} at a time, {} thread(s) each\n",
@@ -301,7 +306,8 @@ int run_sweep(SweepArgs& a) {
           b = &r;
       if (!b) continue;
       std::string list;
-      for (double x : numbers_in(raw_field(b->final_line, "beta"))) list += (list.empty() ? "" : ",") + fmt::format("{:.9g}", x);
+      for (double x : numbers_in(raw_field(b->final_line, "beta")))
+        list += (list.empty() ? "" : ",") + fmt::format("{:.9g}", x);
       best[dh] = {b->seed, list};
       for (const auto& r : runs)
         if (r.policy == "adaptive" && r.d_head == dh && field(r.final_line, "diverged") == 0)
@@ -381,11 +387,9 @@ int run_sweep(SweepArgs& a) {
       const Agg& g = agg[{dh, p}];
       const std::string steps =
           g.reached ? fmt::format("{:.0f} ({}/{})", mean(g.steps_to), g.reached, g.n) : fmt::format("- (0/{})", g.n);
-      table += fmt::format("{:<16} {:>6} {:>18} {:>18} {:>16} {:>9} {:>10}{}\n", p, dh,
-                           pm(g.loss), pm(g.acc), steps,
+      table += fmt::format("{:<16} {:>6} {:>18} {:>18} {:>16} {:>9} {:>10}{}\n", p, dh, pm(g.loss), pm(g.acc), steps,
                            fmt::format("{}/{}", g.diverged, g.n), fmt::format("{:.4g}", mean(g.beta)),
-                           g.long_acc.empty() ? ""
-                                              : fmt::format(" {:>18}", pm(g.long_acc)));
+                           g.long_acc.empty() ? "" : fmt::format(" {:>18}", pm(g.long_acc)));
       summary_json += fmt::format(
           "{}{{\"policy\": \"{}\", \"d_head\": {}, \"runs\": {}, \"diverged\": {}, \"eval_loss_mean\": {}, "
           "\"eval_loss_sd\": {}, \"eval_accuracy_mean\": {}, \"eval_accuracy_sd\": {}, \"reached\": {}, "
@@ -401,28 +405,30 @@ int run_sweep(SweepArgs& a) {
     table += fmt::format("{:>6} {:>5} {:>9} {:>22} {:>22}\n", "d_head", "seed", "best seed", "own beta: loss / acc",
                          "ensemble beta: loss/acc");
     for (const auto& row : ensemble_rows)
-      table += fmt::format("{:>6} {:>5} {:>9} {:>22} {:>22}\n", field(row, "d_head"), field(row, "seed"),
-                           field(row, "best_seed"),
-                           fmt::format("{:.4f} / {:.4f}", field(row, "own_test_loss"), field(row, "own_test_accuracy")),
-                           fmt::format("{:.4f} / {:.4f}", field(row, "ensemble_test_loss"),
-                                       field(row, "ensemble_test_accuracy")));
+      table += fmt::format(
+          "{:>6} {:>5} {:>9} {:>22} {:>22}\n", field(row, "d_head"), field(row, "seed"), field(row, "best_seed"),
+          fmt::format("{:.4f} / {:.4f}", field(row, "own_test_loss"), field(row, "own_test_accuracy")),
+          fmt::format("{:.4f} / {:.4f}", field(row, "ensemble_test_loss"), field(row, "ensemble_test_accuracy")));
   }
 
   std::string doc = fmt::format(
       "{{\"version\": \"{}\", \"task\": \"{}\", \"d_model\": {}, \"layers\": {}, \"seq\": {}, \"steps\": {}, "
       "\"batch\": {}, \"lr\": {}, \"warmup\": {}, \"init\": \"{}\", \"threshold\": {}, \"jobs\": {}, \"threads\": {}, "
-      "\"seconds\": {:.1f}, \"train_seconds\": {:.1f}, \"table\": \"{}\",\n\"summary\": {},\n\"ensemble\": {},\n\"runs\": [",
+      "\"seconds\": {:.1f}, \"train_seconds\": {:.1f}, \"table\": \"{}\",\n\"summary\": {},\n\"ensemble\": "
+      "{},\n\"runs\": [",
       SDPA_VERSION_STRING, a.base.task, a.base.d_model, a.base.layers, a.base.seq, a.base.steps, a.base.batch,
       num(a.base.lr), a.base.warmup, a.base.init, num(a.base.threshold), jobs, a.base.threads, seconds_since(t_start),
-      train_seconds, [&] {
+      train_seconds,
+      [&] {
         std::string e;
-        for (char ch : table) e += ch == '\n' ? std::string("\\n") : ch == '"' ? std::string("\\\"") : std::string(1, ch);
+        for (char ch : table)
+          e += ch == '\n' ? std::string("\\n") : ch == '"' ? std::string("\\\"") : std::string(1, ch);
         return e;
       }(),
       summary_json, ensemble_json);
   for (std::size_t i = 0; i < runs.size(); ++i) {
-    doc += fmt::format("{}{{\"policy\": \"{}\", \"d_head\": {}, \"seed\": {}, \"final\": {}, \"log\": [\n", i ? ",\n" : "",
-                       runs[i].policy, runs[i].d_head, runs[i].seed, runs[i].final_line);
+    doc += fmt::format("{}{{\"policy\": \"{}\", \"d_head\": {}, \"seed\": {}, \"final\": {}, \"log\": [\n",
+                       i ? ",\n" : "", runs[i].policy, runs[i].d_head, runs[i].seed, runs[i].final_line);
     for (std::size_t j = 0; j < runs[i].lines.size(); ++j) doc += (j ? ",\n" : "") + runs[i].lines[j];
     doc += "]}";
   }
@@ -451,8 +457,9 @@ Command add_sweep(CLI::App& parent) {
   a->base.steps = 400;
   a->base.warmup = 50;
   CLI::App* app = parent.add_subcommand(
-      "sweep", "Train every policy x head size x seed (sdpa train processes, --jobs at a time); print a summary "
-               "table and write DIR/index.html and DIR/sweep.json (docs/training.md)");
+      "sweep",
+      "Train every policy x head size x seed (sdpa train processes, --jobs at a time); print a summary "
+      "table and write DIR/index.html and DIR/sweep.json (docs/training.md)");
   add_train_options(app, a->base, false);
   app->add_option("--policies", a->policies, "Temperature policies")->capture_default_str();
   app->add_option("--seeds", a->seeds, "Seeds (one run each)")->capture_default_str();

@@ -59,8 +59,9 @@ Command add_train(CLI::App& parent) {
   auto c = std::make_shared<nn::TrainConfig>();
   auto frozen = std::make_shared<std::string>();
   CLI::App* app = parent.add_subcommand(
-      "train", "Train a small transformer on a synthetic task under one temperature policy; one JSON line per "
-               "logged step on stdout, a final summary line last (docs/training.md)");
+      "train",
+      "Train a small transformer on a synthetic task under one temperature policy; one JSON line per "
+      "logged step on stdout, a final summary line last (docs/training.md)");
   add_train_options(app, *c, true);
   app->add_option("--save", c->save, "Write a checkpoint here at the end (atomically)");
   app->add_option("--save-every", c->save_every, "Also write --save every N steps")->capture_default_str();

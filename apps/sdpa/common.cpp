@@ -110,11 +110,17 @@ void ShapeOptions::add_to(CLI::App& c) {
 
 ShapeOptions::Sizes ShapeOptions::resolve() const {
   const Sizes s{batch, heads, kv_heads ? kv_heads : heads, seq, kv_seq ? kv_seq : seq, dim, dim_v ? dim_v : dim};
-  for (auto [v, n] : {std::pair{s.B, "--batch"}, {s.Hq, "--heads"}, {s.Hkv, "--kv-heads"}, {s.Nq, "--seq"},
-                      {s.Nk, "--kv-seq"}, {s.Dk, "--dim"}, {s.Dv, "--dim-v"}})
+  for (auto [v, n] : {std::pair{s.B, "--batch"},
+                      {s.Hq, "--heads"},
+                      {s.Hkv, "--kv-heads"},
+                      {s.Nq, "--seq"},
+                      {s.Nk, "--kv-seq"},
+                      {s.Dk, "--dim"},
+                      {s.Dv, "--dim-v"}})
     if (v <= 0) throw Error(std::string(n) + ": must be >= 1, got " + std::to_string(v));
   if (s.Hq % s.Hkv != 0)
-    throw Error("--kv-heads: must divide --heads, got Hq = " + std::to_string(s.Hq) + ", Hkv = " + std::to_string(s.Hkv));
+    throw Error("--kv-heads: must divide --heads, got Hq = " + std::to_string(s.Hq) +
+                ", Hkv = " + std::to_string(s.Hkv));
   return s;
 }
 

@@ -34,8 +34,8 @@ struct ShapeOptions {
 
 /// A float32 tensor read from a .npy file, promoted to rank 4 ([N,D] -> [1,1,N,D]).
 struct Tensor {
-  std::string name;          // the option it came from, for messages
-  io::DType dtype;           // what the file held
+  std::string name;  // the option it came from, for messages
+  io::DType dtype;   // what the file held
   std::vector<i64> file_shape;
   std::array<i64, 4> shape;  // rank-4 shape
   std::vector<float> data;   // contiguous float32

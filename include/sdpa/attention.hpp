@@ -50,25 +50,25 @@ struct Options {
   std::optional<double> softcap;  // c > 0: scores become c·tanh(s/c)
   Causal causal = Causal::none;
   Window window{};
-  View4<const float> mask{};              // additive float mask; empty = none
-  View4<const std::uint8_t> keep{};       // boolean keep-mask (nonzero keeps); empty = none
-  int threads = 0;                        // 0: all available (OpenMP's default)
+  View4<const float> mask{};         // additive float mask; empty = none
+  View4<const std::uint8_t> keep{};  // boolean keep-mask (nonzero keeps); empty = none
+  int threads = 0;                   // 0: all available (OpenMP's default)
   Kernel kernel = Kernel::fast;
   Isa isa = Isa::automatic;
 };
 
 /// Forward pass. Writes out, and lse when lse is non-empty.
 /// A query that sees no key gets out = 0 and lse = -inf.
-void forward(View4<const float> q, View4<const float> k, View4<const float> v,
-             View4<float> out, View3<float> lse, const Options& opt = {});
+void forward(View4<const float> q, View4<const float> k, View4<const float> v, View4<float> out, View3<float> lse,
+             const Options& opt = {});
 
 /// Backward pass: dq, dk, dv from dout, recomputing the probabilities from lse.
 /// out and lse must be those the forward produced with the same options.
 /// Overwrites dq, dk, dv (`=`, not `+=`). Deterministic: the same bits for any
 /// thread count.
-void backward(View4<const float> q, View4<const float> k, View4<const float> v,
-              View4<const float> out, View3<const float> lse, View4<const float> dout,
-              View4<float> dq, View4<float> dk, View4<float> dv, const Options& opt = {});
+void backward(View4<const float> q, View4<const float> k, View4<const float> v, View4<const float> out,
+              View3<const float> lse, View4<const float> dout, View4<float> dq, View4<float> dk, View4<float> dv,
+              const Options& opt = {});
 
 /// β for these options and key width: opt.scale, or 1/√dk.
 double resolve_scale(const Options& opt, std::int64_t dk);

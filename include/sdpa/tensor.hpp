@@ -44,8 +44,10 @@ struct View {
   operator View<const T, Rank>() const { return {data, shape, stride}; }
 };
 
-template <class T> using View4 = View<T, 4>;  // (B, H, N, D) or a mask (B, H, Nq, Nk)
-template <class T> using View3 = View<T, 3>;  // (B, H, N): the log-sum-exp
+template <class T>
+using View4 = View<T, 4>;  // (B, H, N, D) or a mask (B, H, Nq, Nk)
+template <class T>
+using View3 = View<T, 3>;  // (B, H, N): the log-sum-exp
 
 /// Row-major (C-order) view of a contiguous buffer.
 template <class T, std::size_t R>

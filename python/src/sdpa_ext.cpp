@@ -85,10 +85,9 @@ void forward(In4 q, In4 k, In4 v, Out4 out, Out3 lse, std::optional<double> scal
                 view_of<float, 4>(out), lse_view, opt);
 }
 
-void backward(In4 q, In4 k, In4 v, In4 out, In3 lse, In4 dout, Out4 dq, Out4 dk, Out4 dv,
-              std::optional<double> scale, std::optional<double> softcap, const std::string& causal,
-              std::int64_t window_left, std::int64_t window_right, In4 mask, Keep4 keep, int threads,
-              const std::string& kernel) {
+void backward(In4 q, In4 k, In4 v, In4 out, In3 lse, In4 dout, Out4 dq, Out4 dk, Out4 dv, std::optional<double> scale,
+              std::optional<double> softcap, const std::string& causal, std::int64_t window_left,
+              std::int64_t window_right, In4 mask, Keep4 keep, int threads, const std::string& kernel) {
   const sdpa::Options opt = options(scale, softcap, causal, window_left, window_right, mask, keep, threads, kernel);
   nb::gil_scoped_release unlocked;
   sdpa::backward(view_of<const float, 4>(q), view_of<const float, 4>(k), view_of<const float, 4>(v),
@@ -110,14 +109,13 @@ nb::tuple inspect(nb::ndarray<const float, cpu> a) {
 // ---- the lab ----------------------------------------------------------------------
 
 const std::vector<std::string>& lab_names() {
-  static const std::vector<std::string> names{"variance",   "scaling",   "general",      "matrix",     "puzzle",
-                                              "softmax",    "saturation", "gradients",   "alternatives",
-                                              "projections"};
+  static const std::vector<std::string> names{"variance", "scaling",    "general",   "matrix",       "puzzle",
+                                              "softmax",  "saturation", "gradients", "alternatives", "projections"};
   return names;
 }
 
-sdpa::lab::Table lab_table(const std::string& name, const sdpa::lab::Common& c,
-                           const std::vector<std::string>& dists, std::int64_t max_dk) {
+sdpa::lab::Table lab_table(const std::string& name, const sdpa::lab::Common& c, const std::vector<std::string>& dists,
+                           std::int64_t max_dk) {
   namespace lab = sdpa::lab;
   if (name == "variance") {
     std::vector<lab::Dist> ds;
@@ -141,7 +139,8 @@ sdpa::lab::Table lab_table(const std::string& name, const sdpa::lab::Common& c,
 // (name, title, columns, rows); each row a list of float, int or str.
 nb::tuple lab_run(const std::string& name, std::uint64_t seed, std::int64_t samples, int threads,
                   const std::vector<std::string>& dists, std::int64_t max_dk) {
-  if (samples < 0) throw sdpa::Error("samples: must be >= 0 (0: the experiment's default), got " + std::to_string(samples));
+  if (samples < 0)
+    throw sdpa::Error("samples: must be >= 0 (0: the experiment's default), got " + std::to_string(samples));
   if (threads < 0) throw sdpa::Error("threads: must be >= 0 (0 = all available), got " + std::to_string(threads));
   sdpa::lab::Common c;
   c.seed = seed;
@@ -191,10 +190,10 @@ nb::tuple train_run(const std::string& task, const std::string& policy, const st
   for (const auto& l : lines) out.append(nb::str(l.c_str()));
   nb::list beta;
   for (double b : s.beta) beta.append(nb::float_(b));
-  return nb::make_tuple(out, nb::make_tuple(nb::int_(s.steps_done), nb::float_(s.loss), nb::float_(s.accuracy),
-                                            nb::float_(s.eval_loss), nb::float_(s.eval_accuracy),
-                                            nb::int_(s.steps_to_threshold), nb::bool_(s.diverged),
-                                            nb::float_(s.tokens_per_s), nb::float_(s.seconds), beta));
+  return nb::make_tuple(
+      out, nb::make_tuple(nb::int_(s.steps_done), nb::float_(s.loss), nb::float_(s.accuracy), nb::float_(s.eval_loss),
+                          nb::float_(s.eval_accuracy), nb::int_(s.steps_to_threshold), nb::bool_(s.diverged),
+                          nb::float_(s.tokens_per_s), nb::float_(s.seconds), beta));
 }
 
 }  // namespace
@@ -208,25 +207,28 @@ NB_MODULE(_ext, m) {
   m.def("forward", &forward, nb::arg("q").noconvert(), nb::arg("k").noconvert(), nb::arg("v").noconvert(),
         nb::arg("out").noconvert(), nb::arg("lse").noconvert().none(), nb::arg("scale").none(),
         nb::arg("softcap").none(), nb::arg("causal"), nb::arg("window_left"), nb::arg("window_right"),
-        nb::arg("mask").noconvert().none(), nb::arg("keep").noconvert().none(), nb::arg("threads"),
-        nb::arg("kernel"), "sdpa::forward into preallocated out (and lse, unless None).");
+        nb::arg("mask").noconvert().none(), nb::arg("keep").noconvert().none(), nb::arg("threads"), nb::arg("kernel"),
+        "sdpa::forward into preallocated out (and lse, unless None).");
   m.def("backward", &backward, nb::arg("q").noconvert(), nb::arg("k").noconvert(), nb::arg("v").noconvert(),
-        nb::arg("out").noconvert(), nb::arg("lse").noconvert(), nb::arg("dout").noconvert(),
-        nb::arg("dq").noconvert(), nb::arg("dk").noconvert(), nb::arg("dv").noconvert(), nb::arg("scale").none(),
-        nb::arg("softcap").none(), nb::arg("causal"), nb::arg("window_left"), nb::arg("window_right"),
-        nb::arg("mask").noconvert().none(), nb::arg("keep").noconvert().none(), nb::arg("threads"),
-        nb::arg("kernel"), "sdpa::backward into preallocated dq, dk, dv.");
+        nb::arg("out").noconvert(), nb::arg("lse").noconvert(), nb::arg("dout").noconvert(), nb::arg("dq").noconvert(),
+        nb::arg("dk").noconvert(), nb::arg("dv").noconvert(), nb::arg("scale").none(), nb::arg("softcap").none(),
+        nb::arg("causal"), nb::arg("window_left"), nb::arg("window_right"), nb::arg("mask").noconvert().none(),
+        nb::arg("keep").noconvert().none(), nb::arg("threads"), nb::arg("kernel"),
+        "sdpa::backward into preallocated dq, dk, dv.");
   m.def("inspect", &inspect, nb::arg("a").noconvert(),
         "(address, shape, element strides) of a float32 CPU array as the module receives it.");
 
-  m.def("active_isa", [] { return std::string(sdpa::isa_name(sdpa::active_isa())); },
-        "The instruction set the fast kernel uses in this process.");
-  m.def("isa_supported", [](const std::string& name) { return sdpa::isa_supported(sdpa::parse_isa(name.c_str())); },
-        nb::arg("isa"), "Whether this CPU can run the named ISA's kernel.");
+  m.def(
+      "active_isa", [] { return std::string(sdpa::isa_name(sdpa::active_isa())); },
+      "The instruction set the fast kernel uses in this process.");
+  m.def(
+      "isa_supported", [](const std::string& name) { return sdpa::isa_supported(sdpa::parse_isa(name.c_str())); },
+      nb::arg("isa"), "Whether this CPU can run the named ISA's kernel.");
 
-  m.def("lab_experiments", [] { return lab_names(); }, "Names of the lab experiments.");
-  m.def("lab_run", &lab_run, nb::arg("name"), nb::arg("seed"), nb::arg("samples"), nb::arg("threads"),
-        nb::arg("dists"), nb::arg("max_dk"), "Runs one lab experiment: (name, title, columns, rows).");
+  m.def(
+      "lab_experiments", [] { return lab_names(); }, "Names of the lab experiments.");
+  m.def("lab_run", &lab_run, nb::arg("name"), nb::arg("seed"), nb::arg("samples"), nb::arg("threads"), nb::arg("dists"),
+        nb::arg("max_dk"), "Runs one lab experiment: (name, title, columns, rows).");
   m.def("train_run", &train_run, nb::arg("task"), nb::arg("policy"), nb::arg("init"), nb::arg("d_model"),
         nb::arg("heads"), nb::arg("layers"), nb::arg("seq"), nb::arg("batch"), nb::arg("steps"), nb::arg("warmup"),
         nb::arg("lr"), nb::arg("seed"), nb::arg("threads"), nb::arg("log_every"),

@@ -33,9 +33,9 @@ class Scratch {
  public:
   Scratch(int workers, std::size_t floats_each) : each_((floats_each + 15) / 16 * 16) {
     const std::size_t bytes = each_ * sizeof(float) * static_cast<std::size_t>(workers);
-    data_ = static_cast<float*>(::operator new(bytes, std::align_val_t{64}));
+    data_ = static_cast<float*>(::operator new (bytes, std::align_val_t{64}));
   }
-  ~Scratch() { ::operator delete(data_, std::align_val_t{64}); }
+  ~Scratch() { ::operator delete (data_, std::align_val_t{64}); }
   Scratch(const Scratch&) = delete;
   Scratch& operator=(const Scratch&) = delete;
   float* worker(int w) const { return data_ + each_ * static_cast<std::size_t>(w); }

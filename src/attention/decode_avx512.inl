@@ -30,8 +30,8 @@ inline __m512 reduce16(const __m512* a) {
   for (int i = 0; i < 8; ++i)  // per 128-bit lane: [a0+a2, b0+b2, a1+a3, b1+b3]
     t[i] = _mm512_add_ps(_mm512_unpacklo_ps(a[2 * i], a[2 * i + 1]), _mm512_unpackhi_ps(a[2 * i], a[2 * i + 1]));
   for (int i = 0; i < 4; ++i)  // per 128-bit lane: one partial sum of each of 4 sources
-    u[i] = _mm512_add_ps(_mm512_shuffle_ps(t[2 * i], t[2 * i + 1], 0x44),
-                         _mm512_shuffle_ps(t[2 * i], t[2 * i + 1], 0xEE));
+    u[i] =
+        _mm512_add_ps(_mm512_shuffle_ps(t[2 * i], t[2 * i + 1], 0x44), _mm512_shuffle_ps(t[2 * i], t[2 * i + 1], 0xEE));
   const __m512 s0 = _mm512_add_ps(_mm512_shuffle_f32x4(u[0], u[1], 0x88), _mm512_shuffle_f32x4(u[0], u[1], 0xDD));
   const __m512 s1 = _mm512_add_ps(_mm512_shuffle_f32x4(u[2], u[3], 0x88), _mm512_shuffle_f32x4(u[2], u[3], 0xDD));
   return _mm512_add_ps(_mm512_shuffle_f32x4(s0, s1, 0x88), _mm512_shuffle_f32x4(s0, s1, 0xDD));
@@ -127,7 +127,8 @@ inline void pv_skip_zero(const float* V, i64 ldv, i64 bc, i64 Dv, const float* P
     for (i64 c = 0; c < bc; ++c) {
       const float w = P[(c / KB) * 16 + c % KB + l * KB];
       if (w == 0.0f) continue;
-      for (i64 e = 0; e < Dv; ++e) On[l * ldo + e] = __builtin_fmaf(w, V[c * ldv + e], On[l * ldo + e]);  // as the FMAs above
+      for (i64 e = 0; e < Dv; ++e)
+        On[l * ldo + e] = __builtin_fmaf(w, V[c * ldv + e], On[l * ldo + e]);  // as the FMAs above
     }
   }
 }
@@ -148,10 +149,18 @@ inline void pv_tile(const float* V, i64 ldv, i64 bc, i64 Dv, const float* P, con
     case 1: pv_chunk<NL, 1>(V, ldv, bc, P, al, Oo, On, ldo, e0, tail, chk); break;
     case 2: pv_chunk<NL, 2>(V, ldv, bc, P, al, Oo, On, ldo, e0, tail, chk); break;
     case 3: pv_chunk<NL, 3>(V, ldv, bc, P, al, Oo, On, ldo, e0, tail, chk); break;
-    case 4: if constexpr (CVMAX > 4) pv_chunk<NL, 4>(V, ldv, bc, P, al, Oo, On, ldo, e0, tail, chk); break;
-    case 5: if constexpr (CVMAX > 5) pv_chunk<NL, 5>(V, ldv, bc, P, al, Oo, On, ldo, e0, tail, chk); break;
-    case 6: if constexpr (CVMAX > 6) pv_chunk<NL, 6>(V, ldv, bc, P, al, Oo, On, ldo, e0, tail, chk); break;
-    case 7: if constexpr (CVMAX > 7) pv_chunk<NL, 7>(V, ldv, bc, P, al, Oo, On, ldo, e0, tail, chk); break;
+    case 4:
+      if constexpr (CVMAX > 4) pv_chunk<NL, 4>(V, ldv, bc, P, al, Oo, On, ldo, e0, tail, chk);
+      break;
+    case 5:
+      if constexpr (CVMAX > 5) pv_chunk<NL, 5>(V, ldv, bc, P, al, Oo, On, ldo, e0, tail, chk);
+      break;
+    case 6:
+      if constexpr (CVMAX > 6) pv_chunk<NL, 6>(V, ldv, bc, P, al, Oo, On, ldo, e0, tail, chk);
+      break;
+    case 7:
+      if constexpr (CVMAX > 7) pv_chunk<NL, 7>(V, ldv, bc, P, al, Oo, On, ldo, e0, tail, chk);
+      break;
     default: break;
   }
   if (_mm512_cmp_ps_mask(chk, chk, _CMP_UNORD_Q) != 0) pv_skip_zero<NL>(V, ldv, bc, Dv, P, al, Oo, On, ldo);
@@ -173,10 +182,10 @@ void item(const Problem& p, const Tensors& t, const ForwardItem& it, const i64* 
   const i64 b = it.b, g = it.g, Dk = p.Dk, Dv = p.Dv, dkp = round_up(Dk, kPad), dvp = round_up(Dv, kPad);
   const i64 groups = (n + NL - 1) / NL, lanes = groups * NL;
   Carve cv{scratch};
-  float* Q = cv.take(lanes * dkp);      // queries as rows, zero past Dk and past lane n
+  float* Q = cv.take(lanes * dkp);                             // queries as rows, zero past Dk and past lane n
   float* O[2] = {cv.take(lanes * dvp), cv.take(lanes * dvp)};  // unnormalised output, double-buffered
-  float* P = cv.take(lanes * kKeys);    // probabilities, per group in score-vector layout
-  alignas(64) float al[kMaxGroups][16];  // each group's rescale factors (score-vector layout)
+  float* P = cv.take(lanes * kKeys);                           // probabilities, per group in score-vector layout
+  alignas(64) float al[kMaxGroups][16];                        // each group's rescale factors (score-vector layout)
 
   for (i64 x = 0; x < lanes * dkp; ++x) Q[x] = 0.0f;
   for (i64 r = 0; r < n; ++r)
@@ -223,7 +232,8 @@ void item(const Problem& p, const Tensors& t, const ForwardItem& it, const i64* 
         for (int c = 0; c < KB; ++c) kr[c] = Kb + imin(jb + c, p.Nk - 1) * ldk;  // rows past Nk: masked below
         const bool pf = gi == 0 && jb + kPrefetchKeys + KB - 1 <= last;
         if (pf)
-          for (int c = 0; c < KB; ++c) pk[c] = Kb + (jb + kPrefetchKeys + c) * ldk, pv[c] = Vb + (jb + kPrefetchKeys + c) * ldv;
+          for (int c = 0; c < KB; ++c)
+            pk[c] = Kb + (jb + kPrefetchKeys + c) * ldk, pv[c] = Vb + (jb + kPrefetchKeys + c) * ldv;
         __m512 x = _mm512_mul_ps(score_block<NL>(kr, Q + gi * NL * dkp, dkp, Dk, pf ? pk : nullptr, pv, Dv), beta);
         if (p.has_softcap) x = _mm512_mul_ps(cap, Vec::tanh(_mm512_mul_ps(x, inv_cap)));
         if (mask) {

@@ -35,10 +35,8 @@ struct FastKernels {
   std::size_t (*backward_scratch)(const Problem&);  // floats per worker
   void (*forward_item)(const Problem&, const Tensors&, const ForwardItem&, float* scratch);
   // delta: (B, Hq, Nq) row sums Σ_e dout·out, contiguous.
-  void (*backward_kv_tile)(const Problem&, const Tensors&, const float* delta, i64 b, i64 g, i64 j0,
-                           float* scratch);
-  void (*backward_q_tile)(const Problem&, const Tensors&, const float* delta, i64 b, i64 h, i64 i0,
-                          float* scratch);
+  void (*backward_kv_tile)(const Problem&, const Tensors&, const float* delta, i64 b, i64 g, i64 j0, float* scratch);
+  void (*backward_q_tile)(const Problem&, const Tensors&, const float* delta, i64 b, i64 h, i64 i0, float* scratch);
   // The vector math the kernel uses, over n floats (n a multiple of kPad), for tests.
   void (*exp)(const float* x, float* y, i64 n);
   void (*tanh)(const float* x, float* y, i64 n);

@@ -73,9 +73,15 @@ inline void gemm_rows(i64 nv, i64 K, const float* A, i64 ars, i64 acs, const flo
   static_assert(Vec::NV <= 4, "extend the switch below");
   switch (nv) {
     case 1: gemm_block<MR, 1, ACC>(K, A, ars, acs, B, ldb, C, ldc); break;
-    case 2: if constexpr (Vec::NV >= 2) gemm_block<MR, 2, ACC>(K, A, ars, acs, B, ldb, C, ldc); break;
-    case 3: if constexpr (Vec::NV >= 3) gemm_block<MR, 3, ACC>(K, A, ars, acs, B, ldb, C, ldc); break;
-    case 4: if constexpr (Vec::NV >= 4) gemm_block<MR, 4, ACC>(K, A, ars, acs, B, ldb, C, ldc); break;
+    case 2:
+      if constexpr (Vec::NV >= 2) gemm_block<MR, 2, ACC>(K, A, ars, acs, B, ldb, C, ldc);
+      break;
+    case 3:
+      if constexpr (Vec::NV >= 3) gemm_block<MR, 3, ACC>(K, A, ars, acs, B, ldb, C, ldc);
+      break;
+    case 4:
+      if constexpr (Vec::NV >= 4) gemm_block<MR, 4, ACC>(K, A, ars, acs, B, ldb, C, ldc);
+      break;
     default: break;
   }
 }
@@ -140,7 +146,7 @@ inline void mask_rows(const Problem& p, float* S, i64 ld, i64 b, i64 h, i64 i0, 
   for (i64 r = 0; r < br; ++r) {
     float* s = S + r * ld;
     const i64 i = i0 + r;
-    const i64 lo = st ? imax(0, row_lo(p, i) - j0) : 0;           // first visible column
+    const i64 lo = st ? imax(0, row_lo(p, i) - j0) : 0;            // first visible column
     const i64 hi = st ? imin(bc - 1, row_hi(p, i) - j0) : bc - 1;  // last visible column
     for (i64 c = 0; c < imin(lo, bcp); ++c) s[c] = kNegInf;
     for (i64 c = imax(hi + 1, 0); c < bcp; ++c) s[c] = kNegInf;
@@ -314,8 +320,8 @@ inline void scores_few_lanes(const float* K, i64 ldk, i64 bc, i64 Dk, const floa
 
 // Writes lane r of an item (query head h, row i) from its running max m, sum l and
 // unnormalised output row O: out and lse, or the split's partial results.
-inline void finish_row(const Problem& p, const Tensors& t, const ForwardItem& it, i64 b, i64 h, i64 i, i64 r,
-                       float m, float l, const float* O) {
+inline void finish_row(const Problem& p, const Tensors& t, const ForwardItem& it, i64 b, i64 h, i64 i, i64 r, float m,
+                       float l, const float* O) {
   const i64 Dv = p.Dv;
   const bool empty_row = l == 0.0f;
   const float inv = empty_row ? 0.0f : 1.0f / l;
@@ -337,8 +343,7 @@ inline void finish_row(const Problem& p, const Tensors& t, const ForwardItem& it
 
 std::size_t forward_scratch(const Problem& p) {
   const i64 dvp = round_up(p.Dv, kPad);
-  const i64 n = p.Dk * kTileRows + kTileCols * kTileRows + kTileCols * dvp + kTileRows * dvp + 3 * kTileRows +
-                8 * kPad;
+  const i64 n = p.Dk * kTileRows + kTileCols * kTileRows + kTileCols * dvp + kTileRows * dvp + 3 * kTileRows + 8 * kPad;
   return static_cast<std::size_t>(n);
 }
 
@@ -595,7 +600,8 @@ void backward_kv_tile(const Problem& p, const Tensors& t, const float* delta, i6
       if (tile_needs_mask(p, i0, br, j0, bc, bcp)) mask_rows(p, S, bcp, b, h, i0, br, j0, bc, bcp);
       for (i64 r = 0; r < br; ++r) {  // P = exp(s - lse_r)
         const R Lr = Vec::set1(L[r]);
-        for (i64 c = 0; c < bcp; c += W) Vec::store(S + r * bcp + c, Vec::exp(Vec::sub(Vec::load(S + r * bcp + c), Lr)));
+        for (i64 c = 0; c < bcp; c += W)
+          Vec::store(S + r * bcp + c, Vec::exp(Vec::sub(Vec::load(S + r * bcp + c), Lr)));
       }
       gemm<false, false>(br, bcp, Dv, t.dout.data + off(t.dout, b, h, i0, 0), t.dout.stride[2], t.dout.stride[3], VT,
                          bcp, dP, bcp);
@@ -654,8 +660,7 @@ void backward_q_tile(const Problem& p, const Tensors& t, const float* delta, i64
     for (i64 c = 0; c < bc; ++c)  // P = exp(s - lse), L along the lanes (+inf on padding lanes)
       for (i64 r = 0; r < brp; r += W)
         Vec::store(ST + c * brp + r, Vec::exp(Vec::sub(Vec::load(ST + c * brp + r), Vec::load(L + r))));
-    gemm<false, false>(bc, brp, Dv, t.v.data + off(t.v, b, g, j0, 0), t.v.stride[2], t.v.stride[3], dOT, brp, dPT,
-                       brp);
+    gemm<false, false>(bc, brp, Dv, t.v.data + off(t.v, b, g, j0, 0), t.v.stride[2], t.v.stride[3], dOT, brp, dPT, brp);
     ds_from_p<false>(p, ST, dPT, TT, Dl, brp, bc, brp);
     // dQ += dX K: A[r][c] = dXᵀ[c·brp + r].
     const RowsOperand Kr = rows_operand(t.k, b, g, j0, bc, Dk, Kb);
@@ -677,7 +682,7 @@ void tanh_n(const float* x, float* y, i64 n) {
 }
 
 const FastKernels& table() {
-  static const FastKernels k{forward_scratch, backward_scratch, forward_item, backward_kv_tile, backward_q_tile,
-                             exp_n, tanh_n};
+  static const FastKernels k{forward_scratch, backward_scratch, forward_item, backward_kv_tile, backward_q_tile, exp_n,
+                             tanh_n};
   return k;
 }

@@ -10,14 +10,11 @@ namespace sdpa {
 bool isa_supported(Isa isa) {
   switch (isa) {
     case Isa::automatic:
-    case Isa::scalar:
-      return true;
-    case Isa::avx2:
-      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    case Isa::scalar: return true;
+    case Isa::avx2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
     case Isa::avx512:
       return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
-             __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
-             __builtin_cpu_supports("fma");
+             __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("fma");
   }
   return false;
 }
@@ -53,8 +50,7 @@ Isa resolve_from_environment() {
   if (env == nullptr || *env == '\0') return best_supported();
   const Isa want = parse_isa(env, "SDPA_ISA");
   if (want == Isa::automatic) return best_supported();
-  if (!isa_supported(want))
-    throw Error(std::string("SDPA_ISA: this CPU cannot run the ") + isa_name(want) + " kernel");
+  if (!isa_supported(want)) throw Error(std::string("SDPA_ISA: this CPU cannot run the ") + isa_name(want) + " kernel");
   return want;
 }
 }  // namespace

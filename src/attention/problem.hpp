@@ -72,14 +72,13 @@ struct Tensors {
 };
 
 template <class T>
-Problem validate_forward(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
-                         const View4<T>& out, const View3<T>& lse, const Options& opt);
+Problem validate_forward(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v, const View4<T>& out,
+                         const View3<T>& lse, const Options& opt);
 
 template <class T>
 Problem validate_backward(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
-                          const View4<const T>& out, const View3<const T>& lse,
-                          const View4<const T>& dout, const View4<T>& dq, const View4<T>& dk,
-                          const View4<T>& dv, const Options& opt);
+                          const View4<const T>& out, const View3<const T>& lse, const View4<const T>& dout,
+                          const View4<T>& dq, const View4<T>& dk, const View4<T>& dv, const Options& opt);
 
 /// Number of worker threads for these options.
 int resolve_threads(const Options& opt);

@@ -29,8 +29,8 @@ constexpr Acc neg_inf() {
 // Scores of head (b, h) into S (Nq × Nk, row-major); also the soft-cap's tanh
 // values into T when a soft-cap is set (needed by the backward).
 template <class T, class Acc>
-void scores(const Problem& p, const View4<const T>& q, const View4<const T>& k, i64 b, i64 h,
-            std::vector<Acc>& S, std::vector<Acc>& Tanh) {
+void scores(const Problem& p, const View4<const T>& q, const View4<const T>& k, i64 b, i64 h, std::vector<Acc>& S,
+            std::vector<Acc>& Tanh) {
   const i64 g = h / p.group;
   const Acc beta = static_cast<Acc>(p.scale);
   const Acc cap = static_cast<Acc>(p.softcap);
@@ -59,8 +59,7 @@ void scores(const Problem& p, const View4<const T>& q, const View4<const T>& k, 
 }  // namespace
 
 template <class T, class Acc>
-void forward(View4<const T> q, View4<const T> k, View4<const T> v, View4<T> out, View3<T> lse,
-             const Options& opt) {
+void forward(View4<const T> q, View4<const T> k, View4<const T> v, View4<T> out, View3<T> lse, const Options& opt) {
   const Problem p = detail::validate_forward<T>(q, k, v, out, lse, opt);
   std::vector<Acc> S, Tanh, o(static_cast<std::size_t>(p.Dv));
   for (i64 b = 0; b < p.B; ++b)
@@ -84,7 +83,8 @@ void forward(View4<const T> q, View4<const T> k, View4<const T> v, View4<T> out,
         }
         const bool empty_row = (l == Acc(0));
         for (i64 e = 0; e < p.Dv; ++e) out(b, h, i, e) = empty_row ? T(0) : static_cast<T>(o[e] / l);
-        if (!lse.empty()) lse(b, h, i) = empty_row ? static_cast<T>(neg_inf<Acc>()) : static_cast<T>(shift + std::log(l));
+        if (!lse.empty())
+          lse(b, h, i) = empty_row ? static_cast<T>(neg_inf<Acc>()) : static_cast<T>(shift + std::log(l));
       }
     }
 }
@@ -143,10 +143,9 @@ void backward(View4<const T> q, View4<const T> k, View4<const T> v, View4<const 
   }
 }
 
-#define SDPA_REFERENCE_INSTANTIATE(T, Acc)                                                                      \
-  template void forward<T, Acc>(View4<const T>, View4<const T>, View4<const T>, View4<T>, View3<T>,            \
-                                const Options&);                                                              \
-  template void backward<T, Acc>(View4<const T>, View4<const T>, View4<const T>, View4<const T>, View3<const T>, \
+#define SDPA_REFERENCE_INSTANTIATE(T, Acc)                                                                           \
+  template void forward<T, Acc>(View4<const T>, View4<const T>, View4<const T>, View4<T>, View3<T>, const Options&); \
+  template void backward<T, Acc>(View4<const T>, View4<const T>, View4<const T>, View4<const T>, View3<const T>,     \
                                  View4<const T>, View4<T>, View4<T>, View4<T>, const Options&);
 SDPA_REFERENCE_INSTANTIATE(float, double)
 SDPA_REFERENCE_INSTANTIATE(double, double)

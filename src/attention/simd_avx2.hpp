@@ -13,7 +13,7 @@ struct Vec {
   static R sub(R a, R b) { return _mm256_sub_ps(a, b); }
   static R mul(R a, R b) { return _mm256_mul_ps(a, b); }
   static R div(R a, R b) { return _mm256_div_ps(a, b); }
-  static R fma(R a, R b, R c) { return _mm256_fmadd_ps(a, b, c); }   // a·b + c
+  static R fma(R a, R b, R c) { return _mm256_fmadd_ps(a, b, c); }    // a·b + c
   static R fnma(R a, R b, R c) { return _mm256_fnmadd_ps(a, b, c); }  // c - a·b
   // maxps/minps return their second operand when either is NaN.
   static R max_ignore_nan(R x, R acc) { return _mm256_max_ps(x, acc); }

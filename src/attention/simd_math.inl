@@ -13,7 +13,8 @@ inline Vec::R math_exp(Vec::R x) {
   V::R r = V::fnma(n, V::set1(0.693359375f), xc);  // ln2 in two parts: an exact high part, a small low one
   r = V::fnma(n, V::set1(-2.12194440e-4f), r);
   V::R p = V::set1(1.0f / 5040.0f);
-  for (float c : {1.0f / 720.0f, 1.0f / 120.0f, 1.0f / 24.0f, 1.0f / 6.0f, 0.5f, 1.0f, 1.0f}) p = V::fma(p, r, V::set1(c));
+  for (float c : {1.0f / 720.0f, 1.0f / 120.0f, 1.0f / 24.0f, 1.0f / 6.0f, 0.5f, 1.0f, 1.0f})
+    p = V::fma(p, r, V::set1(c));
   V::R res = V::scale_pow2(p, n);
   res = V::select_lt(x, lo, V::zero(), res);
   return V::select_gt(x, hi, V::set1(__builtin_inff()), res);

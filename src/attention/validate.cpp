@@ -115,16 +115,15 @@ void check_no_self_overlap(const Desc& d) {
 void check_disjoint(const Desc& out, const Desc& other) {
   const Range a = byte_range(out), b = byte_range(other);
   if (a.lo < b.hi && b.lo < a.hi)
-    fail(std::string(out.name) + " (shape " + shape_of(out) + ") aliases " + other.name + " (shape " +
-         shape_of(other) + "); outputs must not share memory with inputs or other outputs");
+    fail(std::string(out.name) + " (shape " + shape_of(out) + ") aliases " + other.name + " (shape " + shape_of(other) +
+         "); outputs must not share memory with inputs or other outputs");
 }
 
 template <class T>
 void check_mask(const char* name, View4<const T>& m, const Problem& p) {
   if (m.empty()) {
     for (auto s : m.shape)
-      if (s != 0)
-        fail(std::string(name) + ": data pointer is null (shape " + shape_str(m.shape) + ")");
+      if (s != 0) fail(std::string(name) + ": data pointer is null (shape " + shape_str(m.shape) + ")");
     return;
   }
   const std::array<i64, 4> full{p.B, p.Hq, p.Nq, p.Nk};
@@ -132,8 +131,7 @@ void check_mask(const char* name, View4<const T>& m, const Problem& p) {
   for (int i = 0; i < 4; ++i)
     if (m.shape[i] != 1 && m.shape[i] != full[i])
       fail(std::string(name) + ": shape " + shape_of(d) + " does not broadcast to [B, Hq, Nq, Nk] = " +
-           shape_str(full) + " (dimension " + std::to_string(i) + " must be 1 or " + std::to_string(full[i]) +
-           ")");
+           shape_str(full) + " (dimension " + std::to_string(i) + " must be 1 or " + std::to_string(full[i]) + ")");
   check_present(d);
   for (int i = 0; i < 4; ++i)
     if (m.shape[i] == 1) m.stride[i] = 0;
@@ -149,8 +147,8 @@ void check_options(const Options& opt, Problem& p) {
     p.has_softcap = true;
   }
   if (opt.window.left < -1 || opt.window.right < -1)
-    fail("window: left and right must be >= 0, or -1 for unbounded; got (" + std::to_string(opt.window.left) +
-         ", " + std::to_string(opt.window.right) + ")");
+    fail("window: left and right must be >= 0, or -1 for unbounded; got (" + std::to_string(opt.window.left) + ", " +
+         std::to_string(opt.window.right) + ")");
   if (opt.threads < 0) fail("threads: must be >= 0 (0 = all available), got " + std::to_string(opt.threads));
   p.causal = opt.causal != Causal::none;
   p.diag_offset = opt.causal == Causal::top_left ? 0 : p.Nk - p.Nq;
@@ -180,12 +178,14 @@ Problem common(const View4<const T>& q, const View4<const T>& k, const View4<con
   p.Nk = k.shape[2];
   p.Dv = v.shape[3];
   const std::string ctx = " (q " + shape_of(dq) + ", k " + shape_of(dk) + ", v " + shape_of(dv) + ")";
-  if (k.shape[0] != p.B) fail("k: batch " + std::to_string(k.shape[0]) + " differs from q's " + std::to_string(p.B) + ctx);
-  if (k.shape[3] != p.Dk) fail("k: head dim " + std::to_string(k.shape[3]) + " differs from q's " + std::to_string(p.Dk) + ctx);
+  if (k.shape[0] != p.B)
+    fail("k: batch " + std::to_string(k.shape[0]) + " differs from q's " + std::to_string(p.B) + ctx);
+  if (k.shape[3] != p.Dk)
+    fail("k: head dim " + std::to_string(k.shape[3]) + " differs from q's " + std::to_string(p.Dk) + ctx);
   check_shape(dv, {p.B, p.Hkv, p.Nk, p.Dv}, ": v must match k in batch, heads and keys" + ctx);
   if (p.Hq % p.Hkv != 0)
-    fail("k: query heads Hq = " + std::to_string(p.Hq) + " is not a multiple of kv heads Hkv = " +
-         std::to_string(p.Hkv) + ctx);
+    fail("k: query heads Hq = " + std::to_string(p.Hq) +
+         " is not a multiple of kv heads Hkv = " + std::to_string(p.Hkv) + ctx);
   p.group = p.Hq / p.Hkv;
   check_options(opt, p);
   inputs = {dq, dk, dv};
@@ -197,8 +197,8 @@ Problem common(const View4<const T>& q, const View4<const T>& k, const View4<con
 }  // namespace
 
 template <class T>
-Problem validate_forward(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
-                         const View4<T>& out, const View3<T>& lse, const Options& opt) {
+Problem validate_forward(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v, const View4<T>& out,
+                         const View3<T>& lse, const Options& opt) {
   std::vector<Desc> inputs;
   Problem p = common(q, k, v, opt, inputs);
   const std::string ctx = " (q " + shape_str(q.shape) + ", v " + shape_str(v.shape) + ")";
@@ -259,9 +259,8 @@ template Problem validate_backward<float>(const View4<const float>&, const View4
                                           const View4<float>&, const View4<float>&, const Options&);
 template Problem validate_backward<double>(const View4<const double>&, const View4<const double>&,
                                            const View4<const double>&, const View4<const double>&,
-                                           const View3<const double>&, const View4<const double>&,
-                                           const View4<double>&, const View4<double>&, const View4<double>&,
-                                           const Options&);
+                                           const View3<const double>&, const View4<const double>&, const View4<double>&,
+                                           const View4<double>&, const View4<double>&, const Options&);
 
 double resolve_scale_impl(const Options& opt, i64 dk) {
   if (opt.scale) {

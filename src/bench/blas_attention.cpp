@@ -22,8 +22,8 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 // S = β Q Kᵀ (Nq × Nk), -inf above the top-left diagonal when causal.
 void scores(const BlasShape& s, const float* q, const float* k, float* S) {
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(s.Nq), int(s.Nk), int(s.Dk), float(s.scale), q,
-              int(s.Dk), k, int(s.Dk), 0.0f, S, int(s.Nk));
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(s.Nq), int(s.Nk), int(s.Dk), float(s.scale), q, int(s.Dk), k,
+              int(s.Dk), 0.0f, S, int(s.Nk));
   if (s.causal)
     for (i64 i = 0; i < s.Nq; ++i)
       for (i64 j = i + 1; j < s.Nk; ++j) S[i * s.Nk + j] = kNegInf;
@@ -69,8 +69,8 @@ void blas_backward(const BlasShape& s, const float* q, const float* k, const flo
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
   for (i64 bg = 0; bg < kv_heads; ++bg) {
     float* P = scratch.data() + omp_get_thread_num() * (2 * NN + s.Nq);  // (Nq, Nk)
-    float* dS = P + NN;                                                   // (Nq, Nk)
-    float* delta = dS + NN;                                               // (Nq)
+    float* dS = P + NN;                                                  // (Nq, Nk)
+    float* delta = dS + NN;                                              // (Nq)
     const i64 b = bg / s.Hkv, g = bg % s.Hkv;
     const float* K = k + bg * s.Nk * s.Dk;
     const float* V = v + bg * s.Nk * s.Dv;

@@ -85,7 +85,7 @@ double read_bandwidth_gbs(int threads, double bytes) {
   threads = std::max(1, threads);
   const std::int64_t per = static_cast<std::int64_t>(bytes / sizeof(float)) / threads / 32 * 32;
   const std::size_t n = static_cast<std::size_t>(per * threads);
-  float* buf = static_cast<float*>(::operator new(n * sizeof(float), std::align_val_t{64}));
+  float* buf = static_cast<float*>(::operator new (n * sizeof(float), std::align_val_t{64}));
   std::vector<float> sink(static_cast<std::size_t>(threads));
   double best = 0.0;
   for (int pass = 0; pass < 6; ++pass) {
@@ -102,7 +102,7 @@ double read_bandwidth_gbs(int threads, double bytes) {
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (pass > 0) best = std::max(best, static_cast<double>(n * sizeof(float)) / s / 1e9);
   }
-  ::operator delete(buf, std::align_val_t{64});
+  ::operator delete (buf, std::align_val_t{64});
   volatile float keep = sink[0];  // the sums must be computed
   (void)keep;
   return best;

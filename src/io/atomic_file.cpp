@@ -64,7 +64,8 @@ std::string OutputSet::add(const std::string& path, std::vector<unsigned char> b
   if (!S_ISDIR(dst.st_mode)) throw Error(path + ": '" + dir_shown + "' is not a directory");
   for (const auto& p : pending_)
     if (p.dir_dev == dst.st_dev && p.dir_ino == dst.st_ino && p.name == name)
-      throw Error(path + ": the same output file is named twice" + (p.target == path ? "" : " (as '" + p.target + "')"));
+      throw Error(path + ": the same output file is named twice" +
+                  (p.target == path ? "" : " (as '" + p.target + "')"));
   struct stat tst {};
   if (::stat(path.c_str(), &tst) == 0 && S_ISDIR(tst.st_mode)) throw Error(path + ": is a directory");
 

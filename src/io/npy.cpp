@@ -25,8 +25,8 @@ namespace sdpa::io {
 namespace {
 
 constexpr unsigned char kMagic[6] = {0x93, 'N', 'U', 'M', 'P', 'Y'};
-constexpr std::size_t kAlign = 64;          // NumPy aligns the data to 64 bytes
-constexpr std::size_t kMaxString = 256;     // longer strings cannot be a key or descr we know
+constexpr std::size_t kAlign = 64;       // NumPy aligns the data to 64 bytes
+constexpr std::size_t kMaxString = 256;  // longer strings cannot be a key or descr we know
 constexpr std::uint64_t kMaxI64 = static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
 
 [[noreturn]] void fail(const std::string& what, const std::string& msg) { throw Error(what + ": " + msg); }
@@ -54,8 +54,8 @@ enum class Tok { lbrace, rbrace, lparen, rparen, lbracket, rbracket, colon, comm
 
 struct Token {
   Tok kind = Tok::end;
-  std::string text;         // string contents, or the name
-  std::int64_t value = 0;   // integer value (may be negative)
+  std::string text;        // string contents, or the name
+  std::int64_t value = 0;  // integer value (may be negative)
 };
 
 const char* tok_name(Tok k) {
@@ -86,14 +86,38 @@ class Lexer {
     if (p_ == end_) return t;
     const unsigned char c = *p_;
     switch (c) {
-      case '{': t.kind = Tok::lbrace; ++p_; return t;
-      case '}': t.kind = Tok::rbrace; ++p_; return t;
-      case '(': t.kind = Tok::lparen; ++p_; return t;
-      case ')': t.kind = Tok::rparen; ++p_; return t;
-      case '[': t.kind = Tok::lbracket; ++p_; return t;
-      case ']': t.kind = Tok::rbracket; ++p_; return t;
-      case ':': t.kind = Tok::colon; ++p_; return t;
-      case ',': t.kind = Tok::comma; ++p_; return t;
+      case '{':
+        t.kind = Tok::lbrace;
+        ++p_;
+        return t;
+      case '}':
+        t.kind = Tok::rbrace;
+        ++p_;
+        return t;
+      case '(':
+        t.kind = Tok::lparen;
+        ++p_;
+        return t;
+      case ')':
+        t.kind = Tok::rparen;
+        ++p_;
+        return t;
+      case '[':
+        t.kind = Tok::lbracket;
+        ++p_;
+        return t;
+      case ']':
+        t.kind = Tok::rbracket;
+        ++p_;
+        return t;
+      case ':':
+        t.kind = Tok::colon;
+        ++p_;
+        return t;
+      case ',':
+        t.kind = Tok::comma;
+        ++p_;
+        return t;
       case '\'':
       case '"': return string_token(c);
       default: break;
@@ -174,10 +198,12 @@ class HeaderParser {
   Header parse() {
     Header h;
     bool have_descr = false, have_fortran = false, have_shape = false;
-    if (tok_.kind != Tok::lbrace) lex_.bad("the header is not a dict (it starts with " + std::string(tok_name(tok_.kind)) + ")");
+    if (tok_.kind != Tok::lbrace)
+      lex_.bad("the header is not a dict (it starts with " + std::string(tok_name(tok_.kind)) + ")");
     advance();
     while (tok_.kind != Tok::rbrace) {
-      if (tok_.kind != Tok::string) lex_.bad("expected a quoted key in the header dict, found " + std::string(tok_name(tok_.kind)));
+      if (tok_.kind != Tok::string)
+        lex_.bad("expected a quoted key in the header dict, found " + std::string(tok_name(tok_.kind)));
       const std::string key = tok_.text;
       advance();
       expect(Tok::colon, "after key '" + key + "'");
@@ -202,7 +228,8 @@ class HeaderParser {
     advance();
     if (tok_.kind != Tok::end) lex_.bad("unexpected " + std::string(tok_name(tok_.kind)) + " after the header dict");
     std::string missing;
-    for (const auto& [have, key] : {std::pair{have_descr, "'descr'"}, {have_fortran, "'fortran_order'"}, {have_shape, "'shape'"}})
+    for (const auto& [have, key] :
+         {std::pair{have_descr, "'descr'"}, {have_fortran, "'fortran_order'"}, {have_shape, "'shape'"}})
       if (!have) missing += (missing.empty() ? "" : ", ") + std::string(key);
     if (!missing.empty()) lex_.bad("missing key " + missing);
     return h;
@@ -214,7 +241,8 @@ class HeaderParser {
 
   void advance() { tok_ = lex_.next(); }
   void expect(Tok k, const std::string& where) {
-    if (tok_.kind != k) lex_.bad("expected " + std::string(tok_name(k)) + " " + where + ", found " + tok_name(tok_.kind));
+    if (tok_.kind != k)
+      lex_.bad("expected " + std::string(tok_name(k)) + " " + where + ", found " + tok_name(tok_.kind));
     advance();
   }
   void once(bool& seen, const std::string& key) {
@@ -223,7 +251,8 @@ class HeaderParser {
   }
 
   std::string descr() {
-    if (tok_.kind == Tok::lbracket) lex_.unsupported("structured (record) dtypes are not supported ('descr' is a list)");
+    if (tok_.kind == Tok::lbracket)
+      lex_.unsupported("structured (record) dtypes are not supported ('descr' is a list)");
     if (tok_.kind != Tok::string) lex_.bad("'descr' must be a string, found " + std::string(tok_name(tok_.kind)));
     std::string d = std::move(tok_.text);
     advance();
@@ -365,9 +394,9 @@ NpyArray parse_npy(const unsigned char* data, std::size_t size, const std::strin
   // Only now, with the length the data really has in hand, is anything copied.
   const std::size_t have = size - prefix - header_len;
   if (have != sz.nbytes)
-    fail(what, std::string(have < sz.nbytes ? "data is truncated" : "data is longer than the shape says") +
-                   ": shape " + shape_text(h.shape) + " of " + dtype_name(a.dtype) + " needs " +
-                   std::to_string(sz.nbytes) + " bytes, the file has " + std::to_string(have));
+    fail(what, std::string(have < sz.nbytes ? "data is truncated" : "data is longer than the shape says") + ": shape " +
+                   shape_text(h.shape) + " of " + dtype_name(a.dtype) + " needs " + std::to_string(sz.nbytes) +
+                   " bytes, the file has " + std::to_string(have));
   a.shape = h.shape;
   a.bytes.assign(header + header_len, data + size);
   return a;
@@ -414,7 +443,9 @@ std::vector<unsigned char> serialize_npy(DType dtype, const std::vector<std::int
       std::string("{'descr': '") + descr + "', 'fortran_order': False, 'shape': " + shape_text(shape) + ", }";
   // Pad with spaces so that magic + version + length field + header (with its '\n')
   // is a multiple of kAlign; version 2.0 only when the length needs 4 bytes.
-  auto padded = [&](std::size_t prefix) { return (prefix + header.size() + 1 + kAlign - 1) / kAlign * kAlign - prefix; };
+  auto padded = [&](std::size_t prefix) {
+    return (prefix + header.size() + 1 + kAlign - 1) / kAlign * kAlign - prefix;
+  };
   int major = 1;
   std::size_t prefix = 10, header_len = padded(prefix);
   if (header_len > 0xffff) {

@@ -30,9 +30,9 @@ Table alternatives(const Common& c) {
       bool cosine;
     };
     const double dd = double(d);
-    for (const Policy& p : {Policy{"1", 1.0, false}, Policy{"1/sqrt(d_k)", 1 / std::sqrt(dd), false},
-                            Policy{"1/d_k", 1 / dd, false}, Policy{"1/ln(d_k)", 1 / std::log(dd), false},
-                            Policy{"cosine, tau=10", tau, true}}) {
+    for (const Policy& p :
+         {Policy{"1", 1.0, false}, Policy{"1/sqrt(d_k)", 1 / std::sqrt(dd), false}, Policy{"1/d_k", 1 / dd, false},
+          Policy{"1/ln(d_k)", 1 / std::log(dd), false}, Policy{"cosine, tau=10", tau, true}}) {
       std::vector<float> qq = q, kk = k;
       if (p.cosine)
         for (auto* x : {&qq, &kk})

@@ -18,8 +18,8 @@ Table gradients(const Common& c) {
   Table t{"gradients",
           "mean gradient norms of L = g.out (N = 64 keys, random q, k, v, g) w.r.t. the logits, the raw q.k and q, "
           "with the library's backward; sweeps over d_k and over the logit scale beta*sqrt(d_k) at d_k = 64",
-          {"sweep", "d_k", "beta", "logit_std", "grad_logits", "grad_logits_lo", "grad_logits_hi", "grad_qk",
-           "grad_q", "grad_q_lo", "grad_q_hi", "max_weight"},
+          {"sweep", "d_k", "beta", "logit_std", "grad_logits", "grad_logits_lo", "grad_logits_hi", "grad_qk", "grad_q",
+           "grad_q_lo", "grad_q_hi", "max_weight"},
           {}};
   const std::int64_t T = c.samples ? c.samples : 300, N = 64, dv = 16;
   std::uint64_t stream = 0;

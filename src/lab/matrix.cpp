@@ -96,13 +96,12 @@ Table puzzle(const Common& c) {
     const auto entries = products(a, bt, T, n, n, n, 1.0, c.threads);
     std::vector<double> vars(static_cast<std::size_t>(T));
     for (std::int64_t tr = 0; tr < T; ++tr)
-      vars[static_cast<std::size_t>(tr)] = population_variance(
-          std::vector<double>(entries.begin() + tr * n * n, entries.begin() + (tr + 1) * n * n));
+      vars[static_cast<std::size_t>(tr)] =
+          population_variance(std::vector<double>(entries.begin() + tr * n * n, entries.begin() + (tr + 1) * n * n));
     const Estimate e = mean_of(vars);
     const double sd = std::sqrt(variance_of(vars).value), expected = (1.0 - 1.0 / double(n * n)) * double(n);
     double below = std::nan("");
-    if (n == 2)
-      below = double(std::count_if(vars.begin(), vars.end(), [](double x) { return x <= 1.6; })) / double(T);
+    if (n == 2) below = double(std::count_if(vars.begin(), vars.end(), [](double x) { return x <= 1.6; })) / double(T);
     t.add({n, T, e.value, e.lo(), e.hi(), expected, sd, sd / double(n), quantile(vars, 0.05), quantile(vars, 0.5),
            quantile(vars, 0.95), below, std::abs(e.value - expected) <= kVerdictZ * e.se ? "holds" : "fails"});
   }

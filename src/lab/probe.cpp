@@ -7,7 +7,8 @@ namespace sdpa::lab {
 
 std::vector<double> scores(const std::vector<float>& q, const std::vector<float>& k, std::int64_t n, std::int64_t d,
                            double beta, int threads) {
-  std::vector<float> v(static_cast<std::size_t>(n), 0.0f), out(static_cast<std::size_t>(n)), lse(static_cast<std::size_t>(n));
+  std::vector<float> v(static_cast<std::size_t>(n), 0.0f), out(static_cast<std::size_t>(n)),
+      lse(static_cast<std::size_t>(n));
   Options opt;
   opt.scale = beta;
   opt.threads = threads;
@@ -54,8 +55,8 @@ std::vector<double> weights(const std::vector<float>& q, const std::vector<float
 }
 
 Grads gradients(const std::vector<float>& q, const std::vector<float>& k, const std::vector<float>& v,
-                const std::vector<float>& g, std::int64_t T, std::int64_t N, std::int64_t d, std::int64_t dv, double beta,
-                int threads) {
+                const std::vector<float>& g, std::int64_t T, std::int64_t N, std::int64_t d, std::int64_t dv,
+                double beta, int threads) {
   Options opt;
   opt.scale = beta;
   opt.threads = threads;
@@ -66,9 +67,10 @@ Grads gradients(const std::vector<float>& q, const std::vector<float>& k, const 
     const auto V = contiguous<const float>(v.data(), {T, 1, N, dv});
     forward(Q, kk, V, contiguous(out.data(), {T, 1, 1, dv}), contiguous(lse.data(), {T, 1, 1}), opt);
     dq.assign(static_cast<std::size_t>(T * dd), 0.0f);
-    backward(Q, kk, V, contiguous<const float>(out.data(), {T, 1, 1, dv}), contiguous<const float>(lse.data(), {T, 1, 1}),
-             contiguous<const float>(g.data(), {T, 1, 1, dv}), contiguous(dq.data(), {T, 1, 1, dd}),
-             contiguous(dk.data(), {T, 1, N, dd}), contiguous(dvv.data(), {T, 1, N, dv}), opt);
+    backward(Q, kk, V, contiguous<const float>(out.data(), {T, 1, 1, dv}),
+             contiguous<const float>(lse.data(), {T, 1, 1}), contiguous<const float>(g.data(), {T, 1, 1, dv}),
+             contiguous(dq.data(), {T, 1, 1, dd}), contiguous(dk.data(), {T, 1, N, dd}),
+             contiguous(dvv.data(), {T, 1, N, dv}), opt);
   };
   Grads r;
   std::vector<float> dq;

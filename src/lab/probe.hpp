@@ -31,7 +31,7 @@ struct Grads {
   std::vector<double> dq, dlogits;
 };
 Grads gradients(const std::vector<float>& q, const std::vector<float>& k, const std::vector<float>& v,
-                const std::vector<float>& g, std::int64_t T, std::int64_t N, std::int64_t d, std::int64_t dv, double beta,
-                int threads = 0);
+                const std::vector<float>& g, std::int64_t T, std::int64_t N, std::int64_t d, std::int64_t dv,
+                double beta, int threads = 0);
 
 }  // namespace sdpa::lab

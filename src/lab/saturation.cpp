@@ -23,14 +23,17 @@ Table saturation(const Common& c) {
   auto row = [&](const char* sweep, std::int64_t d, std::int64_t N, bool scaled) {
     const std::int64_t T = std::max<std::int64_t>(50, T0 * 64 / std::max<std::int64_t>(N, 64));  // bounded memory
     // One draw per (d_k, N): both temperatures see the same q and k (a paired comparison).
-    std::mt19937_64 rng(c.seed * 2654435761u + static_cast<std::uint64_t>(d) * 1000003u + static_cast<std::uint64_t>(N));
+    std::mt19937_64 rng(c.seed * 2654435761u + static_cast<std::uint64_t>(d) * 1000003u +
+                        static_cast<std::uint64_t>(N));
     const auto q = gaussian(rng, T * d), k = gaussian(rng, T * N * d);
     const double beta = scaled ? 1.0 / std::sqrt(double(d)) : 1.0;
     std::vector<double> maxw, ent;
     max_and_entropy(weights(q, k, T, N, d, beta, c.threads), T, N, maxw, ent);
     const auto s = scores_all(q, k, T, N, d, beta, c.threads);
     std::vector<double> smax(static_cast<std::size_t>(T), -INFINITY);
-    for (std::int64_t i = 0; i < T * N; ++i) smax[static_cast<std::size_t>(i / N)] = std::max(smax[static_cast<std::size_t>(i / N)], s[static_cast<std::size_t>(i)]);
+    for (std::int64_t i = 0; i < T * N; ++i)
+      smax[static_cast<std::size_t>(i / N)] =
+          std::max(smax[static_cast<std::size_t>(i / N)], s[static_cast<std::size_t>(i)]);
     const Estimate mw = mean_of(maxw), h = mean_of(ent), ms = mean_of(smax);
     t.add({sweep, d, N, scaled ? "1/sqrt(d_k)" : "1", mw.value, mw.lo(), mw.hi(), h.value, h.lo(), h.hi(),
            std::log(double(N)), ms.value, std::sqrt(2 * std::log(double(N)))});

@@ -37,8 +37,8 @@ Table softmax_numbers() {
     const double unit = std::pow(10.0, c.decimals);
     for (std::size_t j = 0; j < p.size(); ++j) {
       const bool ok = std::round(p[j] * unit) == std::round(c.quoted[j] * unit);
-      t.add({c.seed, logits, c.beta, static_cast<std::int64_t>(j), p[j], c.quoted[j], static_cast<std::int64_t>(c.decimals),
-             ok ? "holds" : "fails"});
+      t.add({c.seed, logits, c.beta, static_cast<std::int64_t>(j), p[j], c.quoted[j],
+             static_cast<std::int64_t>(c.decimals), ok ? "holds" : "fails"});
     }
   }
   return t;

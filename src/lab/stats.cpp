@@ -64,7 +64,7 @@ double fourth_moment(Dist d) {
     case Dist::gaussian: return 3.0;
     case Dist::uniform: return 9.0 / 5.0;  // (√3)^4 / 5
     case Dist::rademacher: return 1.0;
-    case Dist::student_t5: return 9.0;     // t5: E t⁴ = 3ν²/((ν−2)(ν−4)) = 25; scaled by (3/5)² -> 9
+    case Dist::student_t5: return 9.0;  // t5: E t⁴ = 3ν²/((ν−2)(ν−4)) = 25; scaled by (3/5)² -> 9
   }
   return 0;
 }

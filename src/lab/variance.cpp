@@ -11,7 +11,6 @@
 namespace sdpa::lab {
 namespace {
 
-
 std::string verdict(double measured, double expected, double se) {
   return std::abs(measured - expected) <= kVerdictZ * se ? "holds" : "fails";
 }
@@ -83,7 +82,7 @@ Table general_formula(const Common& c) {
           {"mu_x", "sigma_x", "mu_y", "sigma_y", "mean", "mean_expected", "var", "var_lo", "var_hi", "var_expected",
            "var_scaled", "var_scaled_expected", "verdict"},
           {}};
-  const double cases[][4] = {{0, 1, 0, 1}, {1, 1, 0, 1}, {0.5, 1, 0.5, 1}, {0, 2, 0, 0.5},
+  const double cases[][4] = {{0, 1, 0, 1}, {1, 1, 0, 1},    {0.5, 1, 0.5, 1}, {0, 2, 0, 0.5},
                              {0, 2, 0, 2}, {1, 0.5, -1, 2}, {2, 1, 2, 1}};
   std::uint64_t stream = 0;
   for (const auto& cs : cases) {
@@ -97,7 +96,8 @@ Table general_formula(const Common& c) {
     const double per_term = (sx * sx + mx * mx) * (sy * sy + my * my) - mx * mx * my * my;
     const double expected = double(d) * per_term;
     const Estimate scaled = variance_of(scores(q, k, n, d, 1.0 / std::sqrt(double(d)), c.threads));
-    const bool ok = verdict(var.value, expected, var.se) == "holds" && verdict(mean.value, d * mx * my, mean.se) == "holds";
+    const bool ok =
+        verdict(var.value, expected, var.se) == "holds" && verdict(mean.value, d * mx * my, mean.se) == "holds";
     t.add({mx, sx, my, sy, mean.value, double(d) * mx * my, var.value, var.lo(), var.hi(), expected, scaled.value,
            per_term, ok ? "holds" : "fails"});
   }

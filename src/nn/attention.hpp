@@ -40,13 +40,13 @@ inline void core_forward(View4<const double> q, View4<const double> k, View4<con
   sdpa::reference::forward<double, double>(q, k, v, o, l, opt);
 }
 inline void core_backward(View4<const float> q, View4<const float> k, View4<const float> v, View4<const float> o,
-                          View3<const float> l, View4<const float> d, View4<float> dq, View4<float> dk,
-                          View4<float> dv, const Options& opt) {
+                          View3<const float> l, View4<const float> d, View4<float> dq, View4<float> dk, View4<float> dv,
+                          const Options& opt) {
   sdpa::backward(q, k, v, o, l, d, dq, dk, dv, opt);
 }
-inline void core_backward(View4<const double> q, View4<const double> k, View4<const double> v,
-                          View4<const double> o, View3<const double> l, View4<const double> d, View4<double> dq,
-                          View4<double> dk, View4<double> dv, const Options& opt) {
+inline void core_backward(View4<const double> q, View4<const double> k, View4<const double> v, View4<const double> o,
+                          View3<const double> l, View4<const double> d, View4<double> dq, View4<double> dk,
+                          View4<double> dv, const Options& opt) {
   sdpa::reference::backward<double, double>(q, k, v, o, l, d, dq, dk, dv, opt);
 }
 /// Head h of a (B, T, W) row buffer whose head columns start at `col`: a (B, 1, T, D) view.
@@ -83,8 +83,8 @@ inline Options head_options(double beta, int threads) {
 /// out = concat_h softmax(β_h q'_h k'_hᵀ, causal) v_h
 ///   out (B, T, C)   qkv (B, T, 3C)   beta (H)
 template <class T>
-void attention_forward(T* out, AttnSaved<T>& sv, const T* qkv, const double* beta, QkTransform tr,
-                       const AttnDims& s, int threads) {
+void attention_forward(T* out, AttnSaved<T>& sv, const T* qkv, const double* beta, QkTransform tr, const AttnDims& s,
+                       int threads) {
   const i64 B = s.B, Tn = s.T, C = s.C, H = s.H, D = s.D();
   sv.lse.assign(static_cast<std::size_t>(B * H * Tn), T(0));
   const T* qk_src = qkv;  // where q' and k' live
@@ -138,12 +138,11 @@ void attention_backward(T* dqkv, T* dtheta, const T* dout, const T* out, const A
   const i64 qk_width = tr == QkTransform::plain ? 3 * C : 2 * C;
   for (i64 h = 0; h < H; ++h) {
     const Options opt = head_options(beta[h], threads);
-    detail::core_backward(detail::head<const T>(qk_src, s, qk_width, 0, h),
-                          detail::head<const T>(qk_src, s, qk_width, C, h),
-                          detail::head<const T>(qkv, s, 3 * C, 2 * C, h), detail::head<const T>(out, s, C, 0, h),
-                          detail::lse_head<const T>(sv.lse.data(), s, h), detail::head<const T>(dout, s, C, 0, h),
-                          detail::head<T>(dq, s, C, 0, h), detail::head<T>(dk, s, C, 0, h),
-                          detail::head<T>(dv, s, C, 0, h), opt);
+    detail::core_backward(
+        detail::head<const T>(qk_src, s, qk_width, 0, h), detail::head<const T>(qk_src, s, qk_width, C, h),
+        detail::head<const T>(qkv, s, 3 * C, 2 * C, h), detail::head<const T>(out, s, C, 0, h),
+        detail::lse_head<const T>(sv.lse.data(), s, h), detail::head<const T>(dout, s, C, 0, h),
+        detail::head<T>(dq, s, C, 0, h), detail::head<T>(dk, s, C, 0, h), detail::head<T>(dv, s, C, 0, h), opt);
   }
   // dL/dθ_h = Σ_i q'_i · dq'_i (see the top of this file)
   if (dtheta)

@@ -10,9 +10,9 @@
 namespace sdpa::nn {
 
 struct CeResult {
-  double loss = 0;    // mean −log p(target) over counted positions
-  i64 counted = 0;    // positions with a target
-  i64 correct = 0;    // of those, argmax == target
+  double loss = 0;  // mean −log p(target) over counted positions
+  i64 counted = 0;  // positions with a target
+  i64 correct = 0;  // of those, argmax == target
 };
 
 /// probs = softmax(logits) per row; returns the mean loss over rows with target >= 0.

@@ -31,8 +31,8 @@ void layernorm_forward(T* out, T* mean, T* rstd, const T* x, const T* w, const T
 ///   dxhat = dout * w;  dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat))
 ///   dw += dout * xhat;  db += dout.           dx (R, C) is written (`=`).
 template <class T>
-void layernorm_backward(T* dx, T* dw, T* db, const T* dout, const T* x, const T* w, const T* mean, const T* rstd,
-                        i64 R, i64 C) {
+void layernorm_backward(T* dx, T* dw, T* db, const T* dout, const T* x, const T* w, const T* mean, const T* rstd, i64 R,
+                        i64 C) {
   for (i64 r = 0; r < R; ++r) {
     const T* d = dout + r * C;
     const T* xr = x + r * C;

@@ -34,9 +34,12 @@ template <int MR, Init I>
   v16 acc[MR][4];
   for (int i = 0; i < MR; ++i)
     for (int v = 0; v < 4; ++v) {
-      if constexpr (I == Init::zero) acc[i][v] = v16{};
-      else if constexpr (I == Init::bias) acc[i][v] = load16(bias + n0 + 16 * v);
-      else acc[i][v] = load16(C + (m + i) * ldc + n0 + 16 * v);
+      if constexpr (I == Init::zero)
+        acc[i][v] = v16{};
+      else if constexpr (I == Init::bias)
+        acc[i][v] = load16(bias + n0 + 16 * v);
+      else
+        acc[i][v] = load16(C + (m + i) * ldc + n0 + 16 * v);
     }
   for (i64 k = 0; k < K; ++k) {
     const float* b = B + k * ldb + n0;
@@ -69,20 +72,24 @@ template <Init I>
 
 }  // namespace
 
-[[gnu::target_clones("avx512f", "avx2", "default")]]
-void linear_forward_block_f32(float* out, const float* x, const float* W, const float* b, i64 r0, i64 r1, i64 IN,
-                              i64 OUT) {
-  if (b) gemm_rows<Init::bias>(out, OUT, x, IN, W, OUT, b, r0, r1, IN, OUT);
-  else gemm_rows<Init::zero>(out, OUT, x, IN, W, OUT, nullptr, r0, r1, IN, OUT);
+[[gnu::target_clones("avx512f", "avx2", "default")]] void linear_forward_block_f32(float* out, const float* x,
+                                                                                   const float* W, const float* b,
+                                                                                   i64 r0, i64 r1, i64 IN, i64 OUT) {
+  if (b)
+    gemm_rows<Init::bias>(out, OUT, x, IN, W, OUT, b, r0, r1, IN, OUT);
+  else
+    gemm_rows<Init::zero>(out, OUT, x, IN, W, OUT, nullptr, r0, r1, IN, OUT);
 }
 
-[[gnu::target_clones("avx512f", "avx2", "default")]]
-void linear_dx_block_f32(float* dx, const float* dout, const float* WT, i64 r0, i64 r1, i64 IN, i64 OUT) {
+[[gnu::target_clones("avx512f", "avx2", "default")]] void linear_dx_block_f32(float* dx, const float* dout,
+                                                                              const float* WT, i64 r0, i64 r1, i64 IN,
+                                                                              i64 OUT) {
   gemm_rows<Init::zero>(dx, IN, dout, OUT, WT, IN, nullptr, r0, r1, OUT, IN);
 }
 
-[[gnu::target_clones("avx512f", "avx2", "default")]]
-void linear_dw_block_f32(float* dW, const float* dout, const float* x, i64 R, i64 c0, i64 c1, i64 IN, i64 OUT) {
+[[gnu::target_clones("avx512f", "avx2", "default")]] void linear_dw_block_f32(float* dW, const float* dout,
+                                                                              const float* x, i64 R, i64 c0, i64 c1,
+                                                                              i64 IN, i64 OUT) {
   // dW[c0:c1] += xᵀ[c0:c1] · dout, with this block of xᵀ transposed once.
   thread_local std::vector<float> xt;
   xt.resize(static_cast<std::size_t>((c1 - c0) * R));

@@ -33,8 +33,7 @@ template <class T>
   }
 }
 template <class T>
-[[gnu::always_inline]] inline void linear_dx_block(T* dx, const T* dout, const T* W, i64 r0, i64 r1, i64 IN,
-                                                   i64 OUT) {
+[[gnu::always_inline]] inline void linear_dx_block(T* dx, const T* dout, const T* W, i64 r0, i64 r1, i64 IN, i64 OUT) {
   for (i64 r = r0; r < r1; ++r) {
     const T* d = dout + r * OUT;
     for (i64 c = 0; c < IN; ++c) {
@@ -83,8 +82,10 @@ void split(i64 n, F&& f) {
 template <class T>
 void linear_forward(T* out, const T* x, const T* W, const T* b, i64 R, i64 IN, i64 OUT) {
   split(R, [&](i64 r0, i64 r1) {
-    if constexpr (std::is_same_v<T, float>) linear_forward_block_f32(out, x, W, b, r0, r1, IN, OUT);
-    else linear_forward_block(out, x, W, b, r0, r1, IN, OUT);
+    if constexpr (std::is_same_v<T, float>)
+      linear_forward_block_f32(out, x, W, b, r0, r1, IN, OUT);
+    else
+      linear_forward_block(out, x, W, b, r0, r1, IN, OUT);
   });
 }
 
@@ -105,8 +106,10 @@ void linear_backward(T* dx, T* dW, T* db, const T* dout, const T* x, const T* W,
     }
   }
   split(IN, [&](i64 c0, i64 c1) {
-    if constexpr (std::is_same_v<T, float>) linear_dw_block_f32(dW, dout, x, R, c0, c1, IN, OUT);
-    else linear_dw_block(dW, dout, x, R, c0, c1, IN, OUT);
+    if constexpr (std::is_same_v<T, float>)
+      linear_dw_block_f32(dW, dout, x, R, c0, c1, IN, OUT);
+    else
+      linear_dw_block(dW, dout, x, R, c0, c1, IN, OUT);
   });
   if (db)
     for (i64 r = 0; r < R; ++r)

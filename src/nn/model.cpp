@@ -152,7 +152,9 @@ void Model<T>::compute_beta(i64 l, LayerActs& a, bool update_state, Stats* st) {
       case PolicyKind::inv_dk: b = 1.0 / static_cast<double>(D); break;
       case PolicyKind::fixed: b = cfg.policy.value; break;
       case PolicyKind::learned:
-      case PolicyKind::qk_norm: b = std::exp(static_cast<double>(params[static_cast<std::size_t>(layout.theta) + lh])); break;
+      case PolicyKind::qk_norm:
+        b = std::exp(static_cast<double>(params[static_cast<std::size_t>(layout.theta) + lh]));
+        break;
       case PolicyKind::adaptive: b = adaptive_beta(static_cast<double>(C), sx, swq, swk, static_cast<double>(D)); break;
       case PolicyKind::adaptive_scores: {
         double& e = score_ema[lh];
@@ -219,8 +221,10 @@ CeResult Model<T>::forward(const int* tok, const int* tgt, const int* pos0, i64 
   T_ = Tn;
   tok_.assign(tok, tok + R);
   tgt_.assign(tgt, tgt + R);
-  if (pos0) pos0_.assign(pos0, pos0 + B);
-  else pos0_.clear();
+  if (pos0)
+    pos0_.assign(pos0, pos0 + B);
+  else
+    pos0_.clear();
   if (st) {
     for (auto* v : {&st->beta, &st->sigma_wq, &st->sigma_wk, &st->score_std, &st->entropy, &st->max_weight})
       v->assign(static_cast<std::size_t>(L * H), 0.0);
@@ -264,7 +268,8 @@ CeResult Model<T>::forward(const int* tok, const int* tgt, const int* pos0, i64 
   lnf_.resize(RC);
   lnf_mean_.resize(static_cast<std::size_t>(R));
   lnf_rstd_.resize(static_cast<std::size_t>(R));
-  layernorm_forward(lnf_.data(), lnf_mean_.data(), lnf_rstd_.data(), xf_.data(), p + layout.lnfw, p + layout.lnfb, R, C);
+  layernorm_forward(lnf_.data(), lnf_mean_.data(), lnf_rstd_.data(), xf_.data(), p + layout.lnfw, p + layout.lnfb, R,
+                    C);
   logits_.resize(static_cast<std::size_t>(R * V));
   probs_.resize(static_cast<std::size_t>(R * V));
   linear_forward(logits_.data(), lnf_.data(), p + layout.wlm, static_cast<const T*>(nullptr), R, C, V);
@@ -281,8 +286,8 @@ void Model<T>::backward(Stats* st) {
   T* g = grads.data();
   std::vector<T> dlogits(static_cast<std::size_t>(R * V)), dx(RC), dtmp(RC), dbranch(RC);
   crossentropy_backward(dlogits.data(), probs_.data(), tgt_.data(), R, V, counted_);
-  linear_backward(dtmp.data(), g + layout.wlm, static_cast<T*>(nullptr), dlogits.data(), lnf_.data(), p + layout.wlm,
-                  R, C, V);
+  linear_backward(dtmp.data(), g + layout.wlm, static_cast<T*>(nullptr), dlogits.data(), lnf_.data(), p + layout.wlm, R,
+                  C, V);
   layernorm_backward(dx.data(), g + layout.lnfw, g + layout.lnfb, dtmp.data(), xf_.data(), p + layout.lnfw,
                      lnf_mean_.data(), lnf_rstd_.data(), R, C);
   const AttnDims dims{B_, T_, C, H};
@@ -315,8 +320,8 @@ void Model<T>::backward(Stats* st) {
                        a.ln1_mean.data(), a.ln1_rstd.data(), R, C);
     for (std::size_t i = 0; i < RC; ++i) dx[i] += dbranch[i];
   }
-  embedding_backward(g + layout.wte, g + layout.wpe, dx.data(), tok_.data(), pos0_.empty() ? nullptr : pos0_.data(),
-                     B_, T_, C);
+  embedding_backward(g + layout.wte, g + layout.wpe, dx.data(), tok_.data(), pos0_.empty() ? nullptr : pos0_.data(), B_,
+                     T_, C);
 }
 
 template class Model<float>;

@@ -11,8 +11,9 @@ struct Named {
   PolicyKind kind;
 };
 constexpr Named kNames[] = {
-    {"inv_sqrt_dk", PolicyKind::inv_sqrt_dk}, {"none", PolicyKind::none},       {"inv_dk", PolicyKind::inv_dk},
-    {"learned", PolicyKind::learned},         {"qk_norm", PolicyKind::qk_norm}, {"log_n", PolicyKind::log_n},
+    {"inv_sqrt_dk", PolicyKind::inv_sqrt_dk}, {"none", PolicyKind::none},
+    {"inv_dk", PolicyKind::inv_dk},           {"learned", PolicyKind::learned},
+    {"qk_norm", PolicyKind::qk_norm},         {"log_n", PolicyKind::log_n},
     {"adaptive", PolicyKind::adaptive},       {"adaptive_scores", PolicyKind::adaptive_scores},
 };
 }  // namespace

@@ -19,12 +19,18 @@ std::string Task::name() const {
 Task parse_task(const std::string& name, i64 seq) {
   Task t;
   t.seq = seq;
-  if (name == "mqar") t.kind = TaskKind::mqar;
-  else if (name == "copy") t.kind = TaskKind::copy;
-  else if (name == "reverse") t.kind = TaskKind::reverse;
-  else if (name == "sort") t.kind = TaskKind::sort;
-  else if (name == "lengthgen") t.kind = TaskKind::lengthgen;
-  else throw Error("--task: unknown task '" + name + "' (one of mqar, copy, reverse, sort, lengthgen)");
+  if (name == "mqar")
+    t.kind = TaskKind::mqar;
+  else if (name == "copy")
+    t.kind = TaskKind::copy;
+  else if (name == "reverse")
+    t.kind = TaskKind::reverse;
+  else if (name == "sort")
+    t.kind = TaskKind::sort;
+  else if (name == "lengthgen")
+    t.kind = TaskKind::lengthgen;
+  else
+    throw Error("--task: unknown task '" + name + "' (one of mqar, copy, reverse, sort, lengthgen)");
   const bool recall = t.kind == TaskKind::mqar;
   if (recall && (seq < 8 || seq > 128))
     throw Error("--seq: " + name + " needs 8 <= seq <= 128 (at most 32 distinct keys), got " + std::to_string(seq));
@@ -85,8 +91,10 @@ Batch Task::make(Rng& rng, i64 B, i64 T, bool random_offset) const {
   for (i64 i = 0; i < B; ++i) {
     int* tok = b.tokens.data() + i * T;
     int* tgt = b.targets.data() + i * T;
-    if (kind == TaskKind::mqar) make_mqar(rng, tok, tgt, T);
-    else make_seq2seq(kind == TaskKind::lengthgen ? TaskKind::sort : kind, rng, tok, tgt, T);
+    if (kind == TaskKind::mqar)
+      make_mqar(rng, tok, tgt, T);
+    else
+      make_seq2seq(kind == TaskKind::lengthgen ? TaskKind::sort : kind, rng, tok, tgt, T);
     if (kind == TaskKind::lengthgen && random_offset)
       b.pos0[static_cast<std::size_t>(i)] = static_cast<int>(rng.below(max_positions() - T + 1));
   }

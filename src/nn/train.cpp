@@ -72,10 +72,11 @@ std::string first_difference(const std::string& a, const std::string& b) {
 }  // namespace
 
 std::string TrainConfig::identity() const {
-  return fmt::format("task={};policy={};init={};d_model={};heads={};layers={};seq={};batch={};steps={};warmup={};"
-                     "lr={};weight_decay={};clip={};seed={}",
-                     task, policy, init, d_model, heads, layers, seq, batch, steps, warmup, num(lr),
-                     num(weight_decay), num(clip), seed);
+  return fmt::format(
+      "task={};policy={};init={};d_model={};heads={};layers={};seq={};batch={};steps={};warmup={};"
+      "lr={};weight_decay={};clip={};seed={}",
+      task, policy, init, d_model, heads, layers, seq, batch, steps, warmup, num(lr), num(weight_decay), num(clip),
+      seed);
 }
 
 TrainSummary train(const TrainConfig& c, const std::function<void(const std::string&)>& line,
@@ -180,9 +181,8 @@ TrainSummary train(const TrainConfig& c, const std::function<void(const std::str
     const bool log = t == 1 || t % c.log_every == 0 || t == c.steps;
     Stats st;
     const auto t0 = std::chrono::steady_clock::now();
-    const CeResult res =
-        model.forward(b.tokens.data(), b.targets.data(), b.pos0.empty() ? nullptr : b.pos0.data(), b.B, b.T, true,
-                      log ? &st : nullptr);
+    const CeResult res = model.forward(b.tokens.data(), b.targets.data(), b.pos0.empty() ? nullptr : b.pos0.data(), b.B,
+                                       b.T, true, log ? &st : nullptr);
     if (!std::isfinite(res.loss)) {
       sum.diverged = true;
       line(fmt::format("{{\"step\": {}, \"loss\": null, \"diverged\": true}}", t));
@@ -239,15 +239,14 @@ TrainSummary train(const TrainConfig& c, const std::function<void(const std::str
   sum.seconds = since(t_start);
   sum.tokens_per_s = train_seconds > 0 ? static_cast<double>(trained_tokens) / train_seconds : 0.0;
   sum.beta = model.beta;
-  line(fmt::format("{{\"final\": true, \"task\": \"{}\", \"policy\": \"{}\", \"seed\": {}, \"d_model\": {}, "
-                   "\"heads\": {}, \"d_head\": {}, \"layers\": {}, \"seq\": {}, \"steps\": {}, \"eval_loss\": {}, "
-                   "\"eval_accuracy\": {}, \"eval_long_accuracy\": {}, \"steps_to_threshold\": {}, "
-                   "\"threshold\": {}, \"diverged\": {}, \"beta\": {}, \"tokens_per_s\": {:.0f}, \"seconds\": {:.2f}}}",
-                   c.task, policy.name(), c.seed, c.d_model, c.heads, c.d_model / c.heads, c.layers, c.seq, step,
-                   num(sum.eval_loss), num(sum.eval_accuracy),
-                   sum.eval_long_accuracy < 0 ? "null" : num(sum.eval_long_accuracy),
-                   sum.steps_to_threshold, num(c.threshold), sum.diverged ? "true" : "false",
-                   arr2(sum.beta, c.heads), sum.tokens_per_s, sum.seconds));
+  line(fmt::format(
+      "{{\"final\": true, \"task\": \"{}\", \"policy\": \"{}\", \"seed\": {}, \"d_model\": {}, "
+      "\"heads\": {}, \"d_head\": {}, \"layers\": {}, \"seq\": {}, \"steps\": {}, \"eval_loss\": {}, "
+      "\"eval_accuracy\": {}, \"eval_long_accuracy\": {}, \"steps_to_threshold\": {}, "
+      "\"threshold\": {}, \"diverged\": {}, \"beta\": {}, \"tokens_per_s\": {:.0f}, \"seconds\": {:.2f}}}",
+      c.task, policy.name(), c.seed, c.d_model, c.heads, c.d_model / c.heads, c.layers, c.seq, step, num(sum.eval_loss),
+      num(sum.eval_accuracy), sum.eval_long_accuracy < 0 ? "null" : num(sum.eval_long_accuracy), sum.steps_to_threshold,
+      num(c.threshold), sum.diverged ? "true" : "false", arr2(sum.beta, c.heads), sum.tokens_per_s, sum.seconds));
   return sum;
 }
 

@@ -29,8 +29,8 @@ struct TrainConfig {
   i64 eval_size = 256;     // held-out sequences
   double threshold = 0.9;  // held-out accuracy that counts as "learned" (steps_to_threshold)
   std::string save, resume;
-  i64 save_every = 0;  // also write --save every N steps
-  i64 stop_at = 0;     // stop after this step as if interrupted (0: run to --steps)
+  i64 save_every = 0;                              // also write --save every N steps
+  i64 stop_at = 0;                                 // stop after this step as if interrupted (0: run to --steps)
   std::optional<std::vector<double>> frozen_beta;  // evaluate/train with these β (L·H)
   bool eval_only = false;                          // only evaluate (after --resume)
   std::string eval_set = "validation";             // validation | test: two held-out sets

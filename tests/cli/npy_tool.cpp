@@ -36,10 +36,14 @@ int main(int argc, char** argv) try {
     std::vector<double> d(n);
     std::vector<unsigned char> b(n);
     for (std::int64_t i = 0; i < n; ++i) d[i] = normal(rng), f[i] = static_cast<float>(d[i]), b[i] = d[i] > -0.5;
-    if (type == "f32") write_npy_atomic(argv[2], DType::f32, shape, f.data());
-    else if (type == "f64") write_npy_atomic(argv[2], DType::f64, shape, d.data());
-    else if (type == "bool") write_npy_atomic(argv[2], DType::u8, shape, b.data());
-    else return 2;
+    if (type == "f32")
+      write_npy_atomic(argv[2], DType::f32, shape, f.data());
+    else if (type == "f64")
+      write_npy_atomic(argv[2], DType::f64, shape, d.data());
+    else if (type == "bool")
+      write_npy_atomic(argv[2], DType::u8, shape, b.data());
+    else
+      return 2;
     return 0;
   }
   if (mode == "info" && argc == 3) {

@@ -8,7 +8,7 @@
 
 namespace sdpa::io::test {
 
-void watch_allocations(bool on);        // arming also resets the record
-std::size_t largest_allocation();       // since the last arming
+void watch_allocations(bool on);   // arming also resets the record
+std::size_t largest_allocation();  // since the last arming
 
 }  // namespace sdpa::io::test

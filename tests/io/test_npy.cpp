@@ -124,7 +124,8 @@ TEST(Npy, ReadsVersions1_2And3) {
 
 TEST(Npy, ReadsTheHeaderStylesNumpyHasWritten) {
   // Double quotes, any key order, no trailing comma, no padding at all.
-  EXPECT_EQ(parse(make_file(3, "{\"shape\": (3,), \"descr\": \"|u1\", \"fortran_order\": False}", 3, false)).numel(), 3);
+  EXPECT_EQ(parse(make_file(3, "{\"shape\": (3,), \"descr\": \"|u1\", \"fortran_order\": False}", 3, false)).numel(),
+            3);
   EXPECT_EQ(parse(make_file(1, "{'descr':'<f4','fortran_order':False,'shape':(2,2)}\n", 16, true)).numel(), 4);
   // Python 2 longs, as old NumPy wrote them.
   EXPECT_EQ(parse(make_file(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (2L, 2L), }", 16)).numel(), 4);
@@ -134,7 +135,8 @@ TEST(Npy, ReadsTheHeaderStylesNumpyHasWritten) {
   EXPECT_EQ(z.numel(), 0);
   EXPECT_TRUE(z.bytes.empty());
   // Tabs, CRs and spaces inside the dict and the tuple.
-  EXPECT_EQ(parse(make_file(1, "{ 'descr' :\t'<f4' ,\r 'fortran_order' : False , 'shape' : ( 3 , 1 , ) , }", 12)).numel(), 3);
+  EXPECT_EQ(
+      parse(make_file(1, "{ 'descr' :\t'<f4' ,\r 'fortran_order' : False , 'shape' : ( 3 , 1 , ) , }", 12)).numel(), 3);
 }
 
 TEST(Npy, TypedAccessorsCheckTheDtype) {
@@ -291,7 +293,8 @@ TEST(Npy, HostileShapesFailWithoutAllocating) {
       {make_file(1, hdr("<f8", "(99999999999999999999,)"), 8), "does not fit in 64 bits"},
       {make_file(1, hdr("<f8", "(-99999999999999999999,)"), 8), "does not fit in 64 bits"},
       // Huge but representable: a length mismatch, not a 4 TiB allocation.
-      {make_file(1, hdr("<f4", "(1048576, 1048576)"), 8), "shape (1048576, 1048576) of float32 needs 4398046511104 bytes"},
+      {make_file(1, hdr("<f4", "(1048576, 1048576)"), 8),
+       "shape (1048576, 1048576) of float32 needs 4398046511104 bytes"},
       {make_file(2, hdr("<f8", "(1152921504606846975,)"), 16), "needs 9223372036854775800 bytes"},
   };
   {  // the watch itself sees a large request

@@ -96,7 +96,8 @@ TEST_P(Grid, FastMatchesReference) {
   Buf<double> dq64, dk64, dv64;
   Buf<float> dqn, dkn, dvn;
   if (c.backward) {
-    dq64 = Buf<double>(in.q.shape, c.bnhd), dk64 = Buf<double>(in.k.shape, c.bnhd), dv64 = Buf<double>(in.v.shape, c.bnhd);
+    dq64 = Buf<double>(in.q.shape, c.bnhd), dk64 = Buf<double>(in.k.shape, c.bnhd),
+    dv64 = Buf<double>(in.v.shape, c.bnhd);
     reference::backward<double, double>(q64.cview(), k64.cview(), v64.cview(), out64.cview(), lse64.cview(),
                                         do64.cview(), dq64.view(), dk64.view(), dv64.view(), opt);
     dqn = Buf<float>(in.q.shape, c.bnhd), dkn = Buf<float>(in.k.shape, c.bnhd), dvn = Buf<float>(in.v.shape, c.bnhd);
@@ -125,8 +126,8 @@ TEST_P(Grid, FastMatchesReference) {
     std::fill(dq.data.begin(), dq.data.end(), kNaN);
     std::fill(dk.data.begin(), dk.data.end(), kNaN);
     std::fill(dv.data.begin(), dv.data.end(), kNaN);
-    backward(in.q.cview(), in.k.cview(), in.v.cview(), out.cview(), lse.cview(), in.dout.cview(), dq.view(),
-             dk.view(), dv.view(), o);
+    backward(in.q.cview(), in.k.cview(), in.v.cview(), out.cview(), lse.cview(), in.dout.cview(), dq.view(), dk.view(),
+             dv.view(), o);
     SDPA_EXPECT_WITHIN("dq", judge(dq.data, dqn.data, dq64.data, fl.dq));
     SDPA_EXPECT_WITHIN("dk", judge(dk.data, dkn.data, dk64.data, fl.dk));
     SDPA_EXPECT_WITHIN("dv", judge(dv.data, dvn.data, dv64.data, fl.dv));
@@ -166,9 +167,8 @@ std::vector<Case> feature_grid() {
   for (auto [nq, nk] : {std::pair<i64, i64>{7, 100}, {100, 7}, {65, 130}, {130, 65}, {1, 300}})
     for (Causal cz : {Causal::none, Causal::top_left, Causal::bottom_right}) {
       const std::string cn = cz == Causal::none ? "full" : cz == Causal::top_left ? "top_left" : "bottom_right";
-      add("Nq" + std::to_string(nq) + "_Nk" + std::to_string(nk) + "_" + cn, [&](Case& c) {
-        c.Nq = nq, c.Nk = nk, c.Dk = 24, c.Dv = 40, c.causal = cz;
-      });
+      add("Nq" + std::to_string(nq) + "_Nk" + std::to_string(nk) + "_" + cn,
+          [&](Case& c) { c.Nq = nq, c.Nk = nk, c.Dk = 24, c.Dv = 40, c.causal = cz; });
     }
   // GQA / MQA ratios 1, 2, 8.
   for (auto [hq, hkv] : {std::pair<i64, i64>{2, 2}, {4, 2}, {8, 1}, {16, 2}})
@@ -182,12 +182,11 @@ std::vector<Case> feature_grid() {
         c.Nq = 150, c.Nk = 200, c.window = {l, r}, c.causal = cz;
       });
   // Explicit masks, broadcast and full, with and without causal.
-  for (MaskKind mk : {MaskKind::additive_full, MaskKind::additive_rows, MaskKind::padding, MaskKind::keep_full,
-                      MaskKind::keep_rows})
+  for (MaskKind mk :
+       {MaskKind::additive_full, MaskKind::additive_rows, MaskKind::padding, MaskKind::keep_full, MaskKind::keep_rows})
     for (Causal cz : {Causal::none, Causal::top_left})
-      add("mask" + std::to_string(int(mk)) + "_c" + std::to_string(int(cz)), [&](Case& c) {
-        c.B = 2, c.Nq = 80, c.Nk = 140, c.mask = mk, c.causal = cz;
-      });
+      add("mask" + std::to_string(int(mk)) + "_c" + std::to_string(int(cz)),
+          [&](Case& c) { c.B = 2, c.Nq = 80, c.Nk = 140, c.mask = mk, c.causal = cz; });
   // Temperatures: unscaled (β = 1), μP (1/Dk), a tiny one, a negative one.
   for (double beta : {1.0, 1.0 / 64, 1e-3, -0.3})
     add("scale_" + std::to_string(beta), [&](Case& c) { c.Nq = c.Nk = 100, c.Dk = c.Dv = 64, c.scale = beta; });
@@ -198,9 +197,8 @@ std::vector<Case> feature_grid() {
     });
   // Extreme logits: |s| up to ~1e4. No overflow, and the answer is still right.
   add("extreme_logits", [](Case& c) { c.Nq = c.Nk = 130, c.Dk = c.Dv = 16, c.scale = 1500.0, c.backward = true; });
-  add("extreme_logits_causal", [](Case& c) {
-    c.Nq = c.Nk = 130, c.Dk = c.Dv = 16, c.scale = -1500.0, c.causal = Causal::top_left;
-  });
+  add("extreme_logits_causal",
+      [](Case& c) { c.Nq = c.Nk = 130, c.Dk = c.Dv = 16, c.scale = -1500.0, c.causal = Causal::top_left; });
   // Decoding: few query rows, long key sequences, MQA/GQA. With fewer than 8 (b, kv head,
   // lane tile) items and Nk >= 4096 the forward splits the keys and merges by lse
   // (src/attention/api.cpp): uneven last split, masks that empty whole splits, NaN-free.
@@ -225,7 +223,8 @@ std::vector<Case> feature_grid() {
   add("bnhd_layout", [](Case& c) {
     c.B = 2, c.Hq = 4, c.Hkv = 2, c.Nq = 77, c.Nk = 99, c.Dk = 20, c.Dv = 36, c.bnhd = true, c.mask = MaskKind::padding;
   });
-  add("bnhd_layout_causal", [](Case& c) { c.Hq = 3, c.Hkv = 1, c.Nq = c.Nk = 129, c.bnhd = true, c.causal = Causal::top_left; });
+  add("bnhd_layout_causal",
+      [](Case& c) { c.Hq = 3, c.Hkv = 1, c.Nq = c.Nk = 129, c.bnhd = true, c.causal = Causal::top_left; });
   return cs;
 }
 

@@ -12,9 +12,22 @@ struct Problem4 {
   Buf<float> q, k, v, dout, out, dq, dk, dv;
   Buf3<float> lse;
   Problem4(i64 b, i64 hq, i64 hkv, i64 nq, i64 nk, i64 dk_, i64 dv_, std::uint64_t seed)
-      : B(b), Hq(hq), Hkv(hkv), Nq(nq), Nk(nk), Dk(dk_), Dv(dv_),
-        q({b, hq, nq, dk_}), k({b, hkv, nk, dk_}), v({b, hkv, nk, dv_}), dout({b, hq, nq, dv_}),
-        out({b, hq, nq, dv_}), dq({b, hq, nq, dk_}), dk({b, hkv, nk, dk_}), dv({b, hkv, nk, dv_}), lse({b, hq, nq}) {
+      : B(b),
+        Hq(hq),
+        Hkv(hkv),
+        Nq(nq),
+        Nk(nk),
+        Dk(dk_),
+        Dv(dv_),
+        q({b, hq, nq, dk_}),
+        k({b, hkv, nk, dk_}),
+        v({b, hkv, nk, dv_}),
+        dout({b, hq, nq, dv_}),
+        out({b, hq, nq, dv_}),
+        dq({b, hq, nq, dk_}),
+        dk({b, hkv, nk, dk_}),
+        dv({b, hkv, nk, dv_}),
+        lse({b, hq, nq}) {
     std::mt19937_64 rng(seed);
     fill_normal(q.data, rng);
     fill_normal(k.data, rng);
@@ -23,7 +36,8 @@ struct Problem4 {
   }
   void run(const Options& o) {
     forward(q.cview(), k.cview(), v.cview(), out.view(), lse.view(), o);
-    backward(q.cview(), k.cview(), v.cview(), out.cview(), lse.cview(), dout.cview(), dq.view(), dk.view(), dv.view(), o);
+    backward(q.cview(), k.cview(), v.cview(), out.cview(), lse.cview(), dout.cview(), dq.view(), dk.view(), dv.view(),
+             o);
   }
 };
 
@@ -67,7 +81,7 @@ TEST_P(EmptyRows, KeepMaskRowAllFalseAndAdditiveMinusInf) {
   Buf<std::uint8_t> keep({1, 1, 70, 90});
   std::fill(keep.data.begin(), keep.data.end(), 1);
   for (i64 j = 0; j < 90; ++j) keep.at(0, 0, 5, j) = 0;  // row 5: nothing kept
-  Buf<float> mask({2, 1, 1, 90});                         // batch 1: every key at -inf
+  Buf<float> mask({2, 1, 1, 90});                        // batch 1: every key at -inf
   for (i64 j = 0; j < 90; ++j) mask.at(1, 0, 0, j) = -kInf;
   Options o;
   o.isa = GetParam();
@@ -287,12 +301,12 @@ TEST_P(FiniteDifferences, ReferenceBackwardMatches) {
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Cases, FiniteDifferences,
-    ::testing::Values(FdCase{"plain", 1, 1, 4, 5, 3, 2, Causal::none, std::nullopt, false},
-                      FdCase{"gqa_causal", 4, 2, 5, 4, 3, 3, Causal::bottom_right, std::nullopt, false},
-                      FdCase{"softcap_mask", 2, 1, 4, 6, 2, 3, Causal::top_left, 1.5, true}),
-    [](const auto& i) { return std::string(i.param.name); });
+INSTANTIATE_TEST_SUITE_P(Cases, FiniteDifferences,
+                         ::testing::Values(FdCase{"plain", 1, 1, 4, 5, 3, 2, Causal::none, std::nullopt, false},
+                                           FdCase{"gqa_causal", 4, 2, 5, 4, 3, 3, Causal::bottom_right, std::nullopt,
+                                                  false},
+                                           FdCase{"softcap_mask", 2, 1, 4, 6, 2, 3, Causal::top_left, 1.5, true}),
+                         [](const auto& i) { return std::string(i.param.name); });
 
 }  // namespace
 }  // namespace sdpa::test

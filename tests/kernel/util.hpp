@@ -71,9 +71,9 @@ using tolerance::max_abs;
 using tolerance::max_abs_err;
 using tolerance::max_row_norm;
 
-#define SDPA_EXPECT_WITHIN(what, v)                                                                   \
-  EXPECT_LE((v).fast, (v).bound) << what << ": fast error " << (v).fast << ", naive fp32 error " \
-                                 << (v).naive << ", bound " << (v).bound
+#define SDPA_EXPECT_WITHIN(what, v)                                                                           \
+  EXPECT_LE((v).fast, (v).bound) << what << ": fast error " << (v).fast << ", naive fp32 error " << (v).naive \
+                                 << ", bound " << (v).bound
 
 // ISAs this CPU can run (scalar always).
 inline std::vector<Isa> runnable_isas() {

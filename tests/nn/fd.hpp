@@ -72,9 +72,9 @@ inline std::vector<double> randv(std::size_t n, unsigned seed, double scale = 1.
 
 }  // namespace fd
 
-#define EXPECT_FD_OK(rep)                                                                  \
-  do {                                                                                     \
-    const auto& r_ = (rep);                                                                \
+#define EXPECT_FD_OK(rep)                                                                          \
+  do {                                                                                             \
+    const auto& r_ = (rep);                                                                        \
     EXPECT_EQ(r_.failed, 0) << r_.failed << " of " << r_.checked << " fail; " << r_.first_failure; \
-    EXPECT_GT(r_.checked, 0);                                                              \
+    EXPECT_GT(r_.checked, 0);                                                                      \
   } while (0)

@@ -94,8 +94,8 @@ struct LayerNormCase {
   explicit LayerNormCase(unsigned s)
       : x(fd::randv(R * C, s, 2.0)), g(fd::randv(C, s + 1)), b(fd::randv(C, s + 2)), w(fd::randv(R * C, s + 3)) {
     f();
-    nn::layernorm_backward(dx.data(), dg.data(), db.data(), w.data(), x.data(), g.data(), mean.data(), rstd.data(),
-                           R, C);
+    nn::layernorm_backward(dx.data(), dg.data(), db.data(), w.data(), x.data(), g.data(), mean.data(), rstd.data(), R,
+                           C);
   }
   double f() {
     nn::layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), g.data(), b.data(), R, C);
@@ -232,8 +232,7 @@ TEST_P(ModelGrad, MatchesFiniteDifferences) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Policies, ModelGrad,
-                         ::testing::Values("inv_sqrt_dk", "none", "learned", "qk_norm", "log_n"),
+INSTANTIATE_TEST_SUITE_P(Policies, ModelGrad, ::testing::Values("inv_sqrt_dk", "none", "learned", "qk_norm", "log_n"),
                          [](const auto& info) { return std::string(info.param); });
 
 // The check must be able to fail: a backward pass with a small slip is caught.

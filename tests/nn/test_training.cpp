@@ -139,8 +139,7 @@ TEST(Policies, AdaptiveBetaMatchesItsFormulaOnKnownSigma) {
     // float weights: σ_W exact to ~1e-7 relative
     const double want = 1.0 / (C * sx2 * aq[h] * ak[h] * std::sqrt(static_cast<double>(D)));
     EXPECT_NEAR(st.beta[h], want, want * 1e-5);
-    EXPECT_NEAR(st.beta[h], nn::adaptive_beta(C, st.sigma_x[0], st.sigma_wq[h], st.sigma_wk[h], D),
-                want * 1e-12);
+    EXPECT_NEAR(st.beta[h], nn::adaptive_beta(C, st.sigma_x[0], st.sigma_wq[h], st.sigma_wk[h], D), want * 1e-12);
   }
 }
 
