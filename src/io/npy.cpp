@@ -85,39 +85,20 @@ class Lexer {
     Token t;
     if (p_ == end_) return t;
     const unsigned char c = *p_;
+    auto single = [&](Tok k) {  // a one-character token
+      t.kind = k;
+      ++p_;
+      return t;
+    };
     switch (c) {
-      case '{':
-        t.kind = Tok::lbrace;
-        ++p_;
-        return t;
-      case '}':
-        t.kind = Tok::rbrace;
-        ++p_;
-        return t;
-      case '(':
-        t.kind = Tok::lparen;
-        ++p_;
-        return t;
-      case ')':
-        t.kind = Tok::rparen;
-        ++p_;
-        return t;
-      case '[':
-        t.kind = Tok::lbracket;
-        ++p_;
-        return t;
-      case ']':
-        t.kind = Tok::rbracket;
-        ++p_;
-        return t;
-      case ':':
-        t.kind = Tok::colon;
-        ++p_;
-        return t;
-      case ',':
-        t.kind = Tok::comma;
-        ++p_;
-        return t;
+      case '{': return single(Tok::lbrace);
+      case '}': return single(Tok::rbrace);
+      case '(': return single(Tok::lparen);
+      case ')': return single(Tok::rparen);
+      case '[': return single(Tok::lbracket);
+      case ']': return single(Tok::rbracket);
+      case ':': return single(Tok::colon);
+      case ',': return single(Tok::comma);
       case '\'':
       case '"': return string_token(c);
       default: break;
