@@ -19,10 +19,12 @@
 
 namespace decode {
 
-constexpr i64 kKeys = 32;          // keys per tile; split boundaries are multiples of it
-constexpr i64 kGroupLanes = 4;     // lanes sharing a score block
-constexpr i64 kMaxGroups = 2;      // so at most 8 lanes (kFewLanes) per item
-constexpr i64 kPrefetchKeys = 64;  // K and V rows prefetched this far ahead, into L2
+// The general loop's decoding constants (fast_kernel.inl), so both paths tune together.
+constexpr i64 kKeys = kFewTileCols;              // keys per tile; split boundaries are multiples of it
+constexpr i64 kPrefetchKeys = kFewPrefetchKeys;  // K and V rows prefetched this far ahead, into L2
+constexpr i64 kGroupLanes = 4;                   // lanes sharing a score block
+constexpr i64 kMaxGroups = kFewLanes / kGroupLanes;
+static_assert(kKeys % 16 == 0 && kMaxGroups * kGroupLanes == kFewLanes);
 
 // a[0..15] -> one vector whose element e is the sum of a[e]'s elements.
 inline __m512 reduce16(const __m512* a) {
@@ -168,8 +170,7 @@ inline void pv_tile(const float* V, i64 ldv, i64 bc, i64 Dv, const float* P, con
 
 // Whether an item takes this path: few lanes, unit-stride K and V rows, no explicit mask.
 inline bool applies(const Problem& p, const Tensors& t, i64 n) {
-  return n <= kGroupLanes * kMaxGroups && t.k.stride[3] == 1 && t.v.stride[3] == 1 && !explicit_mask(p) &&
-         p.Nk < (i64{1} << 30);
+  return n <= kFewLanes && t.k.stride[3] == 1 && t.v.stride[3] == 1 && !explicit_mask(p) && p.Nk < (i64{1} << 30);
 }
 
 // The item: lanes lh/li (query head, row), n of them. Writes out and lse (or the split's
