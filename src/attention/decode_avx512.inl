@@ -50,6 +50,11 @@ inline __m512 group_reduce(__m512 x) {
   return x;
 }
 
+// Loops over compile-time counts (lanes, keys of a block, vectors of a chunk) are unrolled
+// before GCC's scalar replacement runs: at -O3 it otherwise keeps the accumulator arrays
+// in memory and stores all of them to the stack on every key of the P·V loop.
+#define SDPA_UNROLL _Pragma("GCC unroll 16")
+
 // Keeps a loaded vector in a register: without it GCC folds the load into every FMA that
 // uses the vector, and the loop becomes bound by the loads.
 inline __m512 pin(__m512 x) {
@@ -64,18 +69,24 @@ inline __m512 score_block(const float* const* k, const float* q, i64 ldq, i64 Dk
                           const float* const* pf_v, i64 Dv) {
   constexpr int KB = 16 / NL;
   __m512 a[16];
+  SDPA_UNROLL
   for (auto& x : a) x = _mm512_setzero_ps();
   const i64 dfull = Dk / 16 * 16;
   auto step = [&](i64 d, __mmask16 m) {
-    if (pf_k != nullptr)
+    if (pf_k != nullptr) {
+      SDPA_UNROLL
       for (int c = 0; c < KB; ++c) {
         __builtin_prefetch(pf_k[c] + d, 0, 2);
         if (d < Dv) __builtin_prefetch(pf_v[c] + d, 0, 2);
       }
+    }
     __m512 qv[NL];
+    SDPA_UNROLL
     for (int l = 0; l < NL; ++l) qv[l] = pin(_mm512_loadu_ps(q + l * ldq + d));
+    SDPA_UNROLL
     for (int c = 0; c < KB; ++c) {
       const __m512 kv = pin(_mm512_maskz_loadu_ps(m, k[c] + d));
+      SDPA_UNROLL
       for (int l = 0; l < NL; ++l) a[l * KB + c] = _mm512_fmadd_ps(kv, qv[l], a[l * KB + c]);
     }
   };
@@ -88,33 +99,48 @@ inline __m512 score_block(const float* const* k, const float* q, i64 ldq, i64 Dk
 }
 
 // On (NL rows of ldo) = alpha·Oo + P·V over CV vectors of the head dimension from column
-// e0, keys [0, bc); the last vector loaded under `last`. chk accumulates O·0 (NaN iff some
-// output is not finite).
+// e0, keys [0, bc); the last vector loaded under `last`. Returns the sum of O·0 over the
+// chunk: NaN iff some output is not finite. (In registers, CV short chains: as a reference
+// argument GCC kept it in memory, one load-FMA-store chain through all NL·CV outputs.)
 template <int NL, int CV>
-inline void pv_chunk(const float* V, i64 ldv, i64 bc, const float* P, const float* al, const float* Oo, float* On,
-                     i64 ldo, i64 e0, __mmask16 last, __m512& chk) {
+inline __m512 pv_chunk(const float* V, i64 ldv, i64 bc, const float* P, const float* al, const float* Oo, float* On,
+                       i64 ldo, i64 e0, __mmask16 last) {
   constexpr int KB = 16 / NL;
   __m512 acc[NL][CV];
+  SDPA_UNROLL
   for (int l = 0; l < NL; ++l) {
     const __m512 av = _mm512_set1_ps(al[l * KB]);
+    SDPA_UNROLL
     for (int v = 0; v < CV; ++v) acc[l][v] = _mm512_mul_ps(_mm512_loadu_ps(Oo + l * ldo + e0 + v * 16), av);
   }
   for (i64 c = 0; c < bc; ++c) {
     const float* vr = V + c * ldv + e0;
     __m512 vv[CV];
+    SDPA_UNROLL
     for (int v = 0; v < CV; ++v) vv[v] = pin(_mm512_maskz_loadu_ps(v == CV - 1 ? last : 0xFFFF, vr + v * 16));
     const float* pc = P + (c / KB) * 16 + c % KB;
+    SDPA_UNROLL
     for (int l = 0; l < NL; ++l) {
       const __m512 pv = _mm512_set1_ps(pc[l * KB]);
+      SDPA_UNROLL
       for (int v = 0; v < CV; ++v) acc[l][v] = _mm512_fmadd_ps(pv, vv[v], acc[l][v]);
     }
   }
   const __m512 zero = _mm512_setzero_ps();
-  for (int l = 0; l < NL; ++l)
+  __m512 chk[CV];
+  SDPA_UNROLL
+  for (int v = 0; v < CV; ++v) chk[v] = zero;
+  SDPA_UNROLL
+  for (int l = 0; l < NL; ++l) {
+    SDPA_UNROLL
     for (int v = 0; v < CV; ++v) {
       _mm512_storeu_ps(On + l * ldo + e0 + v * 16, acc[l][v]);
-      chk = _mm512_fmadd_ps(acc[l][v], zero, chk);
+      chk[v] = _mm512_fmadd_ps(acc[l][v], zero, chk[v]);
     }
+  }
+  SDPA_UNROLL
+  for (int v = 1; v < CV; ++v) chk[0] = _mm512_add_ps(chk[0], chk[v]);
+  return chk[0];
 }
 
 // The same with zero weights skipped, so a zero weight never multiplies an inf or NaN in V
@@ -145,23 +171,24 @@ inline void pv_tile(const float* V, i64 ldv, i64 bc, i64 Dv, const float* P, con
   __m512 chk = _mm512_setzero_ps();
   i64 v0 = 0;
   for (; v0 + CVMAX <= nvec; v0 += CVMAX)
-    pv_chunk<NL, CVMAX>(V, ldv, bc, P, al, Oo, On, ldo, v0 * 16, v0 + CVMAX == nvec ? tail : 0xFFFF, chk);
+    chk = _mm512_add_ps(
+        chk, pv_chunk<NL, CVMAX>(V, ldv, bc, P, al, Oo, On, ldo, v0 * 16, v0 + CVMAX == nvec ? tail : 0xFFFF));
   const i64 e0 = v0 * 16;
   switch (nvec - v0) {  // the remaining vectors, the last of them under the tail mask
-    case 1: pv_chunk<NL, 1>(V, ldv, bc, P, al, Oo, On, ldo, e0, tail, chk); break;
-    case 2: pv_chunk<NL, 2>(V, ldv, bc, P, al, Oo, On, ldo, e0, tail, chk); break;
-    case 3: pv_chunk<NL, 3>(V, ldv, bc, P, al, Oo, On, ldo, e0, tail, chk); break;
+    case 1: chk = _mm512_add_ps(chk, pv_chunk<NL, 1>(V, ldv, bc, P, al, Oo, On, ldo, e0, tail)); break;
+    case 2: chk = _mm512_add_ps(chk, pv_chunk<NL, 2>(V, ldv, bc, P, al, Oo, On, ldo, e0, tail)); break;
+    case 3: chk = _mm512_add_ps(chk, pv_chunk<NL, 3>(V, ldv, bc, P, al, Oo, On, ldo, e0, tail)); break;
     case 4:
-      if constexpr (CVMAX > 4) pv_chunk<NL, 4>(V, ldv, bc, P, al, Oo, On, ldo, e0, tail, chk);
+      if constexpr (CVMAX > 4) chk = _mm512_add_ps(chk, pv_chunk<NL, 4>(V, ldv, bc, P, al, Oo, On, ldo, e0, tail));
       break;
     case 5:
-      if constexpr (CVMAX > 5) pv_chunk<NL, 5>(V, ldv, bc, P, al, Oo, On, ldo, e0, tail, chk);
+      if constexpr (CVMAX > 5) chk = _mm512_add_ps(chk, pv_chunk<NL, 5>(V, ldv, bc, P, al, Oo, On, ldo, e0, tail));
       break;
     case 6:
-      if constexpr (CVMAX > 6) pv_chunk<NL, 6>(V, ldv, bc, P, al, Oo, On, ldo, e0, tail, chk);
+      if constexpr (CVMAX > 6) chk = _mm512_add_ps(chk, pv_chunk<NL, 6>(V, ldv, bc, P, al, Oo, On, ldo, e0, tail));
       break;
     case 7:
-      if constexpr (CVMAX > 7) pv_chunk<NL, 7>(V, ldv, bc, P, al, Oo, On, ldo, e0, tail, chk);
+      if constexpr (CVMAX > 7) chk = _mm512_add_ps(chk, pv_chunk<NL, 7>(V, ldv, bc, P, al, Oo, On, ldo, e0, tail));
       break;
     default: break;
   }
