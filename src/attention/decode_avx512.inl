@@ -9,7 +9,8 @@
 // for the non-finite check. Here a score block is 16 dot products reduced together into
 // one vector (45 shuffles and adds instead of 16 reductions), the softmax runs on those
 // vectors (no padding lanes), O is double-buffered (no copy), and the prefetches of the
-// K and V rows ahead are spread through the score loop instead of issued as one burst.
+// rows ahead are spread through the loops that read them (K's through the score loop, V's
+// through the P·V loop) instead of issued as one burst.
 //
 // Layout of a score vector with NL lanes: element e = l·KB + c holds lane l, key c of a
 // block of KB = 16 / NL keys. One, two or four lanes per group (three take four, the
@@ -20,9 +21,12 @@
 namespace decode {
 
 // The general loop's decoding constants (fast_kernel.inl), so both paths tune together.
-constexpr i64 kKeys = kFewTileCols;              // keys per tile; split boundaries are multiples of it
-constexpr i64 kPrefetchKeys = kFewPrefetchKeys;  // K and V rows prefetched this far ahead, into L2
-constexpr i64 kGroupLanes = 4;                   // lanes sharing a score block
+constexpr i64 kKeys = kFewTileCols;  // keys per tile; split boundaries are multiples of it
+// K and V rows are prefetched this many keys ahead, into L2: twice the general loop's
+// distance, since each is issued while its own half of the tile runs (64 to 128 measured
+// within noise of each other, docs/performance.md).
+constexpr i64 kPrefetchKeys = 2 * kFewPrefetchKeys;
+constexpr i64 kGroupLanes = 4;  // lanes sharing a score block
 constexpr i64 kMaxGroups = kFewLanes / kGroupLanes;
 static_assert(kKeys % 16 == 0 && kMaxGroups * kGroupLanes == kFewLanes);
 
@@ -63,10 +67,9 @@ inline __m512 pin(__m512 x) {
 }
 
 // One score block: KB keys (rows k[c]) × NL lanes (q rows of ldq floats, zero past Dk).
-// pf_k, pf_v: rows to prefetch (null: none).
+// pf_k: K rows to prefetch (null: none).
 template <int NL>
-inline __m512 score_block(const float* const* k, const float* q, i64 ldq, i64 Dk, const float* const* pf_k,
-                          const float* const* pf_v, i64 Dv) {
+inline __m512 score_block(const float* const* k, const float* q, i64 ldq, i64 Dk, const float* const* pf_k) {
   constexpr int KB = 16 / NL;
   __m512 a[16];
   SDPA_UNROLL
@@ -75,10 +78,7 @@ inline __m512 score_block(const float* const* k, const float* q, i64 ldq, i64 Dk
   auto step = [&](i64 d, __mmask16 m) {
     if (pf_k != nullptr) {
       SDPA_UNROLL
-      for (int c = 0; c < KB; ++c) {
-        __builtin_prefetch(pf_k[c] + d, 0, 2);
-        if (d < Dv) __builtin_prefetch(pf_v[c] + d, 0, 2);
-      }
+      for (int c = 0; c < KB; ++c) __builtin_prefetch(pf_k[c] + d, 0, 2);
     }
     __m512 qv[NL];
     SDPA_UNROLL
@@ -92,19 +92,17 @@ inline __m512 score_block(const float* const* k, const float* q, i64 ldq, i64 Dk
   };
   for (i64 d = 0; d < dfull; d += 16) step(d, 0xFFFF);
   if (dfull < Dk) step(dfull, static_cast<__mmask16>((1u << (Dk - dfull)) - 1));
-  if (pf_k != nullptr)
-    for (i64 d = round_up(Dk, 16); d < Dv; d += 16)
-      for (int c = 0; c < KB; ++c) __builtin_prefetch(pf_v[c] + d, 0, 2);
   return reduce16(a);
 }
 
 // On (NL rows of ldo) = alpha·Oo + P·V over CV vectors of the head dimension from column
-// e0, keys [0, bc); the last vector loaded under `last`. Returns the sum of O·0 over the
-// chunk: NaN iff some output is not finite. (In registers, CV short chains: as a reference
-// argument GCC kept it in memory, one load-FMA-store chain through all NL·CV outputs.)
+// e0, keys [0, bc); the last vector loaded under `last`; pf: the V rows to prefetch, laid
+// out as V (null: none). Returns the sum of O·0 over the chunk: NaN iff some output is not
+// finite. (In registers, CV short chains: as a reference argument GCC kept it in memory,
+// one load-FMA-store chain through all NL·CV outputs.)
 template <int NL, int CV>
 inline __m512 pv_chunk(const float* V, i64 ldv, i64 bc, const float* P, const float* al, const float* Oo, float* On,
-                       i64 ldo, i64 e0, __mmask16 last) {
+                       i64 ldo, i64 e0, __mmask16 last, const float* pf) {
   constexpr int KB = 16 / NL;
   __m512 acc[NL][CV];
   SDPA_UNROLL
@@ -118,6 +116,10 @@ inline __m512 pv_chunk(const float* V, i64 ldv, i64 bc, const float* P, const fl
     __m512 vv[CV];
     SDPA_UNROLL
     for (int v = 0; v < CV; ++v) vv[v] = pin(_mm512_maskz_loadu_ps(v == CV - 1 ? last : 0xFFFF, vr + v * 16));
+    if (pf != nullptr) {
+      SDPA_UNROLL
+      for (int v = 0; v < CV; ++v) __builtin_prefetch(pf + c * ldv + e0 + v * 16, 0, 2);
+    }
     const float* pc = P + (c / KB) * 16 + c % KB;
     SDPA_UNROLL
     for (int l = 0; l < NL; ++l) {
@@ -164,7 +166,7 @@ inline void pv_skip_zero(const float* V, i64 ldv, i64 bc, i64 Dv, const float* P
 // P·V for one lane group over the whole head dimension, CVMAX vectors at a time.
 template <int NL>
 inline void pv_tile(const float* V, i64 ldv, i64 bc, i64 Dv, const float* P, const float* al, const float* Oo,
-                    float* On, i64 ldo) {
+                    float* On, i64 ldo, const float* pf) {
   constexpr int CVMAX = NL == 4 ? 4 : 8;  // 16 accumulators at most
   const i64 nvec = (Dv + 15) / 16;
   const __mmask16 tail = Dv % 16 == 0 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << (Dv % 16)) - 1);
@@ -172,23 +174,23 @@ inline void pv_tile(const float* V, i64 ldv, i64 bc, i64 Dv, const float* P, con
   i64 v0 = 0;
   for (; v0 + CVMAX <= nvec; v0 += CVMAX)
     chk = _mm512_add_ps(
-        chk, pv_chunk<NL, CVMAX>(V, ldv, bc, P, al, Oo, On, ldo, v0 * 16, v0 + CVMAX == nvec ? tail : 0xFFFF));
+        chk, pv_chunk<NL, CVMAX>(V, ldv, bc, P, al, Oo, On, ldo, v0 * 16, v0 + CVMAX == nvec ? tail : 0xFFFF, pf));
   const i64 e0 = v0 * 16;
   switch (nvec - v0) {  // the remaining vectors, the last of them under the tail mask
-    case 1: chk = _mm512_add_ps(chk, pv_chunk<NL, 1>(V, ldv, bc, P, al, Oo, On, ldo, e0, tail)); break;
-    case 2: chk = _mm512_add_ps(chk, pv_chunk<NL, 2>(V, ldv, bc, P, al, Oo, On, ldo, e0, tail)); break;
-    case 3: chk = _mm512_add_ps(chk, pv_chunk<NL, 3>(V, ldv, bc, P, al, Oo, On, ldo, e0, tail)); break;
+    case 1: chk = _mm512_add_ps(chk, pv_chunk<NL, 1>(V, ldv, bc, P, al, Oo, On, ldo, e0, tail, pf)); break;
+    case 2: chk = _mm512_add_ps(chk, pv_chunk<NL, 2>(V, ldv, bc, P, al, Oo, On, ldo, e0, tail, pf)); break;
+    case 3: chk = _mm512_add_ps(chk, pv_chunk<NL, 3>(V, ldv, bc, P, al, Oo, On, ldo, e0, tail, pf)); break;
     case 4:
-      if constexpr (CVMAX > 4) chk = _mm512_add_ps(chk, pv_chunk<NL, 4>(V, ldv, bc, P, al, Oo, On, ldo, e0, tail));
+      if constexpr (CVMAX > 4) chk = _mm512_add_ps(chk, pv_chunk<NL, 4>(V, ldv, bc, P, al, Oo, On, ldo, e0, tail, pf));
       break;
     case 5:
-      if constexpr (CVMAX > 5) chk = _mm512_add_ps(chk, pv_chunk<NL, 5>(V, ldv, bc, P, al, Oo, On, ldo, e0, tail));
+      if constexpr (CVMAX > 5) chk = _mm512_add_ps(chk, pv_chunk<NL, 5>(V, ldv, bc, P, al, Oo, On, ldo, e0, tail, pf));
       break;
     case 6:
-      if constexpr (CVMAX > 6) chk = _mm512_add_ps(chk, pv_chunk<NL, 6>(V, ldv, bc, P, al, Oo, On, ldo, e0, tail));
+      if constexpr (CVMAX > 6) chk = _mm512_add_ps(chk, pv_chunk<NL, 6>(V, ldv, bc, P, al, Oo, On, ldo, e0, tail, pf));
       break;
     case 7:
-      if constexpr (CVMAX > 7) chk = _mm512_add_ps(chk, pv_chunk<NL, 7>(V, ldv, bc, P, al, Oo, On, ldo, e0, tail));
+      if constexpr (CVMAX > 7) chk = _mm512_add_ps(chk, pv_chunk<NL, 7>(V, ldv, bc, P, al, Oo, On, ldo, e0, tail, pf));
       break;
     default: break;
   }
@@ -256,13 +258,11 @@ void item(const Problem& p, const Tensors& t, const ForwardItem& it, const i64* 
         const i64 jb = j0 + kb * KB;
         const float* kr[KB];
         const float* pk[KB] = {};
-        const float* pv[KB] = {};
         for (int c = 0; c < KB; ++c) kr[c] = Kb + imin(jb + c, p.Nk - 1) * ldk;  // rows past Nk: masked below
         const bool pf = gi == 0 && jb + kPrefetchKeys + KB - 1 <= last;
         if (pf)
-          for (int c = 0; c < KB; ++c)
-            pk[c] = Kb + (jb + kPrefetchKeys + c) * ldk, pv[c] = Vb + (jb + kPrefetchKeys + c) * ldv;
-        __m512 x = _mm512_mul_ps(score_block<NL>(kr, Q + gi * NL * dkp, dkp, Dk, pf ? pk : nullptr, pv, Dv), beta);
+          for (int c = 0; c < KB; ++c) pk[c] = Kb + (jb + kPrefetchKeys + c) * ldk;
+        __m512 x = _mm512_mul_ps(score_block<NL>(kr, Q + gi * NL * dkp, dkp, Dk, pf ? pk : nullptr), beta);
         if (p.has_softcap) x = _mm512_mul_ps(cap, Vec::tanh(_mm512_mul_ps(x, inv_cap)));
         if (mask) {
           const __m512i j = _mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(jb)), cidx);
@@ -289,7 +289,9 @@ void item(const Problem& p, const Tensors& t, const ForwardItem& it, const i64* 
       l[gi] = _mm512_fmadd_ps(l[gi], alpha, sum);
       m[gi] = m_new;
       _mm512_store_ps(al[gi], alpha);
-      pv_tile<NL>(Vb + j0 * ldv, ldv, bc, Dv, Pg, al[gi], O[cur] + gi * NL * dvp, O[cur ^ 1] + gi * NL * dvp, dvp);
+      const bool pf = gi == 0 && j0 + kKeys - 1 + kPrefetchKeys <= last;
+      pv_tile<NL>(Vb + j0 * ldv, ldv, bc, Dv, Pg, al[gi], O[cur] + gi * NL * dvp, O[cur ^ 1] + gi * NL * dvp, dvp,
+                  pf ? Vb + (j0 + kPrefetchKeys) * ldv : nullptr);
     }
     cur ^= 1;
   }
