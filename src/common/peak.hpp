@@ -1,6 +1,8 @@
 // peak.hpp — this machine's fp32 FMA peak, measured now.
 #pragma once
 
+#include <cstdint>
+
 namespace sdpa::peak {
 
 struct Result {
@@ -18,5 +20,16 @@ Result measure(int threads, double seconds = 0.2);
 /// parts of a `bytes` buffer (far larger than the last-level cache) into vector sums,
 /// best of five passes after one that faults the pages in.
 double read_bandwidth_gbs(int threads, double bytes = 1024.0 * 1024 * 1024);
+
+/// A run of floats to read (any alignment).
+struct Span {
+  const float* data = nullptr;
+  std::int64_t n = 0;
+};
+
+/// Seconds for `threads` threads (OpenMP, like the kernels) to read every float of the
+/// spans once into vector sums, each thread a contiguous share of each span: the plain
+/// read of exactly these bytes, to time alternately with a kernel that must read them.
+double read_seconds(const Span* spans, int count, int threads);
 
 }  // namespace sdpa::peak

@@ -122,6 +122,11 @@ case $case in
     grep -q 'PyTorch: not available' t.txt || fail "a missing PyTorch must be said plainly"
     "$sdpa" bench --seq 1 --kv-seq 5000 --heads 4 --kv-heads 1 --repeat 1 --no-torch | grep -q '^decode' \
       || fail "decoding row"
+    # Decoding rows also time a plain read of the same K and V, alternating with the kernel.
+    "$sdpa" bench --seq 1 --kv-seq 5000 --heads 4 --kv-heads 1 --repeat 1 --no-torch --no-blas --format json > d.json
+    for key in read_gbs fraction_of_read bandwidth_gbs fraction_of_bandwidth; do
+      grep -Eq "\"$key\": [0-9.]*[1-9]" d.json || fail "decoding json lacks a positive $key"
+    done
     expect_error "--suite" "$sdpa" bench --suite nope
     expect_error "--threads" "$sdpa" bench --threads -1
     expect_error "--kv-heads" "$sdpa" bench --heads 6 --kv-heads 4
