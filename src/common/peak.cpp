@@ -64,23 +64,9 @@ void fma_avx512(std::int64_t iters) {
         "xmm13", "cc");
 }
 
-// Sum of n floats (n a multiple of 32) with four 8-wide accumulators: enough loads in
-// flight to be bound by memory, not by the add latency.
+// Sum of n floats at any alignment with four 8-wide accumulators (enough loads in flight
+// to be bound by memory, not by the add latency), the tail scalar.
 __attribute__((target("avx2"))) float sum_avx2(const float* x, std::int64_t n) {
-  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-  for (std::int64_t i = 0; i < n; i += 32) {
-    a0 = _mm256_add_ps(a0, _mm256_load_ps(x + i));
-    a1 = _mm256_add_ps(a1, _mm256_load_ps(x + i + 8));
-    a2 = _mm256_add_ps(a2, _mm256_load_ps(x + i + 16));
-    a3 = _mm256_add_ps(a3, _mm256_load_ps(x + i + 24));
-  }
-  alignas(32) float t[8];
-  _mm256_store_ps(t, _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-  return t[0] + t[1] + t[2] + t[3] + t[4] + t[5] + t[6] + t[7];
-}
-
-// Sum of n floats at any alignment, four 8-wide accumulators as above, the tail scalar.
-__attribute__((target("avx2"))) float sum_unaligned_avx2(const float* x, std::int64_t n) {
   __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
   std::int64_t i = 0;
   for (; i + 32 <= n; i += 32) {
@@ -108,7 +94,7 @@ double read_seconds(const Span* spans, int count, int threads) {
     const std::int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
     for (int s = 0; s < count; ++s) {
       const std::int64_t lo = spans[s].n * t / nt, hi = spans[s].n * (t + 1) / nt;
-      total += sum_unaligned_avx2(spans[s].data + lo, hi - lo);
+      total += sum_avx2(spans[s].data + lo, hi - lo);
     }
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
