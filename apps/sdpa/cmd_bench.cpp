@@ -68,34 +68,17 @@ std::string pass(const Shape& s) {
   return std::string(s.causal ? "causal " : "") + (s.backward ? "bwd" : "fwd");
 }
 
-// Median of at least `repeat` runs after one warm-up, more for short runs (up to ~0.3 s
-// of timed work, at most 200 runs), so a millisecond kernel gets a stable median.
-template <class F>
-double time_median(F&& fn, int repeat) {
-  double t0 = now_seconds();
-  fn();
-  const double warm = seconds_since(t0);
-  int runs = repeat;
-  if (warm > 0 && warm * runs < 0.3) runs = static_cast<int>(std::min(200.0, std::ceil(0.3 / warm)));
-  std::vector<double> t;
-  for (int r = 0; r < runs; ++r) {
-    t0 = now_seconds();
-    fn();
-    t.push_back(seconds_since(t0));
-  }
-  return median(t);
-}
-
-// The same for two functions run alternately (a, b, a, b, ...): their medians then cover the
-// same seconds of a shared machine.
+// Two functions run alternately (a, b, a, b, ...) after one warm-up of each, so their
+// medians cover the same seconds of a shared machine: at least `repeat` runs, more for
+// short ones (up to `budget` seconds of timed work, at most 200 runs).
 template <class A, class B>
-std::pair<double, double> time_alternating(A&& fa, B&& fb, int repeat) {
+std::pair<double, double> time_alternating(A&& fa, B&& fb, int repeat, double budget = 0.6) {
   double t0 = now_seconds();
   fa();
   fb();
   const double warm = seconds_since(t0);
   int runs = repeat;
-  if (warm > 0 && warm * runs < 0.6) runs = static_cast<int>(std::min(200.0, std::ceil(0.6 / warm)));
+  if (warm > 0 && warm * runs < budget) runs = static_cast<int>(std::min(200.0, std::ceil(budget / warm)));
   std::vector<double> ta, tb;
   for (int r = 0; r < runs; ++r) {
     t0 = now_seconds();
@@ -106,6 +89,15 @@ std::pair<double, double> time_alternating(A&& fa, B&& fb, int repeat) {
     tb.push_back(seconds_since(t0));
   }
   return {median(ta), median(tb)};
+}
+
+// One function's median the same way (up to 0.3 s of timed work), so a millisecond kernel
+// gets a stable median.
+template <class F>
+double time_median(F&& fn, int repeat) {
+  return time_alternating(
+             fn, [] {}, repeat, 0.3)
+      .first;
 }
 
 struct Buffers {

@@ -171,26 +171,28 @@ inline void pv_tile(const float* V, i64 ldv, i64 bc, i64 Dv, const float* P, con
   const i64 nvec = (Dv + 15) / 16;
   const __mmask16 tail = Dv % 16 == 0 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << (Dv % 16)) - 1);
   __m512 chk = _mm512_setzero_ps();
+  auto chunk = [&](auto cv, i64 e0, __mmask16 m) {  // cv: the vector count, as a type
+    chk = _mm512_add_ps(chk, pv_chunk<NL, decltype(cv)::value>(V, ldv, bc, P, al, Oo, On, ldo, e0, m, pf));
+  };
   i64 v0 = 0;
   for (; v0 + CVMAX <= nvec; v0 += CVMAX)
-    chk = _mm512_add_ps(
-        chk, pv_chunk<NL, CVMAX>(V, ldv, bc, P, al, Oo, On, ldo, v0 * 16, v0 + CVMAX == nvec ? tail : 0xFFFF, pf));
+    chunk(std::integral_constant<int, CVMAX>{}, v0 * 16, v0 + CVMAX == nvec ? tail : 0xFFFF);
   const i64 e0 = v0 * 16;
-  switch (nvec - v0) {  // the remaining vectors, the last of them under the tail mask
-    case 1: chk = _mm512_add_ps(chk, pv_chunk<NL, 1>(V, ldv, bc, P, al, Oo, On, ldo, e0, tail, pf)); break;
-    case 2: chk = _mm512_add_ps(chk, pv_chunk<NL, 2>(V, ldv, bc, P, al, Oo, On, ldo, e0, tail, pf)); break;
-    case 3: chk = _mm512_add_ps(chk, pv_chunk<NL, 3>(V, ldv, bc, P, al, Oo, On, ldo, e0, tail, pf)); break;
+  switch (nvec - v0) {  // the remaining vectors (fewer than CVMAX), the last under the tail mask
+    case 1: chunk(std::integral_constant<int, 1>{}, e0, tail); break;
+    case 2: chunk(std::integral_constant<int, 2>{}, e0, tail); break;
+    case 3: chunk(std::integral_constant<int, 3>{}, e0, tail); break;
     case 4:
-      if constexpr (CVMAX > 4) chk = _mm512_add_ps(chk, pv_chunk<NL, 4>(V, ldv, bc, P, al, Oo, On, ldo, e0, tail, pf));
+      if constexpr (CVMAX > 4) chunk(std::integral_constant<int, 4>{}, e0, tail);
       break;
     case 5:
-      if constexpr (CVMAX > 5) chk = _mm512_add_ps(chk, pv_chunk<NL, 5>(V, ldv, bc, P, al, Oo, On, ldo, e0, tail, pf));
+      if constexpr (CVMAX > 5) chunk(std::integral_constant<int, 5>{}, e0, tail);
       break;
     case 6:
-      if constexpr (CVMAX > 6) chk = _mm512_add_ps(chk, pv_chunk<NL, 6>(V, ldv, bc, P, al, Oo, On, ldo, e0, tail, pf));
+      if constexpr (CVMAX > 6) chunk(std::integral_constant<int, 6>{}, e0, tail);
       break;
     case 7:
-      if constexpr (CVMAX > 7) chk = _mm512_add_ps(chk, pv_chunk<NL, 7>(V, ldv, bc, P, al, Oo, On, ldo, e0, tail, pf));
+      if constexpr (CVMAX > 7) chunk(std::integral_constant<int, 7>{}, e0, tail);
       break;
     default: break;
   }

@@ -10,6 +10,7 @@
 #pragma GCC diagnostic pop
 #endif
 #include <cstddef>
+#include <type_traits>  // std::integral_constant (decode_avx512.inl)
 
 #include "attention/fast.hpp"
 
