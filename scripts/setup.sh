@@ -3,7 +3,7 @@
 # Skips apt entirely when everything is already installed.
 set -euo pipefail
 packages=(build-essential cmake ninja-build git pkg-config
-          libgtest-dev libgmock-dev libbenchmark-dev libfmt-dev libcli11-dev
+          libgtest-dev libgmock-dev libbenchmark-dev libfmt-dev libcli11-dev nlohmann-json3-dev
           libomp-dev clang libclang-rt-14-dev
           libopenblas-dev   # the BLAS baseline of `sdpa bench`
           python3 python3-matplotlib    # Debian's python3 draws the lab report's plots

@@ -118,7 +118,7 @@ int run_report(const Args& a, const std::string& out_dir) {
   // Each section links to its derivation in this checkout's docs/lab.md.
   std::vector<unsigned char> html;
   try {
-    html = run_plot_script("report", python, script, "--data '" + data_path + "' --docs 'file://" SDPA_LAB_DOCS "'");
+    html = run_plot_script("report", python, script, {"--data", data_path, "--docs", "file://" SDPA_LAB_DOCS});
   } catch (...) {
     if (tty) fmt::print(stderr, "\r\033[K");
     throw;

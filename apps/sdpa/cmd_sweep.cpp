@@ -436,7 +436,7 @@ int run_sweep(SweepArgs& a) {
 
   io::OutputSet files;
   const std::string data_path = files.add(a.out + "/sweep.json", std::vector<unsigned char>(doc.begin(), doc.end()));
-  files.add(a.out + "/index.html", run_plot_script("sweep", python, script, "--data '" + data_path + "'"));
+  files.add(a.out + "/index.html", run_plot_script("sweep", python, script, {"--data", data_path}));
   files.commit();
   fmt::print("{}", table);
   fmt::print("sdpa sweep: wrote {}/index.html and {}/sweep.json ({:.1f} s)\n", a.out, a.out, seconds_since(t_start));

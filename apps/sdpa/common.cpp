@@ -1,6 +1,8 @@
 // common.cpp — see common.hpp.
 #include "common.hpp"
 
+#include "io/subprocess.hpp"
+
 #include <CLI/CLI.hpp>
 
 #include <sys/resource.h>
@@ -145,19 +147,19 @@ double median(std::vector<double> v) {
 }
 
 std::vector<unsigned char> run_plot_script(const std::string& what, const std::string& python,
-                                           const std::string& script, const std::string& args) {
-  const std::string cmd = "'" + python + "' '" + script + "' " + args;
-  FILE* pipe = ::popen(cmd.c_str(), "r");
-  if (!pipe) throw Error(what + ": cannot start '" + python + "': " + std::strerror(errno));
-  std::vector<unsigned char> out;
-  unsigned char buf[65536];
-  for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, pipe)) > 0;) out.insert(out.end(), buf, buf + n);
-  const int status = ::pclose(pipe);
-  if (status != 0 || out.empty())
+                                           const std::string& script, const std::vector<std::string>& args) {
+  std::vector<std::string> argv{python, script};
+  argv.insert(argv.end(), args.begin(), args.end());
+  io::ProcessResult r;
+  try {
+    r = io::run_process(argv);
+  } catch (const Error& e) {
+    throw Error(what + ": " + e.what());
+  }
+  if (r.exit_code != 0 || r.out.empty())
     throw Error(what + ": the plotting script failed (" + python + " " + script + ", exit status " +
-                std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : -1) +
-                "; its own message is above; is python3-matplotlib installed?)");
-  return out;
+                std::to_string(r.exit_code) + "; its own message is above; is python3-matplotlib installed?)");
+  return std::move(r.out);
 }
 
 }  // namespace sdpa::cli

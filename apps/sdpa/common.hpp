@@ -68,9 +68,10 @@ double peak_rss_mib();
 bool stderr_is_terminal();
 double median(std::vector<double> v);
 
-/// Runs `'python' 'script' args` (args already quoted) and returns what it printed on stdout
-/// (a report page); throws sdpa::Error naming `what` if it cannot start, fails or prints nothing.
+/// Runs `python script args...` (an argument vector, no shell) and returns what it printed
+/// on stdout (a report page); throws sdpa::Error naming `what` if it cannot start, fails or
+/// prints nothing.
 std::vector<unsigned char> run_plot_script(const std::string& what, const std::string& python,
-                                           const std::string& script, const std::string& args);
+                                           const std::string& script, const std::vector<std::string>& args);
 
 }  // namespace sdpa::cli
