@@ -13,9 +13,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 bash scripts/build.sh build -DCMAKE_BUILD_TYPE=Release
-./build/apps/sdpa/sdpa check
-./build/apps/sdpa/sdpa lab report --out report "$@"
-./build/apps/sdpa/sdpa train > report/train_mqar.jsonl
+./build/bin/sdpa check
+./build/bin/sdpa lab report --out report "$@"
+./build/bin/sdpa train > report/train_mqar.jsonl
 tail -n 1 report/train_mqar.jsonl
-./build/apps/sdpa/sdpa sweep --seeds 1 --d-head 16 --out report/sweep
+./build/bin/sdpa sweep --seeds 1 --d-head 16 --out report/sweep
 echo "open report/index.html and report/sweep/index.html"

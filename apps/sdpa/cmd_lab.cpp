@@ -9,6 +9,7 @@
 #include "commands.hpp"
 #include "common.hpp"
 #include "io/atomic_file.hpp"
+#include "io/data_file.hpp"
 #include "lab/experiments.hpp"
 #include "sdpa/sdpa.hpp"
 
@@ -75,28 +76,10 @@ std::string json_escape(const std::string& s) {
 // Runs every experiment, then the plotting script, and commits DIR/index.html and
 // DIR/lab.json together; nothing is written to DIR unless all of it succeeded.
 int run_report(const Args& a, const std::string& out_dir) {
-  if (out_dir.empty()) throw Error("--out: give a directory for the report");
-  const bool created = ::mkdir(out_dir.c_str(), 0755) == 0;
-  if (!created && errno != EEXIST)
-    throw Error("--out: cannot create directory '" + out_dir + "': " + std::strerror(errno));
-  struct RemoveIfEmpty {  // a directory this run created goes again if nothing was written to it
-    const std::string& dir;
-    bool on;
-    ~RemoveIfEmpty() {
-      if (on) ::rmdir(dir.c_str());  // fails, harmlessly, unless empty
-    }
-  } cleanup{out_dir, created};
-  {  // fail now, not after the experiments, if the directory is not writable
-    io::OutputSet probe;
-    probe.add(out_dir + "/index.html", {});
-  }
-  const char* py_env = std::getenv("SDPA_PYTHON");
-  const std::string python = py_env && *py_env ? py_env : "/usr/bin/python3";
-  const char* script_env = std::getenv("SDPA_REPORT_SCRIPT");
-  const std::string script = script_env && *script_env ? script_env : SDPA_REPORT_SCRIPT;
-  if (::access(script.c_str(), R_OK) != 0)
-    throw Error("report: plotting script not found at '" + script + "' (set SDPA_REPORT_SCRIPT)");
-
+  const ReportDir dir(out_dir);
+  const std::string script = io::data_file("sdpa_lab_report.py");  // before the experiments, not after
+  const std::string docs = io::data_file("lab.md");
+  const std::string python = plot_python();
   const bool tty = stderr_is_terminal();
   const auto list = experiments();
   const double t_start = now_seconds();
@@ -115,10 +98,10 @@ int run_report(const Args& a, const std::string& out_dir) {
   io::OutputSet files;
   const std::vector<unsigned char> doc_bytes(doc.begin(), doc.end());
   const std::string data_path = files.add(out_dir + "/lab.json", doc_bytes);  // still a temporary name
-  // Each section links to its derivation in this checkout's docs/lab.md.
+  // Each section links to its derivation in docs/lab.md, installed beside the script.
   std::vector<unsigned char> html;
   try {
-    html = run_plot_script("report", python, script, {"--data", data_path, "--docs", "file://" SDPA_LAB_DOCS});
+    html = run_plot_script("report", python, script, {"--data", data_path, "--docs", "file://" + docs});
   } catch (...) {
     if (tty) fmt::print(stderr, "\r\033[K");
     throw;

@@ -74,16 +74,18 @@ Command add_train(CLI::App& parent) {
   return {app, [c, frozen] {
             if (!frozen->empty()) c->frozen_beta = parse_list(*frozen, "--frozen-beta");
             const bool tty = stderr_is_terminal();
-            nn::train(
-                *c,
-                [](const std::string& l) {
-                  fmt::print("{}\n", l);
-                  std::fflush(stdout);
-                },
-                [tty, steps = c->steps](std::int64_t t, double loss) {
-                  if (tty && (t % 10 == 0 || t == steps))
-                    fmt::print(stderr, "\r\033[Ksdpa train: step {}/{} loss {:.4f}", t, steps, loss);
-                });
+            auto print_line = [](const nlohmann::ordered_json& j) {
+              fmt::print("{}\n", j.dump());
+              std::fflush(stdout);
+            };
+            nn::TrainHooks hooks;
+            hooks.on_log = [&, heads = c->heads](const nn::StepRecord& r) { print_line(nn::to_json(r, heads)); };
+            hooks.on_step = [tty, steps = c->steps](std::int64_t t, double loss) {
+              if (tty && (t % 10 == 0 || t == steps))
+                fmt::print(stderr, "\r\033[Ksdpa train: step {}/{} loss {:.4f}", t, steps, loss);
+            };
+            const nn::TrainSummary summary = nn::train(*c, hooks);
+            print_line(nn::to_json(summary));
             if (tty) fmt::print(stderr, "\r\033[K");
             return 0;
           }};

@@ -1,6 +1,7 @@
 // common.cpp — see common.hpp.
 #include "common.hpp"
 
+#include "io/atomic_file.hpp"
 #include "io/subprocess.hpp"
 
 #include <CLI/CLI.hpp>
@@ -14,6 +15,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 
 namespace sdpa::cli {
 namespace {
@@ -144,6 +146,26 @@ double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const std::size_t n = v.size();
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+ReportDir::ReportDir(std::string path) : path_(std::move(path)) {
+  if (path_.empty()) throw Error("--out: give a directory for the report");
+  std::error_code ec;
+  created_ = std::filesystem::create_directory(path_, ec);
+  if (ec) throw Error("--out: cannot create directory '" + path_ + "': " + ec.message());
+  if (!std::filesystem::is_directory(path_)) throw Error("--out: '" + path_ + "' is not a directory");
+  io::OutputSet probe;  // fail now, not after the work, if the directory is not writable
+  probe.add(path_ + "/index.html", {});
+}
+
+ReportDir::~ReportDir() {
+  std::error_code ec;
+  if (created_ && std::filesystem::is_empty(path_, ec)) std::filesystem::remove(path_, ec);
+}
+
+std::string plot_python() {
+  const char* env = std::getenv("SDPA_PYTHON");
+  return env && *env ? env : "/usr/bin/python3";
 }
 
 std::vector<unsigned char> run_plot_script(const std::string& what, const std::string& python,

@@ -68,6 +68,26 @@ double peak_rss_mib();
 bool stderr_is_terminal();
 double median(std::vector<double> v);
 
+/// An output directory for a report (`sdpa lab report`, `sdpa sweep`): created if missing,
+/// checked writable at once (before the long work, not after), and removed again at scope
+/// exit if this run created it and wrote nothing into it. Throws sdpa::Error naming --out.
+class ReportDir {
+ public:
+  explicit ReportDir(std::string path);
+  ~ReportDir();
+  ReportDir(const ReportDir&) = delete;
+  ReportDir& operator=(const ReportDir&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  bool created_ = false;
+};
+
+/// The Python that draws the report pages: $SDPA_PYTHON, else Debian's /usr/bin/python3
+/// (python3-matplotlib).
+std::string plot_python();
+
 /// Runs `python script args...` (an argument vector, no shell) and returns what it printed
 /// on stdout (a report page); throws sdpa::Error naming `what` if it cannot start, fails or
 /// prints nothing.

@@ -10,6 +10,7 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
@@ -19,6 +20,7 @@
 #include <vector>
 
 #include "lab/experiments.hpp"
+#include "nn/sweep.hpp"
 #include "nn/train.hpp"
 #include "sdpa/sdpa.hpp"
 
@@ -169,31 +171,21 @@ nb::tuple lab_run(const std::string& name, std::uint64_t seed, std::int64_t samp
   return nb::make_tuple(nb::str(t.name.c_str()), nb::str(t.title.c_str()), columns, rows);
 }
 
-// Trains one model (docs/training.md): the JSON lines `sdpa train` prints, one per logged
-// step, and the run's summary as (steps_done, loss, accuracy, eval_loss, eval_accuracy,
-// steps_to_threshold, diverged, tokens_per_s, seconds, beta).
-nb::tuple train_run(const std::string& task, const std::string& policy, const std::string& init, std::int64_t d_model,
-                    std::int64_t heads, std::int64_t layers, std::int64_t seq, std::int64_t batch, std::int64_t steps,
-                    std::int64_t warmup, double lr, std::uint64_t seed, int threads, std::int64_t log_every) {
-  sdpa::nn::TrainConfig cfg;
-  cfg.task = task, cfg.policy = policy, cfg.init = init;
-  cfg.d_model = d_model, cfg.heads = heads, cfg.layers = layers, cfg.seq = seq, cfg.batch = batch;
-  cfg.steps = steps, cfg.warmup = warmup, cfg.lr = lr, cfg.seed = seed, cfg.threads = threads;
-  cfg.log_every = log_every;
-  std::vector<std::string> lines;
-  sdpa::nn::TrainSummary s;
-  {
-    nb::gil_scoped_release unlocked;
-    s = sdpa::nn::train(cfg, [&](const std::string& line) { lines.push_back(line); });
-  }
-  nb::list out;
-  for (const auto& l : lines) out.append(nb::str(l.c_str()));
-  nb::list beta;
-  for (double b : s.beta) beta.append(nb::float_(b));
-  return nb::make_tuple(
-      out, nb::make_tuple(nb::int_(s.steps_done), nb::float_(s.loss), nb::float_(s.accuracy), nb::float_(s.eval_loss),
-                          nb::float_(s.eval_accuracy), nb::int_(s.steps_to_threshold), nb::bool_(s.diverged),
-                          nb::float_(s.tokens_per_s), nb::float_(s.seconds), beta));
+// Trains one model (docs/training.md): each logged step and the summary as the JSON
+// objects `sdpa train` prints (one serialiser, nn::to_json; python/sdpa/train.py parses).
+std::pair<std::vector<std::string>, std::string> train_run(const sdpa::nn::TrainConfig& cfg) {
+  nb::gil_scoped_release unlocked;
+  std::vector<std::string> log;
+  sdpa::nn::TrainHooks hooks;
+  hooks.on_log = [&](const sdpa::nn::StepRecord& r) { log.push_back(sdpa::nn::to_json(r, cfg.heads).dump()); };
+  const auto summary = sdpa::nn::train(cfg, hooks);
+  return {log, sdpa::nn::to_json(summary).dump()};
+}
+
+// Runs a sweep (nn::sweep); returns sweep.json's text, which `sdpa sweep` writes.
+std::string train_sweep(const sdpa::nn::SweepSpec& spec) {
+  nb::gil_scoped_release unlocked;
+  return sdpa::nn::to_json(sdpa::nn::sweep(spec)).dump();
 }
 
 }  // namespace
@@ -229,8 +221,38 @@ NB_MODULE(_ext, m) {
       "lab_experiments", [] { return lab_names(); }, "Names of the lab experiments.");
   m.def("lab_run", &lab_run, nb::arg("name"), nb::arg("seed"), nb::arg("samples"), nb::arg("threads"), nb::arg("dists"),
         nb::arg("max_dk"), "Runs one lab experiment: (name, title, columns, rows).");
-  m.def("train_run", &train_run, nb::arg("task"), nb::arg("policy"), nb::arg("init"), nb::arg("d_model"),
-        nb::arg("heads"), nb::arg("layers"), nb::arg("seq"), nb::arg("batch"), nb::arg("steps"), nb::arg("warmup"),
-        nb::arg("lr"), nb::arg("seed"), nb::arg("threads"), nb::arg("log_every"),
-        "Trains one model: (JSON lines, summary tuple).");
+  // The training lab's configuration: the defaults are the library's (nn::TrainConfig,
+  // nn::SweepSpec::defaults()), so Python states none of its own.
+  using sdpa::nn::SweepSpec;
+  using sdpa::nn::TrainConfig;
+  nb::class_<TrainConfig>(m, "TrainConfig")
+      .def(nb::init<>())
+      .def_rw("task", &TrainConfig::task)
+      .def_rw("policy", &TrainConfig::policy)
+      .def_rw("init", &TrainConfig::init)
+      .def_rw("d_model", &TrainConfig::d_model)
+      .def_rw("heads", &TrainConfig::heads)
+      .def_rw("layers", &TrainConfig::layers)
+      .def_rw("seq", &TrainConfig::seq)
+      .def_rw("batch", &TrainConfig::batch)
+      .def_rw("steps", &TrainConfig::steps)
+      .def_rw("warmup", &TrainConfig::warmup)
+      .def_rw("lr", &TrainConfig::lr)
+      .def_rw("weight_decay", &TrainConfig::weight_decay)
+      .def_rw("clip", &TrainConfig::clip)
+      .def_rw("seed", &TrainConfig::seed)
+      .def_rw("threads", &TrainConfig::threads)
+      .def_rw("log_every", &TrainConfig::log_every)
+      .def_rw("eval_size", &TrainConfig::eval_size)
+      .def_rw("threshold", &TrainConfig::threshold);
+  nb::class_<SweepSpec>(m, "SweepSpec")
+      .def_static("defaults", &SweepSpec::defaults)
+      .def_rw("base", &SweepSpec::base)
+      .def_rw("policies", &SweepSpec::policies)
+      .def_rw("seeds", &SweepSpec::seeds)
+      .def_rw("d_heads", &SweepSpec::d_heads)
+      .def_rw("ensemble", &SweepSpec::ensemble)
+      .def_rw("jobs", &SweepSpec::jobs);
+  m.def("train_run", &train_run, nb::arg("config"), "Trains one model: (JSON of each logged step, JSON summary).");
+  m.def("train_sweep", &train_sweep, nb::arg("spec"), "Runs a sweep; returns sweep.json's text.");
 }

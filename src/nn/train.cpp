@@ -16,24 +16,17 @@ namespace {
 
 constexpr std::uint64_t kEvalSeed = 0x5EED0E7A1ull;
 
+// A number for JSON: non-finite values become null (nlohmann writes them so too; said here
+// so that a NaN in an array is null as well).
+nlohmann::ordered_json number(double x) { return std::isfinite(x) ? nlohmann::ordered_json(x) : nlohmann::ordered_json(nullptr); }
+
+nlohmann::ordered_json array(const std::vector<double>& v) {
+  nlohmann::ordered_json a = nlohmann::ordered_json::array();
+  for (double x : v) a.push_back(number(x));
+  return a;
+}
+
 std::string num(double x) { return std::isfinite(x) ? fmt::format("{:.6g}", x) : "null"; }
-
-std::string arr(const std::vector<double>& v) {
-  std::string s = "[";
-  for (std::size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + num(v[i]);
-  return s + "]";
-}
-
-// (L, H) row-major as [[h0, h1, ...], ...]
-std::string arr2(const std::vector<double>& v, i64 H) {
-  std::string s = "[";
-  for (std::size_t i = 0; i < v.size(); i += static_cast<std::size_t>(H)) {
-    s += i ? ", [" : "[";
-    for (i64 h = 0; h < H; ++h) s += (h ? ", " : "") + num(v[i + static_cast<std::size_t>(h)]);
-    s += "]";
-  }
-  return s + "]";
-}
 
 struct Eval {
   double loss = 0, accuracy = 0;
@@ -79,8 +72,70 @@ std::string TrainConfig::identity() const {
       seed);
 }
 
-TrainSummary train(const TrainConfig& c, const std::function<void(const std::string&)>& line,
-                   const std::function<void(i64, double)>& progress) {
+nlohmann::ordered_json per_head_json(const std::vector<double>& v, i64 heads) {
+  nlohmann::ordered_json a = nlohmann::ordered_json::array();
+  const auto H = static_cast<std::size_t>(std::max<i64>(heads, 1));
+  for (std::size_t i = 0; i < v.size(); i += H)
+    a.push_back(array(std::vector<double>(v.begin() + static_cast<long>(i),
+                                          v.begin() + static_cast<long>(std::min(i + H, v.size())))));
+  return a;
+}
+
+nlohmann::ordered_json to_json(const StepRecord& r, i64 heads) {
+  if (r.diverged) {
+    nlohmann::ordered_json j{{"step", r.step}, {"loss", number(r.loss)}, {"diverged", true}};
+    if (std::isfinite(r.loss)) j["grad_norm"] = nullptr;  // the loss was finite, the gradient was not
+    return j;
+  }
+  nlohmann::ordered_json j{{"step", r.step},
+                   {"loss", number(r.loss)},
+                   {"accuracy", number(r.accuracy)},
+                   {"eval_loss", number(r.eval_loss)},
+                   {"eval_accuracy", number(r.eval_accuracy)}};
+  if (r.eval_long_accuracy) j["eval_long_accuracy"] = number(*r.eval_long_accuracy);
+  j["lr"] = number(r.lr);
+  j["beta"] = per_head_json(r.beta, heads);
+  j["sigma_x"] = array(r.sigma_x);
+  j["sigma_wq"] = per_head_json(r.sigma_wq, heads);
+  j["sigma_wk"] = per_head_json(r.sigma_wk, heads);
+  j["score_std"] = per_head_json(r.score_std, heads);
+  j["entropy"] = per_head_json(r.entropy, heads);
+  j["max_weight"] = per_head_json(r.max_weight, heads);
+  j["grad_norm_q"] = array(r.grad_norm_q);
+  j["grad_norm_k"] = array(r.grad_norm_k);
+  j["grad_norm_v"] = array(r.grad_norm_v);
+  j["grad_norm_o"] = array(r.grad_norm_o);
+  j["grad_norm"] = number(r.grad_norm);
+  j["tokens_per_s"] = std::round(r.tokens_per_s);
+  j["elapsed_s"] = r.elapsed_s;
+  return j;
+}
+
+nlohmann::ordered_json to_json(const TrainSummary& s) {
+  return {{"final", true},
+          {"task", s.task},
+          {"policy", s.policy},
+          {"seed", s.seed},
+          {"d_model", s.d_model},
+          {"heads", s.heads},
+          {"d_head", s.heads ? s.d_model / s.heads : 0},
+          {"layers", s.layers},
+          {"seq", s.seq},
+          {"steps", s.steps_done},
+          {"loss", number(s.loss)},
+          {"accuracy", number(s.accuracy)},
+          {"eval_loss", number(s.eval_loss)},
+          {"eval_accuracy", number(s.eval_accuracy)},
+          {"eval_long_accuracy", s.eval_long_accuracy ? number(*s.eval_long_accuracy) : nlohmann::ordered_json(nullptr)},
+          {"steps_to_threshold", s.steps_to_threshold},
+          {"threshold", number(s.threshold)},
+          {"diverged", s.diverged},
+          {"beta", per_head_json(s.beta, s.heads)},
+          {"tokens_per_s", std::round(s.tokens_per_s)},
+          {"seconds", s.seconds}};
+}
+
+TrainSummary train(const TrainConfig& c, const TrainHooks& hooks) {
   const Task task = parse_task(c.task, c.seq);
   const Policy policy = parse_policy(c.policy);
   const Init init = parse_init(c.init);
@@ -124,14 +179,15 @@ TrainSummary train(const TrainConfig& c, const std::function<void(const std::str
   std::vector<float> m(n, 0.0f), v(n, 0.0f);
   i64 step0 = 0;
   const std::string identity = c.identity();
-  if (!c.resume.empty()) {
-    Checkpoint ck = load_checkpoint(c.resume);
+  if (hooks.resume || !c.resume.empty()) {
+    const std::string where = hooks.resume ? std::string("the state given") : "'" + c.resume + "'";
+    const Checkpoint ck = hooks.resume ? *hooks.resume : load_checkpoint(c.resume);
     if (ck.identity != identity)
-      throw Error("checkpoint '" + c.resume + "' is for another run: " + first_difference(ck.identity, identity));
+      throw Error("checkpoint " + where + " is for another run: " + first_difference(ck.identity, identity));
     if (ck.params.size() != n || ck.score_ema.size() != model.score_ema.size())
-      throw Error("checkpoint '" + c.resume + "': holds " + std::to_string(ck.params.size()) +
+      throw Error("checkpoint " + where + ": holds " + std::to_string(ck.params.size()) +
                   " parameters, this model has " + std::to_string(n));
-    if (ck.step > c.steps) throw Error("checkpoint '" + c.resume + "': already at step " + std::to_string(ck.step));
+    if (ck.step > c.steps) throw Error("checkpoint " + where + ": already at step " + std::to_string(ck.step));
     model.params = ck.params;
     m = ck.m;
     v = ck.v;
@@ -147,6 +203,9 @@ TrainSummary train(const TrainConfig& c, const std::function<void(const std::str
   auto save = [&](i64 step) {
     if (c.save.empty()) return;
     save_checkpoint(c.save, Checkpoint{identity, step, model.params, m, v, model.score_ema});
+  };
+  auto report = [&](const StepRecord& r) {
+    if (hooks.on_log) hooks.on_log(r);
   };
 
   // The held-out sets do not depend on --seed, so every run of a sweep is scored on the
@@ -185,7 +244,7 @@ TrainSummary train(const TrainConfig& c, const std::function<void(const std::str
                                        b.T, true, log ? &st : nullptr);
     if (!std::isfinite(res.loss)) {
       sum.diverged = true;
-      line(fmt::format("{{\"step\": {}, \"loss\": null, \"diverged\": true}}", t));
+      report(StepRecord{.step = t, .diverged = true, .loss = NAN});
       break;
     }
     model.zero_grad();
@@ -193,7 +252,7 @@ TrainSummary train(const TrainConfig& c, const std::function<void(const std::str
     const double gnorm = clip_grad_norm(model.grads.data(), model.layout.total, c.clip);
     if (!std::isfinite(gnorm)) {
       sum.diverged = true;
-      line(fmt::format("{{\"step\": {}, \"loss\": {}, \"grad_norm\": null, \"diverged\": true}}", t, num(res.loss)));
+      report(StepRecord{.step = t, .diverged = true, .loss = res.loss, .grad_norm = NAN});
       break;
     }
     const double lr = lr_at(c.lr, t, c.warmup, c.steps);
@@ -204,27 +263,37 @@ TrainSummary train(const TrainConfig& c, const std::function<void(const std::str
     step = t;
     sum.loss = res.loss;
     sum.accuracy = res.counted ? static_cast<double>(res.correct) / static_cast<double>(res.counted) : 0.0;
-    if (progress) progress(t, res.loss);
+    if (hooks.on_step) hooks.on_step(t, res.loss);
     if (log) {
       const Eval e = evaluate(model, ev, chunk);
       sum.eval_loss = e.loss;
       sum.eval_accuracy = e.accuracy;
       if (sum.steps_to_threshold < 0 && e.accuracy >= c.threshold) sum.steps_to_threshold = t;
-      std::string extra;
+      StepRecord r{.step = t,
+                   .loss = res.loss,
+                   .accuracy = sum.accuracy,
+                   .eval_loss = e.loss,
+                   .eval_accuracy = e.accuracy,
+                   .lr = lr,
+                   .beta = st.beta,
+                   .sigma_wq = st.sigma_wq,
+                   .sigma_wk = st.sigma_wk,
+                   .score_std = st.score_std,
+                   .entropy = st.entropy,
+                   .max_weight = st.max_weight,
+                   .sigma_x = st.sigma_x,
+                   .grad_norm_q = st.gq,
+                   .grad_norm_k = st.gk,
+                   .grad_norm_v = st.gv,
+                   .grad_norm_o = st.go,
+                   .grad_norm = gnorm,
+                   .tokens_per_s = train_seconds > 0 ? static_cast<double>(trained_tokens) / train_seconds : 0.0,
+                   .elapsed_s = since(t_start)};
       if (task.kind == TaskKind::lengthgen) {
         sum.eval_long_accuracy = evaluate(model, ev_long, chunk).accuracy;
-        extra = fmt::format(", \"eval_long_accuracy\": {}", num(sum.eval_long_accuracy));
+        r.eval_long_accuracy = sum.eval_long_accuracy;
       }
-      const i64 H = c.heads;
-      line(fmt::format(
-          "{{\"step\": {}, \"loss\": {}, \"accuracy\": {}, \"eval_loss\": {}, \"eval_accuracy\": {}{}, \"lr\": {}, "
-          "\"beta\": {}, \"sigma_x\": {}, \"sigma_wq\": {}, \"sigma_wk\": {}, \"score_std\": {}, \"entropy\": {}, "
-          "\"max_weight\": {}, \"grad_norm_q\": {}, \"grad_norm_k\": {}, \"grad_norm_v\": {}, \"grad_norm_o\": {}, "
-          "\"grad_norm\": {}, \"tokens_per_s\": {:.0f}, \"elapsed_s\": {:.2f}}}",
-          t, num(res.loss), num(sum.accuracy), num(e.loss), num(e.accuracy), extra, num(lr), arr2(st.beta, H),
-          arr(st.sigma_x), arr2(st.sigma_wq, H), arr2(st.sigma_wk, H), arr2(st.score_std, H), arr2(st.entropy, H),
-          arr2(st.max_weight, H), arr(st.gq), arr(st.gk), arr(st.gv), arr(st.go), num(gnorm),
-          train_seconds > 0 ? static_cast<double>(trained_tokens) / train_seconds : 0.0, since(t_start)));
+      report(r);
     }
     if (!c.save.empty() && c.save_every > 0 && t % c.save_every == 0) save(t);
   }
@@ -235,18 +304,19 @@ TrainSummary train(const TrainConfig& c, const std::function<void(const std::str
     if (task.kind == TaskKind::lengthgen) sum.eval_long_accuracy = evaluate(model, ev_long, chunk).accuracy;
   }
   if (!sum.diverged && step > step0) save(step);
+  if (hooks.final_state) *hooks.final_state = Checkpoint{identity, step, model.params, m, v, model.score_ema};
+  sum.task = c.task;
+  sum.policy = policy.name();
+  sum.seed = c.seed;
+  sum.d_model = c.d_model;
+  sum.heads = c.heads;
+  sum.layers = c.layers;
+  sum.seq = c.seq;
+  sum.threshold = c.threshold;
   sum.steps_done = step;
   sum.seconds = since(t_start);
   sum.tokens_per_s = train_seconds > 0 ? static_cast<double>(trained_tokens) / train_seconds : 0.0;
   sum.beta = model.beta;
-  line(fmt::format(
-      "{{\"final\": true, \"task\": \"{}\", \"policy\": \"{}\", \"seed\": {}, \"d_model\": {}, "
-      "\"heads\": {}, \"d_head\": {}, \"layers\": {}, \"seq\": {}, \"steps\": {}, \"eval_loss\": {}, "
-      "\"eval_accuracy\": {}, \"eval_long_accuracy\": {}, \"steps_to_threshold\": {}, "
-      "\"threshold\": {}, \"diverged\": {}, \"beta\": {}, \"tokens_per_s\": {:.0f}, \"seconds\": {:.2f}}}",
-      c.task, policy.name(), c.seed, c.d_model, c.heads, c.d_model / c.heads, c.layers, c.seq, step, num(sum.eval_loss),
-      num(sum.eval_accuracy), sum.eval_long_accuracy < 0 ? "null" : num(sum.eval_long_accuracy), sum.steps_to_threshold,
-      num(c.threshold), sum.diverged ? "true" : "false", arr2(sum.beta, c.heads), sum.tokens_per_s, sum.seconds));
   return sum;
 }
 

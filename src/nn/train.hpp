@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "nn/adamw.hpp"
 #include "nn/model.hpp"
 #include "nn/tasks.hpp"
@@ -40,19 +42,55 @@ struct TrainConfig {
   std::string identity() const;
 };
 
+/// One logged step: what `sdpa train` prints as a JSON line. Per-head fields are (L, H)
+/// row-major, per-layer fields (L). A step that diverged carries only `step`, `loss` (NaN
+/// when the loss itself was not finite), `grad_norm` (NaN) and `diverged`.
+struct StepRecord {
+  i64 step = 0;
+  bool diverged = false;
+  double loss = 0, accuracy = 0, eval_loss = 0, eval_accuracy = 0;
+  std::optional<double> eval_long_accuracy;  // lengthgen only: held-out accuracy at twice the length
+  double lr = 0;
+  std::vector<double> beta, sigma_wq, sigma_wk, score_std, entropy, max_weight;     // (L, H)
+  std::vector<double> sigma_x, grad_norm_q, grad_norm_k, grad_norm_v, grad_norm_o;  // (L)
+  double grad_norm = 0, tokens_per_s = 0, elapsed_s = 0;
+};
+
+/// The closing summary of a run: its description and its final figures.
 struct TrainSummary {
+  std::string task, policy;  // policy as parsed (its canonical name)
+  std::uint64_t seed = 0;
+  i64 d_model = 0, heads = 0, layers = 0, seq = 0;
   i64 steps_done = 0;
-  double loss = 0, accuracy = 0, eval_loss = 0, eval_accuracy = 0, eval_long_accuracy = -1;
-  i64 steps_to_threshold = -1;
+  double threshold = 0;
+  double loss = 0, accuracy = 0, eval_loss = 0, eval_accuracy = 0;
+  std::optional<double> eval_long_accuracy;  // lengthgen only
+  i64 steps_to_threshold = -1;               // -1: never reached
   bool diverged = false;
   double tokens_per_s = 0, seconds = 0;
   std::vector<double> beta;  // final (L, H)
 };
 
-/// Trains; calls `line` with one JSON object (no newline) per logged step and a final
-/// summary object. Throws sdpa::Error for bad configuration or a bad checkpoint.
-TrainSummary train(const TrainConfig& cfg, const std::function<void(const std::string&)>& line,
-                   const std::function<void(i64 step, double loss)>& progress = {});
+// JSON objects, one place for every front end: `sdpa train`'s lines, sweep.json, Python.
+// Non-finite numbers become null.
+nlohmann::ordered_json to_json(const StepRecord& r, i64 heads);
+nlohmann::ordered_json to_json(const TrainSummary& s);  // with "final": true, as `sdpa train` prints it
+/// A per-head list (L, H) row-major as [[h0, h1, ...], ...], non-finite values as null.
+nlohmann::ordered_json per_head_json(const std::vector<double>& v, i64 heads);
+
+struct Checkpoint;
+
+/// What a caller may attach to a run besides its configuration.
+struct TrainHooks {
+  std::function<void(const StepRecord&)> on_log;       // every logged step
+  std::function<void(i64 step, double loss)> on_step;  // every step (progress)
+  const Checkpoint* resume = nullptr;                  // start from this state (instead of TrainConfig::resume's file)
+  Checkpoint* final_state = nullptr;                   // receives the state at the end (as --save would write it)
+};
+
+/// Trains (or, with eval_only, evaluates) one model. Throws sdpa::Error for bad
+/// configuration or a bad checkpoint.
+TrainSummary train(const TrainConfig& cfg, const TrainHooks& hooks = {});
 
 // ---- checkpoints -------------------------------------------------------------
 // File: "SDPACKPT" | u32 version | u32 0 | u64 payload bytes | payload | u64 FNV-1a of payload

@@ -156,11 +156,11 @@ case $case in
       expect_error "ro" "$sdpa" lab report --out ro/report
     fi
     expect_error "report" "$sdpa" lab report --out /proc/sdpa_report_here
-    expect_error "plotting script" env SDPA_REPORT_SCRIPT=/nonexistent/script.py "$sdpa" lab report --out rep1
+    expect_error "sdpa_lab_report.py" env SDPA_DATA_DIR=/nonexistent "$sdpa" lab report --out rep1
     [ ! -e rep1 ] || fail "a failed report left its directory behind"
-    printf 'import sys\nsys.exit(3)\n' > bad.py
+    mkdir bad && printf 'import sys\nsys.exit(3)\n' > bad/sdpa_lab_report.py && touch bad/lab.md
     mkdir rep2
-    expect_error "exit status 3" env SDPA_REPORT_SCRIPT="$PWD/bad.py" "$sdpa" lab report --out rep2
+    expect_error "exit status 3" env SDPA_DATA_DIR="$PWD/bad" "$sdpa" lab report --out rep2
     [ -z "$(ls -A rep2)" ] || fail "a failed report left files: $(ls -A rep2)" ;;
   lab_report)
     "$sdpa" lab report --out rep > log.txt
@@ -185,15 +185,22 @@ for r in rows[:-1]:
     assert len(r["beta"]) == 1 and len(r["beta"][0]) == 2, r["beta"]
 assert rows[-1]["final"] is True and rows[-1]["tokens_per_s"] > 0
 PY
+    last() { /usr/bin/python3 -c "import json, sys; print(json.loads(sys.stdin.readlines()[-1])['$1'])"; }
     for p in inv_sqrt_dk none inv_dk fixed:0.5 learned qk_norm log_n adaptive_scores; do
-      "$sdpa" train $tiny --steps 3 --policy $p | tail -1 | grep -q '"diverged": false' || fail "policy $p"
+      [ "$("$sdpa" train $tiny --steps 3 --policy $p | last diverged)" = False ] || fail "policy $p"
     done
     for t in copy reverse sort lengthgen; do
-      "$sdpa" train $tiny --steps 3 --task $t | tail -1 | grep -q "\"task\": \"$t\"" || fail "task $t"
+      [ "$("$sdpa" train $tiny --steps 3 --task $t | last task)" = "$t" ] || fail "task $t"
     done ;;
   train_resume)
     tiny="--d-model 16 --heads 2 --layers 1 --seq 8 --batch 4 --steps 20 --warmup 3 --eval-size 8 --log-every 1"
-    strip() { grep -v '"final"' "$1" | sed 's/, "tokens_per_s".*$//'; }
+    strip() {  # the logged steps less their timing fields
+      /usr/bin/python3 -c "import json, sys
+for l in open(sys.argv[1]):
+    r = json.loads(l)
+    if not r.get('final'):
+        print(json.dumps({k: v for k, v in r.items() if k not in ('tokens_per_s', 'elapsed_s')}))" "$1"
+    }
     "$sdpa" train $tiny --policy learned --threads 1 > full.jsonl
     "$sdpa" train $tiny --policy learned --threads 1 --stop-at 9 --save ck.bin > a.jsonl
     "$sdpa" train $tiny --policy learned --threads 2 --resume ck.bin > b.jsonl
@@ -228,6 +235,12 @@ PY
     /usr/bin/python3 -c "import json; d=json.load(open('sw/sweep.json')); assert len(d['runs']) == 4 and len(d['ensemble']) == 2" \
       || fail "sweep.json"
     [ -z "$(ls -A sw | grep -v -e '^index.html$' -e '^sweep.json$')" ] || fail "sweep left files: $(ls -A sw)"
+    # No shell between sdpa and the plotting script: paths with spaces, quotes and '$' pass whole.
+    odd="it's a \"sweep\" \$HOME dir"
+    mkdir "$odd data" && cp "$(dirname "$sdpa")/../share/sdpa/sdpa_train_report.py" "$odd data/"
+    SDPA_DATA_DIR="$PWD/$odd data" "$sdpa" sweep --d-model 16 --layers 1 --seq 8 --batch 4 --steps 4 --warmup 2 \
+      --eval-size 8 --policies none --seeds 1 --d-head 8 --out "$odd" > odd.txt 2> /dev/null || fail "sweep into '$odd'"
+    [ -s "$odd/index.html" ] && [ -s "$odd/sweep.json" ] || fail "sweep into '$odd' wrote: $(ls -A "$odd")"
     expect_error "does not divide" "$sdpa" sweep --d-head 5 --out sw2
     [ ! -e sw2 ] || fail "a failed sweep left its directory" ;;
   *) fail "unknown case $case" ;;

@@ -174,13 +174,18 @@ nn::TrainConfig tiny(const std::string& policy) {
   return c;
 }
 
+// The logged steps as `sdpa train` prints them, less the timing fields (which differ from
+// run to run; nothing else may).
 std::vector<std::string> run(const nn::TrainConfig& c) {
   std::vector<std::string> lines;
-  nn::train(c, [&](const std::string& l) {
-    // timing fields differ from run to run; everything before them must not
-    const auto cut = l.find(", \"tokens_per_s\"");
-    if (l.find("\"final\"") == std::string::npos) lines.push_back(l.substr(0, cut));
-  });
+  nn::TrainHooks hooks;
+  hooks.on_log = [&](const nn::StepRecord& r) {
+    auto j = nn::to_json(r, c.heads);
+    j.erase("tokens_per_s");
+    j.erase("elapsed_s");
+    lines.push_back(j.dump());
+  };
+  nn::train(c, hooks);
   return lines;
 }
 
@@ -273,9 +278,11 @@ TEST(Training, LossFallsOnMqar) {
   c.lr = 1e-2;
   nn::TrainSummary s;
   double first = -1;
-  s = nn::train(c, [&](const std::string& l) {
-    if (first < 0) first = std::stod(l.substr(l.find("\"loss\": ") + 8));
-  });
+  nn::TrainHooks hooks;
+  hooks.on_log = [&](const nn::StepRecord& r) {
+    if (first < 0) first = r.loss;
+  };
+  s = nn::train(c, hooks);
   EXPECT_FALSE(s.diverged);
   EXPECT_LT(s.loss, 0.8 * first) << "150 steps should lower the loss from " << first;
 }

@@ -39,3 +39,50 @@ def test_bad_arguments_name_the_option():
         sdpa.train.run(policy="warm", **TINY)
     with pytest.raises(ValueError, match="steps"):
         sdpa.train.run(**{**TINY, "steps": 0})
+
+
+SWEEP = dict(d_model=16, layers=1, seq=8, batch=4, steps=8, warmup=2, eval_size=8, log_every=4)
+
+
+def test_sweep_returns_the_cli_document():
+    result = sdpa.train.sweep(policies=["inv_sqrt_dk", "adaptive"], seeds=[1, 2], d_heads=[8], **SWEEP)
+    assert [(r["policy"], r["seed"]) for r in result["runs"]] == [("inv_sqrt_dk", 1), ("inv_sqrt_dk", 2),
+                                                                   ("adaptive", 1), ("adaptive", 2)]
+    assert [row["step"] for row in result["runs"][0]["log"]] == [1, 4, 8]
+    assert result["runs"][0]["final"]["heads"] == 2
+    assert len(result["summary"]) == 2 and len(result["ensemble"]) == 2
+    for cell in result["summary"]:
+        losses = [r["final"]["eval_loss"] for r in result["runs"] if r["policy"] == cell["policy"]]
+        assert cell["eval_loss_mean"] == pytest.approx(sum(losses) / len(losses), rel=1e-12)
+    assert result["table"].startswith("sdpa sweep: task sort d_model 16")
+    assert "ensemble rule" in result["table"]
+
+
+def test_sweep_defaults_are_the_librarys():
+    spec = sdpa._ext.SweepSpec.defaults()
+    assert spec.base.task == "sort" and spec.base.d_model == 64
+    assert len(spec.policies) == 8 and list(spec.seeds) == [1, 2, 3] and list(spec.d_heads) == [8, 32]
+
+
+def test_sweep_results_do_not_depend_on_jobs():
+    wall_clock = ("tokens_per_s", "seconds", "elapsed_s", "train_seconds", "table", "jobs", "threads")
+
+    def strip(x):
+        if isinstance(x, dict):
+            return {k: strip(v) for k, v in x.items() if k not in wall_clock}
+        return [strip(v) for v in x] if isinstance(x, list) else x
+
+    a = sdpa.train.sweep(policies=["adaptive"], seeds=[1, 2], d_heads=[8], jobs=1, threads=1, **SWEEP)
+    b = sdpa.train.sweep(policies=["adaptive"], seeds=[1, 2], d_heads=[8], jobs=2, threads=1, **SWEEP)
+    assert strip(a) == strip(b)
+
+
+def test_sweep_errors_name_the_option():
+    with pytest.raises(ValueError, match="does not divide"):
+        sdpa.train.sweep(d_heads=[5], **SWEEP)
+    with pytest.raises(ValueError, match="--policies"):
+        sdpa.train.sweep(policies=["warm"], **SWEEP)
+    with pytest.raises(TypeError, match="unknown option 'policy'"):
+        sdpa.train.sweep(policy="adaptive", **SWEEP)
+    with pytest.raises(TypeError, match="steps"):
+        sdpa.train.sweep(steps="many")

@@ -1,0 +1,143 @@
+// test_sweep.cpp — nn::sweep: the grid, the statistics over seeds, the ensemble rule, and
+// results that do not depend on how many runs train at once.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "nn/sweep.hpp"
+
+namespace nn = sdpa::nn;
+using nn::i64;
+
+namespace {
+
+nn::SweepSpec tiny_sweep() {
+  nn::SweepSpec s = nn::SweepSpec::defaults();
+  s.base.d_model = 16;
+  s.base.layers = 1;
+  s.base.seq = 8;
+  s.base.batch = 4;
+  s.base.steps = 8;
+  s.base.warmup = 2;
+  s.base.eval_size = 8;
+  s.base.log_every = 4;
+  s.policies = {"inv_sqrt_dk", "adaptive"};
+  s.seeds = {1, 2};
+  s.d_heads = {8};
+  return s;
+}
+
+// sweep.json without the wall-clock fields, which differ from run to run.
+nlohmann::ordered_json without_timing(nlohmann::ordered_json j) {
+  for (const char* k : {"seconds", "train_seconds", "table", "jobs", "threads"}) j.erase(k);
+  for (auto& run : j["runs"]) {
+    run["final"].erase("seconds");
+    run["final"].erase("tokens_per_s");
+    for (auto& row : run["log"]) {
+      row.erase("tokens_per_s");
+      row.erase("elapsed_s");
+    }
+  }
+  return j;
+}
+
+}  // namespace
+
+TEST(Sweep, SpreadIsTheSampleStatistic) {
+  const nn::Spread s = nn::spread({1.0, 2.0, 4.0});
+  EXPECT_DOUBLE_EQ(s.mean, 7.0 / 3.0);
+  EXPECT_DOUBLE_EQ(
+      s.sd,
+      std::sqrt(((1 - 7.0 / 3) * (1 - 7.0 / 3) + (2 - 7.0 / 3) * (2 - 7.0 / 3) + (4 - 7.0 / 3) * (4 - 7.0 / 3)) / 2.0));
+  EXPECT_EQ(s.n, 3);
+  EXPECT_TRUE(std::isnan(nn::spread({5.0}).sd)) << "one seed has no spread";
+  EXPECT_EQ(nn::spread({5.0}).mean, 5.0);
+  EXPECT_TRUE(std::isnan(nn::spread({}).mean));
+}
+
+TEST(Sweep, GridSummaryAndEnsembleRule) {
+  const nn::SweepSpec spec = tiny_sweep();
+  std::vector<std::string> stages;
+  const nn::SweepResult r = nn::sweep(
+      spec, [&](const std::string& stage, std::size_t done, std::size_t total, const std::string&, i64, std::uint64_t) {
+        EXPECT_LE(done, total);
+        stages.push_back(stage);
+      });
+  ASSERT_EQ(r.runs.size(), 4u);  // 2 policies x 1 head size x 2 seeds, grid order
+  EXPECT_EQ(r.runs[0].policy, "inv_sqrt_dk");
+  EXPECT_EQ(r.runs[1].seed, 2u);
+  EXPECT_EQ(r.runs[2].policy, "adaptive");
+  for (const auto& run : r.runs) {
+    EXPECT_EQ(run.summary.heads, 2);
+    EXPECT_EQ(run.summary.steps_done, 8);
+    ASSERT_EQ(run.log.size(), 3u) << "steps 1, 4 and 8 are logged";
+    EXPECT_EQ(run.log.back().step, 8);
+  }
+  EXPECT_EQ(stages.size(), 4u + 4u) << "4 training runs, then 2 adaptive runs x 2 evaluations";
+
+  ASSERT_EQ(r.summary.size(), 2u);
+  for (const auto& cell : r.summary) {
+    std::vector<double> loss;
+    for (const auto& run : r.runs)
+      if (run.policy == cell.policy) loss.push_back(run.summary.eval_loss);
+    EXPECT_EQ(cell.runs, 2);
+    EXPECT_DOUBLE_EQ(cell.eval_loss.mean, nn::spread(loss).mean) << cell.policy;
+    EXPECT_DOUBLE_EQ(cell.eval_loss.sd, nn::spread(loss).sd) << cell.policy;
+  }
+
+  // The ensemble rule: the best adaptive run on the validation set lends its β to both.
+  ASSERT_EQ(r.ensemble.size(), 2u);
+  const auto& a1 = r.runs[2].summary;
+  const auto& a2 = r.runs[3].summary;
+  const std::uint64_t best = a1.eval_loss <= a2.eval_loss ? 1 : 2;
+  for (const auto& e : r.ensemble) {
+    EXPECT_EQ(e.best_seed, best);
+    EXPECT_EQ(e.ensemble_beta, (best == 1 ? a1 : a2).beta);
+    EXPECT_TRUE(std::isfinite(e.own_test_loss) && std::isfinite(e.ensemble_test_loss));
+  }
+  // (The best run scored with its own β and with the ensemble β differ a little: the
+  // adaptive β of an evaluation is measured from the final weights, the summary's β before
+  // the last update.)
+  const nlohmann::ordered_json j = nn::to_json(r);
+  EXPECT_EQ(j["runs"].size(), 4u);
+  EXPECT_EQ(j["runs"][0]["log"].size(), 3u);
+  EXPECT_EQ(j["ensemble"].size(), 2u);
+  EXPECT_EQ(j["summary"][0]["eval_loss_mean"].get<double>(), r.summary[0].eval_loss.mean);
+  EXPECT_NE(nn::summary_table(r).find("ensemble rule"), std::string::npos);
+}
+
+TEST(Sweep, ResultsDoNotDependOnJobsOrThreads) {
+  nn::SweepSpec a = tiny_sweep(), b = tiny_sweep();
+  a.jobs = 1;
+  a.base.threads = 1;
+  b.jobs = 2;
+  b.base.threads = 2;
+  const auto ra = nn::sweep(a), rb = nn::sweep(b);
+  EXPECT_EQ(rb.jobs, 2);
+  EXPECT_EQ(without_timing(nn::to_json(ra)), without_timing(nn::to_json(rb)));
+}
+
+TEST(Sweep, BadSpecsAreRefusedBeforeTraining) {
+  auto expect = [](nn::SweepSpec s, const std::string& fragment) {
+    try {
+      nn::sweep(s);
+      ADD_FAILURE() << "no error; expected one mentioning '" << fragment << "'";
+    } catch (const sdpa::Error& e) {
+      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+    }
+  };
+  nn::SweepSpec s = tiny_sweep();
+  s.d_heads = {5};
+  expect(s, "does not divide");
+  s = tiny_sweep();
+  s.policies = {};
+  expect(s, "at least one value");
+  s = tiny_sweep();
+  s.policies = {"warm"};
+  expect(s, "--policies");
+  s = tiny_sweep();
+  s.base.init = "normal:-1";  // refused by the run itself: the error names the run
+  expect(s, "training of policy inv_sqrt_dk d_head 8 seed 1 failed");
+}
