@@ -28,11 +28,11 @@ struct Args {
   std::string suite, format = "table", isa = "auto";
 };
 
-nlohmann::json json_row(const bench::SuiteResult& res, const bench::Row& r) {
+nlohmann::ordered_json json_row(const bench::SuiteResult& res, const bench::Row& r) {
   const auto& s = r.c.shape;
   const bool dec = bench::decoding(r.c);
   auto frac = [](double x, double of) { return of > 0 ? x / of : 0.0; };
-  auto or_null = [](double x) { return x > 0 ? nlohmann::json(x) : nlohmann::json(nullptr); };
+  auto or_null = [](double x) { return x > 0 ? nlohmann::ordered_json(x) : nlohmann::ordered_json(nullptr); };
   return {{"batch", s.B},
           {"heads", s.Hq},
           {"kv_heads", s.Hkv},
@@ -59,7 +59,7 @@ nlohmann::json json_row(const bench::SuiteResult& res, const bench::Row& r) {
           {"blas_seconds_median", or_null(r.blas.median_seconds)},
           {"speedup_vs_blas", or_null(r.speedup_vs_blas())},
           {"torch_seconds_median", or_null(r.torch.median_seconds)},
-          {"torch_runs", r.torch.runs > 0 ? nlohmann::json(r.torch.runs) : nlohmann::json(nullptr)},
+          {"torch_runs", r.torch.runs > 0 ? nlohmann::ordered_json(r.torch.runs) : nlohmann::ordered_json(nullptr)},
           {"speedup_vs_torch", or_null(r.speedup_vs_torch())}};
 }
 
