@@ -41,10 +41,10 @@ std::string pass_name(const Case& c);
 
 struct Row {
   Case c;
-  Timing sdpa;         // the fast kernel
-  Timing read;         // decoding rows: a plain read of the same K and V, alternating with the kernel
-  Timing blas, torch;  // median_seconds 0: not measured (the note says why)
-  std::string blas_note, torch_note;
+  Timing sdpa;               // the fast kernel
+  Timing read;               // decoding rows: a plain read of the same K and V, alternating with the kernel
+  Timing blas, torch;        // median_seconds 0: not measured (torch: SuiteResult::torch_about says why)
+  std::string blas_note;     // why the BLAS baseline skipped this row, when it was asked for
   double peak_gflops = 0;    // FMA peak for c.threads (the larger of before and after)
   double bandwidth_gbs = 0;  // decoding rows: best 1 GiB read for c.threads
 
