@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <fmt/core.h>
@@ -123,7 +122,7 @@ int run(const Args& a) {
   o.isa = parse_isa(a.isa.c_str(), "--isa");
   o.blas = !a.no_blas;
   o.torch = !a.no_torch;
-  const int threads = a.threads > 0 ? a.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int threads = bench::resolve_threads(a.threads);
   if (!a.suite.empty()) {
     if (a.suite != "default") throw Error("--suite: the only suite is 'default', got '" + a.suite + "'");
     o.cases = bench::default_suite(threads);

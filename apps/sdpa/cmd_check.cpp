@@ -6,7 +6,6 @@
 #include <memory>
 #include <random>
 #include <string>
-#include <thread>
 
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
@@ -90,7 +89,7 @@ int run(const Args& a) {
   // Timing by the one rule (bench::TimerRule), FLOPs by the one count (bench::flops), the
   // FMA peak for as many threads as the kernel uses measured before and after, the larger kept.
   const bench::Shape shape{B, Hq, Hkv, Nq, Nk, Dk, Dv};
-  const int threads = a.threads > 0 ? a.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int threads = bench::resolve_threads(a.threads);
   progress.say("measuring the FMA peak");
   bench::Peaks peaks;
   peaks.measure_fma(threads);

@@ -4,6 +4,7 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <thread>
 
 #include "common/peak.hpp"
 
@@ -29,6 +30,10 @@ double Peaks::fma(int threads) const {
 double Peaks::read(int threads) const {
   const auto it = read_gbs.find(threads);
   return it == read_gbs.end() ? 0.0 : it->second;
+}
+
+int resolve_threads(int requested) {
+  return requested > 0 ? requested : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
 double peak_rss_mib() {

@@ -29,6 +29,10 @@ struct Peaks {
 
 namespace sdpa::bench {
 
+/// The threads a run with `requested` threads uses: `requested`, or for 0 every hardware
+/// thread (what the kernel's OpenMP default takes), so its peak is measured on as many.
+int resolve_threads(int requested);
+
 /// This process's peak resident memory so far, MiB (getrusage's ru_maxrss).
 double peak_rss_mib();
 
