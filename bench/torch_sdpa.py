@@ -1,11 +1,18 @@
 """Times PyTorch's CPU torch.nn.functional.scaled_dot_product_attention for `sdpa bench`.
 
-Reads one JSON object on stdin: {"threads": T, "rows": [{"B", "Hq", "Hkv", "Nq", "Nk",
-"Dk", "Dv", "causal", "backward", "repeat"}, ...]} and prints one JSON object on stdout:
-{"torch": version, "rows": [{"forward": seconds, "backward": seconds | null}, ...]}, the
-medians of `repeat` runs after one warm-up, inputs float32 standard normal, or
-{"error": "..."} when torch cannot be imported. `causal` means torch's is_causal
-(top-left). The backward is timed alone: torch.autograd.grad of a saved forward.
+Run by the executable as `python torch_sdpa.py` (an argument vector, no shell; see
+src/bench/torch.hpp, which states the request and the reply). Reads one JSON request on
+stdin and prints one JSON reply on stdout:
+
+  request: {"threads": T, "rule": {"warmup_runs", "min_runs", "min_seconds", "max_runs"},
+            "rows": [{"B", "Hq", "Hkv", "Nq", "Nk", "Dk", "Dv", "causal", "backward"}, ...]}
+  reply:   {"torch": version, "rows": [{"median_seconds": s, "runs": n}, ...]}
+           or {"error": "..."} when torch cannot be imported
+
+Each row is timed by the rule sdpa is timed by (src/bench/timer.hpp; docs/performance.md,
+"Method"): `time_by_rule` below is that loop, nothing else. Inputs are float32 standard
+normal; `causal` is torch's is_causal (top-left); a backward row times
+torch.autograd.grad of a fresh forward, the forward outside the timer.
 """
 import json
 import statistics
@@ -13,14 +20,30 @@ import sys
 import time
 
 
-def time_runs(fn, repeat):
-    fn()  # warm-up
+def time_by_rule(rule, run_once):
+    """The TimerRule of src/bench/timer.hpp. run_once() makes one call and returns its
+    seconds. Returns (median seconds, timed runs)."""
+    for _ in range(rule["warmup_runs"]):
+        run_once()
     times = []
-    for _ in range(repeat):
+    total = 0.0
+    while True:
+        t = run_once()
+        times.append(t)
+        total += t
+        n = len(times)
+        if n >= rule["min_runs"] and (total >= rule["min_seconds"] or n >= rule["max_runs"]):
+            break
+    return statistics.median(times), len(times)
+
+
+def timed(fn):
+    """A run_once that times all of fn()."""
+    def run_once():
         t0 = time.perf_counter()
         fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+        return time.perf_counter() - t0
+    return run_once
 
 
 def main():
@@ -31,6 +54,7 @@ def main():
     except Exception as e:  # noqa: BLE001 - any import failure means "not available"
         print(json.dumps({"error": f"import torch failed: {type(e).__name__}: {e}"}))
         return 0
+    rule = request["rule"]
     torch.set_num_threads(int(request["threads"]))
     gen = torch.Generator().manual_seed(1)
     rows = []
@@ -41,29 +65,27 @@ def main():
         q, k, v = make(r["Hq"], r["Nq"], r["Dk"]), make(r["Hkv"], r["Nk"], r["Dk"]), make(r["Hkv"], r["Nk"], r["Dv"])
         gqa = r["Hq"] != r["Hkv"]
 
-        def fwd():
-            with torch.no_grad():
-                return F.scaled_dot_product_attention(q, k, v, is_causal=r["causal"], enable_gqa=gqa)
+        def attention(q, k, v):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=r["causal"], enable_gqa=gqa)
 
-        row = {"forward": time_runs(fwd, r["repeat"]), "backward": None}
-        if r["backward"]:
+        if not r["backward"]:
+            def forward():
+                with torch.no_grad():
+                    attention(q, k, v)
+
+            run_once = timed(forward)
+        else:
             qg, kg, vg = (x.clone().requires_grad_(True) for x in (q, k, v))
             dout = make(r["Hq"], r["Nq"], r["Dv"])
 
-            def bwd():
-                out = F.scaled_dot_product_attention(qg, kg, vg, is_causal=r["causal"], enable_gqa=gqa)
-                return out
-
-            # time only the backward: a fresh forward graph each run, outside the timer
-            def timed_backward():
-                out = bwd()
+            def run_once():  # a fresh forward graph each run, outside the timer
+                out = attention(qg, kg, vg)
                 t0 = time.perf_counter()
                 torch.autograd.grad(out, (qg, kg, vg), dout)
                 return time.perf_counter() - t0
 
-            timed_backward()
-            row["backward"] = statistics.median(timed_backward() for _ in range(r["repeat"]))
-        rows.append(row)
+        seconds, runs = time_by_rule(rule, run_once)
+        rows.append({"median_seconds": seconds, "runs": runs})
     print(json.dumps({"torch": torch.__version__, "rows": rows}))
     return 0
 

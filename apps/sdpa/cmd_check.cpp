@@ -1,18 +1,22 @@
-// cmd_check.cpp — `sdpa check`: the main job. Attention on generated inputs, timed,
-// and checked against the fp64 reference by the project's tolerance rule.
+// cmd_check.cpp — `sdpa check`: the main job. Attention on generated inputs, timed by the
+// benchmark library's rule (src/bench/: one timer, one FLOP count, the measured peak), and
+// checked against the fp64 reference by the project's tolerance rule.
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <random>
 #include <string>
 
 #include <fmt/core.h>
+#include <nlohmann/json.hpp>
 
+#include "bench/flops.hpp"
+#include "bench/peaks.hpp"
+#include "bench/timer.hpp"
 #include "commands.hpp"
 #include "common.hpp"
-#include "common/peak.hpp"
 #include "common/tolerance.hpp"
-
-#include <thread>
+#include "timer_options.hpp"
 
 namespace sdpa::cli {
 namespace {
@@ -20,7 +24,8 @@ namespace {
 struct Args {
   ShapeOptions shape;
   std::string causal = "none", isa = "auto", format = "table";
-  int threads = 0, repeat = 5;
+  int threads = 0;
+  bench::TimerRule rule;
   std::uint64_t seed = 1;
   bool backward = true;
 };
@@ -50,7 +55,7 @@ class Progress {
 
 int run(const Args& a) {
   const auto [B, Hq, Hkv, Nq, Nk, Dk, Dv] = a.shape.resolve();
-  if (a.repeat < 1) throw Error("--repeat: must be >= 1");
+  a.rule.validate();
   if (a.format != "table" && a.format != "json")
     throw Error("--format: expected table or json, got '" + a.format + "'");
   Options opt;
@@ -81,36 +86,32 @@ int run(const Args& a) {
   const auto O = contiguous(out.data(), {B, Hq, Nq, Dv});
   const auto L = contiguous(lse.data(), {B, Hq, Nq});
 
-  // Timing: one warm-up, then the median of --repeat runs.
-  double flops = 2.0 * double(Dk + Dv) * double(B * Hq) * double(Nq) * double(Nk);
-  if (opt.causal != Causal::none && Nq == Nk) flops /= 2;
-  // This machine's FMA peak with as many threads as the kernel uses, measured before and
-  // after the timings with the larger kept (as `sdpa bench` does): on a shared machine a
-  // neighbour can depress one measurement, and a depressed peak flatters the kernel.
-  const int threads = a.threads > 0 ? a.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  // Timing by the one rule (bench::TimerRule), FLOPs by the one count (bench::flops), the
+  // FMA peak for as many threads as the kernel uses measured before and after, the larger kept.
+  const bench::Shape shape{B, Hq, Hkv, Nq, Nk, Dk, Dv};
+  const int threads = bench::resolve_threads(a.threads);
   progress.say("measuring the FMA peak");
-  peak::Result pk = peak::measure(threads);
-  std::vector<double> tf, tb;
-  for (int r = 0; r <= a.repeat; ++r) {
-    progress.say(fmt::format("forward {}/{}", r, a.repeat));
-    const double t0 = now_seconds();
-    forward(Q, K, V, O, L, opt);
-    if (r) tf.push_back(seconds_since(t0));
+  bench::Peaks peaks;
+  peaks.measure_fma(threads);
+  progress.say("timing the forward");
+  const bench::Timing fwd = bench::time_median(a.rule, [&] { forward(Q, K, V, O, L, opt); });
+  bench::Timing bwd;
+  if (a.backward) {
+    progress.say("timing the backward");
+    const auto dQ = contiguous(dq.data(), {B, Hq, Nq, Dk});
+    const auto dK = contiguous(dk.data(), {B, Hkv, Nk, Dk});
+    const auto dV = contiguous(dv.data(), {B, Hkv, Nk, Dv});
+    bwd = bench::time_median(a.rule, [&] { backward(Q, K, V, O, L, dO, dQ, dK, dV, opt); });
   }
-  if (a.backward)
-    for (int r = 0; r <= a.repeat; ++r) {
-      progress.say(fmt::format("backward {}/{}", r, a.repeat));
-      const double t0 = now_seconds();
-      backward(Q, K, V, O, L, dO, contiguous(dq.data(), {B, Hq, Nq, Dk}), contiguous(dk.data(), {B, Hkv, Nk, Dk}),
-               contiguous(dv.data(), {B, Hkv, Nk, Dv}), opt);
-      if (r) tb.push_back(seconds_since(t0));
-    }
-  const double fwd_s = median(tf), bwd_s = a.backward ? median(tb) : 0.0;
   progress.say("measuring the FMA peak again");
-  if (const peak::Result again = peak::measure(threads); again.gflops > pk.gflops) pk = again;
-  const double fwd_gf = flops / fwd_s / 1e9, bwd_gf = a.backward ? 2.5 * flops / bwd_s / 1e9 : 0.0;
-  auto frac = [&](double gf) { return pk.gflops > 0 ? gf / pk.gflops : 0.0; };
-  const double rss = peak_rss_mib();  // before the reference, which materialises scores
+  peaks.measure_fma(threads);
+  const double peak_gflops = peaks.fma(threads);
+  auto gflops = [&](bench::Pass pass, const bench::Timing& t) {
+    return t.median_seconds > 0 ? bench::flops(shape, opt.causal, pass) / t.median_seconds / 1e9 : 0.0;
+  };
+  const double fwd_gf = gflops(bench::Pass::forward, fwd), bwd_gf = gflops(bench::Pass::backward, bwd);
+  auto frac = [&](double gf) { return peak_gflops > 0 ? gf / peak_gflops : 0.0; };
+  const double rss = bench::peak_rss_mib();  // before the reference, which materialises scores
 
   // Check against the fp64 reference (and the naive fp32 one that sets the tolerance).
   std::vector<Row> rows;
@@ -195,36 +196,52 @@ int run(const Args& a) {
   const double scores_gib = 4.0 * double(Nq) * double(Nk) / (1024.0 * 1024.0 * 1024.0);
 
   if (a.format == "json") {
-    std::string checks = "[";
-    for (std::size_t i = 0; i < rows.size(); ++i)
-      checks += fmt::format(
-          "{}{{\"tensor\": \"{}\", \"err_fast\": {:.6g}, \"err_naive_fp32\": {:.6g}, \"bound\": {:.6g}, "
-          "\"pass\": {}}}",
-          i ? ", " : "", rows[i].tensor, rows[i].v.fast, rows[i].v.naive, rows[i].v.bound,
-          rows[i].v.ok() ? "true" : "false");
-    checks += "]";
-    fmt::print(
-        "{{\"batch\": {}, \"heads\": {}, \"kv_heads\": {}, \"seq\": {}, \"kv_seq\": {}, \"dim\": {}, \"dim_v\": {}, "
-        "\"causal\": \"{}\", \"isa\": \"{}\", \"threads\": {}, \"forward_seconds_median\": {:.6g}, \"forward_gflops\": "
-        "{:.4g}, "
-        "\"backward_seconds_median\": {:.6g}, \"backward_gflops\": {:.4g}, \"peak_gflops\": {:.4g}, "
-        "\"peak_isa\": \"{}\", \"fraction_of_peak_forward\": {:.4f}, \"fraction_of_peak_backward\": {:.4f}, "
-        "\"peak_rss_mib\": {:.1f}, "
-        "\"score_matrix_fp32_gib\": {:.4g}, \"checks\": {}, \"note\": \"{}\", \"pass\": {}}}\n",
-        B, Hq, Hkv, Nq, Nk, Dk, Dv, a.causal, isa_name(isa), a.threads, fwd_s, fwd_gf, bwd_s, bwd_gf, pk.gflops, pk.isa,
-        frac(fwd_gf), frac(bwd_gf), rss, scores_gib, checks, note, ok ? "true" : "false");
+    nlohmann::ordered_json checks = nlohmann::ordered_json::array();
+    for (const auto& r : rows)
+      checks.push_back({{"tensor", r.tensor},
+                        {"err_fast", r.v.fast},
+                        {"err_naive_fp32", r.v.naive},
+                        {"bound", r.v.bound},
+                        {"pass", r.v.ok()}});
+    const nlohmann::ordered_json doc = {{"batch", B},
+                                        {"heads", Hq},
+                                        {"kv_heads", Hkv},
+                                        {"seq", Nq},
+                                        {"kv_seq", Nk},
+                                        {"dim", Dk},
+                                        {"dim_v", Dv},
+                                        {"causal", a.causal},
+                                        {"isa", isa_name(isa)},
+                                        {"threads", a.threads},
+                                        {"forward_seconds_median", fwd.median_seconds},
+                                        {"forward_runs", fwd.runs},
+                                        {"forward_gflops", fwd_gf},
+                                        {"backward_seconds_median", bwd.median_seconds},
+                                        {"backward_runs", bwd.runs},
+                                        {"backward_gflops", bwd_gf},
+                                        {"peak_gflops", peak_gflops},
+                                        {"peak_isa", peaks.fma_isa},
+                                        {"fraction_of_peak_forward", frac(fwd_gf)},
+                                        {"fraction_of_peak_backward", frac(bwd_gf)},
+                                        {"peak_rss_mib", rss},
+                                        {"score_matrix_fp32_gib", scores_gib},
+                                        {"checks", checks},
+                                        {"note", note},
+                                        {"pass", ok}};
+    fmt::print("{}\n", doc.dump());
   } else {
     fmt::print("sdpa check: B={} Hq={} Hkv={} Nq={} Nk={} Dk={} Dv={} causal={} isa={} threads={}\n", B, Hq, Hkv, Nq,
                Nk, Dk, Dv, a.causal, isa_name(isa), a.threads ? std::to_string(a.threads) : std::string("all"));
-    fmt::print("  forward   median {:9.4f} s  {:7.1f} GFLOP/s  {:5.1f}% of peak  ({} runs after a warm-up)\n", fwd_s,
-               fwd_gf, 100 * frac(fwd_gf), a.repeat);
+    fmt::print("  forward   median {:9.4f} s  {:7.1f} GFLOP/s  {:5.1f}% of peak  ({} runs after a warm-up)\n",
+               fwd.median_seconds, fwd_gf, 100 * frac(fwd_gf), fwd.runs);
     if (a.backward)
-      fmt::print("  backward  median {:9.4f} s  {:7.1f} GFLOP/s  {:5.1f}% of peak  (FLOPs counted as 2.5x forward)\n",
-                 bwd_s, bwd_gf, 100 * frac(bwd_gf));
+      fmt::print(
+          "  backward  median {:9.4f} s  {:7.1f} GFLOP/s  {:5.1f}% of peak  ({} runs; FLOPs counted as 2.5x forward)\n",
+          bwd.median_seconds, bwd_gf, 100 * frac(bwd_gf), bwd.runs);
     fmt::print(
         "  peak      {:.1f} GFLOP/s fp32 FMA ({}, {} threads), measured in this run before and after "
         "the timings, the larger kept\n",
-        pk.gflops, pk.isa, pk.threads);
+        peak_gflops, peaks.fma_isa, threads);
     fmt::print("  peak RSS  {:.1f} MiB   (one Nq x Nk fp32 score matrix would be {:.3g} GiB)\n", rss, scores_gib);
     if (!rows.empty()) {
       fmt::print("  check against the fp64 reference: fast error <= 2 x naive-fp32 error + floor\n");
@@ -251,7 +268,7 @@ Command add_check(CLI::App& parent) {
   c->add_option("--causal", a->causal, "none | top-left | bottom-right")->capture_default_str();
   c->add_option("--threads", a->threads, "Threads (0 = all)")->capture_default_str();
   c->add_option("--seed", a->seed, "Random seed")->capture_default_str();
-  c->add_option("--repeat", a->repeat, "Timed runs (the median is reported)")->capture_default_str();
+  add_timer_options(*c, a->rule);
   c->add_flag("--backward,!--no-backward", a->backward, "Also time and check the backward pass (default on)");
   c->add_option("--isa", a->isa, "auto | scalar | avx2 | avx512")->capture_default_str();
   c->add_option("--format", a->format, "table | json")->capture_default_str();

@@ -133,20 +133,7 @@ double now_seconds() {
 }
 double seconds_since(double t0) { return now_seconds() - t0; }
 
-double peak_rss_mib() {
-  rusage ru{};
-  getrusage(RUSAGE_SELF, &ru);
-  return static_cast<double>(ru.ru_maxrss) / 1024.0;  // Linux reports KiB
-}
-
 bool stderr_is_terminal() { return ::isatty(STDERR_FILENO) == 1; }
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 ReportDir::ReportDir(std::string path) : path_(std::move(path)) {
   if (path_.empty()) throw Error("--out: give a directory for the report");

@@ -64,9 +64,7 @@ Window parse_window(const std::string& s);  // "L,R", -1 = unbounded
 
 double seconds_since(double t0);
 double now_seconds();
-double peak_rss_mib();
 bool stderr_is_terminal();
-double median(std::vector<double> v);
 
 /// An output directory for a report (`sdpa lab report`, `sdpa sweep`): created if missing,
 /// checked writable at once (before the long work, not after), and removed again at scope

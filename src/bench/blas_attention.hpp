@@ -16,7 +16,9 @@ struct BlasShape {
   double scale = 1.0;
 };
 
-/// Whether a real BLAS (not the reference one) was linked, and its name.
+/// Whether this build has the baseline (OpenBLAS is optional: without it, blas_none.cpp
+/// stands in and the suite marks the column "not built"), and what was linked.
+bool blas_available();
 const char* blas_name();
 
 /// out (B,Hq,Nq,Dv), lse (B,Hq,Nq). Scratch: threads × Nq × Nk floats.

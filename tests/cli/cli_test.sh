@@ -106,15 +106,26 @@ case $case in
     grep -q '^OK$' check.txt || fail "check did not pass"
     "$sdpa" check --seq 100 --kv-seq 150 --heads 4 --kv-heads 2 --dim 24 --dim-v 40 --causal bottom-right \
       --repeat 1 --format json | tee check.json
-    grep -q '"pass": true}$' check.json || fail "json check did not pass" ;;
+    /usr/bin/python3 - check.json <<'PY' || fail "check json"
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["pass"] is True and all(c["pass"] for c in d["checks"]), d
+assert d["forward_runs"] >= 1 and d["backward_runs"] >= 1, d
+PY
+    ;;
   bench)
     "$sdpa" bench --help | grep -q -- '--suite' || fail "bench --help"
     # One small shape, forward and backward, with the BLAS baseline; PyTorch skipped here
     # (it is optional, and says so plainly when it is missing).
     "$sdpa" bench --seq 128 --heads 2 --repeat 2 --no-torch --format json | tee b.json
-    for key in seconds_median gflops peak_gflops fraction_of_peak speedup_vs_blas; do
-      grep -q "\"$key\": [0-9]" b.json || fail "bench json lacks a numeric $key"
-    done
+    /usr/bin/python3 - b.json <<'PY' || fail "bench json"
+import json, sys
+rows = json.load(open(sys.argv[1]))
+assert len(rows) == 1, rows
+for key in ["seconds_median", "gflops", "peak_gflops", "fraction_of_peak", "speedup_vs_blas"]:
+    assert isinstance(rows[0][key], float) and rows[0][key] > 0, key
+assert rows[0]["runs"] >= 2 and rows[0]["torch_seconds_median"] is None, rows[0]
+PY
     "$sdpa" bench --seq 130 --kv-seq 70 --heads 4 --kv-heads 2 --backward --causal --repeat 1 --no-torch | tee b.txt
     grep -q 'causal bwd' b.txt || fail "bench table lacks the causal bwd row"
     grep -q 'FMA peak' b.txt || fail "bench table lacks the measured peak"
@@ -124,13 +135,111 @@ case $case in
       || fail "decoding row"
     # Decoding rows also time a plain read of the same K and V, alternating with the kernel.
     "$sdpa" bench --seq 1 --kv-seq 5000 --heads 4 --kv-heads 1 --repeat 1 --no-torch --no-blas --format json > d.json
-    for key in read_gbs fraction_of_read bandwidth_gbs fraction_of_bandwidth; do
-      grep -Eq "\"$key\": [0-9.]*[1-9]" d.json || fail "decoding json lacks a positive $key"
-    done
+    /usr/bin/python3 - d.json <<'PY' || fail "decoding json"
+import json, sys
+row = json.load(open(sys.argv[1]))[0]
+for key in ["read_gbs", "fraction_of_read", "bandwidth_gbs", "fraction_of_bandwidth"]:
+    assert row[key] > 0, key
+assert row["decoding"] is True, row
+PY
     expect_error "--suite" "$sdpa" bench --suite nope
     expect_error "--threads" "$sdpa" bench --threads -1
     expect_error "--kv-heads" "$sdpa" bench --heads 6 --kv-heads 4
-    expect_error "--seq" "$sdpa" bench --seq 0 ;;
+    expect_error "--seq" "$sdpa" bench --seq 0
+    expect_error "--repeat" "$sdpa" bench --repeat 0
+    expect_error "--min-seconds" "$sdpa" check --min-seconds -1 ;;
+  bench_flops)
+    # `sdpa check` and `sdpa bench` count FLOPs with one function: GFLOP/s × seconds is the
+    # same count in both, the value worked out by hand from docs/performance.md's rule.
+    # Top-left causal, Nq = 100 < Nk = 150: Nq²/2 = 5000 visible pairs per head;
+    # forward 2·(Dk + Dv)·B·Hq·5000 = 2·(24 + 40)·1·4·5000 = 2,560,000; backward 2.5×.
+    shape="--seq 100 --kv-seq 150 --heads 4 --kv-heads 2 --dim 24 --dim-v 40 --repeat 1 --min-seconds 0 --format json"
+    "$sdpa" check $shape --causal top-left > c.json
+    "$sdpa" bench $shape --causal --no-torch --no-blas > f.json
+    "$sdpa" bench $shape --causal --backward --no-torch --no-blas > g.json
+    /usr/bin/python3 - c.json f.json g.json <<'PY' || fail "FLOP counts differ"
+import json, sys
+check, fwd, bwd = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))[0], json.load(open(sys.argv[3]))[0]
+want = 2 * (24 + 40) * 1 * 4 * (100 * 100 / 2)
+counts = {
+    "check forward": check["forward_gflops"] * check["forward_seconds_median"] * 1e9,
+    "check backward": check["backward_gflops"] * check["backward_seconds_median"] * 1e9 / 2.5,
+    "bench forward": fwd["gflops"] * fwd["seconds_median"] * 1e9,
+    "bench backward": bwd["gflops"] * bwd["seconds_median"] * 1e9 / 2.5,
+}
+for name, got in counts.items():
+    assert abs(got - want) <= 1e-9 * want, (name, got, want)
+assert check["forward_runs"] == 1 and fwd["runs"] == 1, (check, fwd)  # --min-seconds 0: exactly --repeat
+print("ok: one FLOP count,", counts)
+PY
+    ;;
+  bench_torch)
+    # The PyTorch path without PyTorch: bench/torch_sdpa.py (the build tree's copy, found by
+    # io::data_file) runs against a stand-in `torch` module whose attention sleeps, through
+    # a Python wrapper whose path holds a space and both quotes. It must time by the rule
+    # sent in the request: exactly --repeat runs with --min-seconds 0, --max-runs with a
+    # minimum time it cannot reach.
+    fake="$work/fake torch's \"site\""
+    mkdir -p "$fake/torch/nn"
+    cat > "$fake/torch/__init__.py" <<'PY'
+"""A stand-in for the interface bench/torch_sdpa.py uses; attention sleeps 1 ms, its grad 2 ms."""
+import time
+__version__ = "0.0-stand-in"
+float32 = "float32"
+def set_num_threads(n): pass
+class Generator:
+    def manual_seed(self, seed): return self
+class Tensor:
+    def clone(self): return Tensor()
+    def requires_grad_(self, flag=True): return self
+def randn(*shape, generator=None, dtype=None): return Tensor()
+class no_grad:
+    def __enter__(self): return self
+    def __exit__(self, *exc): return False
+class autograd:
+    @staticmethod
+    def grad(out, inputs, grad_out):
+        time.sleep(0.002)
+        return inputs
+PY
+    : > "$fake/torch/nn/__init__.py"
+    cat > "$fake/torch/nn/functional.py" <<'PY'
+import time
+import torch
+def scaled_dot_product_attention(q, k, v, is_causal=False, enable_gqa=False):
+    time.sleep(0.001)
+    return torch.Tensor()
+PY
+    wrapper_dir="$work/py it's \"here\""
+    mkdir -p "$wrapper_dir"
+    printf '#!/bin/sh\nPYTHONPATH="$FAKE_TORCH" exec /usr/bin/python3 "$@"\n' > "$wrapper_dir/python"
+    chmod +x "$wrapper_dir/python"
+    export FAKE_TORCH="$fake" SDPA_TORCH_PYTHON="$wrapper_dir/python"
+    "$sdpa" bench --seq 32 --heads 1 --no-blas --repeat 3 --min-seconds 0 | tee t.txt
+    grep -q 'PyTorch 0.0-stand-in' t.txt || fail "the stand-in torch did not answer"
+    "$sdpa" bench --seq 32 --heads 1 --no-blas --repeat 3 --min-seconds 0 --format json > exact.json
+    "$sdpa" bench --seq 32 --heads 1 --no-blas --repeat 2 --min-seconds 1000 --max-runs 4 --backward --format json > capped.json
+    /usr/bin/python3 - exact.json capped.json <<'PY' || fail "PyTorch not timed by the rule sent"
+import json, sys
+exact, capped = json.load(open(sys.argv[1]))[0], json.load(open(sys.argv[2]))[0]
+assert exact["runs"] == 3 and exact["torch_runs"] == 3, exact
+assert exact["torch_seconds_median"] >= 0.001 and exact["speedup_vs_torch"] > 0, exact
+assert capped["runs"] == 4 and capped["torch_runs"] == 4, capped
+assert capped["torch_seconds_median"] >= 0.002, capped  # the grad alone, the forward outside the timer
+PY
+    # SDPA_DATA_DIR, a directory whose name holds a space and both quotes, comes first:
+    # here a script that answers a fixed reply.
+    data="$work/data it's \"here\""
+    mkdir -p "$data"
+    printf 'import json, sys\njson.load(sys.stdin)\nprint(json.dumps({"torch": "fixed", "rows": [{"median_seconds": 0.5, "runs": 7}]}))\n' \
+      > "$data/torch_sdpa.py"
+    SDPA_DATA_DIR="$data" "$sdpa" bench --seq 32 --heads 1 --no-blas --repeat 1 --format json > fixed.json
+    /usr/bin/python3 -c "import json,sys; r=json.load(open('fixed.json'))[0]; assert r['torch_seconds_median'] == 0.5 and r['torch_runs'] == 7, r" \
+      || fail "SDPA_DATA_DIR's script was not the one run"
+    # A reply that is not JSON is said plainly, with the child's exit status.
+    printf 'import sys\nprint("Traceback: boom")\nsys.exit(4)\n' > "$data/torch_sdpa.py"
+    SDPA_DATA_DIR="$data" "$sdpa" bench --seq 32 --heads 1 --no-blas --repeat 1 | tee bad.txt
+    grep -q 'PyTorch: not available.*exit status 4' bad.txt || fail "a failing script must be said plainly" ;;
   lab_tables)
     "$sdpa" lab --help | grep -q variance || fail "lab --help"
     "$sdpa" lab softmax | grep -q '0.971416' || fail "softmax table"

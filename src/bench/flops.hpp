@@ -1,0 +1,51 @@
+// flops.hpp — the one FLOP count (and byte count) every sdpa benchmark reports against.
+//
+// FlashAttention's convention, said precisely for any shape. Per query head, the forward
+// is two matrix products over the (query, key) pairs it keeps: S = Q·Kᵀ costs 2·Dk FLOPs
+// per pair, O = P·V costs 2·Dv, so
+//
+//   forward  = 2·(Dk + Dv) · B·Hq · visible_pairs     (= 4·B·H·N²·D when Nq = Nk, Dk = Dv)
+//   backward = 2.5 × forward
+//
+// visible_pairs is Nq·Nk without a mask. With a causal mask it is the area of the visible
+// part of the Nq × Nk score rectangle (the region j ≤ i + offset, offset 0 for top-left and
+// Nk − Nq for bottom-right, measured as an area, not a count of lattice points): N²/2 when
+// Nq = Nk — FlashAttention's "halved for causal" — and for Nq ≠ Nk the part a causal
+// kernel must compute, e.g. top-left Nq ≤ Nk: Nq²/2; bottom-right Nq ≤ Nk: Nq·Nk − Nq²/2.
+// Softmax, scaling and masking are not counted (they are O(Nq·Nk), not O(Nq·Nk·D)); nor are
+// heads sharing K and V (GQA) discounted: every query head does its own products.
+// The backward's 2.5 is the convention's ratio of five products to two; it is exact for
+// Dk = Dv (for Dk ≠ Dv the five products cost 3·Dk + 2·Dv per pair, not 2.5·(Dk + Dv)).
+//
+// Decoding rows (Nq ≤ 16) are bound by memory, not FLOPs: they read K and V once,
+// kv_bytes = 4·B·Hkv·Nk·(Dk + Dv) bytes of fp32.
+#pragma once
+
+#include <cstdint>
+
+#include "sdpa/sdpa.hpp"
+
+namespace sdpa::bench {
+
+using i64 = std::int64_t;
+
+/// One attention problem's sizes: Q (B, Hq, Nq, Dk), K (B, Hkv, Nk, Dk), V (B, Hkv, Nk, Dv).
+struct Shape {
+  i64 B = 1, Hq = 8, Hkv = 8, Nq = 1024, Nk = 1024, Dk = 64, Dv = 64;
+};
+
+enum class Pass { forward, backward };
+
+/// (query, key) pairs per head the FLOP count charges for (see above).
+double visible_pairs(const Shape& s, Causal causal);
+
+/// FLOPs of one call: the count above.
+double flops(const Shape& s, Causal causal, Pass pass);
+
+/// Bytes of K and V (fp32), what a decoding call must read at least once.
+double kv_bytes(const Shape& s);
+
+/// A decoding shape: so few query rows that reading K and V bounds the time.
+bool is_decoding(const Shape& s);
+
+}  // namespace sdpa::bench

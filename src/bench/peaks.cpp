@@ -1,0 +1,45 @@
+// peaks.cpp — see peaks.hpp.
+#include "bench/peaks.hpp"
+
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <thread>
+
+#include "common/peak.hpp"
+
+namespace sdpa::bench {
+
+void Peaks::measure_fma(int threads) {
+  const peak::Result r = peak::measure(threads);
+  double& kept = fma_gflops[threads];
+  kept = std::max(kept, r.gflops);
+  fma_isa = r.isa;
+}
+
+void Peaks::measure_read(int threads) {
+  double& kept = read_gbs[threads];
+  kept = std::max(kept, peak::read_bandwidth_gbs(threads));
+}
+
+double Peaks::fma(int threads) const {
+  const auto it = fma_gflops.find(threads);
+  return it == fma_gflops.end() ? 0.0 : it->second;
+}
+
+double Peaks::read(int threads) const {
+  const auto it = read_gbs.find(threads);
+  return it == read_gbs.end() ? 0.0 : it->second;
+}
+
+int resolve_threads(int requested) {
+  return requested > 0 ? requested : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+double peak_rss_mib() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return static_cast<double>(ru.ru_maxrss) / 1024.0;  // Linux reports KiB
+}
+
+}  // namespace sdpa::bench

@@ -1,0 +1,39 @@
+// peaks.hpp — this machine's peaks, measured in the benchmark's own run (the meters are
+// common/peak.hpp), kept per thread count as the largest of the measurements taken.
+//
+// Benchmarks measure before and after their timings and keep the larger: on a shared
+// machine a neighbour can depress one measurement, and a depressed peak would flatter
+// the kernel (fractions of the larger err on the side of understating it).
+#pragma once
+
+#include <map>
+#include <string>
+
+namespace sdpa::bench {
+
+struct Peaks {
+  std::map<int, double> fma_gflops;  // threads -> fp32 FMA peak, GFLOP/s
+  std::map<int, double> read_gbs;    // threads -> read bandwidth of a 1 GiB buffer, GB/s (best pass)
+  std::string fma_isa;               // the vector width the FMA peak was measured on
+
+  /// Measures (again) and keeps the larger.
+  void measure_fma(int threads);
+  void measure_read(int threads);
+
+  /// 0 when not measured for this thread count.
+  double fma(int threads) const;
+  double read(int threads) const;
+};
+
+}  // namespace sdpa::bench
+
+namespace sdpa::bench {
+
+/// The threads a run with `requested` threads uses: `requested`, or for 0 every hardware
+/// thread (what the kernel's OpenMP default takes), so its peak is measured on as many.
+int resolve_threads(int requested);
+
+/// This process's peak resident memory so far, MiB (getrusage's ru_maxrss).
+double peak_rss_mib();
+
+}  // namespace sdpa::bench

@@ -1,0 +1,217 @@
+// suite.cpp — see suite.hpp.
+#include "bench/suite.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <tuple>
+#include <utility>
+
+#include <fmt/core.h>
+
+#include "bench/blas_attention.hpp"
+#include "bench/torch.hpp"
+#include "common/peak.hpp"
+#include "sdpa/error.hpp"
+
+namespace sdpa::bench {
+namespace {
+
+// The BLAS baseline materialises Nq × Nk scores per thread (twice for the backward);
+// above this it is skipped rather than run out of memory.
+constexpr double kBlasMaxBytes = 4.0 * 1024 * 1024 * 1024;
+
+// A row's tensors: inputs standard normal from one seeded generator, outputs zero.
+struct Buffers {
+  std::vector<float> q, k, v, out, lse, dout, dq, dk, dv;
+  explicit Buffers(const Case& c) {
+    const Shape& s = c.shape;
+    std::mt19937_64 rng(1);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    auto make = [&](i64 n, bool random) {
+      std::vector<float> x(static_cast<std::size_t>(n));
+      if (random)
+        for (auto& e : x) e = normal(rng);
+      return x;
+    };
+    q = make(s.B * s.Hq * s.Nq * s.Dk, true), k = make(s.B * s.Hkv * s.Nk * s.Dk, true);
+    v = make(s.B * s.Hkv * s.Nk * s.Dv, true), out = make(s.B * s.Hq * s.Nq * s.Dv, false);
+    lse = make(s.B * s.Hq * s.Nq, false);
+    if (c.pass == Pass::backward) {
+      dout = make(s.B * s.Hq * s.Nq * s.Dv, true), dq = make(s.B * s.Hq * s.Nq * s.Dk, false);
+      dk = make(s.B * s.Hkv * s.Nk * s.Dk, false), dv = make(s.B * s.Hkv * s.Nk * s.Dv, false);
+    }
+  }
+  double mib() const {
+    std::size_t n = 0;
+    for (auto* x : {&q, &k, &v, &out, &lse, &dout, &dq, &dk, &dv}) n += x->size();
+    return double(n) * 4.0 / (1024.0 * 1024.0);
+  }
+};
+
+void run_fast(Row& r, Buffers& x, const TimerRule& rule, Isa isa) {
+  const Shape& s = r.c.shape;
+  Options opt;
+  opt.causal = r.c.causal;
+  opt.threads = r.c.threads;
+  opt.isa = isa;
+  const auto Q = contiguous<const float>(x.q.data(), {s.B, s.Hq, s.Nq, s.Dk});
+  const auto K = contiguous<const float>(x.k.data(), {s.B, s.Hkv, s.Nk, s.Dk});
+  const auto V = contiguous<const float>(x.v.data(), {s.B, s.Hkv, s.Nk, s.Dv});
+  const auto O = contiguous(x.out.data(), {s.B, s.Hq, s.Nq, s.Dv});
+  const auto L = contiguous(x.lse.data(), {s.B, s.Hq, s.Nq});
+  auto fwd = [&] { forward(Q, K, V, O, L, opt); };
+  if (r.c.pass == Pass::backward) {
+    fwd();  // the backward's inputs O and L
+    const auto dO = contiguous<const float>(x.dout.data(), {s.B, s.Hq, s.Nq, s.Dv});
+    const auto dQ = contiguous(x.dq.data(), {s.B, s.Hq, s.Nq, s.Dk});
+    const auto dK = contiguous(x.dk.data(), {s.B, s.Hkv, s.Nk, s.Dk});
+    const auto dV = contiguous(x.dv.data(), {s.B, s.Hkv, s.Nk, s.Dv});
+    r.sdpa = time_median(rule, [&] { backward(Q, K, V, O, L, dO, dQ, dK, dV, opt); });
+  } else if (decoding(r.c)) {
+    const peak::Span kv[2] = {{x.k.data(), static_cast<i64>(x.k.size())}, {x.v.data(), static_cast<i64>(x.v.size())}};
+    std::tie(r.sdpa, r.read) = time_alternating(rule, fwd, [&] { peak::read_seconds(kv, 2, r.c.threads); });
+  } else {
+    r.sdpa = time_median(rule, fwd);
+  }
+}
+
+void run_blas(Row& r, Buffers& x, const TimerRule& rule) {
+  const Shape& s = r.c.shape;
+  const int threads = r.c.threads;
+  const bool bwd = r.c.pass == Pass::backward;
+  const double need = 4.0 * double(s.Nq) * double(s.Nk) * threads * (bwd ? 2 : 1);
+  if (!blas_available()) {
+    r.blas_note = "not built: no BLAS was found when sdpa was configured";
+    return;
+  }
+  if (need > kBlasMaxBytes) {
+    r.blas_note = fmt::format("skipped: would materialise {:.1f} GiB of scores", need / (1 << 30));
+    return;
+  }
+  if (r.c.causal == Causal::bottom_right) {
+    r.blas_note = "skipped: the BLAS baseline has no bottom-right causal mask";
+    return;
+  }
+  const BlasShape b{
+      s.B, s.Hq, s.Hkv, s.Nq, s.Nk, s.Dk, s.Dv, r.c.causal == Causal::top_left, 1.0 / std::sqrt(double(s.Dk))};
+  std::vector<float> out(x.out.size()), lse(x.lse.size());
+  auto fwd = [&] { blas_forward(b, x.q.data(), x.k.data(), x.v.data(), out.data(), lse.data(), threads); };
+  if (!bwd) {
+    r.blas = time_median(rule, fwd);
+    return;
+  }
+  fwd();
+  std::vector<float> dq(x.dq.size()), dk(x.dk.size()), dv(x.dv.size());
+  r.blas = time_median(rule, [&] {
+    blas_backward(b, x.q.data(), x.k.data(), x.v.data(), out.data(), lse.data(), x.dout.data(), dq.data(), dk.data(),
+                  dv.data(), threads);
+  });
+}
+
+double over(double num, double den) { return num > 0 && den > 0 ? num / den : 0.0; }
+
+}  // namespace
+
+bool decoding(const Case& c) { return c.pass == Pass::forward && is_decoding(c.shape); }
+
+std::vector<Case> default_suite(int threads) {
+  std::vector<Case> rows;
+  auto square = [](i64 n, i64 d) { return Shape{1, 8, 8, n, n, d, d}; };
+  for (Causal causal : {Causal::none, Causal::top_left})
+    for (i64 n : {1024, 4096})
+      for (i64 d : {64, 128}) rows.push_back({square(n, d), causal, Pass::forward, threads});
+  for (i64 n : {1024, 4096})
+    for (i64 d : {64, 128}) rows.push_back({square(n, d), Causal::none, Pass::backward, threads});
+  for (i64 nk : {4096, 32768}) rows.push_back({Shape{1, 32, 8, 1, nk, 128, 128}, Causal::none, Pass::forward, threads});
+  for (i64 n : {1024, 4096}) rows.push_back({square(n, 64), Causal::none, Pass::forward, 1});  // per-core efficiency
+  return rows;
+}
+
+std::string label(const Shape& s) {
+  std::string l = fmt::format("B={} H={}", s.B, s.Hq);
+  if (s.Hkv != s.Hq) l += fmt::format("/{}", s.Hkv);
+  l += s.Nq == s.Nk ? fmt::format(" N={}", s.Nq) : fmt::format(" Nq={} Nk={}", s.Nq, s.Nk);
+  l += s.Dk == s.Dv ? fmt::format(" D={}", s.Dk) : fmt::format(" Dk={} Dv={}", s.Dk, s.Dv);
+  return l;
+}
+
+std::string pass_name(const Case& c) {
+  if (decoding(c)) return "decode";
+  const char* mask = c.causal == Causal::top_left ? "causal " : c.causal == Causal::bottom_right ? "causal-br " : "";
+  return std::string(mask) + (c.pass == Pass::backward ? "bwd" : "fwd");
+}
+
+double Row::gflops() const { return over(flops(c.shape, c.causal, c.pass), sdpa.median_seconds) / 1e9; }
+double Row::gbytes_per_s() const { return over(kv_bytes(c.shape), sdpa.median_seconds) / 1e9; }
+double Row::read_gbytes_per_s() const { return over(kv_bytes(c.shape), read.median_seconds) / 1e9; }
+double Row::speedup_vs_blas() const { return over(blas.median_seconds, sdpa.median_seconds); }
+double Row::speedup_vs_torch() const { return over(torch.median_seconds, sdpa.median_seconds); }
+
+SuiteResult run_suite(const SuiteOptions& o) {
+  o.rule.validate();
+  if (o.isa != Isa::automatic && !isa_supported(o.isa))
+    throw Error(std::string("--isa: this CPU cannot run the ") + isa_name(o.isa) + " kernel");
+  auto say = [&](const std::string& m) {
+    if (o.progress) o.progress(m);
+  };
+  SuiteResult res;
+  res.isa = o.isa == Isa::automatic ? active_isa() : o.isa;
+  res.torch_about = o.torch ? "PyTorch: not run (no rows)" : "PyTorch: not run (--no-torch)";
+
+  // This machine's peaks, measured now for every thread count in use, and again after.
+  for (const Case& c : o.cases) {
+    if (!res.peaks.fma_gflops.count(c.threads)) {
+      say(fmt::format("measuring the FMA peak ({} threads)", c.threads));
+      res.peaks.measure_fma(c.threads);
+    }
+    if (decoding(c) && !res.peaks.read_gbs.count(c.threads)) {
+      say(fmt::format("measuring the read bandwidth ({} threads)", c.threads));
+      res.peaks.measure_read(c.threads);
+    }
+  }
+
+  const std::size_t n = o.cases.size();
+  for (std::size_t i = 0; i < n; ++i) {
+    Row r;
+    r.c = o.cases[i];
+    const std::string what = fmt::format("{} {}", pass_name(r.c), label(r.c.shape));
+    say(fmt::format("{}/{} sdpa {}", i + 1, n, what));
+    Buffers x(r.c);
+    res.tensors_mib = std::max(res.tensors_mib, x.mib());
+    run_fast(r, x, o.rule, o.isa);
+    res.rss_sdpa_mib = std::max(res.rss_sdpa_mib, peak_rss_mib());  // before the BLAS baseline materialises scores
+    if (o.blas) {  // not asked for: no note per row (the table's header says so once)
+      say(fmt::format("{}/{} BLAS {}", i + 1, n, what));
+      run_blas(r, x, o.rule);
+    }
+    // PyTorch right after ours, one subprocess per row: each ratio is then measured over
+    // the same minute of this shared machine, not minutes apart.
+    if (o.torch) {
+      say(fmt::format("{}/{} PyTorch {}", i + 1, n, what));
+      const TorchTimings t = time_torch({r.c}, o.rule);
+      res.torch_about = t.about;
+      if (t.ok) r.torch = t.timings[0];
+    }
+    res.rows.push_back(std::move(r));
+  }
+
+  std::vector<int> fma_threads, read_threads;
+  for (const auto& kv : res.peaks.fma_gflops) fma_threads.push_back(kv.first);
+  for (const auto& kv : res.peaks.read_gbs) read_threads.push_back(kv.first);
+  for (int t : fma_threads) {
+    say(fmt::format("measuring the FMA peak again ({} threads)", t));
+    res.peaks.measure_fma(t);
+  }
+  for (int t : read_threads) {
+    say(fmt::format("measuring the read bandwidth again ({} threads)", t));
+    res.peaks.measure_read(t);
+  }
+  for (Row& r : res.rows) {
+    r.peak_gflops = res.peaks.fma(r.c.threads);
+    if (decoding(r.c)) r.bandwidth_gbs = res.peaks.read(r.c.threads);
+  }
+  return res;
+}
+
+}  // namespace sdpa::bench

@@ -1,0 +1,80 @@
+// suite.hpp — `sdpa bench` as a library function: cases in, timed rows out. Each row
+// times the fast kernel by the TimerRule (timer.hpp), counts FLOPs by flops.hpp, and
+// sets it against this machine's peaks measured in the same run (peaks.hpp), a plain
+// BLAS implementation (blas_attention.hpp) and PyTorch's CPU SDPA (torch.hpp), the
+// competitors timed by the same rule right after ours, so each ratio covers the same
+// minute of a shared machine.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "bench/flops.hpp"
+#include "bench/peaks.hpp"
+#include "bench/timer.hpp"
+
+namespace sdpa::bench {
+
+/// One row of a benchmark: a shape, its mask and pass, and the threads it runs on.
+struct Case {
+  Shape shape;
+  Causal causal = Causal::none;  // none or top_left (PyTorch's is_causal) in the suite
+  Pass pass = Pass::forward;
+  int threads = 1;
+};
+
+/// A decoding row: a forward with so few query rows that reading K and V bounds its time
+/// (is_decoding); judged by bytes against a plain read of the same K and V.
+bool decoding(const Case& c);
+
+/// The standard table (`sdpa bench --suite default`): forward, causal forward and
+/// backward at N ∈ {1024, 4096}, D ∈ {64, 128} (B = 1, H = 8); two decoding rows
+/// (Hq = 32, Hkv = 8, Nq = 1, Nk ∈ {4096, 32768}, D = 128); and two forward rows on one
+/// thread for per-core efficiency. `threads` for all but those.
+std::vector<Case> default_suite(int threads);
+
+/// "B=1 H=8 N=1024 D=64", "B=1 H=32/8 Nq=1 Nk=4096 D=128", …
+std::string label(const Shape& s);
+/// "fwd", "bwd", "causal fwd", "causal bwd" or "decode".
+std::string pass_name(const Case& c);
+
+struct Row {
+  Case c;
+  Timing sdpa;               // the fast kernel
+  Timing read;               // decoding rows: a plain read of the same K and V, alternating with the kernel
+  Timing blas, torch;        // median_seconds 0: not measured (torch: SuiteResult::torch_about says why)
+  std::string blas_note;     // why the BLAS baseline skipped this row, when it was asked for
+  double peak_gflops = 0;    // FMA peak for c.threads (the larger of before and after)
+  double bandwidth_gbs = 0;  // decoding rows: best 1 GiB read for c.threads
+
+  double gflops() const;             // flops(...) / the median
+  double gbytes_per_s() const;       // kv_bytes / the median
+  double read_gbytes_per_s() const;  // kv_bytes / the plain read's median; 0 when not measured
+  /// their median over ours (above 1: sdpa is faster); 0 when not measured
+  double speedup_vs_blas() const;
+  double speedup_vs_torch() const;
+};
+
+struct SuiteOptions {
+  std::vector<Case> cases;
+  TimerRule rule;
+  Isa isa = Isa::automatic;
+  bool blas = true, torch = true;
+  std::function<void(const std::string&)> progress;  // what is running now; may be empty
+};
+
+struct SuiteResult {
+  std::vector<Row> rows;
+  Peaks peaks;
+  Isa isa = Isa::automatic;  // the kernel's instruction set that ran (resolved)
+  std::string torch_about;   // which PyTorch ran, or why none did
+  double rss_sdpa_mib = 0;   // peak RSS after the fast kernel's runs (before the BLAS baseline's)
+  double tensors_mib = 0;    // the largest row's inputs, outputs and gradients
+};
+
+/// Runs every case (see the top of this file). Throws sdpa::Error for an ISA this CPU lacks
+/// or an invalid rule.
+SuiteResult run_suite(const SuiteOptions& options);
+
+}  // namespace sdpa::bench
