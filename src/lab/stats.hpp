@@ -16,11 +16,15 @@ namespace sdpa::lab {
 /// (Bonferroni).
 inline constexpr double kVerdictZ = 4.0;
 
+/// The two-sided 95% point of the standard normal: the tables' _lo/_hi columns are
+/// value ∓ kZ95·se, so a judge reading a table recovers se = (hi − lo)/(2·kZ95).
+inline constexpr double kZ95 = 1.959964;
+
 /// A Monte-Carlo estimate with its standard error and a 95% normal-approximation interval.
 struct Estimate {
   double value = 0, se = 0;
-  double lo() const { return value - 1.959964 * se; }
-  double hi() const { return value + 1.959964 * se; }
+  double lo() const { return value - kZ95 * se; }
+  double hi() const { return value + kZ95 * se; }
 };
 
 /// Sample mean; se = s / sqrt(n).
