@@ -32,7 +32,7 @@ Table variance(const Settings& s);
 /// Claim 1 (seed 003): dividing scores by c divides their variance by c².
 Table scaling(const Settings& s);
 /// Claim 2 (seed 000): Var(XY) = (σx²+μx²)(σy²+μy²) − μx²μy², so Var(q·k) = d_k·that.
-Table general_formula(const Settings& s);
+Table general(const Settings& s);
 /// Claim 3 (seeds 000/001): A (1111×111) · B (111×1111): variance ≈ 111, ≈ 1 after /√111.
 Table matrix(const Settings& s);
 /// Claim 4 (seeds 000/001): the 2×2 experiment that printed 1.6.
@@ -68,7 +68,7 @@ inline constexpr double kExampleRelTol = 16 * 0x1p-53;
 /// else fails "in K of N rows".
 Verdict judge_variance(const Table& t);
 Verdict judge_scaling(const Table& t);
-Verdict judge_general_formula(const Table& t);
+Verdict judge_general(const Table& t);
 Verdict judge_matrix(const Table& t);
 Verdict judge_puzzle(const Table& t);
 Verdict judge_softmax(const Table& t);

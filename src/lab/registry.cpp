@@ -27,7 +27,7 @@ const std::array kExperiments{
                "Var(XY) = (σx²+μx²)(σy²+μy²) − μx²μy², so Var(q·k) = d_k times that",
                "The formula holds; what fails is 1/√d_k as a normaliser once entries have a mean or another variance "
                "— the mean also shifts E[q·k] to d_k·μx·μy.",
-               false, general_formula},
+               false, general},
     Experiment{"matrix", "3. The 1111×111 matrix experiment", "000, 001",
                "the 1111x111 matrix experiment (var ~ 111, ~ 1 scaled)",
                "A (1111×111)·B (111×1111): variance ≈ 111, ≈ 1 after /√111 (seed printed 110.56, 0.996)",

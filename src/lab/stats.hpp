@@ -10,9 +10,9 @@
 namespace sdpa::lab {
 
 /// Verdict band: a measured value "holds" when within kVerdictZ standard errors of the
-/// expected one. The report makes about 150 such comparisons; a per-comparison 95% or
+/// expected one. The report makes about 250 such comparisons; a per-comparison 95% or
 /// 99.9% band would call several true claims "fails" by chance in every run. |z| <= 4
-/// (two-sided p = 6.3e-5) keeps the chance of any false "fails" in a report near 1%
+/// (two-sided p = 6.3e-5) keeps the chance of any false "fails" in a report near 1.5%
 /// (Bonferroni).
 inline constexpr double kVerdictZ = 4.0;
 

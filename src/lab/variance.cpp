@@ -110,7 +110,7 @@ Verdict judge_scaling(const Table& t) {
   return v;
 }
 
-Table general_formula(const Settings& c) {
+Table general(const Settings& c) {
   const std::int64_t n = c.samples ? c.samples : 20000, d = 64;
   Table t{"general",
           "entries with means and other variances: Var(q.k) = d_k [(sx^2+mx^2)(sy^2+my^2) - mx^2 my^2], "
@@ -138,11 +138,11 @@ Table general_formula(const Settings& c) {
     t.add({mx, sx, my, sy, mean.value, double(d) * mx * my, var.value, var.lo(), var.hi(), expected, scaled.value,
            per_term, ok ? "holds" : "fails"});
   }
-  t.verdict = judge_general_formula(t);
+  t.verdict = judge_general(t);
   return t;
 }
 
-Verdict judge_general_formula(const Table& t) {
+Verdict judge_general(const Table& t) {
   Verdict v = verdict_of_rows(t);
   std::size_t worst = 0;  // the case 1/sqrt(d_k) normalises least
   for (std::size_t r = 0; r < t.rows.size(); ++r)

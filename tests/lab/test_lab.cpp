@@ -109,7 +109,7 @@ TEST(Scaling, SeedExampleIsExact) {
 TEST(General, EveryCaseMatchesTheFormula) {
   Settings c;
   c.seed = 9;
-  const Table t = general_formula(c);
+  const Table t = general(c);
   for (const auto& r : t.rows) {
     const double var = num(r[col(t, "var")]), expected = num(r[col(t, "var_expected")]);
     const double se = (num(r[col(t, "var_hi")]) - var) / 1.959964;
@@ -289,7 +289,7 @@ TEST(Verdicts, RowJudgedTablesFailWithOneRowBroken) {
     Verdict (*judge)(const Table&);
   };
   for (auto [measure, judge] :
-       {Case{variance, judge_variance}, Case{scaling, judge_scaling}, Case{general_formula, judge_general_formula},
+       {Case{variance, judge_variance}, Case{scaling, judge_scaling}, Case{general, judge_general},
         Case{puzzle, judge_puzzle}, Case{softmax_numbers, judge_softmax}}) {
     Table t = measure(s);
     ASSERT_EQ(t.verdict.outcome, Outcome::holds) << t.name << ": " << t.verdict.measured;
