@@ -28,7 +28,13 @@ namespace {
 struct Args {
   lab::Settings settings;
   std::string format = "table";
-  std::vector<std::string> dists{"gaussian", "uniform", "rademacher", "student_t5"};
+  std::vector<std::string> dists = default_dists();  // --dist's words, parsed into settings.dists
+
+  static std::vector<std::string> default_dists() {
+    std::vector<std::string> names;
+    for (lab::Dist d : lab::Settings{}.dists) names.emplace_back(lab::dist_name(d));
+    return names;
+  }
 };
 
 // Runs every experiment, then the plotting script, and commits DIR/index.html and
