@@ -55,7 +55,8 @@ Table projections(const Settings& s);
 /// Jacobian's trace, 1 − Σp² ≤ 1 − p̄², at most the same fraction of the uniform 1 − 1/N.
 inline constexpr double kSaturatedFraction = 0.2;
 /// Saturation: scaled rows are compared with the largest d_k's from this d_k up; below it
-/// the per-query score scale ‖q‖/√d_k still varies by more than a third (1/√(2 d_k)).
+/// (d_k = 1, 2) the per-query score scale ‖q‖/√d_k varies by half or more (relative sd
+/// ≈ 1/√(2 d_k); 0.76 at d_k = 1), which moves the weights visibly.
 inline constexpr std::int64_t kSaturationMinDk = 4;
 /// Gradients: a gradient has vanished without scaling when, at the sweep's largest d_k,
 /// the unscaled one is below this fraction of the scaled one.
