@@ -5,12 +5,13 @@
 #include <vector>
 
 #include <fmt/core.h>
+#include <nlohmann/json.hpp>
 
 #include "commands.hpp"
 #include "common.hpp"
 #include "io/atomic_file.hpp"
 #include "io/data_file.hpp"
-#include "lab/experiments.hpp"
+#include "lab/registry.hpp"
 #include "sdpa/sdpa.hpp"
 
 #include <sys/stat.h>
@@ -26,52 +27,16 @@ namespace sdpa::cli {
 namespace {
 
 struct Args {
-  lab::Common common;
+  lab::Settings settings;
   std::string format = "table";
-  std::vector<std::string> dists{"gaussian", "uniform", "rademacher", "student_t5"};
-  std::int64_t max_dk = 4096;
-  std::int64_t samples = 0;
+  std::vector<std::string> dists = default_dists();  // --dist's words, parsed into settings.dists
+
+  static std::vector<std::string> default_dists() {
+    std::vector<std::string> names;
+    for (lab::Dist d : lab::Settings{}.dists) names.emplace_back(lab::dist_name(d));
+    return names;
+  }
 };
-
-struct Experiment {
-  const char* name;
-  const char* help;
-  std::function<lab::Table(const Args&)> run;
-};
-
-std::vector<Experiment> experiments() {
-  return {
-      {"variance", "Var(q.k) = d_k for d_k = 1..4096 and four distributions; 1 after dividing by sqrt(d_k)",
-       [](const Args& a) {
-         std::vector<lab::Dist> ds;
-         for (const auto& d : a.dists) ds.push_back(lab::parse_dist(d));
-         return lab::variance(a.common, ds, a.max_dk);
-       }},
-      {"scaling", "dividing scores by c divides their variance by c^2",
-       [](const Args& a) { return lab::scaling(a.common); }},
-      {"general", "the general product-variance formula with non-zero means and other variances",
-       [](const Args& a) { return lab::general_formula(a.common); }},
-      {"matrix", "the 1111x111 matrix experiment (var ~ 111, ~ 1 scaled)",
-       [](const Args& a) { return lab::matrix(a.common); }},
-      {"puzzle", "why a 2x2 experiment printed a variance of 1.6", [](const Args& a) { return lab::puzzle(a.common); }},
-      {"softmax", "the softmax values the seeds quote, from the library",
-       [](const Args&) { return lab::softmax_numbers(); }},
-      {"saturation", "max weight and entropy against d_k (scaled, unscaled) and against N",
-       [](const Args& a) { return lab::saturation(a.common); }},
-      {"gradients", "which gradients vanish without scaling, and the non-monotone softmax Jacobian",
-       [](const Args& a) { return lab::gradients(a.common); }},
-      {"alternatives", "1/sqrt(d_k) against 1, 1/d_k, 1/ln d_k and cosine similarity",
-       [](const Args& a) { return lab::alternatives(a.common); }},
-      {"projections", "q = xW_q, k = xW_k: Xavier, LayerNorm, and the self-attention diagonal",
-       [](const Args& a) { return lab::projections(a.common); }},
-  };
-}
-
-std::string json_escape(const std::string& s) {
-  std::string o;
-  for (char ch : s) o += (ch == '"' || ch == '\\') ? std::string("\\") + ch : std::string(1, ch);
-  return o;
-}
 
 // Runs every experiment, then the plotting script, and commits DIR/index.html and
 // DIR/lab.json together; nothing is written to DIR unless all of it succeeded.
@@ -81,18 +46,26 @@ int run_report(const Args& a, const std::string& out_dir) {
   const std::string docs = io::data_file("lab.md");
   const std::string python = plot_python();
   const bool tty = stderr_is_terminal();
-  const auto list = experiments();
+  const auto list = lab::experiments();
   const double t_start = now_seconds();
-  std::string doc = fmt::format("{{\"version\": \"{}\", \"isa\": \"{}\", \"seed\": {}, \"experiments\": [",
-                                SDPA_VERSION_STRING, isa_name(active_isa()), a.common.seed);
+  // lab.json: each experiment's table (with its verdict) and what the page shows beside it.
+  nlohmann::ordered_json experiments = nlohmann::ordered_json::array();
   for (std::size_t i = 0; i < list.size(); ++i) {
     if (tty) fmt::print(stderr, "\r\033[Ksdpa lab report: [{}/{}] {} ...", i + 1, list.size(), list[i].name);
     const double t0 = now_seconds();
-    const lab::Table t = list[i].run(a);
-    doc += fmt::format("{}{{\"name\": \"{}\", \"title\": \"{}\", \"seconds\": {:.3f}, \"rows\": {}}}", i ? ",\n" : "",
-                       t.name, json_escape(t.title), seconds_since(t0), lab::render(t, lab::Format::json));
+    nlohmann::ordered_json e = lab::to_json(lab::run(list[i], a.settings));
+    e["heading"] = list[i].heading;
+    e["seeds"] = list[i].seeds;
+    e["discussion"] = list[i].discussion;
+    e["seconds"] = seconds_since(t0);
+    experiments.push_back(std::move(e));
   }
-  doc += fmt::format("], \"experiments_seconds\": {:.3f}}}\n", seconds_since(t_start));
+  const nlohmann::ordered_json report{{"version", SDPA_VERSION_STRING},
+                                      {"isa", isa_name(active_isa())},
+                                      {"seed", a.settings.seed},
+                                      {"experiments", std::move(experiments)},
+                                      {"experiments_seconds", seconds_since(t_start)}};
+  const std::string doc = report.dump(1) + "\n";
   if (tty) fmt::print(stderr, "\r\033[Ksdpa lab report: plotting ...");
 
   io::OutputSet files;
@@ -122,25 +95,28 @@ Command add_lab(CLI::App& parent) {
       "lab", "Reproduce and stress the seed documents' claims about sqrt(d_k). Tables: --format table|json|csv.");
   lab->require_subcommand(1);
   auto chosen = std::make_shared<std::function<int()>>();
-  for (const auto& e : experiments()) {
-    CLI::App* sub = lab->add_subcommand(e.name, e.help);
-    sub->add_option("--seed", a->common.seed, "Random seed (results are deterministic for a seed)")
+  for (const lab::Experiment& e : lab::experiments()) {
+    CLI::App* sub = lab->add_subcommand(std::string(e.name), std::string(e.help));
+    sub->add_option("--seed", a->settings.seed, "Random seed (results are deterministic for a seed)")
         ->capture_default_str();
-    sub->add_option("--samples", a->samples, "Monte-Carlo samples, trials or repetitions (0: the experiment's default)")
+    sub->add_option("--samples", a->settings.samples,
+                    "Monte-Carlo samples, trials or repetitions (0: the experiment's default)")
         ->capture_default_str();
-    sub->add_option("--threads", a->common.threads, "Threads (0 = all)")->capture_default_str();
-    sub->add_option("--format", a->format, "table | json | csv")->capture_default_str();
-    if (std::string(e.name) == "variance") {
+    sub->add_option("--threads", a->settings.threads, "Threads (0 = all)")->capture_default_str();
+    sub->add_option("--format", a->format, "table | json | csv (the verdict closes the table and is in the JSON)")
+        ->capture_default_str();
+    if (e.takes_dists) {
       sub->add_option("--dist", a->dists, "Distributions: gaussian uniform rademacher student_t5")
           ->capture_default_str();
-      sub->add_option("--max-dk", a->max_dk, "Largest d_k (powers of two from 1)")->capture_default_str();
+      sub->add_option("--max-dk", a->settings.max_dk, "Largest d_k (powers of two from 1)")->capture_default_str();
     }
-    sub->callback([a, chosen, run = e.run] {
-      *chosen = [a, run] {
-        if (a->samples < 0) throw Error("--samples: must be >= 0, got " + std::to_string(a->samples));
-        a->common.samples = a->samples;
+    sub->callback([a, chosen, &e] {
+      *chosen = [a, &e] {
+        if (a->settings.samples < 0) throw Error("--samples: must be >= 0, got " + std::to_string(a->settings.samples));
+        a->settings.dists.clear();
+        for (const auto& d : a->dists) a->settings.dists.push_back(lab::parse_dist(d));
         const auto format = lab::parse_format(a->format);
-        fmt::print("{}", lab::render(run(*a), format));
+        fmt::print("{}", lab::render(lab::run(e, a->settings), format));
         return 0;
       };
     });
@@ -150,8 +126,8 @@ Command add_lab(CLI::App& parent) {
                                          "Run every experiment and write a self-contained DIR/index.html "
                                          "(plots by matplotlib) with the tables in DIR/lab.json");
   report->add_option("--out", *out_dir, "Output directory (created if missing)")->required();
-  report->add_option("--seed", a->common.seed, "Random seed")->capture_default_str();
-  report->add_option("--threads", a->common.threads, "Threads (0 = all)")->capture_default_str();
+  report->add_option("--seed", a->settings.seed, "Random seed")->capture_default_str();
+  report->add_option("--threads", a->settings.threads, "Threads (0 = all)")->capture_default_str();
   report->callback([a, chosen, out_dir] { *chosen = [a, out_dir] { return run_report(*a, *out_dir); }; });
   return {lab, [chosen] { return (*chosen)(); }};
 }

@@ -1,10 +1,12 @@
 """The lab from Python: each claim of the seed documents as a table (see docs/lab.md).
 
     >>> t = sdpa.lab.run("variance", seed=1, max_dk=64)
-    >>> t.columns, t.rows[0], t["measured"]      # a column as a NumPy array
+    >>> t.columns, t.rows[0], t["var"]           # a column as a NumPy array
+    >>> t.verdict["verdict"], t.verdict["tolerance"]
 
-The same C++ functions as ``sdpa lab <experiment>``; every score, softmax and gradient
-comes from the library's kernel. Deterministic for a seed.
+The same C++ functions as ``sdpa lab <experiment>``, listed by the same registry; every
+score, softmax and gradient comes from the library's kernel, and every verdict is decided
+in C++ beside the numbers. Deterministic for a seed.
 """
 
 from __future__ import annotations
@@ -15,19 +17,23 @@ import numpy as np
 
 from . import _ext
 
-__all__ = ["Table", "experiments", "run"]
+__all__ = ["Table", "experiments", "describe", "run"]
 
 _DEFAULT_DISTS = ("gaussian", "uniform", "rademacher", "student_t5")
 
 
 @dataclass(frozen=True)
 class Table:
-    """One experiment's result: a title, named columns and rows (dicts column -> value)."""
+    """One experiment's result: a title, named columns, rows (dicts column -> value) and the
+    claim-level verdict, a dict with the keys of the table's JSON (``sdpa lab X --format json``):
+    verdict (e.g. "holds", "holds only for ..."), outcome ("holds", "fails" or "holds only"),
+    expected, measured and tolerance."""
 
     name: str
     title: str
     columns: tuple
     rows: list = field(repr=False)
+    verdict: dict = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -52,8 +58,16 @@ class Table:
 
 
 def experiments() -> list:
-    """Names of the experiments run() accepts."""
-    return list(_ext.lab_experiments())
+    """Names of the experiments run() accepts, in the report's order."""
+    return [e["name"] for e in _ext.lab_experiments()]
+
+
+def describe(experiment: str) -> dict:
+    """The registry's entry for one experiment: name, heading, seeds, help, claim, takes_dists."""
+    for e in _ext.lab_experiments():
+        if e["name"] == experiment:
+            return dict(e)
+    raise ValueError(f"experiment: unknown lab experiment {experiment!r} (known: {', '.join(experiments())})")
 
 
 def run(experiment: str, *, seed: int = 1, samples: int = 0, threads: int = 0, dists=None,
@@ -65,15 +79,15 @@ def run(experiment: str, *, seed: int = 1, samples: int = 0, threads: int = 0, d
     'variance' only (distributions among gaussian, uniform, rademacher, student_t5; the largest
     d_k, powers of two from 1).
     """
-    if experiment not in experiments():
-        raise ValueError(f"experiment: unknown lab experiment {experiment!r} (known: {', '.join(experiments())})")
+    entry = describe(experiment)
     for name, val in (("seed", seed), ("samples", samples), ("threads", threads), ("max_dk", max_dk)):
         if isinstance(val, bool) or not isinstance(val, (int, np.integer)):
             raise TypeError(f"{name}: expected an int, got {val!r}")
     if seed < 0:
         raise ValueError(f"seed: must be >= 0, got {seed}")
-    if experiment != "variance" and (dists is not None or max_dk != 4096):
-        raise ValueError(f"dists, max_dk: only the 'variance' experiment takes them, not {experiment!r}")
+    if not entry["takes_dists"] and (dists is not None or max_dk != 4096):
+        takers = ", ".join(repr(e["name"]) for e in _ext.lab_experiments() if e["takes_dists"])
+        raise ValueError(f"dists, max_dk: only the {takers} experiment takes them, not {experiment!r}")
     if dists is None:
         dists = _DEFAULT_DISTS
     if isinstance(dists, str):
@@ -81,7 +95,8 @@ def run(experiment: str, *, seed: int = 1, samples: int = 0, threads: int = 0, d
     for d in dists:
         if d not in _DEFAULT_DISTS:
             raise ValueError(f"dists: unknown distribution {d!r} (known: {', '.join(_DEFAULT_DISTS)})")
-    name, title, columns, rows = _ext.lab_run(experiment, int(seed), int(samples), int(threads),
-                                              [str(d) for d in dists], int(max_dk))
+    name, title, columns, rows, verdict = _ext.lab_run(experiment, int(seed), int(samples), int(threads),
+                                                       [str(d) for d in dists], int(max_dk))
     columns = tuple(columns)
-    return Table(name=name, title=title, columns=columns, rows=[dict(zip(columns, r)) for r in rows])
+    return Table(name=name, title=title, columns=columns, rows=[dict(zip(columns, r)) for r in rows],
+                 verdict=dict(verdict))

@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "lab/experiments.hpp"
+#include "lab/registry.hpp"
 #include "nn/sweep.hpp"
 #include "nn/train.hpp"
 #include "sdpa/sdpa.hpp"
@@ -110,48 +110,41 @@ nb::tuple inspect(nb::ndarray<const float, cpu> a) {
 
 // ---- the lab ----------------------------------------------------------------------
 
-const std::vector<std::string>& lab_names() {
-  static const std::vector<std::string> names{"variance", "scaling",    "general",   "matrix",       "puzzle",
-                                              "softmax",  "saturation", "gradients", "alternatives", "projections"};
-  return names;
-}
-
-sdpa::lab::Table lab_table(const std::string& name, const sdpa::lab::Common& c, const std::vector<std::string>& dists,
-                           std::int64_t max_dk) {
-  namespace lab = sdpa::lab;
-  if (name == "variance") {
-    std::vector<lab::Dist> ds;
-    for (const auto& d : dists) ds.push_back(lab::parse_dist(d));
-    return lab::variance(c, ds, max_dk);
+// Each experiment of the registry as a dict: name, heading, seeds, help, claim, takes_dists.
+nb::list lab_experiments() {
+  nb::list out;
+  for (const auto& e : sdpa::lab::experiments()) {
+    nb::dict d;
+    d["name"] = std::string(e.name);
+    d["heading"] = std::string(e.heading);
+    d["seeds"] = std::string(e.seeds);
+    d["help"] = std::string(e.help);
+    d["claim"] = std::string(e.claim);
+    d["takes_dists"] = e.takes_dists;
+    out.append(d);
   }
-  if (name == "scaling") return lab::scaling(c);
-  if (name == "general") return lab::general_formula(c);
-  if (name == "matrix") return lab::matrix(c);
-  if (name == "puzzle") return lab::puzzle(c);
-  if (name == "softmax") return lab::softmax_numbers();
-  if (name == "saturation") return lab::saturation(c);
-  if (name == "gradients") return lab::gradients(c);
-  if (name == "alternatives") return lab::alternatives(c);
-  if (name == "projections") return lab::projections(c);
-  std::string known;
-  for (const auto& n : lab_names()) known += (known.empty() ? "" : ", ") + n;
-  throw sdpa::Error("experiment: unknown lab experiment '" + name + "' (known: " + known + ")");
+  return out;
 }
 
-// (name, title, columns, rows); each row a list of float, int or str.
+// (name, title, columns, rows, verdict); each row a list of float, int or str; verdict a
+// dict with the keys of the table's JSON: verdict, outcome, expected, measured, tolerance.
 nb::tuple lab_run(const std::string& name, std::uint64_t seed, std::int64_t samples, int threads,
                   const std::vector<std::string>& dists, std::int64_t max_dk) {
   if (samples < 0)
     throw sdpa::Error("samples: must be >= 0 (0: the experiment's default), got " + std::to_string(samples));
   if (threads < 0) throw sdpa::Error("threads: must be >= 0 (0 = all available), got " + std::to_string(threads));
-  sdpa::lab::Common c;
-  c.seed = seed;
-  c.samples = samples;
-  c.threads = threads;
+  sdpa::lab::Settings s;
+  s.seed = seed;
+  s.samples = samples;
+  s.threads = threads;
+  s.dists.clear();
+  for (const auto& d : dists) s.dists.push_back(sdpa::lab::parse_dist(d));
+  s.max_dk = max_dk;
+  const auto& experiment = sdpa::lab::find_experiment(name);
   sdpa::lab::Table t;
   {
     nb::gil_scoped_release unlocked;
-    t = lab_table(name, c, dists, max_dk);
+    t = sdpa::lab::run(experiment, s);
   }
   nb::list rows;
   for (const auto& r : t.rows) {
@@ -168,7 +161,13 @@ nb::tuple lab_run(const std::string& name, std::uint64_t seed, std::int64_t samp
   }
   nb::list columns;
   for (const auto& col : t.columns) columns.append(nb::str(col.c_str()));
-  return nb::make_tuple(nb::str(t.name.c_str()), nb::str(t.title.c_str()), columns, rows);
+  nb::dict verdict;
+  verdict["verdict"] = t.verdict.text();
+  verdict["outcome"] = std::string(sdpa::lab::outcome_name(t.verdict.outcome));
+  verdict["expected"] = t.verdict.expected;
+  verdict["measured"] = t.verdict.measured;
+  verdict["tolerance"] = t.verdict.tolerance;
+  return nb::make_tuple(nb::str(t.name.c_str()), nb::str(t.title.c_str()), columns, rows, verdict);
 }
 
 // Trains one model (docs/training.md): each logged step and the summary as the JSON
@@ -217,10 +216,10 @@ NB_MODULE(_ext, m) {
       "isa_supported", [](const std::string& name) { return sdpa::isa_supported(sdpa::parse_isa(name.c_str())); },
       nb::arg("isa"), "Whether this CPU can run the named ISA's kernel.");
 
-  m.def(
-      "lab_experiments", [] { return lab_names(); }, "Names of the lab experiments.");
+  m.def("lab_experiments", &lab_experiments,
+        "The lab's registry: one dict per experiment (name, heading, seeds, help, claim, takes_dists).");
   m.def("lab_run", &lab_run, nb::arg("name"), nb::arg("seed"), nb::arg("samples"), nb::arg("threads"), nb::arg("dists"),
-        nb::arg("max_dk"), "Runs one lab experiment: (name, title, columns, rows).");
+        nb::arg("max_dk"), "Runs one lab experiment: (name, title, columns, rows, verdict dict).");
   // The training lab's configuration: the defaults are the library's (nn::TrainConfig,
   // nn::SweepSpec::defaults()), so Python states none of its own.
   using sdpa::nn::SweepSpec;

@@ -10,6 +10,8 @@
 #include <cmath>
 #include <random>
 
+#include <fmt/core.h>
+
 #include "lab/experiments.hpp"
 #include "sdpa/sdpa.hpp"
 
@@ -50,12 +52,13 @@ double quantile(std::vector<double> x, double q) {
 
 }  // namespace
 
-Table matrix(const Common& c) {
+Table matrix(const Settings& c) {
   const std::int64_t m = 1111, p = 111, reps = c.samples ? c.samples : 12;
   Table t{"matrix",
           "A (1111x111) and B (111x1111) standard normal: var(AB) ~ 111 and ~ 1 after dividing by sqrt(111) "
           "(seed 001 printed 110.56 and 0.996)",
           {"statistic", "reps", "mean", "lo", "hi", "sd", "expected", "seed_value", "seed_value_z", "verdict"},
+          {},
           {}};
   std::vector<double> var_raw, var_scaled;
   for (std::int64_t r = 0; r < reps; ++r) {
@@ -79,15 +82,27 @@ Table matrix(const Common& c) {
     t.add({std::string(name), reps, e.value, e.lo(), e.hi(), sd, expected, seed_value, z_seed,
            std::abs(e.value - expected) <= kVerdictZ * e.se && std::abs(z_seed) <= kVerdictZ ? "holds" : "fails"});
   }
+  t.verdict = judge_matrix(t);
   return t;
 }
 
-Table puzzle(const Common& c) {
+Verdict judge_matrix(const Table& t) {
+  Verdict v = verdict_of_rows(t);
+  v.measured = fmt::format(
+      "{:.2f} [{:.2f}, {:.2f}] (sd of one draw {:.2f}); scaled {:.4f}; the seed's 110.56 lies {:+.2f} sd from our mean",
+      t.number(0, "mean"), t.number(0, "lo"), t.number(0, "hi"), t.number(0, "sd"), t.number(1, "mean"),
+      t.number(0, "seed_value_z"));
+  v.tolerance = fmt::format("{0:g} standard errors (mean), {0:g} sd (the seed's single draw)", kVerdictZ);
+  return v;
+}
+
+Table puzzle(const Settings& c) {
   Table t{"puzzle",
           "the 2x2 experiment that printed 1.6: numpy's var() of the n*n entries of A@B over many trials; "
           "expected (1 - 1/n^2)*n, i.e. 1.5 for 2x2 (unscaled), and how the spread shrinks with n",
           {"n", "trials", "mean_var", "mean_lo", "mean_hi", "expected_mean", "sd_var", "relative_sd", "q05", "q50",
            "q95", "fraction_at_or_below_1.6", "verdict"},
+          {},
           {}};
   for (std::int64_t n : {2, 4, 8, 16, 32, 64}) {
     const std::int64_t T = c.samples ? c.samples : std::max<std::int64_t>(200, 40000 / (n * n));
@@ -105,7 +120,19 @@ Table puzzle(const Common& c) {
     t.add({n, T, e.value, e.lo(), e.hi(), expected, sd, sd / double(n), quantile(vars, 0.05), quantile(vars, 0.5),
            quantile(vars, 0.95), below, std::abs(e.value - expected) <= kVerdictZ * e.se ? "holds" : "fails"});
   }
+  t.verdict = judge_puzzle(t);
   return t;
+}
+
+Verdict judge_puzzle(const Table& t) {
+  Verdict v = verdict_of_rows(t);
+  v.measured = fmt::format(
+      "over {} draws numpy's var() of the 4 entries has mean {:.3f} (expected {:g}), median {:.2f}, 5–95% range "
+      "[{:.2f}, {:.2f}]; {:.0f}% of draws print ≤ 1.6",
+      t.number(0, "trials"), t.number(0, "mean_var"), t.number(0, "expected_mean"), t.number(0, "q50"),
+      t.number(0, "q05"), t.number(0, "q95"), 100 * t.number(0, "fraction_at_or_below_1.6"));
+  v.tolerance = fmt::format("mean of var() within {:g} standard errors of (1 − 1/n²)·n at every n", kVerdictZ);
+  return v;
 }
 
 }  // namespace sdpa::lab

@@ -9,11 +9,12 @@
 
 namespace sdpa::lab {
 
-Table softmax_numbers() {
+Table softmax_numbers(const Settings&) {
   Table t{"softmax",
           "the softmax values quoted by seeds 002 and 003, from sdpa::forward (q = [1], k_j = [z_j], v = I); "
           "'holds' when the library's value rounds to the quoted one",
           {"seed", "logits", "beta", "index", "value", "quoted", "decimals", "verdict"},
+          {},
           {}};
   struct Case {
     const char* seed;
@@ -41,7 +42,29 @@ Table softmax_numbers() {
              static_cast<std::int64_t>(c.decimals), ok ? "holds" : "fails"});
     }
   }
+  t.verdict = judge_softmax(t);
   return t;
+}
+
+Verdict judge_softmax(const Table& t) {
+  Verdict v = verdict_of_rows(t);
+  // One group per (logits, beta): "[14, 10, 12]/8 → [0.419, 0.254, 0.326]".
+  for (std::size_t r = 0; r < t.rows.size(); ++r) {
+    const bool first =
+        r == 0 || t.text(r, "logits") != t.text(r - 1, "logits") || t.number(r, "beta") != t.number(r - 1, "beta");
+    if (first) {
+      if (r) v.measured += "]; ";
+      v.measured += t.text(r, "logits");
+      if (t.number(r, "beta") != 1) v.measured += fmt::format("/{:g}", 1 / t.number(r, "beta"));
+      v.measured += " → [";
+    } else {
+      v.measured += ", ";
+    }
+    v.measured += fmt::format("{:.{}f}", t.number(r, "value"), static_cast<int>(t.number(r, "decimals")));
+  }
+  if (!t.rows.empty()) v.measured += "]";
+  v.tolerance = "every value equal to the quoted one after rounding to the quoted decimals";
+  return v;
 }
 
 }  // namespace sdpa::lab

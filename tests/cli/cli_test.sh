@@ -244,13 +244,25 @@ PY
     "$sdpa" lab --help | grep -q variance || fail "lab --help"
     "$sdpa" lab softmax | grep -q '0.971416' || fail "softmax table"
     [ "$("$sdpa" lab softmax | grep -c fails)" -eq 0 ] || fail "a softmax value fails"
+    "$sdpa" lab softmax | tail -4 | grep -q '^verdict: holds$' || fail "the table must close with its verdict"
     "$sdpa" lab variance --dist gaussian rademacher --max-dk 16 --samples 500 --seed 7 --format json > a.json
     "$sdpa" lab variance --dist gaussian rademacher --max-dk 16 --samples 500 --seed 7 --format json > b.json
     cmp -s a.json b.json || fail "same --seed, different output"
     "$sdpa" lab variance --dist gaussian --max-dk 4 --samples 500 --seed 8 --format json > c.json
     ! cmp -s a.json c.json || fail "--seed ignored"
-    head -c 2 a.json | grep -q '^\[{' || fail "json must be a list of row objects"
+    head -c 1 a.json | grep -q '^{' || fail "json must be one object per table"
     grep -q '"d_k": 16' a.json && grep -q '"var_scaled"' a.json || fail "json rows lack d_k/var/var_scaled"
+    # The claim-level verdict, decided in C++, travels with the numbers.
+    grep -q '^ "verdict": "holds",$' a.json || fail "variance json lacks its verdict"
+    grep -q '^ "outcome": "holds",$' a.json || fail "variance json lacks its outcome"
+    for key in expected measured tolerance; do
+      grep -Eq "^ \"$key\": \".+\",\$" a.json || fail "variance json lacks a non-empty $key"
+    done
+    grep -q '^ "tolerance": "every row: |measured − expected| ≤ 4 standard errors' a.json || fail "tolerance text"
+    "$sdpa" lab gradients --samples 100 --format json > g.json
+    grep -q '^ "verdict": "holds only for the gradient w.r.t. the logits (and q·k)",$' g.json \
+      || fail "gradients verdict: $(grep '"verdict"' g.json)"
+    grep -q '^ "outcome": "holds only",$' g.json || fail "gradients outcome"
     "$sdpa" lab puzzle --samples 300 --format csv | head -1 | grep -q '^n,trials,mean_var' || fail "csv header"
     echo "ok: tables, formats, determinism" ;;
   lab_errors)
@@ -276,7 +288,12 @@ PY
     grep -q 'wrote rep/index.html' log.txt || fail "report: $(cat log.txt)"
     grep -q '<h2>9. Projections' rep/index.html || fail "report lacks sections"
     [ "$(grep -o 'data:image/png;base64' rep/index.html | wc -l)" -ge 8 ] || fail "report lacks embedded plots"
-    grep -q '"experiments"' rep/lab.json || fail "lab.json" ;;
+    grep -q '"experiments"' rep/lab.json || fail "lab.json"
+    # One verdict per experiment in lab.json, and the page shows each (it decides none).
+    [ "$(grep -c '^   "verdict": ' rep/lab.json)" -eq "$(grep -c '^   "heading": ' rep/lab.json)" ] \
+      || fail "lab.json: an experiment without a verdict"
+    [ "$(grep -o 'class="verdict [a-z]*">' rep/index.html | wc -l)" -eq $((2 * $(grep -c '^   "heading": ' rep/lab.json))) ] \
+      || fail "the page must show each verdict twice (summary and section)" ;;
   train)
     tiny="--d-model 16 --heads 2 --layers 1 --seq 8 --batch 4 --warmup 3 --eval-size 8 --threads 1"
     "$sdpa" train --help | grep -q -- '--policy' || fail "train --help"

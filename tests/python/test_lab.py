@@ -1,4 +1,4 @@
-"""sdpa.lab: the lab's experiments reach Python as tables with the CLI's columns."""
+"""sdpa.lab: the lab's experiments reach Python as tables with the CLI's columns and verdicts."""
 
 import json
 
@@ -12,6 +12,38 @@ from npref import EPS32
 def test_lists_every_experiment():
     assert sdpa.lab.experiments() == ["variance", "scaling", "general", "matrix", "puzzle", "softmax", "saturation",
                                       "gradients", "alternatives", "projections"]
+
+
+VERDICT_KEYS = {"verdict", "outcome", "expected", "measured", "tolerance"}
+
+
+def test_describe_is_the_registry():
+    entry = sdpa.lab.describe("variance")
+    assert entry["name"] == "variance" and entry["takes_dists"] is True
+    assert entry["heading"] and entry["seeds"] and entry["help"] and entry["claim"]
+    assert [sdpa.lab.describe(n)["takes_dists"] for n in sdpa.lab.experiments()].count(True) == 1
+    with pytest.raises(ValueError, match=r"^experiment: unknown lab experiment 'nope'"):
+        sdpa.lab.describe("nope")
+
+
+@pytest.mark.parametrize("name", ["softmax", "scaling", "puzzle"])
+def test_every_table_carries_its_claim_level_verdict(name):
+    t = sdpa.lab.run(name, samples=300)
+    assert set(t.verdict) == VERDICT_KEYS
+    assert all(isinstance(v, str) and v for v in t.verdict.values()), t.verdict
+    assert t.verdict["outcome"] in ("holds", "fails", "holds only")
+    assert t.verdict["verdict"].startswith(t.verdict["outcome"])
+    # "expected" is the registry's claim, word for word
+    assert t.verdict["expected"] == sdpa.lab.describe(name)["claim"]
+    # these three hold at any seed: the softmax values are exact, the others judged at 4 standard errors
+    assert t.verdict["verdict"] == "holds", t.verdict
+
+
+def test_a_qualified_verdict_says_where_the_claim_holds():
+    t = sdpa.lab.run("gradients", samples=100)
+    assert t.verdict["outcome"] == "holds only"
+    assert t.verdict["verdict"] == "holds only for the gradient w.r.t. the logits (and q·k)"
+    assert "0.5" in t.verdict["tolerance"]  # kVanishedFraction, stated where it decides
 
 
 def test_softmax_values_are_the_kernels():
