@@ -45,13 +45,16 @@ namespace decode {
 
 // The few-lane loop's constants (kernel_common.inl), so both paths tune together.
 constexpr i64 kKeys = kFewTileCols;  // keys per tile; split boundaries are multiples of it
-// K and V rows are prefetched this many keys ahead, into L2: twice the general loop's
+// K and V rows are prefetched this many keys ahead, into L2: twice forward_few_lanes'
 // distance, since each is issued while its own half of the tile runs (64 to 128 measured
 // within noise of each other, docs/performance.md).
 constexpr i64 kPrefetchKeys = 2 * kFewPrefetchKeys;
 constexpr i64 kGroupLanes = 4;  // lanes sharing a score block
 constexpr i64 kMaxGroups = kFewLanes / kGroupLanes;
 static_assert(kKeys % 16 == 0 && kMaxGroups * kGroupLanes == kFewLanes);
+// Split boundaries are multiples of kTileCols (api.cpp), so a tile never straddles one and
+// the item's mask test need not look at the split (tile_needs_mask in item below).
+static_assert(kTileCols % kKeys == 0);
 
 // a[0..15] -> one vector whose element e is the sum of a[e]'s elements.
 inline __m512 reduce16(const __m512* a) {
@@ -251,8 +254,7 @@ void item(const Problem& p, const Tensors& t, const ForwardItem& it, const ItemL
   constexpr i64 blocks = kKeys / KB;
   const i64 b = it.b, g = it.g, n = lanes.n, Dk = p.Dk, Dv = p.Dv, dkp = round_up(Dk, kPad), dvp = round_up(Dv, kPad);
   const i64 groups = (n + NL - 1) / NL, slots = groups * NL;
-  Arena arena{scratch.data, scratch.floats};
-  const Scratch s = Scratch::carve(p, arena, slots);
+  const auto s = carve_scratch<Scratch>(p, scratch, slots);
   float* const Q = s.Q;
   float* const P = s.P;
   float* const O[2] = {s.O[0], s.O[1]};
@@ -291,7 +293,7 @@ void item(const Problem& p, const Tensors& t, const ForwardItem& it, const ItemL
   int cur = 0;
   for (i64 j0 = first / kKeys * kKeys; j0 <= last; j0 += kKeys) {
     const i64 bc = imin(kKeys, p.Nk - j0);
-    // Split boundaries are multiples of kKeys, so only the lanes' ranges and Nk cut a tile.
+    // Only the lanes' ranges and Nk cut a tile (split boundaries do not: see kKeys).
     const bool mask = tile_needs_mask(p, lanes.i_min, lanes.i_max, j0, kKeys);
     for (i64 gi = 0; gi < groups; ++gi) {
       __m512 sc[blocks];  // the tile's score vectors

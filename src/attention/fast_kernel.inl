@@ -268,8 +268,7 @@ struct TiledForwardScratch {
 void forward_tiled(const Problem& p, const Tensors& t, const ForwardItem& it, const ItemLanes& lanes,
                    WorkerScratch scratch) {
   const i64 b = it.b, g = it.g, Dk = p.Dk, Dv = p.Dv, dvp = round_up(Dv, kPad), n = lanes.n, np = lanes.np;
-  Arena arena{scratch.data, scratch.floats};
-  const TiledForwardScratch s = TiledForwardScratch::carve(p, arena);
+  const auto s = carve_scratch<TiledForwardScratch>(p, scratch);
   for (i64 d = 0; d < Dk; ++d) {
     float* o = s.QT + d * np;
     for (i64 r = 0; r < n; ++r) o[r] = t.q.data[off(t.q, b, lanes.h[r], lanes.i[r], d)];
@@ -379,8 +378,7 @@ struct FewLaneForwardScratch {
 void forward_few_lanes(const Problem& p, const Tensors& t, const ForwardItem& it, const ItemLanes& lanes,
                        WorkerScratch scratch) {
   const i64 b = it.b, g = it.g, Dk = p.Dk, Dv = p.Dv, dvp = round_up(Dv, kPad), n = lanes.n, np = lanes.np;
-  Arena arena{scratch.data, scratch.floats};
-  const FewLaneForwardScratch s = FewLaneForwardScratch::carve(p, arena);
+  const auto s = carve_scratch<FewLaneForwardScratch>(p, scratch);
   for (i64 r = 0; r < n; ++r)
     for (i64 d = 0; d < Dk; ++d) s.Q_rows[r * Dk + d] = t.q.data[off(t.q, b, lanes.h[r], lanes.i[r], d)];
   s.rows.start(lanes, dvp);
@@ -501,8 +499,7 @@ void backward_kv_tile(const Problem& p, const Tensors& t, const float* delta, i6
   const i64 Dk = p.Dk, Dv = p.Dv, dkp = round_up(Dk, kPad), dvp = round_up(Dv, kPad);
   const i64 bc = imin(kTileCols, p.Nk - j0), bcp = round_up(bc, kPad);
   constexpr i64 BR = kTileRows;
-  Arena arena{scratch.data, scratch.floats};
-  const KvTileScratch s = KvTileScratch::carve(p, arena);
+  const auto s = carve_scratch<KvTileScratch>(p, scratch);
 
   pack_transposed(t.k, b, g, j0, bc, Dk, s.KT, bcp);
   pack_transposed(t.v, b, g, j0, bc, Dv, s.VT, bcp);
@@ -578,8 +575,7 @@ void backward_q_tile(const Problem& p, const Tensors& t, const float* delta, i64
   const i64 g = h / p.group, Dk = p.Dk, Dv = p.Dv, dkp = round_up(Dk, kPad);
   const i64 br = imin(kTileRows, p.Nq - i0), brp = round_up(br, kPad);
   constexpr i64 BC = kTileCols;
-  Arena arena{scratch.data, scratch.floats};
-  const QTileScratch s = QTileScratch::carve(p, arena);
+  const auto s = carve_scratch<QTileScratch>(p, scratch);
 
   pack_transposed(t.q, b, h, i0, br, Dk, s.QT, brp);
   pack_transposed(t.dout, b, h, i0, br, Dv, s.doutT, brp);

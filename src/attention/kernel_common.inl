@@ -138,12 +138,18 @@ struct Arena {
     return piece;
   }
 };
-// Floats a layout takes for problem p (the layout's carve(p, arena, args...)).
+// Floats a layout takes for problem p (the layout's carve(p, arena, args...)) ...
 template <class Layout, class... Args>
 inline i64 scratch_floats(const Problem& p, Args... args) {
   Arena sizing{nullptr, 0};
   Layout::carve(p, sizing, args...);
   return sizing.used;
+}
+// ... and the layout carved from a worker's block, by the same call.
+template <class Layout, class... Args>
+inline Layout carve_scratch(const Problem& p, WorkerScratch scratch, Args... args) {
+  Arena arena{scratch.data, scratch.floats};
+  return Layout::carve(p, arena, args...);
 }
 
 // ---------------------------------------------------------------------------------------
