@@ -29,19 +29,21 @@ const FastKernels& kernels_for(const Options& opt) {
 
 // One 64-byte-aligned scratch block per worker, allocated before the parallel
 // region so no allocation failure can escape an OpenMP region.
-class Scratch {
+class ScratchBlocks {
  public:
-  Scratch(int workers, std::size_t floats_each) : each_((floats_each + 15) / 16 * 16) {
-    const std::size_t bytes = each_ * sizeof(float) * static_cast<std::size_t>(workers);
+  ScratchBlocks(int workers, i64 floats_each)
+      : floats_(floats_each), stride_(static_cast<std::size_t>((floats_each + 15) / 16 * 16)) {
+    const std::size_t bytes = stride_ * sizeof(float) * static_cast<std::size_t>(workers);
     data_ = static_cast<float*>(::operator new (bytes, std::align_val_t{64}));
   }
-  ~Scratch() { ::operator delete (data_, std::align_val_t{64}); }
-  Scratch(const Scratch&) = delete;
-  Scratch& operator=(const Scratch&) = delete;
-  float* worker(int w) const { return data_ + each_ * static_cast<std::size_t>(w); }
+  ~ScratchBlocks() { ::operator delete (data_, std::align_val_t{64}); }
+  ScratchBlocks(const ScratchBlocks&) = delete;
+  ScratchBlocks& operator=(const ScratchBlocks&) = delete;
+  WorkerScratch worker(int w) const { return {data_ + stride_ * static_cast<std::size_t>(w), floats_}; }
 
  private:
-  std::size_t each_;
+  i64 floats_;          // what the kernel asked for, per worker
+  std::size_t stride_;  // between workers: floats_ rounded up to 64 bytes
   float* data_ = nullptr;
 };
 
@@ -55,12 +57,12 @@ int workers_for(const Options& opt, i64 items) {
 // Runs body(item, scratch) for item in [0, items) on `workers` threads. Each item is
 // done entirely by one thread, so results do not depend on the thread count.
 template <class Body>
-void parallel_items(i64 items, int workers, const Scratch& scratch, Body body) {
+void parallel_items(i64 items, int workers, const ScratchBlocks& blocks, Body body) {
 #pragma omp parallel num_threads(workers)
   {
-    float* s = scratch.worker(omp_get_thread_num());
+    const WorkerScratch scratch = blocks.worker(omp_get_thread_num());
 #pragma omp for schedule(dynamic, 1)
-    for (i64 it = 0; it < items; ++it) body(it, s);
+    for (i64 item = 0; item < items; ++item) body(item, scratch);
   }
 }
 
@@ -140,11 +142,11 @@ void forward(View4<const float> q, View4<const float> k, View4<const float> v, V
     part_lse.resize(static_cast<std::size_t>(splits * p.B * p.Hkv * lanes));
   }
   const int workers = workers_for(opt, items);
-  const Scratch scratch(workers, kern.forward_scratch(p));
-  parallel_items(items, workers, scratch, [&](i64 it, float* s) {
+  const ScratchBlocks blocks(workers, kern.forward_scratch(p));
+  parallel_items(items, workers, blocks, [&](i64 item, WorkerScratch s) {
     ForwardItem fi;
-    const i64 sp = it % splits, bg = it / splits / lane_tiles;
-    fi.b = bg / p.Hkv, fi.g = bg % p.Hkv, fi.l0 = it / splits % lane_tiles * kTileRows;
+    const i64 sp = item % splits, bg = item / splits / lane_tiles;
+    fi.b = bg / p.Hkv, fi.g = bg % p.Hkv, fi.l0 = item / splits % lane_tiles * kTileRows;
     fi.j_begin = sp * split_keys, fi.j_end = std::min(p.Nk, fi.j_begin + split_keys);
     if (splits > 1) {
       const i64 base = sp * p.B * p.Hkv + bg;
@@ -184,13 +186,13 @@ void backward(View4<const float> q, View4<const float> k, View4<const float> v, 
   const i64 kv_tiles = ceil_div(p.Nk, kTileCols), q_tiles = ceil_div(p.Nq, kTileRows);
   const i64 items_a = p.B * p.Hkv * kv_tiles, items_b = p.B * p.Hq * q_tiles;
   const int workers = workers_for(opt, items_a > items_b ? items_a : items_b);
-  const Scratch scratch(workers, kern.backward_scratch(p));
-  parallel_items(items_a, workers, scratch, [&](i64 it, float* s) {  // dk, dv
-    const i64 b = it / (p.Hkv * kv_tiles), g = it / kv_tiles % p.Hkv, j0 = it % kv_tiles * kTileCols;
+  const ScratchBlocks blocks(workers, kern.backward_scratch(p));
+  parallel_items(items_a, workers, blocks, [&](i64 item, WorkerScratch s) {  // dk, dv
+    const i64 b = item / (p.Hkv * kv_tiles), g = item / kv_tiles % p.Hkv, j0 = item % kv_tiles * kTileCols;
     kern.backward_kv_tile(p, t, delta.data(), b, g, j0, s);
   });
-  parallel_items(items_b, workers, scratch, [&](i64 it, float* s) {  // dq
-    const i64 b = it / (p.Hq * q_tiles), h = it / q_tiles % p.Hq, i0 = it % q_tiles * kTileRows;
+  parallel_items(items_b, workers, blocks, [&](i64 item, WorkerScratch s) {  // dq
+    const i64 b = item / (p.Hq * q_tiles), h = item / q_tiles % p.Hq, i0 = item % q_tiles * kTileRows;
     kern.backward_q_tile(p, t, delta.data(), b, h, i0, s);
   });
 }

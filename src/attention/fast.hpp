@@ -9,8 +9,6 @@
 // result does not depend on how items are spread over threads.
 #pragma once
 
-#include <cstddef>
-
 #include "attention/problem.hpp"
 
 namespace sdpa::detail {
@@ -30,13 +28,23 @@ struct ForwardItem {
   float* part_lse = nullptr;
 };
 
+// One worker's scratch: `floats` floats from `data`, 64-byte aligned. The kernel carves
+// each item's buffers from it with the code that computed forward_scratch/backward_scratch,
+// and stops (traps) rather than take more than `floats`.
+struct WorkerScratch {
+  float* data = nullptr;
+  i64 floats = 0;
+};
+
 struct FastKernels {
-  std::size_t (*forward_scratch)(const Problem&);   // floats per worker
-  std::size_t (*backward_scratch)(const Problem&);  // floats per worker
-  void (*forward_item)(const Problem&, const Tensors&, const ForwardItem&, float* scratch);
+  i64 (*forward_scratch)(const Problem&);   // floats per worker
+  i64 (*backward_scratch)(const Problem&);  // floats per worker
+  void (*forward_item)(const Problem&, const Tensors&, const ForwardItem&, WorkerScratch scratch);
   // delta: (B, Hq, Nq) row sums Σ_e dout·out, contiguous.
-  void (*backward_kv_tile)(const Problem&, const Tensors&, const float* delta, i64 b, i64 g, i64 j0, float* scratch);
-  void (*backward_q_tile)(const Problem&, const Tensors&, const float* delta, i64 b, i64 h, i64 i0, float* scratch);
+  void (*backward_kv_tile)(const Problem&, const Tensors&, const float* delta, i64 b, i64 g, i64 j0,
+                           WorkerScratch scratch);
+  void (*backward_q_tile)(const Problem&, const Tensors&, const float* delta, i64 b, i64 h, i64 i0,
+                          WorkerScratch scratch);
   // The vector math the kernel uses, over n floats (n a multiple of kPad), for tests.
   void (*exp)(const float* x, float* y, i64 n);
   void (*tanh)(const float* x, float* y, i64 n);

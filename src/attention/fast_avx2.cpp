@@ -1,11 +1,11 @@
 // fast_avx2.cpp — the tiled kernel compiled for the avx2 path (flags: src/CMakeLists.txt).
 #include <immintrin.h>
-#include <cstddef>
 
 #include "attention/fast.hpp"
 
 namespace sdpa::detail::avx2 {
 #include "attention/simd_avx2.hpp"
+#include "attention/kernel_common.inl"
 #include "attention/fast_kernel.inl"
 }  // namespace sdpa::detail::avx2
 

@@ -1,22 +1,10 @@
 // fast_avx512.cpp — the tiled kernel compiled for the avx512 path (flags: src/CMakeLists.txt).
-// GCC 12 flags the _mm512_undefined_* operands inside its own AVX-512 headers as
-// -Wuninitialized wherever a reduction is inlined (GCC bug 105593): silenced for the header only.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
-#include <immintrin.h>
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
-#include <cstddef>
-#include <type_traits>  // std::integral_constant (decode_avx512.inl)
-
-#include "attention/fast.hpp"
+// decode_avx512.hpp comes first, so this file shows that it stands on its own; it also puts
+// the AVX-512 `Vec` and kernel_common.inl into the namespace the tile loops are added to.
+#include "attention/decode_avx512.hpp"
 
 namespace sdpa::detail::avx512 {
-#define SDPA_FUSED_DECODE 1  // decode_avx512.inl: the decoding forward of this ISA
-#include "attention/simd_avx512.hpp"
+#define SDPA_FUSED_DECODE 1  // forward_item sends decoding items to decode::forward
 #include "attention/fast_kernel.inl"
 #undef SDPA_FUSED_DECODE
 }  // namespace sdpa::detail::avx512

@@ -1,10 +1,9 @@
 // fast_scalar.cpp — the tiled kernel compiled for the scalar path (flags: src/CMakeLists.txt).
-#include <cstddef>
-
 #include "attention/fast.hpp"
 
 namespace sdpa::detail::scalar {
 #include "attention/simd_scalar.hpp"
+#include "attention/kernel_common.inl"
 #include "attention/fast_kernel.inl"
 }  // namespace sdpa::detail::scalar
 

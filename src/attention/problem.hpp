@@ -34,9 +34,6 @@ struct Problem {
   View4<const float> mask{};
   View4<const std::uint8_t> keep{};
 
-  bool has_explicit_mask() const { return !mask.empty() || !keep.empty(); }
-  bool has_structural_mask() const { return causal || window_left >= 0 || window_right >= 0; }
-
   /// First visible key of query row i (may exceed hi(i): the row is empty).
   i64 lo(i64 i) const {
     if (window_left < 0) return 0;

@@ -32,7 +32,6 @@ struct Vec {
   static R scale_pow2(R p, R n) { return _mm512_scalef_ps(p, n); }  // exact for any integral n
   static R exp(R x);                                                // simd_math.inl
   static R tanh(R x);                                               // simd_math.inl
-  static float hmax(R x) { return _mm512_reduce_max_ps(x); }
   static float hsum(R x) { return _mm512_reduce_add_ps(x); }
 };
 #include "attention/simd_math.inl"

@@ -18,6 +18,5 @@ struct Vec {
   static R select_gt(R x, R c, R a, R b) { return x > c ? a : b; }
   static R exp(R x) { return __builtin_expf(x); }
   static R tanh(R x) { return __builtin_tanhf(x); }
-  static float hmax(R x) { return x; }
   static float hsum(R x) { return x; }
 };

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "attention/fast.hpp"
 #include "common/tolerance.hpp"
 #include "sdpa/sdpa.hpp"
 
@@ -81,6 +82,15 @@ inline std::vector<Isa> runnable_isas() {
   for (Isa i : {Isa::scalar, Isa::avx2, Isa::avx512})
     if (isa_supported(i)) out.push_back(i);
   return out;
+}
+
+// The kernel table of one ISA, for tests that call the kernel's pieces directly.
+inline const detail::FastKernels& fast_kernels(Isa isa) {
+  switch (isa) {
+    case Isa::avx512: return detail::fast_kernels_avx512();
+    case Isa::avx2: return detail::fast_kernels_avx2();
+    default: return detail::fast_kernels_scalar();
+  }
 }
 
 }  // namespace sdpa::test

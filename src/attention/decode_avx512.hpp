@@ -1,7 +1,7 @@
-// decode_avx512.inl — the forward for items with few query lanes (decoding), AVX-512
+// decode_avx512.hpp — the forward for items with few query lanes (decoding), AVX-512
 // only: scores, online softmax and P·V fused per tile of keys, the lanes taken in groups
-// of up to 4 that share every K and V load. Included by fast_kernel.inl inside the avx512
-// namespace (uses its helpers); the other ISAs keep the general tile loop.
+// of up to 4 that share every K and V load. forward_item (fast_kernel.inl) sends it the
+// items `decode::applies` to; the other ISAs keep forward_few_lanes.
 //
 // Why a path of its own (docs/performance.md, "Decoding"): with 4 lanes the general loop
 // padded them to a 16-lane tile, so the softmax ran 4× the exps it needed, each (key,
@@ -15,20 +15,46 @@
 // Layout of a score vector with NL lanes: element e = l·KB + c holds lane l, key c of a
 // block of KB = 16 / NL keys. One, two or four lanes per group (three take four, the
 // fourth a zero query whose results are dropped); up to two groups per item.
-// Scratch: carved from forward_item's (forward_scratch), which is larger than the
-// 8·Dk + 16·Dv + 256 floats (plus padding) used here.
+//
+// A header of its own: it brings the AVX-512 `Vec` and the kernel's shared helpers
+// (kernel_common.inl: visible keys, online softmax step, arena, finish_row) into
+// sdpa::detail::avx512, where fast_avx512.cpp then includes the tile loops. Compiled
+// only with the AVX-512 flags (src/CMakeLists.txt).
+#pragma once
+
+// GCC 12 flags the _mm512_undefined_* operands inside its own AVX-512 headers as
+// -Wuninitialized wherever a reduction is inlined (GCC bug 105593): silenced for the header only.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+#include <immintrin.h>
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+#include <type_traits>  // std::integral_constant: a chunk's vector count as a type
+
+#include "attention/fast.hpp"
+
+namespace sdpa::detail::avx512 {
+
+#include "attention/simd_avx512.hpp"
+#include "attention/kernel_common.inl"
 
 namespace decode {
 
-// The general loop's decoding constants (fast_kernel.inl), so both paths tune together.
+// The few-lane loop's constants (kernel_common.inl), so both paths tune together.
 constexpr i64 kKeys = kFewTileCols;  // keys per tile; split boundaries are multiples of it
-// K and V rows are prefetched this many keys ahead, into L2: twice the general loop's
+// K and V rows are prefetched this many keys ahead, into L2: twice forward_few_lanes'
 // distance, since each is issued while its own half of the tile runs (64 to 128 measured
 // within noise of each other, docs/performance.md).
 constexpr i64 kPrefetchKeys = 2 * kFewPrefetchKeys;
 constexpr i64 kGroupLanes = 4;  // lanes sharing a score block
 constexpr i64 kMaxGroups = kFewLanes / kGroupLanes;
 static_assert(kKeys % 16 == 0 && kMaxGroups * kGroupLanes == kFewLanes);
+// Split boundaries are multiples of kTileCols (api.cpp), so a tile never straddles one and
+// the item's mask test need not look at the split (tile_needs_mask in item below).
+static_assert(kTileCols % kKeys == 0);
 
 // a[0..15] -> one vector whose element e is the sum of a[e]'s elements.
 inline __m512 reduce16(const __m512* a) {
@@ -204,39 +230,53 @@ inline bool applies(const Problem& p, const Tensors& t, i64 n) {
   return n <= kFewLanes && t.k.stride[3] == 1 && t.v.stride[3] == 1 && !explicit_mask(p) && p.Nk < (i64{1} << 30);
 }
 
-// The item: lanes lh/li (query head, row), n of them. Writes out and lse (or the split's
-// partial results), as forward_item does.
+// One item's buffers; `slots` is its lanes rounded up to whole groups (at most kFewLanes).
+struct Scratch {
+  float* Q;     // (slots, dkp)  queries as rows, zero past Dk and past the last lane
+  float* O[2];  // (slots, dvp)  unnormalised output, double-buffered
+  float* P;     // (slots, kKeys) probabilities, per group in score-vector layout
+  static Scratch carve(const Problem& p, Arena& arena, i64 slots) {
+    const i64 dkp = round_up(p.Dk, kPad), dvp = round_up(p.Dv, kPad);
+    Scratch s;
+    s.Q = arena.take(slots * dkp);
+    s.O[0] = arena.take(slots * dvp);
+    s.O[1] = arena.take(slots * dvp);
+    s.P = arena.take(slots * kKeys);
+    return s;
+  }
+};
+
+// The item, its lanes in groups of NL. Writes out and lse (or the split's partial
+// results), as the other forward loops do.
 template <int NL>
-void item(const Problem& p, const Tensors& t, const ForwardItem& it, const i64* lh, const i64* li, i64 n,
-          float* scratch) {
+void item(const Problem& p, const Tensors& t, const ForwardItem& it, const ItemLanes& lanes, WorkerScratch scratch) {
   constexpr int KB = 16 / NL;
   constexpr i64 blocks = kKeys / KB;
-  const i64 b = it.b, g = it.g, Dk = p.Dk, Dv = p.Dv, dkp = round_up(Dk, kPad), dvp = round_up(Dv, kPad);
-  const i64 groups = (n + NL - 1) / NL, lanes = groups * NL;
-  Carve cv{scratch};
-  float* Q = cv.take(lanes * dkp);                             // queries as rows, zero past Dk and past lane n
-  float* O[2] = {cv.take(lanes * dvp), cv.take(lanes * dvp)};  // unnormalised output, double-buffered
-  float* P = cv.take(lanes * kKeys);                           // probabilities, per group in score-vector layout
-  alignas(64) float al[kMaxGroups][16];                        // each group's rescale factors (score-vector layout)
+  const i64 b = it.b, g = it.g, n = lanes.n, Dk = p.Dk, Dv = p.Dv, dkp = round_up(Dk, kPad), dvp = round_up(Dv, kPad);
+  const i64 groups = (n + NL - 1) / NL, slots = groups * NL;
+  const auto s = carve_scratch<Scratch>(p, scratch, slots);
+  float* const Q = s.Q;
+  float* const P = s.P;
+  float* const O[2] = {s.O[0], s.O[1]};
+  alignas(64) float al[kMaxGroups][16];  // each group's rescale factors (score-vector layout)
 
-  for (i64 x = 0; x < lanes * dkp; ++x) Q[x] = 0.0f;
+  for (i64 x = 0; x < slots * dkp; ++x) Q[x] = 0.0f;
   for (i64 r = 0; r < n; ++r)
-    for (i64 d = 0; d < Dk; ++d) Q[r * dkp + d] = t.q.data[off(t.q, b, lh[r], li[r], d)];
-  for (i64 x = 0; x < lanes * dvp; ++x) O[0][x] = 0.0f;
+    for (i64 d = 0; d < Dk; ++d) Q[r * dkp + d] = t.q.data[off(t.q, b, lanes.h[r], lanes.i[r], d)];
+  for (i64 x = 0; x < slots * dvp; ++x) O[0][x] = 0.0f;
 
-  // Each lane's visible keys [lo, hi] within this item's split; padding lanes copy lane 0.
-  const bool st = structural(p);
+  // Each lane's visible keys [lo, hi] within this item's split; padding slots copy lane 0.
   alignas(64) int lo_e[kMaxGroups][16], hi_e[kMaxGroups][16], c_e[16];
-  i64 lo_max = it.j_begin, hi_min = it.j_end - 1, first = p.Nk, last = -1;
-  for (i64 r = 0; r < lanes; ++r) {
-    const i64 rr = r < n ? r : 0;
-    const i64 lo = imax(st ? imax(0, row_lo(p, li[rr])) : 0, it.j_begin);
-    const i64 hi = imin(st ? imin(p.Nk - 1, row_hi(p, li[rr])) : p.Nk - 1, it.j_end - 1);
-    lo_max = imax(lo_max, lo), hi_min = imin(hi_min, hi);
-    first = imin(first, lo), last = imax(last, hi);
-    for (int c = 0; c < KB; ++c)
-      lo_e[r / NL][(r % NL) * KB + c] = static_cast<int>(lo), hi_e[r / NL][(r % NL) * KB + c] = static_cast<int>(hi);
+  for (i64 r = 0; r < slots; ++r) {
+    const i64 i = lanes.i[r < n ? r : 0];
+    const KeyRange keys = visible_keys(p, i, i, it.j_begin, it.j_end);
+    for (int c = 0; c < KB; ++c) {
+      lo_e[r / NL][(r % NL) * KB + c] = static_cast<int>(keys.first);
+      hi_e[r / NL][(r % NL) * KB + c] = static_cast<int>(keys.last);
+    }
   }
+  const KeyRange keys = visible_keys(p, lanes.i_min, lanes.i_max, it.j_begin, it.j_end);
+  const i64 first = keys.first, last = keys.last;
   for (int e = 0; e < 16; ++e) c_e[e] = e % KB;
   const __m512i cidx = _mm512_load_si512(c_e);
 
@@ -253,9 +293,10 @@ void item(const Problem& p, const Tensors& t, const ForwardItem& it, const i64* 
   int cur = 0;
   for (i64 j0 = first / kKeys * kKeys; j0 <= last; j0 += kKeys) {
     const i64 bc = imin(kKeys, p.Nk - j0);
-    const bool mask = j0 < lo_max || j0 + kKeys - 1 > hi_min;
+    // Only the lanes' ranges and Nk cut a tile (split boundaries do not: see kKeys).
+    const bool mask = tile_needs_mask(p, lanes.i_min, lanes.i_max, j0, kKeys);
     for (i64 gi = 0; gi < groups; ++gi) {
-      __m512 s[blocks];
+      __m512 sc[blocks];  // the tile's score vectors
       for (i64 kb = 0; kb < blocks; ++kb) {
         const i64 jb = j0 + kb * KB;
         const float* kr[KB];
@@ -272,24 +313,13 @@ void item(const Problem& p, const Tensors& t, const ForwardItem& it, const i64* 
                                 _mm512_cmpgt_epi32_mask(j, _mm512_load_si512(hi_e[gi]));
           x = _mm512_mask_mov_ps(x, out, neg_inf);
         }
-        s[kb] = x;
+        sc[kb] = x;
       }
-      // Online softmax: NaN scores are left out of the max (they stay NaN in P and O).
-      __m512 vm = neg_inf;
-      for (i64 kb = 0; kb < blocks; ++kb) vm = _mm512_max_ps(s[kb], vm);
-      vm = group_reduce<KB, true>(vm);
-      const __m512 m_new = _mm512_max_ps(vm, m[gi]);
-      const __m512 shift = _mm512_mask_mov_ps(zero, _mm512_cmp_ps_mask(m_new, neg_inf, _CMP_GT_OQ), m_new);
-      const __m512 alpha = Vec::exp(_mm512_sub_ps(m[gi], shift));
-      __m512 sum = zero;
+      // Online softmax over the tile's score vectors, a lane's max taken over its KB keys.
       float* Pg = P + gi * NL * kKeys;
-      for (i64 kb = 0; kb < blocks; ++kb) {
-        const __m512 e = Vec::exp(_mm512_sub_ps(s[kb], shift));
-        _mm512_storeu_ps(Pg + kb * 16, e);
-        sum = _mm512_add_ps(sum, e);
-      }
-      l[gi] = _mm512_fmadd_ps(l[gi], alpha, sum);
-      m[gi] = m_new;
+      const __m512 alpha = online_softmax_step(
+          m[gi], l[gi], blocks, [&](i64 kb) { return sc[kb]; }, [](__m512 x) { return group_reduce<KB, true>(x); },
+          [&](i64 kb, __m512 e) { _mm512_storeu_ps(Pg + kb * 16, e); });
       _mm512_store_ps(al[gi], alpha);
       const bool pf = gi == 0 && j0 + kKeys - 1 + kPrefetchKeys <= last;
       pv_tile<NL>(Vb + j0 * ldv, ldv, bc, Dv, Pg, al[gi], O[cur] + gi * NL * dvp, O[cur ^ 1] + gi * NL * dvp, dvp,
@@ -304,15 +334,17 @@ void item(const Problem& p, const Tensors& t, const ForwardItem& it, const i64* 
     _mm512_store_ps(lf[gi], group_reduce<KB, false>(l[gi]));
   }
   for (i64 r = 0; r < n; ++r)
-    finish_row(p, t, it, b, lh[r], li[r], r, mf[r / NL][(r % NL) * KB], lf[r / NL][(r % NL) * KB], O[cur] + r * dvp);
+    finish_row(p, t, it, b, lanes.h[r], lanes.i[r], r, mf[r / NL][(r % NL) * KB], lf[r / NL][(r % NL) * KB],
+               O[cur] + r * dvp);
 }
 
 // Runs the item with the widest lane group its lane count fills.
-inline void forward(const Problem& p, const Tensors& t, const ForwardItem& it, const i64* lh, const i64* li, i64 n,
-                    float* scratch) {
-  if (n == 1) return item<1>(p, t, it, lh, li, n, scratch);
-  if (n == 2) return item<2>(p, t, it, lh, li, n, scratch);
-  item<4>(p, t, it, lh, li, n, scratch);
+inline void forward(const Problem& p, const Tensors& t, const ForwardItem& it, const ItemLanes& lanes,
+                    WorkerScratch scratch) {
+  if (lanes.n == 1) return item<1>(p, t, it, lanes, scratch);
+  if (lanes.n == 2) return item<2>(p, t, it, lanes, scratch);
+  item<4>(p, t, it, lanes, scratch);
 }
 
 }  // namespace decode
+}  // namespace sdpa::detail::avx512

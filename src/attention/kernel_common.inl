@@ -1,0 +1,204 @@
+// kernel_common.inl — what every loop of the attention kernel shares, each written once:
+// the visible key range, the masks, the online softmax step, the scratch arena, an item's
+// lanes and the write of a finished row. Included inside one namespace per ISA after that
+// ISA's `Vec` (simd_*.hpp); used by fast_kernel.inl (the tile loops) and by
+// decode_avx512.hpp (the fused decoding loop). Only builtins, intrinsics and functions
+// defined in the namespace are called, so no inline function compiled for one ISA is
+// shared with another (ODR safety; kernel.isa_objects_share_no_inline_code).
+//
+// Notation: a tile has query lanes r (rows i) and keys c (j = j0 + c).
+
+using R = typename Vec::R;
+constexpr int W = Vec::W;
+constexpr float kNegInf = -__builtin_inff();
+constexpr float kPosInf = __builtin_inff();
+
+inline i64 imin(i64 a, i64 b) { return a < b ? a : b; }
+inline i64 imax(i64 a, i64 b) { return a > b ? a : b; }
+inline i64 round_up(i64 x, i64 m) { return (x + m - 1) / m * m; }
+inline bool is_finite(float x) { return x - x == 0.0f; }  // false for ±inf and NaN
+
+// Element offsets of a (B, H, N, D) view and of a (B, H, N) one, const or not.
+template <class T>
+inline i64 off(const View4<T>& v, i64 a, i64 b, i64 c, i64 d) {
+  return a * v.stride[0] + b * v.stride[1] + c * v.stride[2] + d * v.stride[3];
+}
+template <class T>
+inline i64 off(const View3<T>& v, i64 a, i64 b, i64 c) {
+  return a * v.stride[0] + b * v.stride[1] + c * v.stride[2];
+}
+
+// ---------------------------------------------------------------------------------------
+// Visible keys. Query row i sees keys [row_lo(i), row_hi(i)] under the structural mask
+// (causal, window); with none, [0, Nk - 1]. Mirrors Problem::lo/hi, redefined here so the
+// ISA namespaces share no inline code. Both bounds grow with i.
+inline i64 row_lo(const Problem& p, i64 i) {
+  return p.window_left < 0 ? 0 : imax(0, i + p.diag_offset - p.window_left);
+}
+inline i64 row_hi(const Problem& p, i64 i) {
+  i64 h = p.Nk - 1;
+  const i64 d = i + p.diag_offset;
+  if (p.causal) h = imin(h, d);
+  if (p.window_right >= 0) h = imin(h, d + p.window_right);
+  return h;
+}
+
+struct KeyRange {
+  i64 first, last;  // keys [first, last]; none when last < first
+};
+// The keys that some row in [i_first, i_last] sees, within [j_begin, j_end) (j_end <= Nk).
+inline KeyRange visible_keys(const Problem& p, i64 i_first, i64 i_last, i64 j_begin, i64 j_end) {
+  return {imax(row_lo(p, i_first), j_begin), imin(row_hi(p, i_last), j_end - 1)};
+}
+
+inline bool explicit_mask(const Problem& p) { return p.mask.data != nullptr || p.keep.data != nullptr; }
+
+// Whether a tile of rows [i_first, i_last] × keys [j0, j0 + cols) needs mask_tile: some
+// row does not see every key (keys past Nk, i.e. padding columns, included), or there
+// is an explicit mask.
+inline bool tile_needs_mask(const Problem& p, i64 i_first, i64 i_last, i64 j0, i64 cols) {
+  return explicit_mask(p) || row_lo(p, i_last) > j0 || row_hi(p, i_first) < j0 + cols - 1;
+}
+
+// Explicit-mask bias for (b, h, i, j): 0, finite, or -inf (masked).
+inline float bias_at(const Problem& p, i64 b, i64 h, i64 i, i64 j) {
+  if (p.keep.data != nullptr && p.keep.data[off(p.keep, b, h, i, j)] == 0) return kNegInf;
+  return p.mask.data == nullptr ? 0.0f : p.mask.data[off(p.mask, b, h, i, j)];
+}
+
+// A lane of a tile: its query head and row.
+struct LaneRow {
+  i64 h, i;
+};
+
+// The masks on a tile of scores. Element (r, c) — lane r, key j0 + c — is at
+// S[r·rs + c·cs]: rs = ld, cs = 1 for a tile stored row = query (backward pass A);
+// rs = 1, cs = ld for one stored row = key (the forward, backward pass B). lane_at(r)
+// gives lane r's LaneRow. A key the lane cannot see (one past Nk included) becomes -inf;
+// a visible one takes the explicit bias, -inf where that masks it.
+template <class LaneAt>
+inline void mask_tile(const Problem& p, float* S, i64 rs, i64 cs, i64 lanes, i64 b, i64 j0, i64 cols, LaneAt lane_at) {
+  const bool ex = explicit_mask(p);
+  for (i64 r = 0; r < lanes; ++r) {
+    float* s = S + r * rs;
+    const LaneRow lane = lane_at(r);
+    const KeyRange keys = visible_keys(p, lane.i, lane.i, j0, j0 + cols);
+    const i64 lo = keys.first - j0, hi = keys.last - j0;  // visible columns [lo, hi]
+    for (i64 c = 0; c < imin(lo, cols); ++c) s[c * cs] = kNegInf;
+    for (i64 c = imax(hi + 1, 0); c < cols; ++c) s[c * cs] = kNegInf;
+    if (ex)
+      for (i64 c = lo; c <= hi; ++c) {
+        const float bias = bias_at(p, b, lane.h, lane.i, j0 + c);
+        s[c * cs] = bias == kNegInf ? kNegInf : s[c * cs] + bias;
+      }
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// One step of the online softmax (FlashAttention-2) for the W lanes of a vector: over a
+// tile of `count` score vectors score(k), each lane's running max m and running sum l move
+// on, each score becomes its unnormalised probability exp(s - m_new), handed to put(k, e),
+// and the factor exp(m_old - m_new) is returned, by which the lane's output so far must be
+// rescaled. lane_max(x) turns the elementwise max over the tile into each lane's max (the
+// identity when an element is a lane; decode_avx512 packs several keys of a lane into one
+// vector). NaN scores are left out of the max (they stay NaN in P, and so in the output);
+// a lane that has seen only -inf is shifted by 0, so its probabilities are exp(-inf) = 0.
+template <class Score, class LaneMax, class Put>
+inline R online_softmax_step(R& m, R& l, i64 count, Score score, LaneMax lane_max, Put put) {
+  const R neg_inf = Vec::set1(kNegInf);
+  R tile_max = neg_inf;
+  for (i64 k = 0; k < count; ++k) tile_max = Vec::max_ignore_nan(score(k), tile_max);
+  const R m_new = Vec::max_ignore_nan(lane_max(tile_max), m);
+  const R shift = Vec::select_gt(m_new, neg_inf, m_new, Vec::zero());
+  R sum = Vec::zero();
+  for (i64 k = 0; k < count; ++k) {
+    const R e = Vec::exp(Vec::sub(score(k), shift));
+    put(k, e);
+    sum = Vec::add(sum, e);
+  }
+  const R alpha = Vec::exp(Vec::sub(m, shift));
+  l = Vec::fma(l, alpha, sum);
+  m = m_new;
+  return alpha;
+}
+
+// ---------------------------------------------------------------------------------------
+// One worker's scratch block, handed out in 64-byte-aligned pieces. Each loop's buffers
+// are carved by one function (a `…Scratch::carve`) that the sizing runs too, on an arena
+// without a block: what a worker is given is what that code takes, term by term. With a
+// block, taking more than it holds traps instead of writing past it.
+struct Arena {
+  float* base;   // null: only count
+  i64 capacity;  // floats in the block
+  i64 used = 0;
+  float* take(i64 floats) {
+    float* piece = base == nullptr ? nullptr : base + used;
+    used += round_up(floats, kPad);
+    if (base != nullptr && used > capacity) __builtin_trap();
+    return piece;
+  }
+};
+// Floats a layout takes for problem p (the layout's carve(p, arena, args...)) ...
+template <class Layout, class... Args>
+inline i64 scratch_floats(const Problem& p, Args... args) {
+  Arena sizing{nullptr, 0};
+  Layout::carve(p, sizing, args...);
+  return sizing.used;
+}
+// ... and the layout carved from a worker's block, by the same call.
+template <class Layout, class... Args>
+inline Layout carve_scratch(const Problem& p, WorkerScratch scratch, Args... args) {
+  Arena arena{scratch.data, scratch.floats};
+  return Layout::carve(p, arena, args...);
+}
+
+// ---------------------------------------------------------------------------------------
+// Forward items. An item's lanes are its query rows flattened over the kv group's query
+// heads, so a group's heads share every K and V load (GQA decoding reads K and V once):
+//   lane r  ->  flat index it.l0 + r,  head h = g·group + flat / Nq,  row i = flat % Nq.
+struct ItemLanes {
+  i64 n = 0, np = 0;               // lanes, and lanes padded to kPad
+  i64 h[kTileRows], i[kTileRows];  // each lane's query head and row
+  i64 i_min = 0, i_max = 0;        // the extreme rows (lanes wrap from one head to the next)
+};
+inline ItemLanes item_lanes(const Problem& p, const ForwardItem& it) {
+  ItemLanes lanes;
+  lanes.n = imin(kTileRows, p.group * p.Nq - it.l0), lanes.np = round_up(lanes.n, kPad);
+  lanes.i_min = p.Nq, lanes.i_max = 0;
+  for (i64 r = 0; r < lanes.n; ++r) {
+    const i64 flat = it.l0 + r;
+    lanes.h[r] = it.g * p.group + flat / p.Nq, lanes.i[r] = flat % p.Nq;
+    lanes.i_min = imin(lanes.i_min, lanes.i[r]), lanes.i_max = imax(lanes.i_max, lanes.i[r]);
+  }
+  return lanes;
+}
+
+// Items with at most this many lanes (decoding) take a loop of their own: the tile GEMMs
+// would leave most vector lanes idle (forward_few_lanes; on AVX-512, decode_avx512.hpp).
+constexpr i64 kFewLanes = 8;
+// Keys per tile on those loops: K and V are consumed a few KiB at a time, so the rows
+// prefetched ahead are still in L2 when the tile reaches them.
+constexpr i64 kFewTileCols = 32;
+// ... and how far ahead their K and V rows are prefetched into L2. The hardware prefetchers
+// stop at 4 KiB pages, which hold only 8 rows of a D = 128 head. Measured on the suite's
+// decoding shape: 1.1-1.3x from memory (docs/performance.md, "Decoding").
+constexpr i64 kFewPrefetchKeys = 64;
+
+// Writes lane r of an item (query head h, row i) from its running max m, sum l and
+// unnormalised output row O: out and lse, or the split's partial results.
+inline void finish_row(const Problem& p, const Tensors& t, const ForwardItem& it, i64 b, i64 h, i64 i, i64 r, float m,
+                       float l, const float* O) {
+  const i64 Dv = p.Dv;
+  const bool empty_row = l == 0.0f;
+  const float inv = empty_row ? 0.0f : 1.0f / l;
+  const float shift = m == kNegInf ? 0.0f : m;
+  const float lse = empty_row ? kNegInf : shift + __builtin_logf(l);
+  if (it.part_out != nullptr) {  // split-KV: this split's normalised output and lse
+    float* po = it.part_out + (it.l0 + r) * Dv;
+    for (i64 e = 0; e < Dv; ++e) po[e] = empty_row ? 0.0f : O[e] * inv;
+    it.part_lse[it.l0 + r] = lse;
+    return;
+  }
+  for (i64 e = 0; e < Dv; ++e) t.out_w.data[off(t.out_w, b, h, i, e)] = empty_row ? 0.0f : O[e] * inv;
+  if (t.lse_w.data != nullptr) t.lse_w.data[off(t.lse_w, b, h, i)] = lse;
+}

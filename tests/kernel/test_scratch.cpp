@@ -1,0 +1,139 @@
+// test_scratch.cpp — a work item's scratch is carved by the code that sizes it. Given
+// exactly forward_scratch / backward_scratch floats, the items compute the bits
+// sdpa::forward / sdpa::backward compute; given one float fewer, an item whose layout is
+// the largest stops (traps) before it writes anything, instead of writing past its block.
+#include <cstring>
+
+#include "util.hpp"
+
+namespace sdpa::test {
+namespace {
+
+using detail::ForwardItem;
+using detail::Problem;
+using detail::Tensors;
+using detail::WorkerScratch;
+
+// One call's tensors, random, and the Problem and Tensors the kernel sees.
+struct Case {
+  Buf<float> q, k, v, out, dout, dq, dk, dv;
+  Buf3<float> lse;
+  Options opt;
+
+  Case(i64 Hq, i64 Hkv, i64 Nq, i64 Nk, i64 Dk, i64 Dv, Isa isa)
+      : q({1, Hq, Nq, Dk}),
+        k({1, Hkv, Nk, Dk}),
+        v({1, Hkv, Nk, Dv}),
+        out({1, Hq, Nq, Dv}),
+        dout({1, Hq, Nq, Dv}),
+        dq({1, Hq, Nq, Dk}),
+        dk({1, Hkv, Nk, Dk}),
+        dv({1, Hkv, Nk, Dv}),
+        lse({1, Hq, Nq}) {
+    std::mt19937_64 rng(7);
+    for (auto* b : {&q, &k, &v, &dout}) fill_normal(b->data, rng);
+    opt.isa = isa;
+    opt.threads = 1;
+    opt.causal = Causal::top_left;  // masked and unmasked tiles both
+  }
+  Problem forward_problem() {
+    return detail::validate_forward<float>(q.cview(), k.cview(), v.cview(), out.view(), lse.view(), opt);
+  }
+  Tensors forward_tensors() {
+    Tensors t;
+    t.q = q.cview(), t.k = k.cview(), t.v = v.cview(), t.out_w = out.view(), t.lse_w = lse.view();
+    return t;
+  }
+};
+
+// Every forward item of an unsplit call (one batch), each given `floats` of scratch.
+void forward_items(const detail::FastKernels& kern, const Problem& p, const Tensors& t, i64 floats) {
+  std::vector<float> block(static_cast<std::size_t>(floats));
+  for (i64 g = 0; g < p.Hkv; ++g)
+    for (i64 l0 = 0; l0 < p.group * p.Nq; l0 += detail::kTileRows) {
+      ForwardItem it;
+      it.g = g, it.l0 = l0, it.j_begin = 0, it.j_end = p.Nk;
+      kern.forward_item(p, t, it, WorkerScratch{block.data(), floats});
+    }
+}
+
+class Scratch : public ::testing::TestWithParam<Isa> {};
+
+TEST_P(Scratch, ForwardItemsFitTheirSizeExactly) {
+  // A tiled shape (64-lane items) and a decoding one (4 lanes: the few-lane loop, or on
+  // AVX-512 the fused one); Nk below the split threshold, so one item per lane tile.
+  for (auto [Hq, Hkv, Nq, Nk] : std::vector<std::array<i64, 4>>{{2, 1, 100, 150}, {8, 2, 1, 300}}) {
+    Case c(Hq, Hkv, Nq, Nk, 64, 48, GetParam());
+    forward(c.q.cview(), c.k.cview(), c.v.cview(), c.out.view(), c.lse.view(), c.opt);
+    const std::vector<float> out = c.out.data, lse = c.lse.data;
+    std::fill(c.out.data.begin(), c.out.data.end(), kNaN);
+    std::fill(c.lse.data.begin(), c.lse.data.end(), kNaN);
+    const auto& kern = fast_kernels(GetParam());
+    const Problem p = c.forward_problem();
+    forward_items(kern, p, c.forward_tensors(), kern.forward_scratch(p));
+    EXPECT_EQ(0, std::memcmp(out.data(), c.out.data.data(), out.size() * sizeof(float))) << "Nq = " << Nq;
+    EXPECT_EQ(0, std::memcmp(lse.data(), c.lse.data.data(), lse.size() * sizeof(float))) << "Nq = " << Nq;
+  }
+}
+
+TEST_P(Scratch, BackwardItemsFitTheirSizeExactly) {
+  Case c(2, 1, 100, 150, 64, 48, GetParam());
+  forward(c.q.cview(), c.k.cview(), c.v.cview(), c.out.view(), c.lse.view(), c.opt);
+  backward(c.q.cview(), c.k.cview(), c.v.cview(), c.out.cview(), c.lse.cview(), c.dout.cview(), c.dq.view(),
+           c.dk.view(), c.dv.view(), c.opt);
+  const std::vector<float> dq = c.dq.data, dk = c.dk.data, dv = c.dv.data;
+  for (auto* b : {&c.dq, &c.dk, &c.dv}) std::fill(b->data.begin(), b->data.end(), kNaN);
+
+  const auto& kern = fast_kernels(GetParam());
+  const Problem p =
+      detail::validate_backward<float>(c.q.cview(), c.k.cview(), c.v.cview(), c.out.cview(), c.lse.cview(),
+                                       c.dout.cview(), c.dq.view(), c.dk.view(), c.dv.view(), c.opt);
+  Tensors t;
+  t.q = c.q.cview(), t.k = c.k.cview(), t.v = c.v.cview(), t.out = c.out.cview(), t.lse_in = c.lse.cview();
+  t.dout = c.dout.cview(), t.dq = c.dq.view(), t.dk = c.dk.view(), t.dv = c.dv.view();
+  std::vector<float> delta(static_cast<std::size_t>(p.Hq * p.Nq));  // as sdpa::backward sums it
+  for (i64 h = 0; h < p.Hq; ++h)
+    for (i64 i = 0; i < p.Nq; ++i) {
+      double acc = 0.0;
+      for (i64 e = 0; e < p.Dv; ++e) acc += double(c.dout.at(0, h, i, e)) * double(c.out.at(0, h, i, e));
+      delta[static_cast<std::size_t>(h * p.Nq + i)] = static_cast<float>(acc);
+    }
+  const i64 floats = kern.backward_scratch(p);
+  std::vector<float> block(static_cast<std::size_t>(floats));
+  for (i64 g = 0; g < p.Hkv; ++g)
+    for (i64 j0 = 0; j0 < p.Nk; j0 += detail::kTileCols)
+      kern.backward_kv_tile(p, t, delta.data(), 0, g, j0, WorkerScratch{block.data(), floats});
+  for (i64 h = 0; h < p.Hq; ++h)
+    for (i64 i0 = 0; i0 < p.Nq; i0 += detail::kTileRows)
+      kern.backward_q_tile(p, t, delta.data(), 0, h, i0, WorkerScratch{block.data(), floats});
+  EXPECT_EQ(0, std::memcmp(dq.data(), c.dq.data.data(), dq.size() * sizeof(float)));
+  EXPECT_EQ(0, std::memcmp(dk.data(), c.dk.data.data(), dk.size() * sizeof(float)));
+  EXPECT_EQ(0, std::memcmp(dv.data(), c.dv.data.data(), dv.size() * sizeof(float)));
+}
+
+// The tiled forward and backward pass A have each call's largest layout, so one float
+// short of the size must stop them.
+TEST_P(Scratch, OneFloatShortTraps) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  Case c(2, 1, 100, 150, 64, 48, GetParam());
+  const auto& kern = fast_kernels(GetParam());
+  const Problem p = c.forward_problem();
+  const Tensors t = c.forward_tensors();
+  EXPECT_DEATH(forward_items(kern, p, t, kern.forward_scratch(p) - 1), "");
+
+  const Problem pb =
+      detail::validate_backward<float>(c.q.cview(), c.k.cview(), c.v.cview(), c.out.cview(), c.lse.cview(),
+                                       c.dout.cview(), c.dq.view(), c.dk.view(), c.dv.view(), c.opt);
+  const i64 floats = kern.backward_scratch(pb) - 1;
+  std::vector<float> block(static_cast<std::size_t>(floats)), delta(static_cast<std::size_t>(pb.Hq * pb.Nq));
+  Tensors tb;
+  tb.q = c.q.cview(), tb.k = c.k.cview(), tb.v = c.v.cview(), tb.out = c.out.cview(), tb.lse_in = c.lse.cview();
+  tb.dout = c.dout.cview(), tb.dq = c.dq.view(), tb.dk = c.dk.view(), tb.dv = c.dv.view();
+  EXPECT_DEATH(kern.backward_kv_tile(pb, tb, delta.data(), 0, 0, 0, WorkerScratch{block.data(), floats}), "");
+}
+
+INSTANTIATE_TEST_SUITE_P(Isa, Scratch, ::testing::ValuesIn(runnable_isas()),
+                         [](const auto& i) { return std::string(isa_name(i.param)); });
+
+}  // namespace
+}  // namespace sdpa::test
