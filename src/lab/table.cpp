@@ -8,6 +8,7 @@
 
 #include <fmt/core.h>
 
+#include "io/json.hpp"
 #include "sdpa/error.hpp"
 
 namespace sdpa::lab {
@@ -93,7 +94,7 @@ nlohmann::ordered_json to_json(const Table& t) {
       std::visit(
           [&](const auto& v) {
             if constexpr (std::is_same_v<std::decay_t<decltype(v)>, double>)
-              o[t.columns[c]] = std::isfinite(v) ? nlohmann::ordered_json(v) : nlohmann::ordered_json(nullptr);
+              o[t.columns[c]] = io::json_number(v);
             else
               o[t.columns[c]] = v;
           },

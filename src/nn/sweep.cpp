@@ -14,6 +14,8 @@
 
 #include <fmt/format.h>
 
+#include "io/json.hpp"
+
 #include "nn/policy.hpp"
 #include "nn/tasks.hpp"
 #include "sdpa/version.hpp"
@@ -31,8 +33,6 @@ double mean_of(const std::vector<double>& v) {
   for (double x : v) s += x;
   return s / static_cast<double>(v.size());
 }
-
-nlohmann::ordered_json number(double x) { return std::isfinite(x) ? nlohmann::ordered_json(x) : nlohmann::ordered_json(nullptr); }
 
 // One unit of work: a configuration and where its outcome goes.
 struct Job {
@@ -275,30 +275,31 @@ std::string summary_table(const SweepResult& r) {
 
 nlohmann::ordered_json to_json(const SweepResult& r) {
   const TrainConfig& b = r.spec.base;
-  nlohmann::ordered_json summary = nlohmann::ordered_json::array(), ensemble = nlohmann::ordered_json::array(), runs = nlohmann::ordered_json::array();
+  nlohmann::ordered_json summary = nlohmann::ordered_json::array(), ensemble = nlohmann::ordered_json::array(),
+                         runs = nlohmann::ordered_json::array();
   for (const auto& c : r.summary)
     summary.push_back({{"policy", c.policy},
                        {"d_head", c.d_head},
                        {"runs", c.runs},
                        {"diverged", c.diverged},
-                       {"eval_loss_mean", number(c.eval_loss.mean)},
-                       {"eval_loss_sd", number(c.eval_loss.sd)},
-                       {"eval_accuracy_mean", number(c.eval_accuracy.mean)},
-                       {"eval_accuracy_sd", number(c.eval_accuracy.sd)},
+                       {"eval_loss_mean", io::json_number(c.eval_loss.mean)},
+                       {"eval_loss_sd", io::json_number(c.eval_loss.sd)},
+                       {"eval_accuracy_mean", io::json_number(c.eval_accuracy.mean)},
+                       {"eval_accuracy_sd", io::json_number(c.eval_accuracy.sd)},
                        {"reached", c.reached},
-                       {"steps_to_threshold_mean", number(c.steps_to_threshold_mean)},
-                       {"beta_mean", number(c.beta_mean)},
-                       {"long_accuracy_mean", number(c.long_accuracy.mean)},
-                       {"long_accuracy_sd", number(c.long_accuracy.sd)}});
+                       {"steps_to_threshold_mean", io::json_number(c.steps_to_threshold_mean)},
+                       {"beta_mean", io::json_number(c.beta_mean)},
+                       {"long_accuracy_mean", io::json_number(c.long_accuracy.mean)},
+                       {"long_accuracy_sd", io::json_number(c.long_accuracy.sd)}});
   for (const auto& e : r.ensemble) {
     ensemble.push_back({{"d_head", e.d_head},
                         {"seed", e.seed},
                         {"best_seed", e.best_seed},
                         {"ensemble_beta", e.ensemble_beta},
-                        {"own_test_loss", number(e.own_test_loss)},
-                        {"own_test_accuracy", number(e.own_test_accuracy)},
-                        {"ensemble_test_loss", number(e.ensemble_test_loss)},
-                        {"ensemble_test_accuracy", number(e.ensemble_test_accuracy)},
+                        {"own_test_loss", io::json_number(e.own_test_loss)},
+                        {"own_test_accuracy", io::json_number(e.own_test_accuracy)},
+                        {"ensemble_test_loss", io::json_number(e.ensemble_test_loss)},
+                        {"ensemble_test_accuracy", io::json_number(e.ensemble_test_accuracy)},
                         {"own_beta", per_head_json(e.own_beta, b.d_model / e.d_head)}});
   }
   for (const auto& run : r.runs) {
@@ -317,10 +318,10 @@ nlohmann::ordered_json to_json(const SweepResult& r) {
           {"seq", b.seq},
           {"steps", b.steps},
           {"batch", b.batch},
-          {"lr", number(b.lr)},
+          {"lr", io::json_number(b.lr)},
           {"warmup", b.warmup},
           {"init", b.init},
-          {"threshold", number(b.threshold)},
+          {"threshold", io::json_number(b.threshold)},
           {"jobs", r.jobs},
           {"threads", r.threads},
           {"seconds", r.seconds},

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "io/atomic_file.hpp"
+#include "io/json.hpp"
 
 namespace sdpa::nn {
 
@@ -16,13 +17,9 @@ namespace {
 
 constexpr std::uint64_t kEvalSeed = 0x5EED0E7A1ull;
 
-// A number for JSON: non-finite values become null (nlohmann writes them so too; said here
-// so that a NaN in an array is null as well).
-nlohmann::ordered_json number(double x) { return std::isfinite(x) ? nlohmann::ordered_json(x) : nlohmann::ordered_json(nullptr); }
-
 nlohmann::ordered_json array(const std::vector<double>& v) {
   nlohmann::ordered_json a = nlohmann::ordered_json::array();
-  for (double x : v) a.push_back(number(x));
+  for (double x : v) a.push_back(io::json_number(x));
   return a;
 }
 
@@ -83,17 +80,17 @@ nlohmann::ordered_json per_head_json(const std::vector<double>& v, i64 heads) {
 
 nlohmann::ordered_json to_json(const StepRecord& r, i64 heads) {
   if (r.diverged) {
-    nlohmann::ordered_json j{{"step", r.step}, {"loss", number(r.loss)}, {"diverged", true}};
+    nlohmann::ordered_json j{{"step", r.step}, {"loss", io::json_number(r.loss)}, {"diverged", true}};
     if (std::isfinite(r.loss)) j["grad_norm"] = nullptr;  // the loss was finite, the gradient was not
     return j;
   }
   nlohmann::ordered_json j{{"step", r.step},
-                   {"loss", number(r.loss)},
-                   {"accuracy", number(r.accuracy)},
-                   {"eval_loss", number(r.eval_loss)},
-                   {"eval_accuracy", number(r.eval_accuracy)}};
-  if (r.eval_long_accuracy) j["eval_long_accuracy"] = number(*r.eval_long_accuracy);
-  j["lr"] = number(r.lr);
+                           {"loss", io::json_number(r.loss)},
+                           {"accuracy", io::json_number(r.accuracy)},
+                           {"eval_loss", io::json_number(r.eval_loss)},
+                           {"eval_accuracy", io::json_number(r.eval_accuracy)}};
+  if (r.eval_long_accuracy) j["eval_long_accuracy"] = io::json_number(*r.eval_long_accuracy);
+  j["lr"] = io::json_number(r.lr);
   j["beta"] = per_head_json(r.beta, heads);
   j["sigma_x"] = array(r.sigma_x);
   j["sigma_wq"] = per_head_json(r.sigma_wq, heads);
@@ -105,7 +102,7 @@ nlohmann::ordered_json to_json(const StepRecord& r, i64 heads) {
   j["grad_norm_k"] = array(r.grad_norm_k);
   j["grad_norm_v"] = array(r.grad_norm_v);
   j["grad_norm_o"] = array(r.grad_norm_o);
-  j["grad_norm"] = number(r.grad_norm);
+  j["grad_norm"] = io::json_number(r.grad_norm);
   j["tokens_per_s"] = std::round(r.tokens_per_s);
   j["elapsed_s"] = r.elapsed_s;
   return j;
@@ -122,13 +119,14 @@ nlohmann::ordered_json to_json(const TrainSummary& s) {
           {"layers", s.layers},
           {"seq", s.seq},
           {"steps", s.steps_done},
-          {"loss", number(s.loss)},
-          {"accuracy", number(s.accuracy)},
-          {"eval_loss", number(s.eval_loss)},
-          {"eval_accuracy", number(s.eval_accuracy)},
-          {"eval_long_accuracy", s.eval_long_accuracy ? number(*s.eval_long_accuracy) : nlohmann::ordered_json(nullptr)},
+          {"loss", io::json_number(s.loss)},
+          {"accuracy", io::json_number(s.accuracy)},
+          {"eval_loss", io::json_number(s.eval_loss)},
+          {"eval_accuracy", io::json_number(s.eval_accuracy)},
+          {"eval_long_accuracy",
+           s.eval_long_accuracy ? io::json_number(*s.eval_long_accuracy) : nlohmann::ordered_json(nullptr)},
           {"steps_to_threshold", s.steps_to_threshold},
-          {"threshold", number(s.threshold)},
+          {"threshold", io::json_number(s.threshold)},
           {"diverged", s.diverged},
           {"beta", per_head_json(s.beta, s.heads)},
           {"tokens_per_s", std::round(s.tokens_per_s)},
