@@ -1,15 +1,13 @@
 // nn/linear.cpp — the fp32 projection blocks and the choice of their GEMM kernel (one per
-// ISA, linear_<isa>.cpp). This file has no -m flags: what it does besides dispatching
-// (transposing a block of x for dW) runs on any CPU.
+// ISA, linear_<isa>.cpp). This file has no -m flags.
 //
-// All three products are one GEMM, C (+)= A·B with A and B row-major:
-//   forward  out = x·W (+ b)        A = x (R, IN)          B = W (IN, OUT)
-//   dx       dx = dout·Wᵀ           A = dout (R, OUT)      B = Wᵀ (OUT, IN), transposed by the caller
-//   dW       dW += xᵀ·dout          A = xᵀ (IN, R) block   B = dout (R, OUT)
+// All three products are one GEMM, C (+)= A·B, B row-major and A through two strides:
+//   forward  out = x·W (+ b)    A = x (R, IN)                          B = W (IN, OUT)
+//   dx       dx = dout·Wᵀ       A = dout (R, OUT)                      B = Wᵀ (OUT, IN), transposed by the caller
+//   dW       dW += xᵀ·dout      A = xᵀ (IN, R): x with strides swapped  B = dout (R, OUT)
 #include "nn/linear.hpp"
 
 #include <string>
-#include <vector>
 
 namespace sdpa::nn {
 
@@ -25,21 +23,17 @@ GemmF32 gemm_f32(Isa isa) {
 
 void linear_forward_block_f32(GemmF32 gemm, float* out, const float* x, const float* W, const float* b, i64 r0, i64 r1,
                               i64 IN, i64 OUT) {
-  gemm(out + r0 * OUT, OUT, x + r0 * IN, IN, W, OUT, b, b ? GemmStart::bias : GemmStart::zero, r1 - r0, IN, OUT);
+  gemm(out + r0 * OUT, OUT, x + r0 * IN, IN, 1, W, OUT, b, b ? GemmStart::bias : GemmStart::zero, r1 - r0, IN, OUT);
 }
 
 void linear_dx_block_f32(GemmF32 gemm, float* dx, const float* dout, const float* WT, i64 r0, i64 r1, i64 IN, i64 OUT) {
-  gemm(dx + r0 * IN, IN, dout + r0 * OUT, OUT, WT, IN, nullptr, GemmStart::zero, r1 - r0, OUT, IN);
+  gemm(dx + r0 * IN, IN, dout + r0 * OUT, OUT, 1, WT, IN, nullptr, GemmStart::zero, r1 - r0, OUT, IN);
 }
 
 void linear_dw_block_f32(GemmF32 gemm, float* dW, const float* dout, const float* x, i64 R, i64 c0, i64 c1, i64 IN,
                          i64 OUT) {
-  // dW[c0:c1] += xᵀ[c0:c1] · dout, with this block of xᵀ transposed once.
-  thread_local std::vector<float> xt;
-  xt.resize(static_cast<std::size_t>((c1 - c0) * R));
-  for (i64 r = 0; r < R; ++r)
-    for (i64 c = c0; c < c1; ++c) xt[static_cast<std::size_t>((c - c0) * R + r)] = x[r * IN + c];
-  gemm(dW + c0 * OUT, OUT, xt.data(), R, dout, OUT, nullptr, GemmStart::accumulate, c1 - c0, R, OUT);
+  // dW[c0:c1] += xᵀ[c0:c1] · dout: A[m,k] = x[k, c0 + m], read in place.
+  gemm(dW + c0 * OUT, OUT, x + c0, 1, IN, dout, OUT, nullptr, GemmStart::accumulate, c1 - c0, R, OUT);
 }
 
 }  // namespace sdpa::nn

@@ -69,14 +69,15 @@ enum class GemmStart { zero, bias, accumulate };
 
 /// C[m,n] = start + Σ_k A[m,k] · B[k,n], k ascending, one multiply-add per k (fused where
 /// the ISA has FMA), whatever the tile: rows may be split anywhere without changing a bit.
-///   C (M, N) rows of ldc   A (M, K) rows of lda   B (K, N) rows of ldb   bias (N) or null
-using GemmF32 = void (*)(float* C, i64 ldc, const float* A, i64 lda, const float* B, i64 ldb, const float* bias,
-                         GemmStart start, i64 M, i64 K, i64 N);
-void gemm_f32_scalar(float* C, i64 ldc, const float* A, i64 lda, const float* B, i64 ldb, const float* bias,
+///   C (M, N) rows of ldc   B (K, N) rows of ldb   bias (N) or null
+///   A (M, K) with A[m,k] at A[m·a_m + k·a_k] (a_k = 1: row-major; a_m = 1: Aᵀ stored)
+using GemmF32 = void (*)(float* C, i64 ldc, const float* A, i64 a_m, i64 a_k, const float* B, i64 ldb,
+                         const float* bias, GemmStart start, i64 M, i64 K, i64 N);
+void gemm_f32_scalar(float* C, i64 ldc, const float* A, i64 a_m, i64 a_k, const float* B, i64 ldb, const float* bias,
                      GemmStart start, i64 M, i64 K, i64 N);
-void gemm_f32_avx2(float* C, i64 ldc, const float* A, i64 lda, const float* B, i64 ldb, const float* bias,
+void gemm_f32_avx2(float* C, i64 ldc, const float* A, i64 a_m, i64 a_k, const float* B, i64 ldb, const float* bias,
                    GemmStart start, i64 M, i64 K, i64 N);
-void gemm_f32_avx512(float* C, i64 ldc, const float* A, i64 lda, const float* B, i64 ldb, const float* bias,
+void gemm_f32_avx512(float* C, i64 ldc, const float* A, i64 a_m, i64 a_k, const float* B, i64 ldb, const float* bias,
                      GemmStart start, i64 M, i64 K, i64 N);
 
 /// The kernel of `isa` (Isa::automatic: sdpa::active_isa()); throws sdpa::Error for an

@@ -35,8 +35,8 @@ constexpr int kTileVecs = 4;
 }  // namespace sdpa::nn::avx512
 
 namespace sdpa::nn {
-void gemm_f32_avx512(float* C, i64 ldc, const float* A, i64 lda, const float* B, i64 ldb, const float* bias,
+void gemm_f32_avx512(float* C, i64 ldc, const float* A, i64 a_m, i64 a_k, const float* B, i64 ldb, const float* bias,
                      GemmStart start, i64 M, i64 K, i64 N) {
-  avx512::gemm(C, ldc, A, lda, B, ldb, bias, start, M, K, N);
+  avx512::gemm(C, ldc, A, a_m, a_k, B, ldb, bias, start, M, K, N);
 }
 }  // namespace sdpa::nn

@@ -10,9 +10,10 @@
 // functions of its own namespace, so no inline code compiled for one ISA can be picked
 // by the linker for another (ctest kernel.isa_objects_share_no_inline_code).
 //
-// C (+)= A·B with A and B row-major. A tile of C stays in registers across the whole k
-// loop; each k loads kTileVecs vectors of B's row k, broadcasts kTileRows elements of A's
-// column k and issues kTileRows·kTileVecs madds. Columns past the last whole tile run
+// C (+)= A·B, B row-major, A through two strides (its elements are only ever broadcast,
+// so Aᵀ costs nothing: dW = xᵀ·dout reads x as it is). A tile of C stays in registers
+// across the whole k loop; each k loads kTileVecs vectors of B's row k, broadcasts
+// kTileRows elements of A's column k and issues kTileRows·kTileVecs madds. Columns past the last whole tile run
 // in one-vector tiles, then the last < W columns one float at a time.
 //
 // Every element of C is its start value followed by one madd per k, k ascending, in
@@ -22,7 +23,7 @@
 
 // Rows [m, m + MR) and columns [n0, n0 + NV·W) of C.
 template <int MR, int NV, GemmStart S>
-[[gnu::always_inline]] inline void gemm_tile(float* C, i64 ldc, const float* A, i64 lda, const float* B, i64 ldb,
+[[gnu::always_inline]] inline void gemm_tile(float* C, i64 ldc, const float* A, i64 a_m, i64 a_k, const float* B, i64 ldb,
                                              const float* bias, i64 m, i64 n0, i64 K) {
   using R = Lanes::R;
   constexpr int W = Lanes::W;
@@ -40,7 +41,7 @@ template <int MR, int NV, GemmStart S>
     R b[NV];
     for (int v = 0; v < NV; ++v) b[v] = Lanes::load(B + k * ldb + n0 + W * v);
     for (int i = 0; i < MR; ++i) {
-      const R a = Lanes::set1(A[(m + i) * lda + k]);
+      const R a = Lanes::set1(A[(m + i) * a_m + k * a_k]);
       for (int v = 0; v < NV; ++v) acc[i][v] = Lanes::madd(a, b[v], acc[i][v]);
     }
   }
@@ -50,47 +51,47 @@ template <int MR, int NV, GemmStart S>
 
 // The last `left` (< kTileRows) rows from m, as one tile of exactly that height.
 template <int MR, int NV, GemmStart S>
-void gemm_rows_left(i64 left, float* C, i64 ldc, const float* A, i64 lda, const float* B, i64 ldb, const float* bias,
+void gemm_rows_left(i64 left, float* C, i64 ldc, const float* A, i64 a_m, i64 a_k, const float* B, i64 ldb, const float* bias,
                     i64 m, i64 n0, i64 K) {
   if constexpr (MR > 0) {
     if (left == MR)
-      gemm_tile<MR, NV, S>(C, ldc, A, lda, B, ldb, bias, m, n0, K);
+      gemm_tile<MR, NV, S>(C, ldc, A, a_m, a_k, B, ldb, bias, m, n0, K);
     else
-      gemm_rows_left<MR - 1, NV, S>(left, C, ldc, A, lda, B, ldb, bias, m, n0, K);
+      gemm_rows_left<MR - 1, NV, S>(left, C, ldc, A, a_m, a_k, B, ldb, bias, m, n0, K);
   }
 }
 
 // All M rows of the columns [n0, n0 + NV·W).
 template <int NV, GemmStart S>
-void gemm_column_block(float* C, i64 ldc, const float* A, i64 lda, const float* B, i64 ldb, const float* bias, i64 M,
+void gemm_column_block(float* C, i64 ldc, const float* A, i64 a_m, i64 a_k, const float* B, i64 ldb, const float* bias, i64 M,
                        i64 n0, i64 K) {
   i64 m = 0;
-  for (; m + kTileRows <= M; m += kTileRows) gemm_tile<kTileRows, NV, S>(C, ldc, A, lda, B, ldb, bias, m, n0, K);
-  gemm_rows_left<kTileRows - 1, NV, S>(M - m, C, ldc, A, lda, B, ldb, bias, m, n0, K);
+  for (; m + kTileRows <= M; m += kTileRows) gemm_tile<kTileRows, NV, S>(C, ldc, A, a_m, a_k, B, ldb, bias, m, n0, K);
+  gemm_rows_left<kTileRows - 1, NV, S>(M - m, C, ldc, A, a_m, a_k, B, ldb, bias, m, n0, K);
 }
 
 template <GemmStart S>
-void gemm_start(float* C, i64 ldc, const float* A, i64 lda, const float* B, i64 ldb, const float* bias, i64 M, i64 K,
+void gemm_start(float* C, i64 ldc, const float* A, i64 a_m, i64 a_k, const float* B, i64 ldb, const float* bias, i64 M, i64 K,
                 i64 N) {
   constexpr i64 W = Lanes::W;
   i64 n0 = 0;
   for (; n0 + kTileVecs * W <= N; n0 += kTileVecs * W)
-    gemm_column_block<kTileVecs, S>(C, ldc, A, lda, B, ldb, bias, M, n0, K);
-  for (; n0 + W <= N; n0 += W) gemm_column_block<1, S>(C, ldc, A, lda, B, ldb, bias, M, n0, K);
+    gemm_column_block<kTileVecs, S>(C, ldc, A, a_m, a_k, B, ldb, bias, M, n0, K);
+  for (; n0 + W <= N; n0 += W) gemm_column_block<1, S>(C, ldc, A, a_m, a_k, B, ldb, bias, M, n0, K);
   for (i64 m = 0; m < M; ++m)
     for (i64 n = n0; n < N; ++n) {
       float s = S == GemmStart::zero ? 0.0f : S == GemmStart::bias ? bias[n] : C[m * ldc + n];
-      for (i64 k = 0; k < K; ++k) s = Lanes::madd(A[m * lda + k], B[k * ldb + n], s);
+      for (i64 k = 0; k < K; ++k) s = Lanes::madd(A[m * a_m + k * a_k], B[k * ldb + n], s);
       C[m * ldc + n] = s;
     }
 }
 
 // The GemmF32 of this ISA (see nn/linear.hpp).
-void gemm(float* C, i64 ldc, const float* A, i64 lda, const float* B, i64 ldb, const float* bias, GemmStart start,
+void gemm(float* C, i64 ldc, const float* A, i64 a_m, i64 a_k, const float* B, i64 ldb, const float* bias, GemmStart start,
           i64 M, i64 K, i64 N) {
   switch (start) {
-    case GemmStart::zero: gemm_start<GemmStart::zero>(C, ldc, A, lda, B, ldb, bias, M, K, N); break;
-    case GemmStart::bias: gemm_start<GemmStart::bias>(C, ldc, A, lda, B, ldb, bias, M, K, N); break;
-    case GemmStart::accumulate: gemm_start<GemmStart::accumulate>(C, ldc, A, lda, B, ldb, bias, M, K, N); break;
+    case GemmStart::zero: gemm_start<GemmStart::zero>(C, ldc, A, a_m, a_k, B, ldb, bias, M, K, N); break;
+    case GemmStart::bias: gemm_start<GemmStart::bias>(C, ldc, A, a_m, a_k, B, ldb, bias, M, K, N); break;
+    case GemmStart::accumulate: gemm_start<GemmStart::accumulate>(C, ldc, A, a_m, a_k, B, ldb, bias, M, K, N); break;
   }
 }

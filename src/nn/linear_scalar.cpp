@@ -29,8 +29,8 @@ constexpr int kTileVecs = 2;
 }  // namespace sdpa::nn::scalar
 
 namespace sdpa::nn {
-void gemm_f32_scalar(float* C, i64 ldc, const float* A, i64 lda, const float* B, i64 ldb, const float* bias,
+void gemm_f32_scalar(float* C, i64 ldc, const float* A, i64 a_m, i64 a_k, const float* B, i64 ldb, const float* bias,
                      GemmStart start, i64 M, i64 K, i64 N) {
-  scalar::gemm(C, ldc, A, lda, B, ldb, bias, start, M, K, N);
+  scalar::gemm(C, ldc, A, a_m, a_k, B, ldb, bias, start, M, K, N);
 }
 }  // namespace sdpa::nn

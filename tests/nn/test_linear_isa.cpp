@@ -41,28 +41,34 @@ TEST(LinearIsa, EveryIsaWithinTheSummationBound) {
     ++ran;
     const nn::GemmF32 gemm = nn::gemm_f32(isa);
     for (nn::GemmStart start : kStarts)
-      for (i64 M : {1, 7, 13})
-        for (i64 K : {1, 9, 130})
-          for (i64 N : kColumns) {
-            const auto A = floats(M * K, 1), B = floats(K * N, 2), bias = floats(N, 3), C0 = floats(M * N, 4);
-            std::vector<float> C = C0;
-            gemm(C.data(), N, A.data(), K, B.data(), N, bias.data(), start, M, K, N);
-            const double u = std::ldexp(1.0, -24), gamma = double(K + 1) * u / (1.0 - double(K + 1) * u);
-            for (i64 m = 0; m < M; ++m)
-              for (i64 n = 0; n < N; ++n) {
-                const double s0 = start == nn::GemmStart::zero   ? 0.0
-                                  : start == nn::GemmStart::bias ? double(bias[n])
-                                                                 : double(C0[m * N + n]);
-                double exact = s0, mag = std::abs(s0);
-                for (i64 k = 0; k < K; ++k) {
-                  exact += double(A[m * K + k]) * double(B[k * N + n]);
-                  mag += std::abs(double(A[m * K + k]) * double(B[k * N + n]));
+      for (bool a_transposed : {false, true})
+        for (i64 M : {1, 7, 13})
+          for (i64 K : {1, 9, 130})
+            for (i64 N : kColumns) {
+              // A[m,k] at m·a_m + k·a_k: row-major (M, K), or stored as Aᵀ (K, M)
+              const i64 a_m = a_transposed ? 1 : K, a_k = a_transposed ? M : 1;
+              const auto Ad = floats(M * K, 1), B = floats(K * N, 2), bias = floats(N, 3), C0 = floats(M * N, 4);
+              std::vector<float> A(Ad.size());  // A = Ad as an (M, K) matrix, in either layout
+              for (i64 m = 0; m < M; ++m)
+                for (i64 k = 0; k < K; ++k) A[m * a_m + k * a_k] = Ad[m * K + k];
+              std::vector<float> C = C0;
+              gemm(C.data(), N, A.data(), a_m, a_k, B.data(), N, bias.data(), start, M, K, N);
+              const double u = std::ldexp(1.0, -24), gamma = double(K + 1) * u / (1.0 - double(K + 1) * u);
+              for (i64 m = 0; m < M; ++m)
+                for (i64 n = 0; n < N; ++n) {
+                  const double s0 = start == nn::GemmStart::zero   ? 0.0
+                                    : start == nn::GemmStart::bias ? double(bias[n])
+                                                                   : double(C0[m * N + n]);
+                  double exact = s0, mag = std::abs(s0);
+                  for (i64 k = 0; k < K; ++k) {
+                    exact += double(Ad[m * K + k]) * double(B[k * N + n]);
+                    mag += std::abs(double(Ad[m * K + k]) * double(B[k * N + n]));
+                  }
+                  ASSERT_LE(std::abs(double(C[m * N + n]) - exact), gamma * mag)
+                      << sdpa::isa_name(isa) << " start " << int(start) << (a_transposed ? " Aᵀ" : "") << " M " << M
+                      << " K " << K << " N " << N << " at (" << m << ", " << n << ")";
                 }
-                ASSERT_LE(std::abs(double(C[m * N + n]) - exact), gamma * mag)
-                    << sdpa::isa_name(isa) << " start " << int(start) << " M " << M << " K " << K << " N " << N
-                    << " at (" << m << ", " << n << ")";
-              }
-          }
+            }
   }
   EXPECT_GE(ran, 2) << "scalar and at least one vector ISA";
 }
@@ -76,18 +82,21 @@ TEST(LinearIsa, RowSplitChangesNoBit) {
     const nn::GemmF32 gemm = nn::gemm_f32(isa);
     const i64 M = 13, K = 37;
     for (nn::GemmStart start : kStarts)
-      for (i64 N : kColumns) {
-        const auto A = floats(M * K, 5), B = floats(K * N, 6), bias = floats(N, 7), C0 = floats(M * N, 8);
-        std::vector<float> whole = C0;
-        gemm(whole.data(), N, A.data(), K, B.data(), N, bias.data(), start, M, K, N);
-        for (i64 s = 1; s < M; ++s) {
-          std::vector<float> parts = C0;
-          gemm(parts.data(), N, A.data(), K, B.data(), N, bias.data(), start, s, K, N);
-          gemm(parts.data() + s * N, N, A.data() + s * K, K, B.data(), N, bias.data(), start, M - s, K, N);
-          ASSERT_EQ(std::memcmp(whole.data(), parts.data(), whole.size() * sizeof(float)), 0)
-              << sdpa::isa_name(isa) << " start " << int(start) << " N " << N << " split at row " << s;
+      for (bool a_transposed : {false, true})
+        for (i64 N : kColumns) {
+          const i64 a_m = a_transposed ? 1 : K, a_k = a_transposed ? M : 1;
+          const auto A = floats(M * K, 5), B = floats(K * N, 6), bias = floats(N, 7), C0 = floats(M * N, 8);
+          std::vector<float> whole = C0;
+          gemm(whole.data(), N, A.data(), a_m, a_k, B.data(), N, bias.data(), start, M, K, N);
+          for (i64 s = 1; s < M; ++s) {
+            std::vector<float> parts = C0;
+            gemm(parts.data(), N, A.data(), a_m, a_k, B.data(), N, bias.data(), start, s, K, N);
+            gemm(parts.data() + s * N, N, A.data() + s * a_m, a_m, a_k, B.data(), N, bias.data(), start, M - s, K, N);
+            ASSERT_EQ(std::memcmp(whole.data(), parts.data(), whole.size() * sizeof(float)), 0)
+                << sdpa::isa_name(isa) << " start " << int(start) << (a_transposed ? " Aᵀ" : "") << " N " << N
+                << " split at row " << s;
+          }
         }
-      }
   }
 }
 
