@@ -21,10 +21,10 @@
 // column tail: all do the same operations on it). Rows are what the callers split
 // between threads, so the bits do not depend on the thread count.
 
-// Rows [m, m + MR) and columns [n0, n0 + NV·W) of C.
+// Rows [m, m + MR) and columns [n0, n0 + NV·W) of C; B points at column n0 of its row 0.
 template <int MR, int NV, GemmStart S>
-[[gnu::always_inline]] inline void gemm_tile(float* C, i64 ldc, const float* A, i64 a_m, i64 a_k, const float* B, i64 ldb,
-                                             const float* bias, i64 m, i64 n0, i64 K) {
+[[gnu::always_inline]] inline void gemm_tile(float* C, i64 ldc, const float* A, i64 a_m, i64 a_k, const float* B,
+                                             i64 ldb, const float* bias, i64 m, i64 n0, i64 K) {
   using R = Lanes::R;
   constexpr int W = Lanes::W;
   R acc[MR][NV];
@@ -39,7 +39,7 @@ template <int MR, int NV, GemmStart S>
     }
   for (i64 k = 0; k < K; ++k) {
     R b[NV];
-    for (int v = 0; v < NV; ++v) b[v] = Lanes::load(B + k * ldb + n0 + W * v);
+    for (int v = 0; v < NV; ++v) b[v] = Lanes::load(B + k * ldb + W * v);
     for (int i = 0; i < MR; ++i) {
       const R a = Lanes::set1(A[(m + i) * a_m + k * a_k]);
       for (int v = 0; v < NV; ++v) acc[i][v] = Lanes::madd(a, b[v], acc[i][v]);
@@ -51,8 +51,8 @@ template <int MR, int NV, GemmStart S>
 
 // The last `left` (< kTileRows) rows from m, as one tile of exactly that height.
 template <int MR, int NV, GemmStart S>
-void gemm_rows_left(i64 left, float* C, i64 ldc, const float* A, i64 a_m, i64 a_k, const float* B, i64 ldb, const float* bias,
-                    i64 m, i64 n0, i64 K) {
+void gemm_rows_left(i64 left, float* C, i64 ldc, const float* A, i64 a_m, i64 a_k, const float* B, i64 ldb,
+                    const float* bias, i64 m, i64 n0, i64 K) {
   if constexpr (MR > 0) {
     if (left == MR)
       gemm_tile<MR, NV, S>(C, ldc, A, a_m, a_k, B, ldb, bias, m, n0, K);
@@ -63,21 +63,43 @@ void gemm_rows_left(i64 left, float* C, i64 ldc, const float* A, i64 a_m, i64 a_
 
 // All M rows of the columns [n0, n0 + NV·W).
 template <int NV, GemmStart S>
-void gemm_column_block(float* C, i64 ldc, const float* A, i64 a_m, i64 a_k, const float* B, i64 ldb, const float* bias, i64 M,
-                       i64 n0, i64 K) {
+void gemm_column_block(float* C, i64 ldc, const float* A, i64 a_m, i64 a_k, const float* B, i64 ldb, const float* bias,
+                       i64 M, i64 n0, i64 K) {
   i64 m = 0;
   for (; m + kTileRows <= M; m += kTileRows) gemm_tile<kTileRows, NV, S>(C, ldc, A, a_m, a_k, B, ldb, bias, m, n0, K);
   gemm_rows_left<kTileRows - 1, NV, S>(M - m, C, ldc, A, a_m, a_k, B, ldb, bias, m, n0, K);
 }
 
+// Columns [n0, n0 + NV·W), K cut into chunks whose rows of B fit a 16 KiB panel, each
+// chunk's panel copied once into contiguous memory (B's rows are N floats apart, which
+// maps a panel read straight from B onto few L1 sets) and used by every row tile. After
+// the first chunk C holds the partial sums exactly, so each element still gets its start
+// value and then one madd per k in ascending order.
+template <int NV, GemmStart S>
+void gemm_panels(float* C, i64 ldc, const float* A, i64 a_m, i64 a_k, const float* B, i64 ldb, const float* bias, i64 M,
+                 i64 n0, i64 K) {
+  constexpr i64 width = NV * Lanes::W, chunk = 4096 / width;
+  alignas(64) float panel[chunk * width];
+  for (i64 k0 = 0; k0 < K; k0 += chunk) {
+    const i64 kn = K - k0 < chunk ? K - k0 : chunk;
+    for (i64 k = 0; k < kn; ++k)
+      for (int v = 0; v < NV; ++v)
+        Lanes::store(panel + k * width + Lanes::W * v, Lanes::load(B + (k0 + k) * ldb + n0 + Lanes::W * v));
+    if (k0 == 0)
+      gemm_column_block<NV, S>(C, ldc, A, a_m, a_k, panel, width, bias, M, n0, kn);
+    else
+      gemm_column_block<NV, GemmStart::accumulate>(C, ldc, A + k0 * a_k, a_m, a_k, panel, width, bias, M, n0, kn);
+  }
+}
+
 template <GemmStart S>
-void gemm_start(float* C, i64 ldc, const float* A, i64 a_m, i64 a_k, const float* B, i64 ldb, const float* bias, i64 M, i64 K,
-                i64 N) {
+void gemm_start(float* C, i64 ldc, const float* A, i64 a_m, i64 a_k, const float* B, i64 ldb, const float* bias, i64 M,
+                i64 K, i64 N) {
   constexpr i64 W = Lanes::W;
   i64 n0 = 0;
   for (; n0 + kTileVecs * W <= N; n0 += kTileVecs * W)
-    gemm_column_block<kTileVecs, S>(C, ldc, A, a_m, a_k, B, ldb, bias, M, n0, K);
-  for (; n0 + W <= N; n0 += W) gemm_column_block<1, S>(C, ldc, A, a_m, a_k, B, ldb, bias, M, n0, K);
+    gemm_panels<kTileVecs, S>(C, ldc, A, a_m, a_k, B, ldb, bias, M, n0, K);
+  for (; n0 + W <= N; n0 += W) gemm_panels<1, S>(C, ldc, A, a_m, a_k, B, ldb, bias, M, n0, K);
   for (i64 m = 0; m < M; ++m)
     for (i64 n = n0; n < N; ++n) {
       float s = S == GemmStart::zero ? 0.0f : S == GemmStart::bias ? bias[n] : C[m * ldc + n];
@@ -87,8 +109,8 @@ void gemm_start(float* C, i64 ldc, const float* A, i64 a_m, i64 a_k, const float
 }
 
 // The GemmF32 of this ISA (see nn/linear.hpp).
-void gemm(float* C, i64 ldc, const float* A, i64 a_m, i64 a_k, const float* B, i64 ldb, const float* bias, GemmStart start,
-          i64 M, i64 K, i64 N) {
+void gemm(float* C, i64 ldc, const float* A, i64 a_m, i64 a_k, const float* B, i64 ldb, const float* bias,
+          GemmStart start, i64 M, i64 K, i64 N) {
   switch (start) {
     case GemmStart::zero: gemm_start<GemmStart::zero>(C, ldc, A, a_m, a_k, B, ldb, bias, M, K, N); break;
     case GemmStart::bias: gemm_start<GemmStart::bias>(C, ldc, A, a_m, a_k, B, ldb, bias, M, K, N); break;
