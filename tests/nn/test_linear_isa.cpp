@@ -43,7 +43,7 @@ TEST(LinearIsa, EveryIsaWithinTheSummationBound) {
     for (nn::GemmStart start : kStarts)
       for (bool a_transposed : {false, true})
         for (i64 M : {1, 7, 13})
-          for (i64 K : {1, 9, 130})
+          for (i64 K : {1, 9, 130, 1100})  // 1100: past every ISA's k chunk (linear_kernel.inl)
             for (i64 N : kColumns) {
               // A[m,k] at m·a_m + k·a_k: row-major (M, K), or stored as Aᵀ (K, M)
               const i64 a_m = a_transposed ? 1 : K, a_k = a_transposed ? M : 1;
