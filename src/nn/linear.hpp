@@ -2,9 +2,10 @@
 //
 // W is stored (IN, OUT), row-major, so the forward's inner loop runs along a row of W
 // and vectorises without reassociating any sum. The templates below are the readable
-// form (the fp64 model runs them); fp32 runs a register-blocked kernel per ISA (below). Work is split across OpenMP threads in
-// fixed blocks (rows of out and dx, rows of dW); every output element is summed by one
-// thread in a fixed order, so results do not depend on the thread count.
+// form (the fp64 model runs them); fp32 runs a register-blocked kernel per ISA (below).
+// Work is split across OpenMP threads in fixed blocks (rows of out and dx, rows of dW);
+// every output element is summed by one thread in a fixed order, so results do not
+// depend on the thread count.
 #pragma once
 
 #include <omp.h>

@@ -12,9 +12,10 @@
 //
 // C (+)= A·B, B row-major, A through two strides (its elements are only ever broadcast,
 // so Aᵀ costs nothing: dW = xᵀ·dout reads x as it is). A tile of C stays in registers
-// across the whole k loop; each k loads kTileVecs vectors of B's row k, broadcasts
-// kTileRows elements of A's column k and issues kTileRows·kTileVecs madds. Columns past the last whole tile run
-// in one-vector tiles, then the last < W columns one float at a time.
+// across a chunk of k; each k loads kTileVecs vectors of B's row k (from a packed copy of
+// the panel, gemm_panels), broadcasts kTileRows elements of A's column k and issues
+// kTileRows·kTileVecs madds. Columns past the last whole tile run in one-vector tiles,
+// then the last < W columns one float at a time.
 //
 // Every element of C is its start value followed by one madd per k, k ascending, in
 // whichever tile it falls (a full one, a remainder of fewer rows, a one-vector one or the
