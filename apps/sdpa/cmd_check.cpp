@@ -92,6 +92,7 @@ int run(const Args& a) {
   const int threads = bench::resolve_threads(a.threads);
   progress.say("measuring the FMA peak");
   bench::Peaks peaks;
+  peaks.isa = isa;  // the peak of the ISA being checked, also when --isa differs from SDPA_ISA
   peaks.measure_fma(threads);
   progress.say("timing the forward");
   const bench::Timing fwd = bench::time_median(a.rule, [&] { forward(Q, K, V, O, L, opt); });

@@ -48,7 +48,8 @@ void add_train_options(CLI::App* app, nn::TrainConfig& c, bool single) {
   app->add_option("--batch", c.batch, "Sequences per step")->capture_default_str();
   app->add_option("--init", c.init, "Weight initialisation: xavier | normal:<sigma>")->capture_default_str();
   if (single) app->add_option("--seed", c.seed, "Seed of the initialisation and of the data")->capture_default_str();
-  app->add_option("--threads", c.threads, "Threads (0 = all)")->capture_default_str();
+  app->add_option("--threads", c.threads, "Threads (0: all available; every count gives the same bits)")
+      ->capture_default_str();
   app->add_option("--log-every", c.log_every, "Log (and evaluate) every N steps")->capture_default_str();
   app->add_option("--eval-size", c.eval_size, "Held-out sequences for evaluation")->capture_default_str();
   app->add_option("--threshold", c.threshold, "Held-out accuracy counted as learned (steps to threshold)")

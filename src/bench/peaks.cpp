@@ -11,7 +11,7 @@
 namespace sdpa::bench {
 
 void Peaks::measure_fma(int threads) {
-  const peak::Result r = peak::measure(threads);
+  const peak::Result r = peak::measure(threads, 0.2, isa);
   double& kept = fma_gflops[threads];
   kept = std::max(kept, r.gflops);
   fma_isa = r.isa;

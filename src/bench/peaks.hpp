@@ -9,9 +9,12 @@
 #include <map>
 #include <string>
 
+#include "sdpa/attention.hpp"
+
 namespace sdpa::bench {
 
 struct Peaks {
+  Isa isa = Isa::automatic;          // the ISA whose FMA peak to measure (automatic: the one in use)
   std::map<int, double> fma_gflops;  // threads -> fp32 FMA peak, GFLOP/s
   std::map<int, double> read_gbs;    // threads -> read bandwidth of a 1 GiB buffer, GB/s (best pass)
   std::string fma_isa;               // the vector width the FMA peak was measured on

@@ -157,6 +157,7 @@ SuiteResult run_suite(const SuiteOptions& o) {
   };
   SuiteResult res;
   res.isa = o.isa == Isa::automatic ? active_isa() : o.isa;
+  res.peaks.isa = res.isa;  // the peak of the ISA the rows run, also when --isa differs from SDPA_ISA
   res.torch_about = o.torch ? "PyTorch: not run (no rows)" : "PyTorch: not run (--no-torch)";
 
   // This machine's peaks, measured now for every thread count in use, and again after.

@@ -1,4 +1,4 @@
-// peak.cpp — see peak.hpp. Inline assembly needs no -m flags; the path is chosen at run time.
+// peak.cpp — see peak.hpp. Inline assembly needs no -m flags; the path is sdpa::active_isa().
 #include "common/peak.hpp"
 
 #include <immintrin.h>
@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <new>
+#include <string>
 #include <chrono>
 #include <cstdint>
 #include <thread>
@@ -58,6 +59,31 @@ void fma_avx512(std::int64_t iters) {
       "vfmadd231ps %%zmm12, %%zmm13, %%zmm10\n\tvfmadd231ps %%zmm12, %%zmm13, %%zmm11\n\t"
       "dec %0\n\tjnz 1b\n\t"
       "vzeroupper\n\t"
+      : "+r"(iters)
+      :
+      : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12",
+        "xmm13", "cc");
+}
+
+// The portable build's arithmetic (the scalar path: no -m flags, so SSE2, x86-64's
+// baseline, and no FMA): kChains independent chains on xmm (4 floats) registers, half
+// multiplies and half adds, which run on separate ports on current x86 cores.
+void mul_add_sse(std::int64_t iters) {
+  asm volatile(
+      "xorps %%xmm0, %%xmm0\n\t"
+      "movaps %%xmm0, %%xmm1\n\tmovaps %%xmm0, %%xmm2\n\tmovaps %%xmm0, %%xmm3\n\t"
+      "movaps %%xmm0, %%xmm4\n\tmovaps %%xmm0, %%xmm5\n\tmovaps %%xmm0, %%xmm6\n\t"
+      "movaps %%xmm0, %%xmm7\n\tmovaps %%xmm0, %%xmm8\n\tmovaps %%xmm0, %%xmm9\n\t"
+      "movaps %%xmm0, %%xmm10\n\tmovaps %%xmm0, %%xmm11\n\t"
+      "movaps %%xmm0, %%xmm12\n\tmovaps %%xmm0, %%xmm13\n\t"
+      "1:\n\t"
+      "mulps %%xmm12, %%xmm0\n\taddps %%xmm13, %%xmm1\n\t"
+      "mulps %%xmm12, %%xmm2\n\taddps %%xmm13, %%xmm3\n\t"
+      "mulps %%xmm12, %%xmm4\n\taddps %%xmm13, %%xmm5\n\t"
+      "mulps %%xmm12, %%xmm6\n\taddps %%xmm13, %%xmm7\n\t"
+      "mulps %%xmm12, %%xmm8\n\taddps %%xmm13, %%xmm9\n\t"
+      "mulps %%xmm12, %%xmm10\n\taddps %%xmm13, %%xmm11\n\t"
+      "dec %0\n\tjnz 1b\n\t"
       : "+r"(iters)
       :
       : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12",
@@ -131,18 +157,19 @@ double read_bandwidth_gbs(int threads, double bytes) {
   return best;
 }
 
-Result measure(int threads, double seconds) {
+Result measure(int threads, double seconds, Isa isa) {
   Result r;
   r.threads = std::max(1, threads);
-  const bool avx512 = __builtin_cpu_supports("avx512f");
-  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  if (!avx512 && !avx2) {
-    r.isa = "none";
-    return r;
-  }
-  r.isa = avx512 ? "avx512" : "avx2";
-  void (*kernel)(std::int64_t) = avx512 ? fma_avx512 : fma_avx2;
-  const double flops_per_iter = kChains * (avx512 ? 16 : 8) * 2.0;
+  // The ISA the kernels run (SDPA_ISA or the best this CPU has), so a fraction of this
+  // peak compares a kernel with what its own instructions can do.
+  if (isa == Isa::automatic) isa = active_isa();
+  if (!isa_supported(isa)) throw Error(std::string("peak: this CPU cannot run ") + isa_name(isa) + " instructions");
+  r.isa = isa_name(isa);
+  void (*kernel)(std::int64_t) = isa == Isa::avx512 ? fma_avx512 : isa == Isa::avx2 ? fma_avx2 : mul_add_sse;
+  // FLOPs per iteration: kChains instructions of W floats, an FMA counting 2, a multiply or an add 1
+  const double flops_per_iter = isa == Isa::avx512 ? kChains * 16 * 2.0
+                                : isa == Isa::avx2 ? kChains * 8 * 2.0
+                                                   : kChains * 4 * 1.0;
   auto timed = [&](std::int64_t iters) {  // all threads at once; FLOP/s over the slowest
     std::vector<double> t(static_cast<std::size_t>(r.threads));
     std::vector<std::thread> pool;

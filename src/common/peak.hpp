@@ -3,18 +3,23 @@
 
 #include <cstdint>
 
+#include "sdpa/attention.hpp"  // Isa
+
 namespace sdpa::peak {
 
 struct Result {
   double gflops = 0;     // fp32 FLOP/s / 1e9 over all threads (an FMA counts 2)
-  const char* isa = "";  // the instruction set measured ("avx512", "avx2", or "none")
+  const char* isa = "";  // the instruction set measured: sdpa::isa_name(sdpa::active_isa())
   int threads = 0;
 };
 
 /// Runs `threads` threads, each a loop of 12 independent vector FMA chains written in
 /// inline assembly (so the compiler can neither merge nor spill them), for about
-/// `seconds`, best of three; uses the widest FMA this CPU has.
-Result measure(int threads, double seconds = 0.2);
+/// `seconds`, best of three; on the ISA the kernels run, sdpa::active_isa() (SDPA_ISA or
+/// the best this CPU has) unless `isa` names one: avx512 zmm FMAs, avx2 ymm FMAs, scalar
+/// the portable build's SSE2 (4-float multiplies and adds, no FMA). Throws sdpa::Error
+/// for an ISA this CPU cannot run.
+Result measure(int threads, double seconds = 0.2, Isa isa = Isa::automatic);
 
 /// Read bandwidth from memory in GB/s (1e9 bytes/s): `threads` threads stream disjoint
 /// parts of a `bytes` buffer (far larger than the last-level cache) into vector sums,

@@ -155,6 +155,12 @@ TrainSummary train(const TrainConfig& c, const TrainHooks& hooks) {
   if (c.stop_at < 0 || c.stop_at > c.steps) throw Error("--stop-at: must be in [0, --steps]");
 
   const int threads = c.threads > 0 ? c.threads : omp_get_max_threads();
+  // The projections' parallel regions take this thread's OpenMP default; put it back on
+  // return, so that a later run in the same process (a test, Python) with 0 still means all.
+  struct RestoreThreads {
+    int before = omp_get_max_threads();
+    ~RestoreThreads() { omp_set_num_threads(before); }
+  } restore_threads;
   omp_set_num_threads(threads);
   ModelConfig mc;
   mc.vocab = kVocab;

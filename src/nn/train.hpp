@@ -26,7 +26,7 @@ struct TrainConfig {
   i64 d_model = 128, heads = 1, layers = 2, seq = 16, batch = 32, steps = 1000, warmup = 100;
   double lr = 1e-3, weight_decay = 0.1, clip = 1.0;
   std::uint64_t seed = 1;
-  int threads = 1;
+  int threads = 0;  // 0: all available (OpenMP's default); any count gives the same bits
   i64 log_every = 25;
   i64 eval_size = 256;     // held-out sequences
   double threshold = 0.9;  // held-out accuracy that counts as "learned" (steps_to_threshold)

@@ -1,23 +1,25 @@
 #!/usr/bin/env bash
-# Fails if an ISA translation unit (fast_<isa>.cpp.o) defines a weak symbol outside
-# namespace sdpa::detail::<isa>. Arguments: the library's object files (';'-separated ok).
+# Fails if an ISA translation unit defines a weak symbol outside its own namespace:
+# the attention kernel's fast_<isa>.cpp.o outside sdpa::detail::<isa>, the projections'
+# linear_<isa>.cpp.o outside sdpa::nn::<isa>. Arguments: the object files of the
+# libraries that hold them (';'-separated ok); every one of the 6 must be among them.
 set -euo pipefail
 status=0 checked=0
 for obj in $(echo "$*" | tr ';' ' '); do
   case "$(basename "$obj")" in
-    fast_scalar.cpp.o) isa=scalar ;;
-    fast_avx2.cpp.o) isa=avx2 ;;
-    fast_avx512.cpp.o) isa=avx512 ;;
+    fast_scalar.cpp.o | fast_avx2.cpp.o | fast_avx512.cpp.o) space=detail ;;
+    linear_scalar.cpp.o | linear_avx2.cpp.o | linear_avx512.cpp.o) space=nn ;;
     *) continue ;;
   esac
+  isa=$(basename "$obj" .cpp.o); isa=${isa#*_}
   checked=$((checked + 1))
   # DW.ref.__gxx_personality_v0: a weak pointer to the C++ exception personality routine
   # that some builds (e.g. with sanitizers) emit per object; data, not ISA code.
-  leaks=$(nm -C "$obj" | awk '$2 ~ /^[WVu]$/' | grep -v -e "sdpa::detail::${isa}::" -e 'DW\.ref\.__gxx_personality_v0$' || true)
+  leaks=$(nm -C "$obj" | awk '$2 ~ /^[WVu]$/' | grep -v -e "sdpa::${space}::${isa}::" -e 'DW\.ref\.__gxx_personality_v0$' || true)
   if [ -n "$leaks" ]; then
-    echo "$obj: weak symbols outside sdpa::detail::${isa}:"; echo "$leaks"; status=1
+    echo "$obj: weak symbols outside sdpa::${space}::${isa}:"; echo "$leaks"; status=1
   fi
 done
-[ "$checked" -eq 3 ] || { echo "expected 3 ISA objects, found $checked"; exit 1; }
-[ "$status" -eq 0 ] && echo "3 ISA objects checked, no shared inline code"
+[ "$checked" -eq 6 ] || { echo "expected 6 ISA objects, found $checked"; exit 1; }
+[ "$status" -eq 0 ] && echo "6 ISA objects checked, no shared inline code"
 exit $status

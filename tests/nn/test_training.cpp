@@ -3,6 +3,8 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <unistd.h>
 #include <set>
@@ -214,6 +216,40 @@ TEST(Checkpoint, ResumeContinuesBitForBit) {
     for (std::size_t i = 0; i < 7; ++i) EXPECT_EQ(a[5 + i], c[i]) << policy << " step " << 6 + i;
     std::remove(path.c_str());
   }
+}
+
+// The projections split rows between threads and the attention kernel splits items; every
+// element is still summed in one order by one thread, so 1, 2 and 3 threads (uneven
+// shares, remainder tiles of other heights) must give the same parameters, Adam moments,
+// losses and statistics, bit for bit. ctest runs this once per ISA (SDPA_ISA, nn.threads.*).
+TEST(Training, SameBitsForAnyThreadCount) {
+  if (const char* env = std::getenv("SDPA_ISA")) {
+    EXPECT_STREQ(sdpa::isa_name(sdpa::active_isa()), env);
+  }
+  std::vector<std::vector<std::string>> lines;
+  std::vector<nn::Checkpoint> ends;
+  for (int threads : {1, 2, 3}) {
+    nn::TrainConfig c = tiny("learned");  // learned: ∂L/∂θ through the attention backward too
+    c.d_model = 40;                       // 120 and 160 columns: whole tiles, one-vector blocks, tails
+    c.batch = 5;                          // 40 rows: 40, 20 + 20, 13 + 13 + 14 per thread
+    c.steps = 6;
+    c.threads = threads;
+    c.save = temp_path(("threads" + std::to_string(threads)).c_str());
+    lines.push_back(run(c));
+    ends.push_back(nn::load_checkpoint(c.save));
+    std::remove(c.save.c_str());
+  }
+  auto same_bits = [](const std::vector<float>& a, const std::vector<float>& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  };
+  for (std::size_t t = 1; t < ends.size(); ++t) {
+    EXPECT_EQ(lines[0], lines[t]) << t + 1 << " threads";
+    EXPECT_TRUE(same_bits(ends[0].params, ends[t].params)) << t + 1 << " threads";
+    EXPECT_TRUE(same_bits(ends[0].m, ends[t].m)) << t + 1 << " threads";
+    EXPECT_TRUE(same_bits(ends[0].v, ends[t].v)) << t + 1 << " threads";
+  }
+  EXPECT_EQ(ends[0].step, 6);
+  EXPECT_EQ(lines[0].size(), 6u);
 }
 
 TEST(Checkpoint, RoundTripAndCorruption) {

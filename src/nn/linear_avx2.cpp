@@ -1,0 +1,32 @@
+// nn/linear_avx2.cpp — the projections' GEMM for the avx2 path (flags: src/CMakeLists.txt,
+// AVX2 + FMA). 16 ymm registers: a 6 × 2 tile is 12 accumulators, B's two vectors and
+// one broadcast of A; each k issues 12 FMAs against 8 loads (2 of B, 6 broadcasts).
+#include <immintrin.h>
+
+#include "nn/linear.hpp"
+
+namespace sdpa::nn::avx2 {
+
+struct Lanes {
+  using R = __m256;
+  static constexpr int W = 8;
+  static R zero() { return _mm256_setzero_ps(); }
+  static R set1(float x) { return _mm256_set1_ps(x); }
+  static R load(const float* p) { return _mm256_loadu_ps(p); }
+  static void store(float* p, R x) { _mm256_storeu_ps(p, x); }
+  static R madd(R a, R b, R acc) { return _mm256_fmadd_ps(a, b, acc); }
+  static float madd(float a, float b, float acc) { return __builtin_fmaf(a, b, acc); }  // vfmadd…ss under -mfma
+};
+constexpr int kTileRows = 6;
+constexpr int kTileVecs = 2;
+
+#include "nn/linear_kernel.inl"
+
+}  // namespace sdpa::nn::avx2
+
+namespace sdpa::nn {
+void gemm_f32_avx2(float* C, i64 ldc, const float* A, i64 a_m, i64 a_k, const float* B, i64 ldb, const float* bias,
+                   GemmStart start, i64 M, i64 K, i64 N) {
+  avx2::gemm(C, ldc, A, a_m, a_k, B, ldb, bias, start, M, K, N);
+}
+}  // namespace sdpa::nn

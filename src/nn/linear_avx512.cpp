@@ -1,0 +1,42 @@
+// nn/linear_avx512.cpp — the projections' GEMM for the avx512 path (flags: src/CMakeLists.txt).
+// 32 zmm registers: a 4 × 4 tile (64 columns) is 16 accumulators and B's four vectors, A's
+// element folded into each FMA as an embedded broadcast; each k issues 16 FMAs against
+// 4 loads of B and 4 broadcasts (the 2 × 4 tile this replaced: 8 FMAs against 4 + 2).
+// GCC 12 flags the _mm512_undefined_* operands inside its own AVX-512 headers as
+// -Wuninitialized (GCC bug 105593): silenced for the header only, as in fast_avx512.cpp.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+#include <immintrin.h>
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
+#include "nn/linear.hpp"
+
+namespace sdpa::nn::avx512 {
+
+struct Lanes {
+  using R = __m512;
+  static constexpr int W = 16;
+  static R zero() { return _mm512_setzero_ps(); }
+  static R set1(float x) { return _mm512_set1_ps(x); }
+  static R load(const float* p) { return _mm512_loadu_ps(p); }
+  static void store(float* p, R x) { _mm512_storeu_ps(p, x); }
+  static R madd(R a, R b, R acc) { return _mm512_fmadd_ps(a, b, acc); }
+  static float madd(float a, float b, float acc) { return __builtin_fmaf(a, b, acc); }  // vfmadd…ss under -mfma
+};
+constexpr int kTileRows = 4;
+constexpr int kTileVecs = 4;
+
+#include "nn/linear_kernel.inl"
+
+}  // namespace sdpa::nn::avx512
+
+namespace sdpa::nn {
+void gemm_f32_avx512(float* C, i64 ldc, const float* A, i64 a_m, i64 a_k, const float* B, i64 ldb, const float* bias,
+                     GemmStart start, i64 M, i64 K, i64 N) {
+  avx512::gemm(C, ldc, A, a_m, a_k, B, ldb, bias, start, M, K, N);
+}
+}  // namespace sdpa::nn
