@@ -22,19 +22,10 @@
 // only with the AVX-512 flags (src/CMakeLists.txt).
 #pragma once
 
-// GCC 12 flags the _mm512_undefined_* operands inside its own AVX-512 headers as
-// -Wuninitialized wherever a reduction is inlined (GCC bug 105593): silenced for the header only.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
-#include <immintrin.h>
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
 #include <type_traits>  // std::integral_constant: a chunk's vector count as a type
 
 #include "attention/fast.hpp"
+#include "common/avx512_intrinsics.hpp"
 
 namespace sdpa::detail::avx512 {
 

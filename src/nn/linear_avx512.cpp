@@ -2,16 +2,7 @@
 // 32 zmm registers: a 4 × 4 tile (64 columns) is 16 accumulators and B's four vectors, A's
 // element folded into each FMA as an embedded broadcast; each k issues 16 FMAs against
 // 4 loads of B and 4 broadcasts (the 2 × 4 tile this replaced: 8 FMAs against 4 + 2).
-// GCC 12 flags the _mm512_undefined_* operands inside its own AVX-512 headers as
-// -Wuninitialized (GCC bug 105593): silenced for the header only, as in fast_avx512.cpp.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
-#include <immintrin.h>
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
+#include "common/avx512_intrinsics.hpp"
 
 #include "nn/linear.hpp"
 
