@@ -14,14 +14,8 @@
 #include "lab/registry.hpp"
 #include "sdpa/sdpa.hpp"
 
-#include <sys/stat.h>
-#include <sys/wait.h>
 
-#include <cerrno>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <unistd.h>
 
 namespace sdpa::cli {
 namespace {

@@ -7,12 +7,10 @@
 #include <CLI/CLI.hpp>
 
 #include <sys/resource.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
-#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
