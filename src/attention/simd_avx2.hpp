@@ -3,7 +3,7 @@
 struct Vec {
   using R = __m256;
   static constexpr int W = 8;
-  static constexpr int MR = 4;  // 4 rows x 2 vectors = 8 accumulators of 16 registers
+  static constexpr int MR = 6;  // 6 rows x 2 vectors = 12 accumulators, + 2 B vectors + 1 broadcast of 16 registers
   static constexpr int NV = 2;
   static R zero() { return _mm256_setzero_ps(); }
   static R set1(float x) { return _mm256_set1_ps(x); }
