@@ -136,6 +136,11 @@ inline void scale_softcap(const Problem& p, float* S, i64 ld, i64 rows, i64 cols
   const R beta = Vec::set1(static_cast<float>(p.scale));
   const R cap = Vec::set1(static_cast<float>(p.softcap));
   const R inv_cap = Vec::set1(static_cast<float>(1.0 / p.softcap));
+  if (!p.has_softcap) {  // the common case: a plain loop, no soft-cap test per vector
+    for (i64 r = 0; r < rows; ++r)
+      for (i64 c = 0; c < cols; c += W) Vec::store(S + r * ld + c, Vec::mul(Vec::load(S + r * ld + c), beta));
+    return;
+  }
   for (i64 r = 0; r < rows; ++r)
     for (i64 c = 0; c < cols; c += W) {
       R s = Vec::mul(Vec::load(S + r * ld + c), beta);

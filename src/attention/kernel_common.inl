@@ -112,11 +112,11 @@ inline R online_softmax_step(R& m, R& l, i64 count, Score score, LaneMax lane_ma
   const R shift = Vec::select_gt(m_new, neg_inf, m_new, Vec::zero());
   R sum = Vec::zero();
   for (i64 k = 0; k < count; ++k) {
-    const R e = Vec::exp(Vec::sub(score(k), shift));
+    const R e = Vec::exp_nonpositive(Vec::sub(score(k), shift));  // score <= m_new = shift, or NaN
     put(k, e);
     sum = Vec::add(sum, e);
   }
-  const R alpha = Vec::exp(Vec::sub(m, shift));
+  const R alpha = Vec::exp_nonpositive(Vec::sub(m, shift));  // m <= m_new
   l = Vec::fma(l, alpha, sum);
   m = m_new;
   return alpha;
