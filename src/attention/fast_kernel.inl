@@ -14,18 +14,27 @@
 template <int MR, int NV, bool ACC>
 inline void gemm_block(i64 K, const float* A, i64 ars, i64 acs, const float* B, i64 ldb, float* C, i64 ldc) {
   R acc[MR][NV];
-  for (int r = 0; r < MR; ++r)
+  SDPA_UNROLL
+  for (int r = 0; r < MR; ++r) {
+    SDPA_UNROLL
     for (int v = 0; v < NV; ++v) acc[r][v] = ACC ? Vec::load(C + r * ldc + v * W) : Vec::zero();
+  }
   for (i64 k = 0; k < K; ++k) {
     R bv[NV];
+    SDPA_UNROLL
     for (int v = 0; v < NV; ++v) bv[v] = Vec::load(B + k * ldb + v * W);
+    SDPA_UNROLL
     for (int r = 0; r < MR; ++r) {
       const R a = Vec::set1(A[r * ars + k * acs]);
+      SDPA_UNROLL
       for (int v = 0; v < NV; ++v) acc[r][v] = Vec::fma(a, bv[v], acc[r][v]);
     }
   }
-  for (int r = 0; r < MR; ++r)
+  SDPA_UNROLL
+  for (int r = 0; r < MR; ++r) {
+    SDPA_UNROLL
     for (int v = 0; v < NV; ++v) Vec::store(C + r * ldc + v * W, acc[r][v]);
+  }
 }
 
 template <int MR, bool ACC>

@@ -8,6 +8,12 @@
 //
 // Notation: a tile has query lanes r (rows i) and keys c (j = j0 + c).
 
+// Loops over compile-time counts (lanes, keys of a block, vectors of a chunk, a GEMM
+// block's rows) are unrolled before GCC's scalar replacement runs: at -O3 it otherwise
+// keeps accumulator arrays in memory (decode_avx512's P·V loop stored all of them to the
+// stack on every key; the GEMM block went through the stack before and after its loop).
+#define SDPA_UNROLL _Pragma("GCC unroll 16")
+
 using R = typename Vec::R;
 constexpr int W = Vec::W;
 constexpr float kNegInf = -__builtin_inff();
