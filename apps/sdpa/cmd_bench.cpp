@@ -48,6 +48,8 @@ nlohmann::ordered_json json_row(const bench::SuiteResult& res, const bench::Row&
           {"gflops", r.gflops()},
           {"peak_gflops", r.peak_gflops},
           {"peak_isa", res.peaks.fma_isa},
+          {"peak_cores_worth", res.peaks.cores_worth(r.c.threads)},
+          {"shared_host", res.peaks.shared_host(r.c.threads)},
           {"fraction_of_peak", frac(r.gflops(), r.peak_gflops)},
           {"decoding", dec},
           {"gbytes_per_s", r.gbytes_per_s()},
@@ -76,7 +78,15 @@ void print_table(const Args& a, const bench::SuiteResult& res) {
       "measured in this run (before and after the timings, the larger kept)\n",
       isa_name(res.isa), rule.warmup_runs, rule.min_runs, rule.min_seconds, std::max(rule.max_runs, rule.min_runs));
   for (auto [t, gf] : res.peaks.fma_gflops)
-    fmt::print("  FMA peak   {:7.1f} GFLOP/s on {} thread{} ({})\n", gf, t, t > 1 ? "s" : "", res.peaks.fma_isa);
+    fmt::print("  FMA peak   {:7.1f} GFLOP/s on {} thread{} ({}){}\n", gf, t, t > 1 ? "s" : "", res.peaks.fma_isa,
+               t > 1 ? fmt::format(", {:.2f} cores' worth", res.peaks.cores_worth(t)) : "");
+  for (auto [t, gf] : res.peaks.fma_gflops)
+    if (res.peaks.shared_host(t))
+      fmt::print(
+          "  SHARED HOST: {} threads measure {:.2f} cores' worth of FMA peak (below {:.0f}% of {}): they share cores "
+          "with other work, so their rows' '% peak' flatters and their ratios are noisy; the one-thread rows carry "
+          "the headline.\n",
+          t, res.peaks.cores_worth(t), 100 * bench::Peaks::kSharedHostShare, t);
   for (auto [t, bw] : res.peaks.read_gbs)
     fmt::print("  read bw    {:7.1f} GB/s on {} thread{} (1 GiB, best pass)\n", bw, t, t > 1 ? "s" : "");
   fmt::print("  BLAS       {} (matmul, softmax, matmul; scores materialised)\n",
@@ -88,7 +98,12 @@ void print_table(const Args& a, const bench::SuiteResult& res) {
     return on && of > 0 ? fmt::format("{:.1f}%", 100 * x / of) : std::string("-");
   };
   auto times = [](double x) { return x > 0 ? fmt::format("{:.2f}", x) : std::string("-"); };
-  for (const auto& r : res.rows) {
+  // One-thread rows first: a core's peak is unambiguous, so they carry the headline.
+  std::vector<const bench::Row*> order;
+  for (const auto& r : res.rows) order.push_back(&r);
+  std::stable_partition(order.begin(), order.end(), [](const bench::Row* r) { return r->c.threads == 1; });
+  for (const bench::Row* row : order) {
+    const auto& r = *row;
     const bool dec = bench::decoding(r.c);
     fmt::print("{:<9} {:<28} {:>3} {:>10.3f} {:>9.1f} {:>6.1f}% {:>7} {:>7} {:>9} {:>9}\n", bench::pass_name(r.c),
                bench::label(r.c.shape), r.c.threads, 1e3 * r.sdpa.median_seconds, r.gflops(),

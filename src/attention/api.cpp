@@ -73,6 +73,10 @@ constexpr i64 kSplitBelowItems = 8;  // split when a call has fewer items than t
 constexpr i64 kSplitKeys = 2048;     // ... into splits of at least this many keys
 constexpr i64 kMaxSplits = 16;
 
+// The one-pass backward's scratch per worker (its dQ: group·Nq rows of Dk) at most this
+// many floats (16 MiB): group·Nq up to 32768 rows at D = 128.
+constexpr i64 kOnePassMaxFloats = i64{4} << 20;
+
 i64 kv_splits(const Problem& p, i64 items) {
   if (items >= kSplitBelowItems || p.Nk < 2 * kSplitKeys) return 1;
   return std::min(kMaxSplits, std::min(ceil_div(kSplitBelowItems * 2, items), p.Nk / kSplitKeys));
@@ -183,6 +187,19 @@ void backward(View4<const float> q, View4<const float> k, View4<const float> v, 
     }
   }
 
+  // One pass per (b, kv head) where there are items for every thread and its dQ buffer
+  // stays small; else the two passes. Same bits either way (fast.hpp), so the choice may
+  // depend on the thread count.
+  const i64 items = p.B * p.Hkv;
+  const i64 item_floats = kern.backward_item_scratch(p);
+  if (items >= resolve_threads(opt) && item_floats <= kOnePassMaxFloats) {
+    const int workers = workers_for(opt, items);
+    const ScratchBlocks blocks(workers, item_floats);
+    parallel_items(items, workers, blocks, [&](i64 item, WorkerScratch s) {
+      kern.backward_item(p, t, delta.data(), item / p.Hkv, item % p.Hkv, s);
+    });
+    return;
+  }
   const i64 kv_tiles = ceil_div(p.Nk, kTileCols), q_tiles = ceil_div(p.Nq, kTileRows);
   const i64 items_a = p.B * p.Hkv * kv_tiles, items_b = p.B * p.Hq * q_tiles;
   const int workers = workers_for(opt, items_a > items_b ? items_a : items_b);

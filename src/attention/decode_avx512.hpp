@@ -71,11 +71,6 @@ inline __m512 group_reduce(__m512 x) {
   return x;
 }
 
-// Loops over compile-time counts (lanes, keys of a block, vectors of a chunk) are unrolled
-// before GCC's scalar replacement runs: at -O3 it otherwise keeps the accumulator arrays
-// in memory and stores all of them to the stack on every key of the P·V loop.
-#define SDPA_UNROLL _Pragma("GCC unroll 16")
-
 // Keeps a loaded vector in a register: without it GCC folds the load into every FMA that
 // uses the vector, and the loop becomes bound by the loads.
 inline __m512 pin(__m512 x) {

@@ -3,8 +3,11 @@
 // Work is cut into tiles so scratch memory is O(tile), never O(Nq·Nk):
 //   forward   one item = (b, kv head g, kTileRows query lanes over the group's heads, a key
 //             range), loops over key tiles; split-KV items write partial results merged by lse
-//   backward  pass A: one item = (b, kv head, key tile)  -> dk, dv (loops over the group's
-//             query heads and query tiles);  pass B: one item = (b, h, query tile) -> dq.
+//   backward  with at least as many (b, kv head) items as threads, one pass: one item =
+//             (b, kv head) -> dk, dv and the group's dq (loops over key tiles, then the group's
+//             query heads and query tiles); else two passes: pass A: one item = (b, kv head,
+//             key tile) -> dk, dv;  pass B: one item = (b, h, query tile) -> dq. Both give the
+//             same bits (fast_kernel.inl, kv_tile).
 // Every output element is written by exactly one item, in a fixed order, so the
 // result does not depend on how items are spread over threads.
 #pragma once
@@ -38,9 +41,11 @@ struct WorkerScratch {
 
 struct FastKernels {
   i64 (*forward_scratch)(const Problem&);   // floats per worker
-  i64 (*backward_scratch)(const Problem&);  // floats per worker
+  i64 (*backward_scratch)(const Problem&);       // floats per worker, two passes
+  i64 (*backward_item_scratch)(const Problem&);  // floats per worker, one pass
   void (*forward_item)(const Problem&, const Tensors&, const ForwardItem&, WorkerScratch scratch);
   // delta: (B, Hq, Nq) row sums Σ_e dout·out, contiguous.
+  void (*backward_item)(const Problem&, const Tensors&, const float* delta, i64 b, i64 g, WorkerScratch scratch);
   void (*backward_kv_tile)(const Problem&, const Tensors&, const float* delta, i64 b, i64 g, i64 j0,
                            WorkerScratch scratch);
   void (*backward_q_tile)(const Problem&, const Tensors&, const float* delta, i64 b, i64 h, i64 i0,

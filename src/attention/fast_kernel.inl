@@ -14,18 +14,27 @@
 template <int MR, int NV, bool ACC>
 inline void gemm_block(i64 K, const float* A, i64 ars, i64 acs, const float* B, i64 ldb, float* C, i64 ldc) {
   R acc[MR][NV];
-  for (int r = 0; r < MR; ++r)
+  SDPA_UNROLL
+  for (int r = 0; r < MR; ++r) {
+    SDPA_UNROLL
     for (int v = 0; v < NV; ++v) acc[r][v] = ACC ? Vec::load(C + r * ldc + v * W) : Vec::zero();
+  }
   for (i64 k = 0; k < K; ++k) {
     R bv[NV];
+    SDPA_UNROLL
     for (int v = 0; v < NV; ++v) bv[v] = Vec::load(B + k * ldb + v * W);
+    SDPA_UNROLL
     for (int r = 0; r < MR; ++r) {
       const R a = Vec::set1(A[r * ars + k * acs]);
+      SDPA_UNROLL
       for (int v = 0; v < NV; ++v) acc[r][v] = Vec::fma(a, bv[v], acc[r][v]);
     }
   }
-  for (int r = 0; r < MR; ++r)
+  SDPA_UNROLL
+  for (int r = 0; r < MR; ++r) {
+    SDPA_UNROLL
     for (int v = 0; v < NV; ++v) Vec::store(C + r * ldc + v * W, acc[r][v]);
+  }
 }
 
 template <int MR, bool ACC>
@@ -72,10 +81,17 @@ void gemm(i64 M, i64 N, i64 K, const float* A, i64 ars, i64 acs, const float* B,
       gemm_rows<MR, ACC>(nv, K, A + m0 * ars, ars, acs, B + n0, ldb, C + m0 * ldc + n0, ldc);
     const float* a = A + m0 * ars;
     float* c = C + m0 * ldc + n0;
+    static_assert(MR <= 6, "extend the switch below");
     switch (M - m0) {
       case 1: gemm_rows<1, ACC>(nv, K, a, ars, acs, B + n0, ldb, c, ldc); break;
       case 2: gemm_rows<2, ACC>(nv, K, a, ars, acs, B + n0, ldb, c, ldc); break;
       case 3: gemm_rows<3, ACC>(nv, K, a, ars, acs, B + n0, ldb, c, ldc); break;
+      case 4:
+        if constexpr (MR > 4) gemm_rows<4, ACC>(nv, K, a, ars, acs, B + n0, ldb, c, ldc);
+        break;
+      case 5:
+        if constexpr (MR > 5) gemm_rows<5, ACC>(nv, K, a, ars, acs, B + n0, ldb, c, ldc);
+        break;
       default: break;
     }
   }
@@ -129,6 +145,11 @@ inline void scale_softcap(const Problem& p, float* S, i64 ld, i64 rows, i64 cols
   const R beta = Vec::set1(static_cast<float>(p.scale));
   const R cap = Vec::set1(static_cast<float>(p.softcap));
   const R inv_cap = Vec::set1(static_cast<float>(1.0 / p.softcap));
+  if (!p.has_softcap) {  // the common case: a plain loop, no soft-cap test per vector
+    for (i64 r = 0; r < rows; ++r)
+      for (i64 c = 0; c < cols; c += W) Vec::store(S + r * ld + c, Vec::mul(Vec::load(S + r * ld + c), beta));
+    return;
+  }
   for (i64 r = 0; r < rows; ++r)
     for (i64 c = 0; c < cols; c += W) {
       R s = Vec::mul(Vec::load(S + r * ld + c), beta);
@@ -423,6 +444,11 @@ i64 forward_scratch(const Problem& p) {
 // Backward. With P recomputed from lse and delta_i = Σ_e dout_ie out_ie:
 //   dS = P ∘ (dout Vᵀ − delta) (0 where P = 0),  dX = β (1 − t²) dS  (t: soft-cap tanh)
 //   dV = Pᵀ dout,  dK = dXᵀ Q,  dQ = dX K
+// Two schedules, picked by api.cpp (same bits either way, see backward_item):
+//   one pass   one item = (b, kv head g): per key tile, the five GEMMs (S, dP, dV, dK, dQ)
+//              over the group's query tiles, dQ summed in the item's own buffer;
+//   two passes pass A (b, g, key tile) -> dk, dv; pass B (b, h, query tile) -> dq, which
+//              recomputes S and dP: seven GEMMs, but items enough for many threads.
 
 // Row constants of one query tile: lse with -inf replaced by +inf (so exp(s - L) = 0 on an
 // empty row, and on padding rows), and delta (0 on padding).
@@ -469,6 +495,7 @@ struct KvTileScratch {
   float* VT;         // (Dv, bcp)
   float* Q_rows;     // (br, dkp)  Q rows, when not rows_in_place
   float* dout_rows;  // (br, dvp)  dout rows, when not rows_in_place
+  float* K_rows;     // (bc, dkp)  K rows, when not rows_in_place (one pass's dQ += dX K)
   float* S;          // (br, bcp)  P
   float* T;          // (br, bcp)  soft-cap tanh
   float* dP;         // (br, bcp)  dP, then dX
@@ -483,6 +510,7 @@ struct KvTileScratch {
     s.VT = arena.take(p.Dv * kTileCols);
     s.Q_rows = arena.take(kTileRows * dkp);
     s.dout_rows = arena.take(kTileRows * dvp);
+    s.K_rows = arena.take(kTileCols * dkp);
     s.S = arena.take(kTileRows * kTileCols);
     s.T = arena.take(kTileRows * kTileCols);
     s.dP = arena.take(kTileRows * kTileCols);
@@ -494,17 +522,23 @@ struct KvTileScratch {
   }
 };
 
-void backward_kv_tile(const Problem& p, const Tensors& t, const float* delta, i64 b, i64 g, i64 j0,
-                      WorkerScratch scratch) {
+// One key tile of pass A, and with dQ set (the one pass) also dQ += dX K for every query
+// tile it meets: dQ holds the group's query rows, (group·Nq, dkp), row (h - g·group)·Nq + i.
+// dX K is summed in the order pass B sums it (key by key within a tile, tiles in
+// ascending order, from zero), with the scores and dX computed by the same operations in
+// the transposed layout, so both schedules give the same bits.
+void kv_tile(const Problem& p, const Tensors& t, const float* delta, i64 b, i64 g, i64 j0, const KvTileScratch& s,
+             float* dQ) {
   const i64 Dk = p.Dk, Dv = p.Dv, dkp = round_up(Dk, kPad), dvp = round_up(Dv, kPad);
   const i64 bc = imin(kTileCols, p.Nk - j0), bcp = round_up(bc, kPad);
   constexpr i64 BR = kTileRows;
-  const auto s = carve_scratch<KvTileScratch>(p, scratch);
 
   pack_transposed(t.k, b, g, j0, bc, Dk, s.KT, bcp);
   pack_transposed(t.v, b, g, j0, bc, Dv, s.VT, bcp);
   for (i64 x = 0; x < bc * dkp; ++x) s.dK[x] = 0.0f;
   for (i64 x = 0; x < bc * dvp; ++x) s.dV[x] = 0.0f;
+  RowsOperand k_op{};
+  if (dQ != nullptr) k_op = rows_operand(t.k, b, g, j0, bc, Dk, s.K_rows, /*scan_in_place=*/true);
 
   for (i64 h = g * p.group; h < (g + 1) * p.group; ++h)
     for (i64 i0 = 0; i0 < p.Nq; i0 += BR) {
@@ -532,11 +566,46 @@ void backward_kv_tile(const Problem& p, const Tensors& t, const float* delta, i6
                          nullptr);
       const RowsOperand q_op = rows_operand(t.q, b, h, i0, br, Dk, s.Q_rows, /*scan_in_place=*/true);
       gemm_acc_skip_zero(q_op.finite, bc, q_op.cols, br, s.dP, 1, bcp, q_op.data, q_op.ld, s.dK, dkp, nullptr);
+      if (dQ != nullptr)  // dQ += dX K: A[r][c] = tile[r·bcp + c]
+        gemm_acc_skip_zero(k_op.finite, br, k_op.cols, bc, s.dP, bcp, 1, k_op.data, k_op.ld,
+                           dQ + ((h - g * p.group) * p.Nq + i0) * dkp, dkp, nullptr);
     }
 
   for (i64 c = 0; c < bc; ++c) {
     for (i64 d = 0; d < Dk; ++d) t.dk.data[off(t.dk, b, g, j0 + c, d)] = s.dK[c * dkp + d];
     for (i64 e = 0; e < Dv; ++e) t.dv.data[off(t.dv, b, g, j0 + c, e)] = s.dV[c * dvp + e];
+  }
+}
+
+void backward_kv_tile(const Problem& p, const Tensors& t, const float* delta, i64 b, i64 g, i64 j0,
+                      WorkerScratch scratch) {
+  kv_tile(p, t, delta, b, g, j0, carve_scratch<KvTileScratch>(p, scratch), nullptr);
+}
+
+// The one pass: item (b, g) owns dk, dv of its keys and dq of its group's query rows, so
+// every sum has one fixed order and no other item writes there (FlashAttention-2's
+// backward loop order, Dao 2023, arXiv:2307.08691, Algorithm 2; its atomic dQ adds become
+// the item's own buffer). dQ is O(group·Nq·Dk) per worker: api.cpp takes the two passes
+// where that would be large.
+struct ItemBackwardScratch {
+  KvTileScratch tile;
+  float* dQ;  // (group·Nq, dkp)
+  static ItemBackwardScratch carve(const Problem& p, Arena& arena) {
+    ItemBackwardScratch s;
+    s.tile = KvTileScratch::carve(p, arena);
+    s.dQ = arena.take(p.group * p.Nq * round_up(p.Dk, kPad));
+    return s;
+  }
+};
+
+void backward_item(const Problem& p, const Tensors& t, const float* delta, i64 b, i64 g, WorkerScratch scratch) {
+  const i64 dkp = round_up(p.Dk, kPad), rows = p.group * p.Nq;
+  const auto s = carve_scratch<ItemBackwardScratch>(p, scratch);
+  for (i64 x = 0; x < rows * dkp; ++x) s.dQ[x] = 0.0f;
+  for (i64 j0 = 0; j0 < p.Nk; j0 += kTileCols) kv_tile(p, t, delta, b, g, j0, s.tile, s.dQ);
+  for (i64 l = 0; l < rows; ++l) {
+    const i64 h = g * p.group + l / p.Nq, i = l % p.Nq;
+    for (i64 d = 0; d < p.Dk; ++d) t.dq.data[off(t.dq, b, h, i, d)] = s.dQ[l * dkp + d];
   }
 }
 
@@ -605,10 +674,12 @@ void backward_q_tile(const Problem& p, const Tensors& t, const float* delta, i64
     for (i64 d = 0; d < Dk; ++d) t.dq.data[off(t.dq, b, h, i0 + r, d)] = s.dQ[r * dkp + d];
 }
 
-// Floats per worker: the larger of the two passes' layouts (one block serves both).
+// Floats per worker: the larger of the two passes' layouts (one block serves both) ...
 i64 backward_scratch(const Problem& p) {
   return imax(scratch_floats<KvTileScratch>(p), scratch_floats<QTileScratch>(p));
 }
+// ... and the one pass's.
+i64 backward_item_scratch(const Problem& p) { return scratch_floats<ItemBackwardScratch>(p); }
 
 void exp_n(const float* x, float* y, i64 n) {
   for (i64 i = 0; i < n; i += W) Vec::store(y + i, Vec::exp(Vec::load(x + i)));
@@ -618,7 +689,8 @@ void tanh_n(const float* x, float* y, i64 n) {
 }
 
 const FastKernels& table() {
-  static const FastKernels k{forward_scratch, backward_scratch, forward_item, backward_kv_tile, backward_q_tile, exp_n,
+  static const FastKernels k{forward_scratch, backward_scratch,      backward_item_scratch, forward_item,
+                             backward_item,   backward_kv_tile,      backward_q_tile,       exp_n,
                              tanh_n};
   return k;
 }

@@ -8,6 +8,12 @@
 //
 // Notation: a tile has query lanes r (rows i) and keys c (j = j0 + c).
 
+// Loops over compile-time counts (lanes, keys of a block, vectors of a chunk, a GEMM
+// block's rows) are unrolled before GCC's scalar replacement runs: at -O3 it otherwise
+// keeps accumulator arrays in memory (decode_avx512's P·V loop stored all of them to the
+// stack on every key; the GEMM block went through the stack before and after its loop).
+#define SDPA_UNROLL _Pragma("GCC unroll 16")
+
 using R = typename Vec::R;
 constexpr int W = Vec::W;
 constexpr float kNegInf = -__builtin_inff();
@@ -112,11 +118,11 @@ inline R online_softmax_step(R& m, R& l, i64 count, Score score, LaneMax lane_ma
   const R shift = Vec::select_gt(m_new, neg_inf, m_new, Vec::zero());
   R sum = Vec::zero();
   for (i64 k = 0; k < count; ++k) {
-    const R e = Vec::exp(Vec::sub(score(k), shift));
+    const R e = Vec::exp_nonpositive(Vec::sub(score(k), shift));  // score <= m_new = shift, or NaN
     put(k, e);
     sum = Vec::add(sum, e);
   }
-  const R alpha = Vec::exp(Vec::sub(m, shift));
+  const R alpha = Vec::exp_nonpositive(Vec::sub(m, shift));  // m <= m_new
   l = Vec::fma(l, alpha, sum);
   m = m_new;
   return alpha;

@@ -3,7 +3,7 @@
 struct Vec {
   using R = __m256;
   static constexpr int W = 8;
-  static constexpr int MR = 4;  // 4 rows x 2 vectors = 8 accumulators of 16 registers
+  static constexpr int MR = 6;  // 6 rows x 2 vectors = 12 accumulators, + 2 B vectors + 1 broadcast of 16 registers
   static constexpr int NV = 2;
   static R zero() { return _mm256_setzero_ps(); }
   static R set1(float x) { return _mm256_set1_ps(x); }
@@ -34,7 +34,13 @@ struct Vec {
     const R res = mul(p, _mm256_castsi256_ps(_mm256_slli_epi32(e, 23)));
     return _mm256_blendv_ps(res, add(res, res), _mm256_castsi256_ps(pos));
   }
-  static R exp(R x);   // simd_math.inl
+  // The same for n <= 0 (exp_nonpositive's): no overflow to guard.
+  static R scale_pow2_nonpositive(R p, R n) {
+    const __m256i e = _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127));
+    return mul(p, _mm256_castsi256_ps(_mm256_slli_epi32(e, 23)));
+  }
+  static R exp(R x);              // simd_math.inl
+  static R exp_nonpositive(R x);  // simd_math.inl: exp for x <= 0 or NaN only
   static R tanh(R x);  // simd_math.inl
   static float hsum(R x) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));

@@ -30,7 +30,9 @@ struct Vec {
     return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(abs(mag)), s));
   }
   static R scale_pow2(R p, R n) { return _mm512_scalef_ps(p, n); }  // exact for any integral n
+  static R scale_pow2_nonpositive(R p, R n) { return scale_pow2(p, n); }
   static R exp(R x);                                                // simd_math.inl
+  static R exp_nonpositive(R x);                                    // simd_math.inl: x <= 0 or NaN only
   static R tanh(R x);                                               // simd_math.inl
   static float hsum(R x) { return _mm512_reduce_add_ps(x); }
 };

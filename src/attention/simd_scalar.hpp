@@ -17,6 +17,7 @@ struct Vec {
   static R zero_where_zero(R p, R x) { return p == 0.0f ? 0.0f : x; }
   static R select_gt(R x, R c, R a, R b) { return x > c ? a : b; }
   static R exp(R x) { return __builtin_expf(x); }
+  static R exp_nonpositive(R x) { return __builtin_expf(x); }
   static R tanh(R x) { return __builtin_tanhf(x); }
   static float hsum(R x) { return x; }
 };

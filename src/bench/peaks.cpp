@@ -32,6 +32,16 @@ double Peaks::read(int threads) const {
   return it == read_gbs.end() ? 0.0 : it->second;
 }
 
+double Peaks::cores_worth(int threads) const {
+  const double one = fma(1), all = fma(threads);
+  return one > 0 && all > 0 ? all / one : 0.0;
+}
+
+bool Peaks::shared_host(int threads) const {
+  const double worth = cores_worth(threads);
+  return threads > 1 && worth > 0 && worth < kSharedHostShare * threads;
+}
+
 int resolve_threads(int requested) {
   return requested > 0 ? requested : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }

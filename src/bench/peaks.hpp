@@ -26,6 +26,16 @@ struct Peaks {
   /// 0 when not measured for this thread count.
   double fma(int threads) const;
   double read(int threads) const;
+
+  /// Cores' worth the `threads`-thread FMA peak shows: its ratio to the one-thread peak
+  /// (0 when either is not measured). On a host shared with other work it reads well below
+  /// `threads`.
+  double cores_worth(int threads) const;
+  /// Whether the `threads`-thread peak shows less than kSharedHostShare of `threads` cores:
+  /// the threads then share cores with other work, and a fraction of that depressed peak
+  /// flatters the kernel (false when not measured, or for one thread).
+  bool shared_host(int threads) const;
+  static constexpr double kSharedHostShare = 0.75;
 };
 
 }  // namespace sdpa::bench

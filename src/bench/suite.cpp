@@ -160,7 +160,10 @@ SuiteResult run_suite(const SuiteOptions& o) {
   res.peaks.isa = res.isa;  // the peak of the ISA the rows run, also when --isa differs from SDPA_ISA
   res.torch_about = o.torch ? "PyTorch: not run (no rows)" : "PyTorch: not run (--no-torch)";
 
-  // This machine's peaks, measured now for every thread count in use, and again after.
+  // This machine's peaks, measured now for every thread count in use, and again after;
+  // the one-thread FMA peak always, so a shared host shows (Peaks::shared_host).
+  say("measuring the FMA peak (1 thread)");
+  res.peaks.measure_fma(1);
   for (const Case& c : o.cases) {
     if (!res.peaks.fma_gflops.count(c.threads)) {
       say(fmt::format("measuring the FMA peak ({} threads)", c.threads));

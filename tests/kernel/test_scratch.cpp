@@ -1,6 +1,7 @@
 // test_scratch.cpp — a work item's scratch is carved by the code that sizes it. Given
-// exactly forward_scratch / backward_scratch floats, the items compute the bits
-// sdpa::forward / sdpa::backward compute; given one float fewer, an item whose layout is
+// exactly forward_scratch / backward_scratch / backward_item_scratch floats, the items
+// compute the bits sdpa::forward / sdpa::backward compute (sdpa::backward on one thread
+// takes the one pass, so the two-pass items here also show both schedules agree); given one float fewer, an item whose layout is
 // the largest stops (traps) before it writes anything, instead of writing past its block.
 #include <cstring>
 
@@ -106,13 +107,22 @@ TEST_P(Scratch, BackwardItemsFitTheirSizeExactly) {
   for (i64 h = 0; h < p.Hq; ++h)
     for (i64 i0 = 0; i0 < p.Nq; i0 += detail::kTileRows)
       kern.backward_q_tile(p, t, delta.data(), 0, h, i0, WorkerScratch{block.data(), floats});
-  EXPECT_EQ(0, std::memcmp(dq.data(), c.dq.data.data(), dq.size() * sizeof(float)));
-  EXPECT_EQ(0, std::memcmp(dk.data(), c.dk.data.data(), dk.size() * sizeof(float)));
-  EXPECT_EQ(0, std::memcmp(dv.data(), c.dv.data.data(), dv.size() * sizeof(float)));
+  EXPECT_EQ(0, std::memcmp(dq.data(), c.dq.data.data(), dq.size() * sizeof(float))) << "two passes";
+  EXPECT_EQ(0, std::memcmp(dk.data(), c.dk.data.data(), dk.size() * sizeof(float))) << "two passes";
+  EXPECT_EQ(0, std::memcmp(dv.data(), c.dv.data.data(), dv.size() * sizeof(float))) << "two passes";
+
+  for (auto* b : {&c.dq, &c.dk, &c.dv}) std::fill(b->data.begin(), b->data.end(), kNaN);
+  const i64 item_floats = kern.backward_item_scratch(p);
+  std::vector<float> item_block(static_cast<std::size_t>(item_floats));
+  for (i64 g = 0; g < p.Hkv; ++g)
+    kern.backward_item(p, t, delta.data(), 0, g, WorkerScratch{item_block.data(), item_floats});
+  EXPECT_EQ(0, std::memcmp(dq.data(), c.dq.data.data(), dq.size() * sizeof(float))) << "one pass";
+  EXPECT_EQ(0, std::memcmp(dk.data(), c.dk.data.data(), dk.size() * sizeof(float))) << "one pass";
+  EXPECT_EQ(0, std::memcmp(dv.data(), c.dv.data.data(), dv.size() * sizeof(float))) << "one pass";
 }
 
-// The tiled forward and backward pass A have each call's largest layout, so one float
-// short of the size must stop them.
+// The tiled forward, backward pass A and the one-pass item have each call's largest
+// layout, so one float short of the size must stop them.
 TEST_P(Scratch, OneFloatShortTraps) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   Case c(2, 1, 100, 150, 64, 48, GetParam());
@@ -130,6 +140,9 @@ TEST_P(Scratch, OneFloatShortTraps) {
   tb.q = c.q.cview(), tb.k = c.k.cview(), tb.v = c.v.cview(), tb.out = c.out.cview(), tb.lse_in = c.lse.cview();
   tb.dout = c.dout.cview(), tb.dq = c.dq.view(), tb.dk = c.dk.view(), tb.dv = c.dv.view();
   EXPECT_DEATH(kern.backward_kv_tile(pb, tb, delta.data(), 0, 0, 0, WorkerScratch{block.data(), floats}), "");
+  const i64 item_floats = kern.backward_item_scratch(pb) - 1;
+  std::vector<float> item_block(static_cast<std::size_t>(item_floats));
+  EXPECT_DEATH(kern.backward_item(pb, tb, delta.data(), 0, 0, WorkerScratch{item_block.data(), item_floats}), "");
 }
 
 INSTANTIATE_TEST_SUITE_P(Isa, Scratch, ::testing::ValuesIn(runnable_isas()),

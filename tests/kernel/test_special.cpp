@@ -219,6 +219,8 @@ class Determinism : public ::testing::TestWithParam<Isa> {};
 
 TEST_P(Determinism, SameBitsFor1_2_7Threads) {
   // GQA, causal, a mask, odd sizes: enough tiles that 7 threads really split the work.
+  // B·Hkv = 4 (batch, kv head) items: 1 and 2 threads take the one-pass backward, 7 the
+  // two passes (api.cpp), so this also checks that both schedules give the same bits.
   std::vector<std::vector<float>> results;
   for (int threads : {1, 2, 7}) {
     Problem4 P(2, 4, 2, 300, 333, 40, 24, 7);
