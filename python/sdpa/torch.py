@@ -144,15 +144,18 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     try:
         return _api.attention(query, key, value, scale=scale, causal="top-left" if is_causal else None,
                               mask=attn_mask)
-    except TypeError as e:
-        raise TypeError(_rename(str(e))) from None
-    except ValueError as e:
-        raise type(e)(_rename(str(e))) from None
+    except (TypeError, ValueError) as e:
+        raise _renamed(e, _TORCH_NAMES) from None
 
 
-def _rename(msg: str) -> str:
-    """The library's argument names in torch's terms."""
-    for ours, theirs in (("q:", "query:"), ("k:", "key:"), ("v:", "value:"), ("mask:", "attn_mask:")):
+_TORCH_NAMES = (("q:", "query:"), ("k:", "key:"), ("v:", "value:"), ("mask:", "attn_mask:"), ("keep:", "attn_mask:"))
+
+
+def _renamed(error: Exception, names) -> Exception:
+    """The same exception with the library's argument name (the message's first word) in the caller's terms."""
+    msg = str(error)
+    for ours, theirs in names:
         if msg.startswith(ours):
-            return theirs + msg[len(ours):]
-    return msg
+            msg = theirs + msg[len(ours):]
+            break
+    return type(error)(msg)
