@@ -215,3 +215,15 @@ def test_set_attn_implementation_and_errors():
         sht._check_version("4.40.2")
     sht._check_version(sht.MIN_TRANSFORMERS)
     sht._check_version("5.0.0.dev0")
+
+
+def test_example_hf_generate_runs():
+    """examples/hf_generate.py (the README's example) runs as shipped."""
+    import pathlib
+    import subprocess
+    import sys
+    script = pathlib.Path(__file__).resolve().parents[2] / "examples" / "hf_generate.py"
+    res = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    last = res.stdout.strip().splitlines()[-1]
+    assert last.startswith(f"attention: {sht.NAME} | generated: [") and last.count(",") == 31
