@@ -1,4 +1,5 @@
-"""sdpa for PyTorch: a drop-in ``scaled_dot_product_attention`` with autograd.
+"""sdpa for PyTorch: a drop-in ``scaled_dot_product_attention`` with autograd, and the custom ops
+``torch.ops.sdpa.forward`` / ``torch.ops.sdpa.backward`` it runs through (torch.compile, torch.export).
 
 ``import sdpa`` does not need PyTorch; this module does, and says so when it is missing.
 The forward and the backward are the library's own (sdpa::forward, sdpa::backward) on
