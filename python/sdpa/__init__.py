@@ -6,7 +6,9 @@
 
 sdpa.attention / sdpa.reference_attention / sdpa.attention_backward: the C++ library's
 kernels, reading float32 arrays in place through their strides. sdpa.torch (imported on
-first use, needs PyTorch): scaled_dot_product_attention with autograd. sdpa.lab: the lab's
+first use, needs PyTorch): scaled_dot_product_attention with autograd, through the custom ops
+torch.ops.sdpa.forward/backward (torch.compile, torch.export). sdpa.transformers (needs
+transformers): the Hugging Face attention backend "exact_cpu". sdpa.lab: the lab's
 experiments as tables. sdpa.train: the training lab, one model per call. Bad arguments raise TypeError, or ValueError (sdpa.Error for what
 the library itself refuses), naming the argument. See docs/python.md.
 """
@@ -16,12 +18,12 @@ from ._ext import Error, __version__
 from . import lab, train
 
 __all__ = ["attention", "reference_attention", "attention_backward", "active_isa", "Error", "__version__", "lab", "train",
-           "torch"]
+           "torch", "transformers"]
 
 
 def __getattr__(name):
-    # sdpa.torch imports PyTorch, so it loads only when asked for.
-    if name == "torch":
+    # sdpa.torch imports PyTorch (sdpa.transformers: transformers), so they load only when asked for.
+    if name in ("torch", "transformers"):
         import importlib
 
         return importlib.import_module(".torch", __name__)

@@ -208,22 +208,14 @@ def _backward4(kind: str, q, k, v, out, lse, dout, opts: dict):
     return dq, dk, dv
 
 
-def _needs_grad(kind: str, *xs) -> bool:
-    if kind != "torch":
-        return False
-    t = _torch_module()
-    return t.is_grad_enabled() and any(x.requires_grad for x in xs)
-
-
 def _attention(q, k, v, *, scale, causal, window, softcap, mask, return_lse, threads, kernel):
     kind = _check_tensors({"q": q, "k": k, "v": v}, "q")
-    grad = _needs_grad(kind, q, k, v)
     opts = _options(scale=scale, causal=causal, window=window, softcap=softcap, mask=mask, threads=threads,
                     kernel=kernel)
     q4, k4, v4 = _to4(q), _to4(k), _to4(v)
-    if grad:
-        from .torch import _SdpaFunction  # torch is importable: q is a tensor
-        out4, lse4 = _SdpaFunction.apply(q4, k4, v4, opts)
+    if kind == "torch":  # through the custom op sdpa::forward: autograd, torch.compile, torch.export
+        from .torch import _forward  # torch is importable: q is a tensor
+        out4, lse4 = _forward(q4, k4, v4, opts)
     else:
         out4, lse4 = _forward4(kind, q4, k4, v4, opts)
     out = _from4(out4, q.ndim)

@@ -1,4 +1,5 @@
-"""sdpa for PyTorch: a drop-in ``scaled_dot_product_attention`` with autograd.
+"""sdpa for PyTorch: a drop-in ``scaled_dot_product_attention`` with autograd, and the custom ops
+``torch.ops.sdpa.forward`` / ``torch.ops.sdpa.backward`` it runs through (torch.compile, torch.export).
 
 ``import sdpa`` does not need PyTorch; this module does, and says so when it is missing.
 The forward and the backward are the library's own (sdpa::forward, sdpa::backward) on
@@ -7,9 +8,10 @@ CPU float32 tensors, read and written in place through their strides.
 
 from __future__ import annotations
 
+from typing import Optional as _Optional, Tuple as _Tuple
+
 try:
     import torch as _torch
-    from torch.autograd.function import once_differentiable as _once_differentiable
 except ImportError as _e:  # pragma: no cover - exercised only without torch
     raise ImportError(
         "sdpa.torch needs PyTorch, which is not importable here: install it (a CPU build is enough, e.g. "
@@ -23,29 +25,76 @@ from ._api import attention  # noqa: F401  (sdpa.attention takes tensors too)
 __all__ = ["scaled_dot_product_attention", "attention"]
 
 
-class _SdpaFunction(_torch.autograd.Function):
-    """out, lse = attention(q, k, v) on rank-4 tensors; backward by sdpa::backward.
+# ---- the custom ops -----------------------------------------------------------------
+# The forward and the backward are torch.library custom ops, so torch.compile traces
+# through them without a graph break (it sees an opaque node with a fake implementation
+# giving shapes) and torch.export records them as sdpa::forward / sdpa::backward, which
+# any process that has imported sdpa.torch can run. Their arguments are exactly those of
+# the extension's _ext.forward/_ext.backward minus the preallocated results (the dict
+# _api._options builds), so the Python checks stay in one place: sdpa.attention and
+# scaled_dot_product_attention check, then call the op. Tensors are rank 4.
 
-    Saves q, k, v, out and lse (the backward recomputes the probabilities from lse, so
-    nothing of size Nq x Nk is kept). lse is returned but not differentiable.
-    """
 
-    @staticmethod
-    def forward(ctx, q, k, v, opts):
-        out, lse = _api._forward4("torch", q, k, v, opts)
-        ctx.save_for_backward(q, k, v, out, lse)
-        ctx.opts = opts
-        ctx.mark_non_differentiable(lse)
-        return out, lse
+@_torch.library.custom_op("sdpa::forward", mutates_args=())
+def _forward_op(q: _torch.Tensor, k: _torch.Tensor, v: _torch.Tensor, mask: _Optional[_torch.Tensor],
+                keep: _Optional[_torch.Tensor], scale: _Optional[float], softcap: _Optional[float], causal: str,
+                window_left: int, window_right: int, threads: int, kernel: str) -> _Tuple[_torch.Tensor, _torch.Tensor]:
+    """out (B, Hq, Nq, Dv), lse (B, Hq, Nq) = sdpa::forward(q (B, Hq, Nq, Dk), k, v (B, Hkv, Nk, Dk|Dv))."""
+    return _api._forward4("torch", q, k, v, dict(mask=mask, keep=keep, scale=scale, softcap=softcap, causal=causal,
+                                                 window_left=window_left, window_right=window_right,
+                                                 threads=threads, kernel=kernel))
 
-    @staticmethod
-    @_once_differentiable
-    def backward(ctx, dout, _dlse):
-        q, k, v, out, lse = ctx.saved_tensors
-        if dout.dtype != _torch.float32:  # e.g. a float64 loss upstream
-            dout = dout.float()
-        dq, dk, dv = _api._backward4("torch", q, k, v, out, lse, dout, ctx.opts)
-        return dq, dk, dv, None
+
+@_forward_op.register_fake
+def _(q, k, v, mask, keep, scale, softcap, causal, window_left, window_right, threads, kernel):
+    # The same allocation as _api._forward4: fresh C-contiguous buffers.
+    B, Hq, Nq, _ = q.shape
+    return q.new_empty((B, Hq, Nq, v.shape[3])), q.new_empty((B, Hq, Nq))
+
+
+@_torch.library.custom_op("sdpa::backward", mutates_args=())
+def _backward_op(q: _torch.Tensor, k: _torch.Tensor, v: _torch.Tensor, out: _torch.Tensor, lse: _torch.Tensor,
+                 dout: _torch.Tensor, mask: _Optional[_torch.Tensor], keep: _Optional[_torch.Tensor],
+                 scale: _Optional[float], softcap: _Optional[float], causal: str, window_left: int, window_right: int,
+                 threads: int, kernel: str) -> _Tuple[_torch.Tensor, _torch.Tensor, _torch.Tensor]:
+    """dq, dk, dv = sdpa::backward(...): shaped (and, where dense, laid out) like q, k, v."""
+    return _api._backward4("torch", q, k, v, out, lse, dout,
+                           dict(mask=mask, keep=keep, scale=scale, softcap=softcap, causal=causal,
+                                window_left=window_left, window_right=window_right, threads=threads, kernel=kernel))
+
+
+@_backward_op.register_fake
+def _(q, k, v, out, lse, dout, mask, keep, scale, softcap, causal, window_left, window_right, threads, kernel):
+    return _torch.empty_like(q), _torch.empty_like(k), _torch.empty_like(v)
+
+
+_OPTION_NAMES = ("mask", "keep", "scale", "softcap", "causal", "window_left", "window_right", "threads", "kernel")
+
+
+def _setup_context(ctx, inputs, output):
+    # Saves q, k, v, out and lse: the backward recomputes the probabilities from lse, so
+    # nothing of size Nq x Nk is kept. lse is an output but not differentiable.
+    q, k, v, mask, keep = inputs[:5]
+    out, lse = output
+    ctx.save_for_backward(q, k, v, out, lse, mask, keep)
+    ctx.options = inputs[5:]
+    ctx.mark_non_differentiable(lse)
+
+
+def _backward(ctx, dout, _dlse):
+    q, k, v, out, lse, mask, keep = ctx.saved_tensors
+    if dout.dtype != _torch.float32:  # e.g. a float64 loss upstream
+        dout = dout.float()
+    dq, dk, dv = _backward_op(q, k, v, out, lse, dout, mask, keep, *ctx.options)
+    return (dq, dk, dv) + (None,) * (len(_OPTION_NAMES))
+
+
+_forward_op.register_autograd(_backward, setup_context=_setup_context)
+
+
+def _forward(q, k, v, opts: dict):
+    """out, lse through the custom op (differentiable in q, k, v); opts as _api._options returns it."""
+    return _forward_op(q, k, v, *(opts[name] for name in _OPTION_NAMES))
 
 
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
@@ -96,15 +145,18 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     try:
         return _api.attention(query, key, value, scale=scale, causal="top-left" if is_causal else None,
                               mask=attn_mask)
-    except TypeError as e:
-        raise TypeError(_rename(str(e))) from None
-    except ValueError as e:
-        raise type(e)(_rename(str(e))) from None
+    except (TypeError, ValueError) as e:
+        raise _renamed(e, _TORCH_NAMES) from None
 
 
-def _rename(msg: str) -> str:
-    """The library's argument names in torch's terms."""
-    for ours, theirs in (("q:", "query:"), ("k:", "key:"), ("v:", "value:"), ("mask:", "attn_mask:")):
+_TORCH_NAMES = (("q:", "query:"), ("k:", "key:"), ("v:", "value:"), ("mask:", "attn_mask:"), ("keep:", "attn_mask:"))
+
+
+def _renamed(error: Exception, names) -> Exception:
+    """The same exception with the library's argument name (the message's first word) in the caller's terms."""
+    msg = str(error)
+    for ours, theirs in names:
         if msg.startswith(ours):
-            return theirs + msg[len(ours):]
-    return msg
+            msg = theirs + msg[len(ours):]
+            break
+    return type(error)(msg)

@@ -1,0 +1,138 @@
+"""sdpa inside a Hugging Face model: a Llama-shaped model with random weights, prefill then greedy decoding,
+attn_implementation "exact_cpu" (sdpa) against transformers' "sdpa" (PyTorch's scaled_dot_product_attention),
+in the same run.
+
+    flock /tmp/sdpa-cpu.lock .venv/bin/python bench/hf_model.py [--layers 12 --width 768 --heads 12 --kv-heads 4
+                                                                --prefill 1024 --new 128 --rounds 3]
+
+Per backend: the prefill's wall time (one forward over --prefill tokens) and the decoding's (generate() of --new
+tokens after it, KV cache), each split into the time spent inside the attention function (summed over layers and
+calls) and the rest. The two backends are timed alternately (A B B A ...) and each figure is the median over
+--rounds. Both run on the same torch thread count as sdpa's OpenMP threads. The models hold the same weights;
+the script says whether their greedy tokens agree.
+"""
+
+import argparse
+import copy
+import json
+import statistics
+import time
+
+import torch
+import sdpa.transformers as sht
+from transformers import AttentionInterface, AttentionMaskInterface, AutoModelForCausalLM, LlamaConfig
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import sdpa_mask
+
+BACKENDS = {"sdpa (exact_cpu)": sht.attention_forward, "torch sdpa": sdpa_attention_forward}
+
+
+class Timed:
+    """An attention function that adds its wall time to .seconds; registered under its own name."""
+
+    def __init__(self, name, fn):
+        self.name, self.fn, self.seconds = name, fn, 0.0
+        AttentionInterface.register(name, self)
+        AttentionMaskInterface.register(name, sdpa_mask)  # both backends take transformers' sdpa masks
+
+    def __call__(self, *args, **kwargs):
+        t = time.perf_counter()
+        out = self.fn(*args, **kwargs)
+        self.seconds += time.perf_counter() - t
+        return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--layers", type=int, default=12)
+    ap.add_argument("--width", type=int, default=768)
+    ap.add_argument("--heads", type=int, default=12)
+    ap.add_argument("--kv-heads", type=int, default=4)
+    ap.add_argument("--vocab", type=int, default=32000)
+    ap.add_argument("--prefill", type=int, default=1024)
+    ap.add_argument("--new", type=int, default=128)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=0, help="0: torch's default")
+    ap.add_argument("--json", help="also write the figures here")
+    a = ap.parse_args()
+    for name in ("layers", "width", "heads", "kv_heads", "prefill", "new", "rounds"):
+        if getattr(a, name) < 1:
+            ap.error(f"--{name.replace('_', '-')}: must be >= 1, got {getattr(a, name)}")
+    if a.width % a.heads or a.heads % a.kv_heads:
+        ap.error(f"--width {a.width}, --heads {a.heads}, --kv-heads {a.kv_heads}: heads must divide width and "
+                 f"kv-heads must divide heads")
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    threads = torch.get_num_threads()
+
+    cfg = LlamaConfig(vocab_size=a.vocab, hidden_size=a.width, intermediate_size=8 * a.width // 3 // 64 * 64,
+                      num_hidden_layers=a.layers, num_attention_heads=a.heads, num_key_value_heads=a.kv_heads,
+                      max_position_embeddings=a.prefill + a.new, eos_token_id=None, bos_token_id=None)
+    torch.manual_seed(0)
+    timed = {label: Timed(f"bench_{i}", fn) for i, (label, fn) in enumerate(BACKENDS.items())}
+    models = {}
+    for label, t in timed.items():
+        m = AutoModelForCausalLM.from_config(copy.deepcopy(cfg), attn_implementation=t.name).eval()
+        if models:
+            m.load_state_dict(next(iter(models.values())).state_dict())
+        models[label] = m
+    ids = torch.randint(0, a.vocab, (1, a.prefill), generator=torch.Generator().manual_seed(1))
+    figures = {label: {"prefill_s": [], "prefill_attn_s": [], "decode_s": [], "decode_attn_s": []}
+               for label in models}
+    tokens = {}
+
+    def one(label):
+        m, t, f = models[label], timed[label], figures[label]
+        with torch.no_grad():
+            t.seconds = 0.0
+            start = time.perf_counter()
+            m(ids)
+            f["prefill_s"].append(time.perf_counter() - start)
+            f["prefill_attn_s"].append(t.seconds)
+            t.seconds = 0.0
+            start = time.perf_counter()
+            out = m.generate(ids, max_new_tokens=a.new, min_new_tokens=a.new, do_sample=False, pad_token_id=0)
+            total = time.perf_counter() - start
+        # generate() runs the prefill again, then a.new - 1 decoding steps: subtract this round's prefill
+        f["decode_s"].append(total - f["prefill_s"][-1])
+        f["decode_attn_s"].append(t.seconds - f["prefill_attn_s"][-1])
+        tokens[label] = out[0, a.prefill:].tolist()
+
+    labels = list(models)
+    one(labels[0])  # warm-up (allocator, OpenMP pool), not counted
+    one(labels[1])
+    for f in figures.values():
+        for v in f.values():
+            v.clear()
+    for r in range(a.rounds):
+        for label in (labels if r % 2 == 0 else labels[::-1]):
+            one(label)
+
+    med = {label: {k: statistics.median(v) for k, v in f.items()} for label, f in figures.items()}
+    print(f"Llama-shaped, random weights: {a.layers} layers, width {a.width}, {a.heads} heads / {a.kv_heads} kv "
+          f"heads (head dim {a.width // a.heads}), vocab {a.vocab}; prefill {a.prefill} tokens, then {a.new} "
+          f"greedy tokens; batch 1, float32, {threads} threads; isa {sht._st._api.active_isa()}; median of "
+          f"{a.rounds} alternating rounds")
+    print()
+    print("| backend | prefill: total s | prefill: attention s | decode: total s | decode: attention s | "
+          "decode ms/token |")
+    print("|---|---|---|---|---|---|")
+    for label, f in med.items():
+        print(f"| {label} | {f['prefill_s']:.3f} | {f['prefill_attn_s']:.3f} | {f['decode_s']:.3f} | "
+              f"{f['decode_attn_s']:.3f} | {1000 * f['decode_s'] / a.new:.2f} |")
+    base, ours = med[labels[1]], med[labels[0]]
+    print()
+    print(f"torch sdpa / sdpa: prefill attention {base['prefill_attn_s'] / ours['prefill_attn_s']:.2f}x, "
+          f"prefill total {base['prefill_s'] / ours['prefill_s']:.2f}x, "
+          f"decode attention {base['decode_attn_s'] / ours['decode_attn_s']:.2f}x, "
+          f"decode total {base['decode_s'] / ours['decode_s']:.2f}x")
+    same = sum(x == y for x, y in zip(tokens[labels[0]], tokens[labels[1]]))
+    print(f"greedy tokens: {same} of {a.new} agree (first differing step: "
+          f"{next((i for i, (x, y) in enumerate(zip(tokens[labels[0]], tokens[labels[1]])) if x != y), None)})")
+    if a.json:
+        with open(a.json, "w") as fh:
+            json.dump({"args": vars(a), "threads": threads, "median": med, "runs": figures}, fh, indent=1)
+
+
+if __name__ == "__main__":
+    main()

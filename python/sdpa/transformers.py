@@ -1,0 +1,108 @@
+"""sdpa as a Hugging Face transformers attention backend.
+
+    import sdpa.transformers
+    model = AutoModelForCausalLM.from_config(cfg, attn_implementation=sdpa.transformers.NAME)
+
+Importing this module registers `attention_forward` with transformers' AttentionInterface
+and transformers' own boolean mask builder (`masking_utils.sdpa_mask`) with
+AttentionMaskInterface, both under NAME = "exact_cpu". The name holds no "sdpa" on
+purpose: transformers takes any such name for PyTorch's SDPA and refuses it for models
+PyTorch's SDPA cannot serve (Gemma2's soft-capping among them).
+
+What reaches sdpa: grouped-query attention with K and V at their own head count (no
+repeat), the model's scaling (1/sqrt(d) when absent), soft-capping, and the mask. The mask
+contract is the one transformers keeps for its `sdpa` backend: a boolean [B, 1, Nq, Nk]
+mask (True takes part; padding, sliding windows and the KV cache's bottom-right causal
+alignment all folded in by transformers), or None where the mask would be plain causal —
+then causal is top-left for Nq > 1 (a prefill from an empty cache, where top-left is
+bottom-right) and absent for one query (decoding sees every cached key). A float mask
+passed by the caller is added to the scores, as in eager.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from . import torch as _st  # registers the custom ops; says how to install torch if missing
+
+_torch = _st._torch
+
+NAME = "exact_cpu"
+MIN_TRANSFORMERS = "4.53.0"  # AttentionMaskInterface and masking_utils.sdpa_mask first appear in 4.53
+
+try:
+    import transformers as _transformers
+except ImportError as _e:  # pragma: no cover - exercised only without transformers
+    raise ImportError(f"sdpa.transformers needs Hugging Face transformers >= {MIN_TRANSFORMERS}, which is not "
+                      f"importable here: pip install 'transformers>={MIN_TRANSFORMERS}'") from _e
+
+
+def _version_tuple(v: str):
+    parts = []
+    for p in v.split(".")[:3]:
+        digits = "".join(ch for ch in p if ch.isdigit()) if not p.isdigit() else p
+        parts.append(int(digits) if digits else 0)
+    return tuple(parts)
+
+
+def _check_version(found: str) -> None:
+    if _version_tuple(found) < _version_tuple(MIN_TRANSFORMERS):
+        raise ImportError(f"sdpa.transformers needs transformers >= {MIN_TRANSFORMERS} (its AttentionInterface and "
+                          f"AttentionMaskInterface), found {found}: pip install -U 'transformers>={MIN_TRANSFORMERS}'")
+
+
+_check_version(_transformers.__version__)
+
+from transformers import AttentionInterface, AttentionMaskInterface  # noqa: E402
+from transformers.masking_utils import sdpa_mask as _sdpa_mask  # noqa: E402
+
+
+def attention_forward(module, query, key, value, attention_mask: Optional["_torch.Tensor"], dropout: float = 0.0,
+                      scaling: Optional[float] = None, sliding_window: Optional[int] = None,
+                      softcap: Optional[float] = None, is_causal: Optional[bool] = None, **kwargs):
+    """transformers' attention signature: query (B, Hq, Nq, D), key/value (B, Hkv, Nk, D) -> ((B, Nq, Hq, Dv), None).
+
+    Raises ValueError for what sdpa does not compute (dropout during training, position biases, attention
+    sinks) and TypeError for a model not in float32, each naming the argument.
+    """
+    if dropout:
+        raise ValueError(f"dropout: sdpa computes exact attention without dropout, got {dropout}; set the config's "
+                         f"attention dropout to 0.0 or call model.eval()")
+    for unsupported in ("position_bias", "s_aux"):
+        if kwargs.get(unsupported) is not None:
+            raise ValueError(f"{unsupported}: not supported by the {NAME!r} attention backend; use "
+                             f"attn_implementation='eager' for this model")
+    if kwargs.get("output_attentions"):
+        raise ValueError(f"output_attentions: the {NAME!r} backend never forms the attention weights; use "
+                         f"attn_implementation='eager' to get them")
+    nq, nk = query.shape[2], key.shape[2]
+    causal = None
+    window = None
+    mask = attention_mask
+    if mask is not None:
+        if mask.ndim != 4:
+            raise ValueError(f"attention_mask: expected the 4D [B, 1|H, Nq, Nk] mask transformers builds, got shape "
+                             f"{tuple(mask.shape)}")
+        mask = mask[:, :, :, :nk]  # a static cache's mask may be longer than the keys given
+    else:
+        causal_model = is_causal if is_causal is not None else getattr(module, "is_causal", True)
+        if causal_model and nq > 1:
+            # transformers drops the mask only where top-left is the right alignment (see the module doc)
+            causal = "top-left"
+            if sliding_window is not None:
+                window = (sliding_window - 1, 0)  # transformers: key visible iff q_idx - kv_idx < sliding_window
+    try:
+        out = _st._api.attention(query, key, value, scale=scaling, causal=causal, window=window, softcap=softcap,
+                                 mask=mask)
+    except (TypeError, ValueError) as e:
+        raise _st._renamed(e, _NAMES) from None
+    return out.transpose(1, 2), None
+
+
+_NAMES = (("q:", "query:"), ("k:", "key:"), ("v:", "value:"), ("mask:", "attention_mask:"), ("keep:", "attention_mask:"))
+
+
+AttentionInterface.register(NAME, attention_forward)
+AttentionMaskInterface.register(NAME, _sdpa_mask)
+
+__all__ = ["NAME", "MIN_TRANSFORMERS", "attention_forward"]

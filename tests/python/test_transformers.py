@@ -1,0 +1,229 @@
+"""sdpa as a transformers attention backend ("exact_cpu") on small random-weight models built from configs.
+
+Nothing is downloaded. Each model is built twice from the same weights: attn_implementation
+"exact_cpu" (sdpa) and "eager" (transformers' reference attention, written out in PyTorch).
+Judged by the project's rule: against the same model in float64 with eager attention (the
+oracle), sdpa's fp32 error is at most twice eager-fp32's error plus the floor 8 eps (1 + smax)
+at the scale of the quantity, smax bounding |score| over every attention call of the model
+(recorded from the backend's own inputs: |scaling| max|q| max|k|, capped by the soft-cap).
+Greedy generation must give eager's tokens, with the KV cache, plain and left-padded.
+"""
+
+import copy
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip(
+    "torch", reason="PyTorch is not importable: the transformers backend tests are skipped "
+                    "(SDPA_PY_TORCH=1 bash scripts/python_test.sh installs torch in .venv)")
+transformers = pytest.importorskip(
+    "transformers", reason="transformers is not importable: the backend tests are skipped "
+                           "(bash scripts/python_test.sh installs it in .venv)")
+
+import sdpa.transformers as sht  # noqa: E402
+from npref import EPS32, assert_within  # noqa: E402
+from transformers import (AutoModel, AutoModelForCausalLM, BertConfig, DynamicCache, Gemma2Config,  # noqa: E402
+                          GPT2Config, LlamaConfig, Qwen2Config)
+
+VOCAB = 96
+SMALL = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4)
+
+CONFIGS = {
+    "llama-gqa": lambda: LlamaConfig(**SMALL, num_key_value_heads=2, max_position_embeddings=128),
+    # one full layer, then one with a window of 6: prompts and generations run past it
+    "qwen2-window": lambda: Qwen2Config(**SMALL, num_key_value_heads=2, use_sliding_window=True, sliding_window=6,
+                                        max_window_layers=1, max_position_embeddings=128),
+    # a soft-cap of 1 keeps tanh far from linear on these scores; window 6 on the sliding layers
+    "gemma2-softcap-window": lambda: Gemma2Config(**SMALL, num_key_value_heads=2, head_dim=16, sliding_window=6,
+                                                  attn_logit_softcapping=1.0, query_pre_attn_scalar=16,
+                                                  max_position_embeddings=128),
+    "gpt2": lambda: GPT2Config(vocab_size=VOCAB, n_embd=64, n_layer=2, n_head=4, n_positions=128, attn_pdrop=0.0,
+                               resid_pdrop=0.0, embd_pdrop=0.0),
+}
+DECODERS = list(CONFIGS)
+
+
+class SmaxSpy:
+    """Wraps the backend to record smax, the bound on |score| of every attention call."""
+
+    def __init__(self):
+        self.smax = 0.0
+
+    def __enter__(self):
+        self._orig = sht._st._api.attention
+
+        def spy(q, k, v, *, scale=None, softcap=None, mask=None, **kw):
+            beta = abs(scale) if scale is not None else q.shape[-1] ** -0.5
+            s = beta * q.detach().abs().max().item() * k.detach().abs().max().item()
+            if softcap is not None:
+                s = min(s, softcap)
+            if mask is not None and mask.dtype != torch.bool:
+                finite = mask[torch.isfinite(mask)]
+                s += finite.abs().max().item() if finite.numel() else 0.0
+            self.smax = max(self.smax, s)
+            return self._orig(q, k, v, scale=scale, softcap=softcap, mask=mask, **kw)
+
+        sht._st._api.attention = spy
+        return self
+
+    def __exit__(self, *exc):
+        sht._st._api.attention = self._orig
+
+
+def _models(name, cls=AutoModelForCausalLM):
+    """(sdpa, eager fp32, eager fp64) with the same random weights; each its own copy of the config (from_config
+    records the attention choice in the config object)."""
+    cfg = CONFIGS[name]() if isinstance(name, str) else name
+    torch.manual_seed(0)
+    ours = cls.from_config(copy.deepcopy(cfg), attn_implementation=sht.NAME)
+    assert ours.config._attn_implementation == sht.NAME
+    eager = cls.from_config(copy.deepcopy(cfg), attn_implementation="eager")
+    eager.load_state_dict(ours.state_dict())
+    gold = cls.from_config(copy.deepcopy(cfg), attn_implementation="eager").double()
+    gold.load_state_dict(ours.state_dict())
+    return ours.eval(), eager.eval(), gold.eval()
+
+
+def _ids(seed, B, N):
+    return torch.randint(0, VOCAB, (B, N), generator=torch.Generator().manual_seed(seed))
+
+
+def _check(name, ours, eager, gold, smax):
+    """The rule on a tensor."""
+    ours, eager, gold = (t.detach().double().numpy() for t in (ours, eager, gold))
+    floor = 8 * EPS32 * (1 + smax) * np.abs(gold).max()
+    assert_within(name, ours, eager, gold, floor)
+
+
+@pytest.mark.parametrize("name", DECODERS)
+def test_logits_against_eager(name):
+    ours, eager, gold = _models(name)
+    ids = _ids(1, 2, 20)
+    with torch.no_grad(), SmaxSpy() as spy:
+        got = ours(ids).logits
+    with torch.no_grad():
+        _check("logits", got, eager(ids).logits, gold(ids).logits, spy.smax)
+    assert spy.smax > 0  # the backend did run
+
+
+@pytest.mark.parametrize("name", ["llama-gqa", "qwen2-window", "gemma2-softcap-window"])
+def test_chunked_prefill_with_cache(name):
+    """A prompt fed in two chunks through the KV cache (the second chunk's queries are bottom-right aligned
+    against all keys so far, and the window slides across the chunk boundary) gives the one-pass logits."""
+    ours, eager, gold = _models(name)
+    ids = _ids(2, 1, 20)
+    with torch.no_grad(), SmaxSpy() as spy:
+        cache = DynamicCache(config=ours.config)
+        ours(ids[:, :11], past_key_values=cache, use_cache=True)
+        second = ours(ids[:, 11:], past_key_values=cache, use_cache=True).logits
+    with torch.no_grad():
+        _check("logits (second chunk)", second, eager(ids).logits[:, 11:], gold(ids).logits[:, 11:], spy.smax)
+
+
+@pytest.mark.parametrize("name", DECODERS)
+def test_greedy_generate_equals_eager(name):
+    ours, eager, _ = _models(name)
+    ids = _ids(3, 1, 9)
+    kw = dict(max_new_tokens=32, do_sample=False, pad_token_id=0)
+    with torch.no_grad():
+        got = ours.generate(ids, **kw)
+        want = eager.generate(ids, **kw)
+    assert got.shape == (1, 9 + 32)
+    assert torch.equal(got, want)
+
+
+@pytest.mark.parametrize("name", ["llama-gqa", "qwen2-window", "gemma2-softcap-window"])
+def test_left_padded_batch(name):
+    """Two prompts of 13 and 7 tokens, the shorter left-padded: logits on real tokens and greedy tokens
+    as eager's. The oracle is each prompt alone in float64 (eager in float64 turns the padded rows into
+    NaN, which reach the real rows through 0 * NaN); positions count real tokens only, as generate()
+    sets them. Padded query rows see no key: sdpa gives them 0 where eager averages, so they are not
+    compared (no real token reads them)."""
+    ours, eager, gold = _models(name)
+    ids = _ids(4, 2, 13)
+    attn = torch.ones_like(ids)
+    attn[1, :6] = 0
+    ids[1, :6] = 0
+    pos = (attn.cumsum(-1) - 1).clamp(min=0)
+    keep = attn.bool()
+    with torch.no_grad(), SmaxSpy() as spy:
+        got = ours(ids, attention_mask=attn, position_ids=pos).logits
+    with torch.no_grad():
+        want = eager(ids, attention_mask=attn, position_ids=pos).logits
+        oracle = torch.cat([gold(ids[b][keep[b]][None]).logits[0] for b in range(2)])
+        _check("logits (padded batch)", got[keep], want[keep], oracle, spy.smax)
+        kw = dict(attention_mask=attn, max_new_tokens=32, do_sample=False, pad_token_id=0)
+        assert torch.equal(ours.generate(ids, **kw), eager.generate(ids, **kw))
+
+
+@pytest.mark.parametrize("name", DECODERS)
+def test_training_step_gradients(name):
+    ours, eager, gold = _models(name)
+    ids = _ids(5, 2, 16)
+
+    def grads(model):
+        model.train()
+        model.zero_grad()
+        model(ids, labels=ids).loss.backward()
+        return {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
+
+    with SmaxSpy() as spy:
+        g_ours = grads(ours)
+    g_eager, g_gold = grads(eager), grads(gold)
+    assert g_ours.keys() == g_gold.keys() and len(g_ours) > 4
+    for n in g_gold:
+        _check(n, g_ours[n], g_eager[n], g_gold[n], spy.smax)
+
+
+def test_bert_encoder_with_padding():
+    """Bidirectional attention with a padding mask: the padded keys take no part. The oracle for the padded
+    sequence is the same sequence alone, in float64 (absolute positions are the same: padding is on the right)."""
+    cfg = BertConfig(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                     num_attention_heads=4, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    ours, eager, gold = _models(cfg, cls=AutoModel)
+    ids = _ids(6, 2, 15)
+    attn = torch.ones_like(ids)
+    attn[0, 9:] = 0
+    keep = attn.bool()
+    with torch.no_grad(), SmaxSpy() as spy:
+        got = ours(ids, attention_mask=attn).last_hidden_state
+    with torch.no_grad():
+        want = eager(ids, attention_mask=attn).last_hidden_state
+        oracle = torch.cat([gold(ids[b][keep[b]][None]).last_hidden_state[0] for b in range(2)])
+        _check("hidden states", got[keep], want[keep], oracle, spy.smax)
+    assert spy.smax > 0
+
+
+def test_set_attn_implementation_and_errors():
+    ours, eager, _ = _models("llama-gqa")
+    eager.set_attn_implementation(sht.NAME)
+    assert eager.config._attn_implementation == sht.NAME
+    ids = _ids(7, 1, 8)
+    with torch.no_grad():
+        assert torch.equal(ours(ids).logits, eager(ids).logits)
+    with pytest.raises(TypeError, match=r"^query: dtype torch.float64 is not supported"), torch.no_grad():
+        ours.double()(ids)
+    q = torch.zeros(1, 4, 3, 16)
+    with pytest.raises(ValueError, match=r"^dropout: .*exact attention"):
+        sht.attention_forward(ours, q, q, q, None, dropout=0.1)
+    with pytest.raises(ValueError, match=r"^attention_mask: shape \[1, 1, 4, 3\] does not broadcast"):
+        sht.attention_forward(ours, q, q, q, torch.ones(1, 1, 4, 3, dtype=torch.bool))
+    with pytest.raises(ValueError, match=r"^query: tensor is on device 'meta'"):
+        sht.attention_forward(ours, q.to("meta"), q, q, None)
+    with pytest.raises(ImportError, match=r"needs transformers >= 4\.53\.0 .* found 4\.40\.2"):
+        sht._check_version("4.40.2")
+    sht._check_version(sht.MIN_TRANSFORMERS)
+    sht._check_version("5.0.0.dev0")
+
+
+def test_example_hf_generate_runs():
+    """examples/hf_generate.py (the README's example) runs as shipped."""
+    import pathlib
+    import subprocess
+    import sys
+    script = pathlib.Path(__file__).resolve().parents[2] / "examples" / "hf_generate.py"
+    res = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    last = res.stdout.strip().splitlines()[-1]
+    assert last.startswith(f"attention: {sht.NAME} | generated: [") and last.count(",") == 31
