@@ -130,7 +130,7 @@ int run(const Args& a) {
     if (!a.suite.empty()) throw Error("--suite: not with --ring (give one shape)");
     Options opt;
     opt.causal = a.causal ? Causal::top_left : Causal::none;
-    opt.threads = threads;
+    opt.threads = a.threads;  // 0: OpenMP's default on each rank (OMP_NUM_THREADS)
     opt.isa = o.isa;
     return run_ring_bench({a.shape.resolve(), opt, a.layout, a.backward, a.rule.min_runs});
   }

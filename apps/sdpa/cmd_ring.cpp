@@ -58,7 +58,7 @@ std::vector<i64> with_last(const std::vector<i64>& file_shape, i64 n, i64 d) {
 int run_ring_attention(const RingFiles& f, const Options& opt) {
   return under_mpi([&](int rank, int size) {
     const MPI_Comm comm = MPI_COMM_WORLD;
-    const dist::Layout layout = dist::parse_layout(f.layout, "--layout");
+    const dist::Layout layout = parse_shard_layout(f.layout, "--layout");
     if (!opt.mask.empty() || !opt.keep.empty()) throw Error("--mask: not supported with --ring");
     const bool backward = !f.grad_out.empty();
     dist::require_agreement(comm, "the outputs asked for", std::string(backward ? "backward" : "forward") +
@@ -72,7 +72,7 @@ int run_ring_attention(const RingFiles& f, const Options& opt) {
     dist::require_agreement(comm, "--v (its shape and bytes)", fingerprint(v));
     const i64 B = q.shape[0], Hq = q.shape[1], Nq = q.shape[2], Dk = q.shape[3], Hkv = k.shape[1], Nk = k.shape[2],
               Dv = v.shape[3];
-    const i64 nq = dist::shard_length(Nq, size, rank, layout), nk = dist::shard_length(Nk, size, rank, layout);
+    const i64 nq = shard_length(Nq, size, rank, layout), nk = shard_length(Nk, size, rank, layout);
     const auto qs = dist::take_shard(q.view(), size, rank, layout), ks = dist::take_shard(k.view(), size, rank, layout),
                vs = dist::take_shard(v.view(), size, rank, layout);
     const std::array<i64, 4> q_local{B, Hq, nq, Dk}, k_local{B, Hkv, nk, Dk}, v_local{B, Hkv, nk, Dv},
@@ -132,7 +132,7 @@ int run_ring_bench(const RingBenchArgs& a) {
     o.B = a.sizes.B, o.Hq = a.sizes.Hq, o.Hkv = a.sizes.Hkv, o.Nq = a.sizes.Nq, o.Nk = a.sizes.Nk, o.Dk = a.sizes.Dk,
     o.Dv = a.sizes.Dv;
     o.opt = a.opt;
-    o.layout = dist::parse_layout(a.layout, "--layout");
+    o.layout = parse_shard_layout(a.layout, "--layout");
     o.backward = a.backward;
     o.repeat = a.repeat;
     const dist::RingBenchResult r = dist::ring_bench(MPI_COMM_WORLD, o);
@@ -140,7 +140,7 @@ int run_ring_bench(const RingBenchArgs& a) {
     fmt::print(
         "sdpa bench --ring: {} ranks, {} layout, {} pass, B={} Hq={} Hkv={} Nq={} Nk={} Dk={} Dv={}, causal {}, "
         "{} thread(s) per rank; medians of {} runs\n",
-        size, dist::layout_name(o.layout), o.backward ? "backward" : "forward", o.B, o.Hq, o.Hkv, o.Nq, o.Nk, o.Dk,
+        size, shard_layout_name(o.layout), o.backward ? "backward" : "forward", o.B, o.Hq, o.Hkv, o.Nq, o.Nk, o.Dk,
         o.Dv, o.opt.causal == Causal::none ? "none" : "yes", r.threads, o.repeat);
     fmt::print("{:>4} {:>11} {:>11} {:>11} {:>11} {:>9} {:>11}\n", "rank", "compute ms", "wait ms", "comm ms",
                "hidden ms", "hidden %", "total ms");

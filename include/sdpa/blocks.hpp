@@ -12,10 +12,35 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "sdpa/attention.hpp"
 
 namespace sdpa {
+
+/// How a sequence is cut into shards over P ranks (ring attention, src/dist/ and
+/// sdpa.distributed).
+///   contiguous: rank r holds [r·n/P, (r+1)·n/P)
+///   zigzag:     the sequence cut in 2P chunks [c·n/2P, (c+1)·n/2P); rank r holds chunks r
+///               and 2P−1−r, so that under a causal mask every rank has about as much work
+///               (the layout of Llama 3's context parallelism, Dubey et al. 2024, §3.3.2)
+enum class ShardLayout { contiguous, zigzag };
+
+/// "contiguous" | "zigzag"; throws sdpa::Error naming `what` for anything else.
+ShardLayout parse_shard_layout(const std::string& name, const char* what = "layout");
+const char* shard_layout_name(ShardLayout layout);
+
+/// A run of positions [start, start + len) of a sequence.
+struct Segment {
+  std::int64_t start = 0, len = 0;
+};
+
+/// Rank `rank`'s segments of a length-n sequence over `ranks` ranks, in the order its
+/// shard stores them. Throws when n is too short for every chunk to hold a position.
+std::vector<Segment> shard_segments(std::int64_t n, int ranks, int rank, ShardLayout layout);
+/// The sum of shard_segments' lengths.
+std::int64_t shard_length(std::int64_t n, int ranks, int rank, ShardLayout layout);
 
 /// Where a block sits in its sequence: queries from q0 (nq_block of them) and keys from
 /// k0 (nk_block), of a sequence of nq queries and nk keys in all.

@@ -97,4 +97,33 @@ void backward_accumulate(View4<const float> q, View4<const float> k, View4<const
   add(dv, dv_v);
 }
 
+// ---- shards of a sequence ----
+
+ShardLayout parse_shard_layout(const std::string& name, const char* what) {
+  if (name == "contiguous") return ShardLayout::contiguous;
+  if (name == "zigzag") return ShardLayout::zigzag;
+  throw Error(std::string(what) + ": expected contiguous or zigzag, got '" + name + "'");
+}
+
+const char* shard_layout_name(ShardLayout layout) { return layout == ShardLayout::zigzag ? "zigzag" : "contiguous"; }
+
+std::vector<Segment> shard_segments(i64 n, int ranks, int rank, ShardLayout layout) {
+  if (ranks < 1 || rank < 0 || rank >= ranks)
+    throw Error("shard: rank " + std::to_string(rank) + " is not in [0, " + std::to_string(ranks) + ")");
+  const i64 chunks = layout == ShardLayout::zigzag ? 2 * i64{ranks} : ranks;
+  if (n < chunks)
+    throw Error("shard: a sequence of " + std::to_string(n) + " positions cannot be cut into the " +
+                std::to_string(chunks) + " chunks the " + shard_layout_name(layout) + " layout needs over " +
+                std::to_string(ranks) + " ranks");
+  auto chunk = [&](i64 c) { return Segment{c * n / chunks, (c + 1) * n / chunks - c * n / chunks}; };
+  if (layout == ShardLayout::contiguous) return {chunk(rank)};
+  return {chunk(rank), chunk(chunks - 1 - rank)};
+}
+
+i64 shard_length(i64 n, int ranks, int rank, ShardLayout layout) {
+  i64 len = 0;
+  for (const Segment& s : shard_segments(n, ranks, rank, layout)) len += s.len;
+  return len;
+}
+
 }  // namespace sdpa

@@ -76,7 +76,7 @@ void check_ring(MPI_Comm comm, const Ring& r, View4<const float> q, View4<const 
                 const Options& opt, const RingOptions& ring) {
   require_agreement(comm, "options", options_text(opt));
   require_agreement(comm, "layout and lengths",
-                    std::string(layout_name(ring.layout)) + " nq " + std::to_string(ring.nq) + " nk " +
+                    std::string(shard_layout_name(ring.layout)) + " nq " + std::to_string(ring.nq) + " nk " +
                         std::to_string(ring.nk));
   require_agreement(comm, "B, Hq, Hkv, Dk, Dv",
                     std::to_string(q.shape[0]) + " " + std::to_string(q.shape[1]) + " " + std::to_string(k.shape[1]) +
@@ -88,7 +88,7 @@ void check_ring(MPI_Comm comm, const Ring& r, View4<const float> q, View4<const 
   std::string local = "ok";
   if (q.shape[2] != want_q || k.shape[2] != want_k || v.shape[2] != want_k)
     local = "rank " + std::to_string(r.rank) + " holds " + std::to_string(q.shape[2]) + " queries and " +
-            std::to_string(k.shape[2]) + " keys, its " + layout_name(ring.layout) + " shard has " +
+            std::to_string(k.shape[2]) + " keys, its " + shard_layout_name(ring.layout) + " shard has " +
             std::to_string(want_q) + " and " + std::to_string(want_k);
   // Every rank learns whether any shard is wrong, so that all throw together.
   int bad = local != "ok", any_bad = 0;
@@ -118,33 +118,6 @@ void for_each_block(const std::vector<Segment>& qsegs, const std::vector<Segment
 }
 
 }  // namespace
-
-Layout parse_layout(const std::string& name, const char* what) {
-  if (name == "contiguous") return Layout::contiguous;
-  if (name == "zigzag") return Layout::zigzag;
-  throw Error(std::string(what) + ": expected contiguous or zigzag, got '" + name + "'");
-}
-
-const char* layout_name(Layout layout) { return layout == Layout::zigzag ? "zigzag" : "contiguous"; }
-
-std::vector<Segment> shard_segments(i64 n, int ranks, int rank, Layout layout) {
-  if (ranks < 1 || rank < 0 || rank >= ranks)
-    throw Error("shard: rank " + std::to_string(rank) + " is not in [0, " + std::to_string(ranks) + ")");
-  const i64 chunks = layout == Layout::zigzag ? 2 * i64{ranks} : ranks;
-  if (n < chunks)
-    throw Error("shard: a sequence of " + std::to_string(n) + " positions cannot be cut into the " +
-                std::to_string(chunks) + " chunks the " + layout_name(layout) + " layout needs over " +
-                std::to_string(ranks) + " ranks");
-  auto chunk = [&](i64 c) { return Segment{c * n / chunks, (c + 1) * n / chunks - c * n / chunks}; };
-  if (layout == Layout::contiguous) return {chunk(rank)};
-  return {chunk(rank), chunk(chunks - 1 - rank)};
-}
-
-i64 shard_length(i64 n, int ranks, int rank, Layout layout) {
-  i64 len = 0;
-  for (const Segment& s : shard_segments(n, ranks, rank, layout)) len += s.len;
-  return len;
-}
 
 std::vector<float> take_shard(View4<const float> whole, int ranks, int rank, Layout layout) {
   const auto segs = shard_segments(whole.shape[2], ranks, rank, layout);

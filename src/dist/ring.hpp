@@ -19,34 +19,14 @@
 #include <string>
 #include <vector>
 
-#include "sdpa/attention.hpp"
+#include "sdpa/blocks.hpp"
 
 namespace sdpa::dist {
 
 using i64 = std::int64_t;
 
-/// How a sequence is cut over P ranks.
-///   contiguous: rank r holds [r·n/P, (r+1)·n/P)
-///   zigzag:     the sequence cut in 2P chunks; rank r holds chunks r and 2P−1−r, so that
-///               under a causal mask every rank has about as much work (the layout of
-///               Llama 3's context parallelism, Dubey et al. 2024, §3.3.2; the ring itself
-///               is Liu et al. 2023, "Ring Attention with Blockwise Transformers")
-enum class Layout { contiguous, zigzag };
-
-/// "contiguous" | "zigzag"; throws sdpa::Error naming `what` for anything else.
-Layout parse_layout(const std::string& name, const char* what = "layout");
-const char* layout_name(Layout layout);
-
-/// A run of global positions [start, start + len).
-struct Segment {
-  i64 start = 0, len = 0;
-};
-
-/// Rank `rank`'s segments of a length-n sequence over `ranks` ranks, in the order the
-/// local shard stores them. Throws when n is too short for every rank to hold a position.
-std::vector<Segment> shard_segments(i64 n, int ranks, int rank, Layout layout);
-/// The sum of shard_segments' lengths.
-i64 shard_length(i64 n, int ranks, int rank, Layout layout);
+// The shard layouts and their segments are the core library's (sdpa/blocks.hpp).
+using Layout = ShardLayout;
 
 /// Rank's shard of a whole (B, H, n, D) tensor, as a contiguous (B, H, n_local, D) buffer.
 std::vector<float> take_shard(View4<const float> whole, int ranks, int rank, Layout layout);

@@ -68,7 +68,7 @@ case $case in
       'f=q.npy; [ "$OMPI_COMM_WORLD_RANK" = 2 ] && f=missing.npy; exec "$0" attention --ring --q $f --k k.npy --v v.npy --out o.npy' "$sdpa"
     # A rank that dies (SIGKILL) while the others run the ring.
     "$tool" make bq.npy f32 6 1 4 3000 64; "$tool" make bk.npy f32 7 1 4 3000 64; "$tool" make bv.npy f32 8 1 4 3000 64
-    expect_fault "" 3 bash -c \
+    expect_fault "exited on signal 9" 3 bash -c \
       '[ "$OMPI_COMM_WORLD_RANK" = 1 ] && { ( sleep 0.5; kill -9 $$ ) & }; exec "$0" attention --ring --q bq.npy --k bk.npy --v bv.npy --out o.npy' "$sdpa"
     # Too short a sequence for the layout; a bad layout name.
     "$tool" make sq.npy f32 9 1 1 5 8

@@ -31,7 +31,7 @@ int world_size() {
 std::vector<double> shard_of(const std::vector<double>& whole, std::array<i64, 4> shape, Layout layout) {
   std::vector<double> out;
   for (i64 bh = 0; bh < shape[0] * shape[1]; ++bh)
-    for (const auto& s : dist::shard_segments(shape[2], world_size(), world_rank(), layout))
+    for (const auto& s : shard_segments(shape[2], world_size(), world_rank(), layout))
       for (i64 i = s.start; i < s.start + s.len; ++i)
         for (i64 e = 0; e < shape[3]; ++e) out.push_back(whole[static_cast<std::size_t>((bh * shape[2] + i) * shape[3] + e)]);
   return out;
@@ -47,7 +47,7 @@ Local run_ring(const Case& c, const Data& d, Layout layout) {
   auto take = [&](const std::vector<float>& x, std::array<i64, 4> s) {
     return dist::take_shard(contiguous<const float>(x.data(), s), P, me, layout);
   };
-  const i64 nq = dist::shard_length(c.Nq, P, me, layout), nk = dist::shard_length(c.Nk, P, me, layout);
+  const i64 nq = shard_length(c.Nq, P, me, layout), nk = shard_length(c.Nk, P, me, layout);
   const auto q = take(d.q, {c.B, c.Hq, c.Nq, c.Dk}), k = take(d.k, {c.B, c.Hkv, c.Nk, c.Dk}),
              v = take(d.v, {c.B, c.Hkv, c.Nk, c.Dv}), dout = take(d.dout, {c.B, c.Hq, c.Nq, c.Dv});
   const std::array<i64, 4> qs{c.B, c.Hq, nq, c.Dk}, ks{c.B, c.Hkv, nk, c.Dk}, vs{c.B, c.Hkv, nk, c.Dv},
@@ -72,7 +72,7 @@ struct Param {
   Case c;
   Layout layout;
 };
-std::ostream& operator<<(std::ostream& os, const Param& p) { return os << p.c.name << "_" << layout_name(p.layout); }
+std::ostream& operator<<(std::ostream& os, const Param& p) { return os << p.c.name << "_" << shard_layout_name(p.layout); }
 
 class Ring : public ::testing::TestWithParam<Param> {};
 
@@ -107,7 +107,7 @@ std::vector<Param> params() {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, Ring, ::testing::ValuesIn(params()), [](const auto& info) {
-  return info.param.c.name + "_" + dist::layout_name(info.param.layout);
+  return info.param.c.name + "_" + shard_layout_name(info.param.layout);
 });
 
 TEST(RingErrors, MismatchedOptionsThrowOnEveryRank) {
@@ -130,8 +130,8 @@ TEST(RingErrors, MismatchedOptionsThrowOnEveryRank) {
 }
 
 TEST(RingErrors, ShortSequencesAreRefused) {
-  EXPECT_THROW(dist::shard_segments(2 * world_size() - 1, world_size(), 0, Layout::zigzag), Error);
-  EXPECT_THROW(dist::parse_layout("striped", "--layout"), Error);
+  EXPECT_THROW(shard_segments(2 * world_size() - 1, world_size(), 0, Layout::zigzag), Error);
+  EXPECT_THROW(parse_shard_layout("striped", "--layout"), Error);
 }
 
 }  // namespace
