@@ -55,6 +55,7 @@ RingBenchResult ring_bench(MPI_Comm comm, const RingBenchOptions& o) {
   const std::array<i64, 3> ls{o.B, o.Hq, nq};
   auto pass = [&](bool compute) {
     RingStats st;
+    MPI_Barrier(comm);  // every rank starts together: the times hold no skew from the pass before
     RingOptions ring{o.layout, o.Nq, o.Nk, compute};
     if (!o.backward)
       ring_forward(comm, contiguous<const float>(q.data(), qs), contiguous<const float>(k.data(), ks),
