@@ -4,7 +4,7 @@
 // it holds, merging the partial results by log-sum-exp (sdpa/blocks.hpp). The backward
 // sends dK and dV round after K and V, so each block comes home with every rank's share.
 //
-// Shapes on each rank (n_q, n_k its shard lengths, shard_segments below):
+// Shapes on each rank (n_q, n_k its shard lengths, sdpa::shard_length):
 //   q (B, Hq, n_q, Dk)   k (B, Hkv, n_k, Dk)   v (B, Hkv, n_k, Dv)   out (B, Hq, n_q, Dv)   lse (B, Hq, n_q)
 // Every rank passes the same options and the whole sequence's lengths nq, nk; they are
 // checked collectively (every rank throws the same sdpa::Error when one differs).
