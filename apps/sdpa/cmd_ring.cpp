@@ -61,8 +61,8 @@ int run_ring_attention(const RingFiles& f, const Options& opt) {
     const dist::Layout layout = parse_shard_layout(f.layout, "--layout");
     if (!opt.mask.empty() || !opt.keep.empty()) throw Error("--mask: not supported with --ring");
     const bool backward = !f.grad_out.empty();
-    dist::require_agreement(comm, "the outputs asked for", std::string(backward ? "backward" : "forward") +
-                                                               (f.lse.empty() ? "" : " lse"));
+    dist::require_agreement(comm, "the outputs asked for",
+                            std::string(backward ? "backward" : "forward") + (f.lse.empty() ? "" : " lse"));
     const Tensor q = load_tensor(f.q, "--q"), k = load_tensor(f.k, "--k"), v = load_tensor(f.v, "--v");
     for (const Tensor* t : {&k, &v})
       if (t->dtype != q.dtype || t->file_shape.size() != q.file_shape.size())
@@ -107,8 +107,8 @@ int run_ring_attention(const RingFiles& f, const Options& opt) {
       std::vector<float> dq(qs.size()), dk(ks.size()), dv(vs.size());
       dist::ring_backward(comm, qv, kv, vv, contiguous<const float>(out.data(), o_local),
                           contiguous<const float>(lse.data(), {B, Hq, nq}), contiguous<const float>(ds.data(), o_local),
-                          contiguous(dq.data(), q_local), contiguous(dk.data(), k_local), contiguous(dv.data(), v_local),
-                          opt, ring);
+                          contiguous(dq.data(), q_local), contiguous(dk.data(), k_local),
+                          contiguous(dv.data(), v_local), opt, ring);
       std::vector<float> dq_all = whole(q.shape), dk_all = whole(k.shape), dv_all = whole(v.shape);
       dist::gather_to_root(comm, layout, dq.data(), q.shape, dq_all.data());
       dist::gather_to_root(comm, layout, dk.data(), k.shape, dk_all.data());

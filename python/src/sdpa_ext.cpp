@@ -191,12 +191,13 @@ std::string train_sweep(const sdpa::nn::SweepSpec& spec) {
 
 // The block's options: `causal` etc. describe the whole sequence (nq queries, nk keys),
 // the block holds queries [q0, q0 + q.shape[2]) and keys [k0, k0 + k.shape[2]).
-sdpa::Options block_opts(const In4& q, const In4& k, std::int64_t q0, std::int64_t k0, std::int64_t nq,
-                         std::int64_t nk, std::optional<double> scale, std::optional<double> softcap,
-                         const std::string& causal, std::int64_t window_left, std::int64_t window_right, int threads) {
+sdpa::Options block_opts(const In4& q, const In4& k, std::int64_t q0, std::int64_t k0, std::int64_t nq, std::int64_t nk,
+                         std::optional<double> scale, std::optional<double> softcap, const std::string& causal,
+                         std::int64_t window_left, std::int64_t window_right, int threads) {
   const sdpa::Options whole =
       options(scale, softcap, causal, window_left, window_right, In4(), Keep4(), threads, "fast");
-  const sdpa::BlockPos pos{q0, k0, static_cast<std::int64_t>(q.shape(2)), static_cast<std::int64_t>(k.shape(2)), nq, nk};
+  const sdpa::BlockPos pos{q0, k0, static_cast<std::int64_t>(q.shape(2)), static_cast<std::int64_t>(k.shape(2)),
+                           nq, nk};
   if (!sdpa::block_visible(whole, pos)) return {};
   sdpa::Options o = sdpa::block_options(whole, pos);
   o.threads = threads;
@@ -269,11 +270,11 @@ NB_MODULE(_ext, m) {
         nb::arg("window_right"), nb::arg("threads"),
         "Attention of one (query shard, key block) pair of a longer sequence (sdpa/blocks.hpp); False, writing "
         "nothing, when no pair of the block is visible.");
-  m.def("backward_block", &backward_block, nb::arg("q").noconvert(), nb::arg("k").noconvert(),
-        nb::arg("v").noconvert(), nb::arg("out").noconvert(), nb::arg("lse").noconvert(), nb::arg("dout").noconvert(),
-        nb::arg("dq").noconvert(), nb::arg("dk").noconvert(), nb::arg("dv").noconvert(), nb::arg("q0"), nb::arg("k0"),
-        nb::arg("nq"), nb::arg("nk"), nb::arg("scale").none(), nb::arg("softcap").none(), nb::arg("causal"),
-        nb::arg("window_left"), nb::arg("window_right"), nb::arg("threads"),
+  m.def("backward_block", &backward_block, nb::arg("q").noconvert(), nb::arg("k").noconvert(), nb::arg("v").noconvert(),
+        nb::arg("out").noconvert(), nb::arg("lse").noconvert(), nb::arg("dout").noconvert(), nb::arg("dq").noconvert(),
+        nb::arg("dk").noconvert(), nb::arg("dv").noconvert(), nb::arg("q0"), nb::arg("k0"), nb::arg("nq"),
+        nb::arg("nk"), nb::arg("scale").none(), nb::arg("softcap").none(), nb::arg("causal"), nb::arg("window_left"),
+        nb::arg("window_right"), nb::arg("threads"),
         "Adds one block's dq, dk, dv (sdpa::backward_accumulate) given the merged out and lse.");
   m.def("merge_partial", &merge_partial, nb::arg("out").noconvert(), nb::arg("lse").noconvert(),
         nb::arg("part_out").noconvert(), nb::arg("part_lse").noconvert(),

@@ -212,8 +212,8 @@ void ring_forward(MPI_Comm comm, View4<const float> q, View4<const float> k, Vie
     const i64 n_own = kv_len[static_cast<std::size_t>(owner)];
     const bool pass = step + 1 < r.size;
     if (pass) {  // the next block arrives while this one is computed
-      MPI_Irecv(buf[1 - cur].data(), count_of(kv.floats(kv_len[static_cast<std::size_t>(incoming)]), "K, V"),
-                MPI_FLOAT, r.prev, step, comm, &req[0]);
+      MPI_Irecv(buf[1 - cur].data(), count_of(kv.floats(kv_len[static_cast<std::size_t>(incoming)]), "K, V"), MPI_FLOAT,
+                r.prev, step, comm, &req[0]);
       MPI_Isend(buf[cur].data(), count_of(kv.floats(n_own), "K, V"), MPI_FLOAT, r.next, step, comm, &req[1]);
       st.bytes_sent += kv.floats(n_own) * static_cast<i64>(sizeof(float));
     }
@@ -270,7 +270,7 @@ void ring_backward(MPI_Comm comm, View4<const float> q, View4<const float> k, Vi
 
   MPI_Request kv_req[2], grad_recv = MPI_REQUEST_NULL, grad_send = MPI_REQUEST_NULL;
   const int kGradTag = 16384;  // above any step number of the K, V messages (P < 16384)
-  int cur = 0, g = 0;            // g: the grad buffer that receives this step's running sum
+  int cur = 0, g = 0;          // g: the grad buffer that receives this step's running sum
   for (int step = 0; step < r.size; ++step) {
     const int owner = (r.rank - step + r.size) % r.size, incoming = (owner - 1 + r.size) % r.size;
     const i64 n_own = kv_len[static_cast<std::size_t>(owner)];
@@ -296,11 +296,11 @@ void ring_backward(MPI_Comm comm, View4<const float> q, View4<const float> k, Vi
       const auto dkb = kv.k(mine.data(), n_own), dvb = kv.v(mine.data(), n_own);
       for_each_block(qsegs, shard_segments(ring.nk, r.size, owner, ring.layout), opt, ring, progress,
                      [&](i64 lq0, i64 lk0, const BlockPos& pos) {
-                       backward_accumulate(rows(q, lq0, pos.nq_block), View4<const float>(rows(kb, lk0, pos.nk_block)),
-                                           View4<const float>(rows(vb, lk0, pos.nk_block)), rows(out, lq0, pos.nq_block),
-                                           rows(lse, lq0, pos.nq_block), rows(dout, lq0, pos.nq_block),
-                                           rows(dq, lq0, pos.nq_block), rows(dkb, lk0, pos.nk_block),
-                                           rows(dvb, lk0, pos.nk_block), block_options(opt, pos));
+                       backward_accumulate(
+                           rows(q, lq0, pos.nq_block), View4<const float>(rows(kb, lk0, pos.nk_block)),
+                           View4<const float>(rows(vb, lk0, pos.nk_block)), rows(out, lq0, pos.nq_block),
+                           rows(lse, lq0, pos.nq_block), rows(dout, lq0, pos.nq_block), rows(dq, lq0, pos.nq_block),
+                           rows(dkb, lk0, pos.nk_block), rows(dvb, lk0, pos.nk_block), block_options(opt, pos));
                      });
     }
     const double t1 = now();

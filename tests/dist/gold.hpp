@@ -62,9 +62,8 @@ inline Gold make_gold(const Case& c, const Data& d, i64 parts) {
   Gold g;
   g.out.resize(d.dout.size()), g.lse.resize(static_cast<std::size_t>(c.B * c.Hq * c.Nq));
   g.dq.resize(d.q.size()), g.dk.resize(d.k.size()), g.dv.resize(d.v.size());
-  reference::forward<double, double>(contiguous(q64.data(), qs), contiguous(k64.data(), ks),
-                                     contiguous(v64.data(), vs), contiguous(g.out.data(), os),
-                                     contiguous(g.lse.data(), ls), c.opt);
+  reference::forward<double, double>(contiguous(q64.data(), qs), contiguous(k64.data(), ks), contiguous(v64.data(), vs),
+                                     contiguous(g.out.data(), os), contiguous(g.lse.data(), ls), c.opt);
   reference::backward<double, double>(contiguous(q64.data(), qs), contiguous(k64.data(), ks),
                                       contiguous(v64.data(), vs), contiguous<const double>(g.out.data(), os),
                                       contiguous<const double>(g.lse.data(), ls), contiguous(do64.data(), os),
@@ -76,11 +75,11 @@ inline Gold make_gold(const Case& c, const Data& d, i64 parts) {
   reference::forward<float, float>(contiguous<const float>(d.q.data(), qs), contiguous<const float>(d.k.data(), ks),
                                    contiguous<const float>(d.v.data(), vs), contiguous(n.out.data(), os),
                                    contiguous(n.lse.data(), ls), c.opt);
-  reference::backward<float, float>(
-      contiguous<const float>(d.q.data(), qs), contiguous<const float>(d.k.data(), ks),
-      contiguous<const float>(d.v.data(), vs), contiguous<const float>(n.out.data(), os),
-      contiguous<const float>(n.lse.data(), ls), contiguous<const float>(d.dout.data(), os),
-      contiguous(n.dq.data(), qs), contiguous(n.dk.data(), ks), contiguous(n.dv.data(), vs), c.opt);
+  reference::backward<float, float>(contiguous<const float>(d.q.data(), qs), contiguous<const float>(d.k.data(), ks),
+                                    contiguous<const float>(d.v.data(), vs), contiguous<const float>(n.out.data(), os),
+                                    contiguous<const float>(n.lse.data(), ls),
+                                    contiguous<const float>(d.dout.data(), os), contiguous(n.dq.data(), qs),
+                                    contiguous(n.dk.data(), ks), contiguous(n.dv.data(), vs), c.opt);
   // Column mass C = max_j Σ_{i, h of j's group} p_ij: the probabilities themselves, from the
   // fp64 reference with v = the identity (out_i = p_i·).
   std::vector<double> eye(static_cast<std::size_t>(c.B * c.Hkv * c.Nk * c.Nk), 0.0);
@@ -121,8 +120,8 @@ inline void expect_within(const Result& r, const Gold& g, bool print = false) {
     std::printf("  error/bound: out %.2e/%.2e lse %.2e/%.2e", max_abs_err(r.out, g.out), g.tol_out,
                 max_abs_err(r.lse, g.lse), g.tol_lse);
     if (!r.dq.empty())
-      std::printf(" dq %.2e/%.2e dk %.2e/%.2e dv %.2e/%.2e", max_abs_err(r.dq, g.dq), g.tol_dq,
-                  max_abs_err(r.dk, g.dk), g.tol_dk, max_abs_err(r.dv, g.dv), g.tol_dv);
+      std::printf(" dq %.2e/%.2e dk %.2e/%.2e dv %.2e/%.2e", max_abs_err(r.dq, g.dq), g.tol_dq, max_abs_err(r.dk, g.dk),
+                  g.tol_dk, max_abs_err(r.dv, g.dv), g.tol_dv);
     std::printf("\n");
   }
   EXPECT_LE(max_abs_err(r.out, g.out), g.tol_out) << "out";

@@ -109,8 +109,7 @@ TEST_P(Blocks, OneBlockIsTheWholeCallBitForBit) {
   EXPECT_EQ(r.dv, dv);
 }
 
-INSTANTIATE_TEST_SUITE_P(Cases, Blocks, ::testing::ValuesIn(cases()),
-                         [](const auto& info) { return info.param.name; });
+INSTANTIATE_TEST_SUITE_P(Cases, Blocks, ::testing::ValuesIn(cases()), [](const auto& info) { return info.param.name; });
 
 TEST(Blocks, DiagonalIsValidated) {
   std::vector<float> q(16, 0.5f), out(16), lse(4);
@@ -131,12 +130,13 @@ TEST(Blocks, BadArgumentsAreRefused) {
   std::vector<float> m(4);
   Options o;
   o.mask = contiguous<const float>(m.data(), {1, 1, 2, 2});
-  EXPECT_THROW(block_options(o, BlockPos{0, 0, 2, 2, 2, 2}), Error);  // masks are not sliced
+  EXPECT_THROW(block_options(o, BlockPos{0, 0, 2, 2, 2, 2}), Error);          // masks are not sliced
   EXPECT_THROW(block_options(Options{}, BlockPos{1, 0, 2, 2, 2, 2}), Error);  // past the end
   std::vector<float> a(8), l(2), b(12), lb(3);
-  EXPECT_THROW(merge_partial(contiguous(a.data(), {1, 1, 2, 4}), contiguous(l.data(), {1, 1, 2}),
-                             contiguous<const float>(b.data(), {1, 1, 3, 4}), contiguous<const float>(lb.data(), {1, 1, 3})),
-               Error);
+  EXPECT_THROW(
+      merge_partial(contiguous(a.data(), {1, 1, 2, 4}), contiguous(l.data(), {1, 1, 2}),
+                    contiguous<const float>(b.data(), {1, 1, 3, 4}), contiguous<const float>(lb.data(), {1, 1, 3})),
+      Error);
 }
 
 }  // namespace

@@ -33,7 +33,8 @@ std::vector<double> shard_of(const std::vector<double>& whole, std::array<i64, 4
   for (i64 bh = 0; bh < shape[0] * shape[1]; ++bh)
     for (const auto& s : shard_segments(shape[2], world_size(), world_rank(), layout))
       for (i64 i = s.start; i < s.start + s.len; ++i)
-        for (i64 e = 0; e < shape[3]; ++e) out.push_back(whole[static_cast<std::size_t>((bh * shape[2] + i) * shape[3] + e)]);
+        for (i64 e = 0; e < shape[3]; ++e)
+          out.push_back(whole[static_cast<std::size_t>((bh * shape[2] + i) * shape[3] + e)]);
   return out;
 }
 
@@ -72,7 +73,9 @@ struct Param {
   Case c;
   Layout layout;
 };
-std::ostream& operator<<(std::ostream& os, const Param& p) { return os << p.c.name << "_" << shard_layout_name(p.layout); }
+std::ostream& operator<<(std::ostream& os, const Param& p) {
+  return os << p.c.name << "_" << shard_layout_name(p.layout);
+}
 
 class Ring : public ::testing::TestWithParam<Param> {};
 
