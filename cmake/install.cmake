@@ -8,6 +8,7 @@ install(TARGETS sdpa EXPORT sdpaTargets
         INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(FILES
           ${PROJECT_SOURCE_DIR}/include/sdpa/attention.hpp
+          ${PROJECT_SOURCE_DIR}/include/sdpa/blocks.hpp
           ${PROJECT_SOURCE_DIR}/include/sdpa/error.hpp
           ${PROJECT_SOURCE_DIR}/include/sdpa/reference.hpp
           ${PROJECT_SOURCE_DIR}/include/sdpa/sdpa.hpp

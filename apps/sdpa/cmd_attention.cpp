@@ -6,6 +6,7 @@
 #include "commands.hpp"
 #include "common.hpp"
 #include "io/atomic_file.hpp"
+#include "ring.hpp"
 
 namespace sdpa::cli {
 namespace {
@@ -16,6 +17,8 @@ struct Args {
   std::string causal = "none", window, kernel = "fast", isa = "auto";
   int threads = 0;
   std::string grad_out, dq, dk, dv;
+  bool ring = false;  // under mpirun: ring attention over the ranks (cmd_ring.cpp)
+  std::string layout = "zigzag";
 };
 
 // out/grad shapes keep the file's rank: the leading dims of `like`, last two given.
@@ -26,19 +29,7 @@ std::vector<i64> file_shape(const Tensor& like, i64 n, i64 d) {
   return s;
 }
 
-int run(const Args& a) {
-  const Tensor q = load_tensor(a.q, "--q"), k = load_tensor(a.k, "--k"), v = load_tensor(a.v, "--v");
-  for (const Tensor* t : {&k, &v}) {
-    if (t->dtype != q.dtype)
-      throw Error(t->name + ": dtype " + io::dtype_name(t->dtype) + " differs from --q's " + io::dtype_name(q.dtype));
-    if (t->file_shape.size() != q.file_shape.size())
-      throw Error(t->name + ": rank " + std::to_string(t->file_shape.size()) + " differs from --q's " +
-                  std::to_string(q.file_shape.size()));
-  }
-  const bool want_backward = !a.grad_out.empty() || !a.dq.empty() || !a.dk.empty() || !a.dv.empty();
-  if (want_backward && (a.grad_out.empty() || a.dq.empty() || a.dk.empty() || a.dv.empty()))
-    throw Error("--grad-out, --dq, --dk and --dv go together: give all four for the backward pass");
-
+Options options_of(const Args& a) {
   Options opt;
   opt.scale = a.scale;
   opt.softcap = a.softcap;
@@ -50,6 +41,26 @@ int run(const Args& a) {
     opt.kernel = Kernel::reference;
   else if (a.kernel != "fast")
     throw Error("--kernel: expected fast or reference, got '" + a.kernel + "'");
+  return opt;
+}
+
+int run(const Args& a) {
+  const bool want_backward = !a.grad_out.empty() || !a.dq.empty() || !a.dk.empty() || !a.dv.empty();
+  if (want_backward && (a.grad_out.empty() || a.dq.empty() || a.dk.empty() || a.dv.empty()))
+    throw Error("--grad-out, --dq, --dk and --dv go together: give all four for the backward pass");
+  if (a.ring) {
+    if (!a.mask.empty()) throw Error("--mask: not supported with --ring (use --causal and --window)");
+    return run_ring_attention({a.q, a.k, a.v, a.out, a.lse, a.grad_out, a.dq, a.dk, a.dv, a.layout}, options_of(a));
+  }
+  const Tensor q = load_tensor(a.q, "--q"), k = load_tensor(a.k, "--k"), v = load_tensor(a.v, "--v");
+  for (const Tensor* t : {&k, &v}) {
+    if (t->dtype != q.dtype)
+      throw Error(t->name + ": dtype " + io::dtype_name(t->dtype) + " differs from --q's " + io::dtype_name(q.dtype));
+    if (t->file_shape.size() != q.file_shape.size())
+      throw Error(t->name + ": rank " + std::to_string(t->file_shape.size()) + " differs from --q's " +
+                  std::to_string(q.file_shape.size()));
+  }
+  Options opt = options_of(a);
   Mask mask;
   if (!a.mask.empty()) {
     mask = load_mask(a.mask);  // rank promoted to 4; the library broadcasts size-1 dimensions
@@ -115,6 +126,9 @@ Command add_attention(CLI::App& parent) {
   c->add_option("--dq", a->dq, "Backward: write dq here");
   c->add_option("--dk", a->dk, "Backward: write dk here");
   c->add_option("--dv", a->dv, "Backward: write dv here");
+  c->add_flag("--ring", a->ring,
+              "Under mpirun: ring attention, each rank holding a shard of the sequence; rank 0 writes the outputs");
+  c->add_option("--layout", a->layout, "With --ring: contiguous | zigzag (causal balance)")->capture_default_str();
   return {c, [a] { return run(*a); }};
 }
 

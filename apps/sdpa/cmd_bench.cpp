@@ -13,6 +13,7 @@
 #include "bench/blas_attention.hpp"
 #include "bench/suite.hpp"
 #include "commands.hpp"
+#include "ring.hpp"
 #include "common.hpp"
 #include "timer_options.hpp"
 
@@ -25,6 +26,8 @@ struct Args {
   bool causal = false, backward = false, no_torch = false, no_blas = false;
   int threads = 0;
   std::string suite, format = "table", isa = "auto";
+  bool ring = false;  // under mpirun (cmd_ring.cpp)
+  std::string layout = "zigzag";
 };
 
 nlohmann::ordered_json json_row(const bench::SuiteResult& res, const bench::Row& r) {
@@ -138,6 +141,14 @@ int run(const Args& a) {
   o.blas = !a.no_blas;
   o.torch = !a.no_torch;
   const int threads = bench::resolve_threads(a.threads);
+  if (a.ring) {
+    if (!a.suite.empty()) throw Error("--suite: not with --ring (give one shape)");
+    Options opt;
+    opt.causal = a.causal ? Causal::top_left : Causal::none;
+    opt.threads = a.threads;  // 0: OpenMP's default on each rank (OMP_NUM_THREADS)
+    opt.isa = o.isa;
+    return run_ring_bench({a.shape.resolve(), opt, a.layout, a.backward, a.rule.min_runs});
+  }
   if (!a.suite.empty()) {
     if (a.suite != "default") throw Error("--suite: the only suite is 'default', got '" + a.suite + "'");
     o.cases = bench::default_suite(threads);
@@ -178,6 +189,10 @@ Command add_bench(CLI::App& parent) {
   c->add_flag("--no-torch", a->no_torch, "Skip the PyTorch comparison");
   c->add_flag("--no-blas", a->no_blas, "Skip the BLAS comparison");
   c->add_option("--format", a->format, "table | json")->capture_default_str();
+  c->add_flag("--ring", a->ring,
+              "Under mpirun: time ring attention per rank (compute, communication, how much is hidden) against one "
+              "process; --repeat runs");
+  c->add_option("--layout", a->layout, "With --ring: contiguous | zigzag")->capture_default_str();
   return {c, [a] { return run(*a); }};
 }
 

@@ -49,6 +49,11 @@ struct Options {
   std::optional<double> scale;    // β, any finite value; default 1/√Dk
   std::optional<double> softcap;  // c > 0: scores become c·tanh(s/c)
   Causal causal = Causal::none;
+  // The diagonal d_i = i + diagonal that the causal mask and the window follow, replacing
+  // the alignment's own (0 for top_left, Nk - Nq otherwise). Set for a block of a longer
+  // sequence (queries from q0, keys from k0): diagonal = q0 - k0 + the sequence's own.
+  // |diagonal| <= 2^62. See sdpa/blocks.hpp.
+  std::optional<std::int64_t> diagonal;
   Window window{};
   View4<const float> mask{};         // additive float mask; empty = none
   View4<const std::uint8_t> keep{};  // boolean keep-mask (nonzero keeps); empty = none

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "sdpa/attention.hpp"
+#include "sdpa/blocks.hpp"
 #include "sdpa/error.hpp"
 #include "sdpa/reference.hpp"
 #include "sdpa/tensor.hpp"

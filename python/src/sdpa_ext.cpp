@@ -187,6 +187,62 @@ std::string train_sweep(const sdpa::nn::SweepSpec& spec) {
   return sdpa::nn::to_json(sdpa::nn::sweep(spec)).dump();
 }
 
+// ---- blockwise attention: the building blocks of sdpa.distributed's ring ---------------
+
+// The block's options: `causal` etc. describe the whole sequence (nq queries, nk keys),
+// the block holds queries [q0, q0 + q.shape[2]) and keys [k0, k0 + k.shape[2]).
+sdpa::Options block_opts(const In4& q, const In4& k, std::int64_t q0, std::int64_t k0, std::int64_t nq, std::int64_t nk,
+                         std::optional<double> scale, std::optional<double> softcap, const std::string& causal,
+                         std::int64_t window_left, std::int64_t window_right, int threads) {
+  const sdpa::Options whole =
+      options(scale, softcap, causal, window_left, window_right, In4(), Keep4(), threads, "fast");
+  const sdpa::BlockPos pos{q0, k0, static_cast<std::int64_t>(q.shape(2)), static_cast<std::int64_t>(k.shape(2)),
+                           nq, nk};
+  if (!sdpa::block_visible(whole, pos)) return {};
+  sdpa::Options o = sdpa::block_options(whole, pos);
+  o.threads = threads;
+  return o;
+}
+
+// Returns whether the block has a visible pair; only then are out and lse written.
+bool forward_block(In4 q, In4 k, In4 v, Out4 out, Out3 lse, std::int64_t q0, std::int64_t k0, std::int64_t nq,
+                   std::int64_t nk, std::optional<double> scale, std::optional<double> softcap,
+                   const std::string& causal, std::int64_t window_left, std::int64_t window_right, int threads) {
+  const sdpa::Options o = block_opts(q, k, q0, k0, nq, nk, scale, softcap, causal, window_left, window_right, threads);
+  if (!o.diagonal) return false;  // block_options always sets it; an invisible block does not
+  nb::gil_scoped_release unlocked;
+  sdpa::forward(view_of<const float, 4>(q), view_of<const float, 4>(k), view_of<const float, 4>(v),
+                view_of<float, 4>(out), view_of<float, 3>(lse), o);
+  return true;
+}
+
+// Adds the block's gradients to dq, dk, dv; out and lse are the merged (whole-row) ones.
+void backward_block(In4 q, In4 k, In4 v, In4 out, In3 lse, In4 dout, Out4 dq, Out4 dk, Out4 dv, std::int64_t q0,
+                    std::int64_t k0, std::int64_t nq, std::int64_t nk, std::optional<double> scale,
+                    std::optional<double> softcap, const std::string& causal, std::int64_t window_left,
+                    std::int64_t window_right, int threads) {
+  const sdpa::Options o = block_opts(q, k, q0, k0, nq, nk, scale, softcap, causal, window_left, window_right, threads);
+  if (!o.diagonal) return;
+  nb::gil_scoped_release unlocked;
+  sdpa::backward_accumulate(view_of<const float, 4>(q), view_of<const float, 4>(k), view_of<const float, 4>(v),
+                            view_of<const float, 4>(out), view_of<const float, 3>(lse), view_of<const float, 4>(dout),
+                            view_of<float, 4>(dq), view_of<float, 4>(dk), view_of<float, 4>(dv), o);
+}
+
+void merge_partial(Out4 out, Out3 lse, In4 part_out, In3 part_lse) {
+  nb::gil_scoped_release unlocked;
+  sdpa::merge_partial(view_of<float, 4>(out), view_of<float, 3>(lse), view_of<const float, 4>(part_out),
+                      view_of<const float, 3>(part_lse));
+}
+
+std::vector<std::pair<std::int64_t, std::int64_t>> shard_segments(std::int64_t n, int ranks, int rank,
+                                                                  const std::string& layout) {
+  std::vector<std::pair<std::int64_t, std::int64_t>> out;
+  for (const auto& s : sdpa::shard_segments(n, ranks, rank, sdpa::parse_shard_layout(layout)))
+    out.emplace_back(s.start, s.len);
+  return out;
+}
+
 }  // namespace
 
 NB_MODULE(_ext, m) {
@@ -208,6 +264,23 @@ NB_MODULE(_ext, m) {
         "sdpa::backward into preallocated dq, dk, dv.");
   m.def("inspect", &inspect, nb::arg("a").noconvert(),
         "(address, shape, element strides) of a float32 CPU array as the module receives it.");
+  m.def("forward_block", &forward_block, nb::arg("q").noconvert(), nb::arg("k").noconvert(), nb::arg("v").noconvert(),
+        nb::arg("out").noconvert(), nb::arg("lse").noconvert(), nb::arg("q0"), nb::arg("k0"), nb::arg("nq"),
+        nb::arg("nk"), nb::arg("scale").none(), nb::arg("softcap").none(), nb::arg("causal"), nb::arg("window_left"),
+        nb::arg("window_right"), nb::arg("threads"),
+        "Attention of one (query shard, key block) pair of a longer sequence (sdpa/blocks.hpp); False, writing "
+        "nothing, when no pair of the block is visible.");
+  m.def("backward_block", &backward_block, nb::arg("q").noconvert(), nb::arg("k").noconvert(), nb::arg("v").noconvert(),
+        nb::arg("out").noconvert(), nb::arg("lse").noconvert(), nb::arg("dout").noconvert(), nb::arg("dq").noconvert(),
+        nb::arg("dk").noconvert(), nb::arg("dv").noconvert(), nb::arg("q0"), nb::arg("k0"), nb::arg("nq"),
+        nb::arg("nk"), nb::arg("scale").none(), nb::arg("softcap").none(), nb::arg("causal"), nb::arg("window_left"),
+        nb::arg("window_right"), nb::arg("threads"),
+        "Adds one block's dq, dk, dv (sdpa::backward_accumulate) given the merged out and lse.");
+  m.def("merge_partial", &merge_partial, nb::arg("out").noconvert(), nb::arg("lse").noconvert(),
+        nb::arg("part_out").noconvert(), nb::arg("part_lse").noconvert(),
+        "(out, lse) <- their lse-merge with (part_out, part_lse), in that order.");
+  m.def("shard_segments", &shard_segments, nb::arg("n"), nb::arg("ranks"), nb::arg("rank"), nb::arg("layout"),
+        "[(start, length)] of a rank's shard of a length-n sequence: layout 'contiguous' or 'zigzag'.");
 
   m.def(
       "active_isa", [] { return std::string(sdpa::isa_name(sdpa::active_isa())); },

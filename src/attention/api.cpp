@@ -11,6 +11,7 @@
 #include <omp.h>
 
 #include "attention/fast.hpp"
+#include "attention/merge.hpp"
 #include "attention/problem.hpp"
 #include "sdpa/reference.hpp"
 
@@ -82,43 +83,18 @@ i64 kv_splits(const Problem& p, i64 items) {
   return std::min(kMaxSplits, std::min(ceil_div(kSplitBelowItems * 2, items), p.Nk / kSplitKeys));
 }
 
-// out_l = Σ_s exp(lse_s − lse) out_s,  lse = log Σ_s exp(lse_s); a split that saw no key
-// (lse_s = −inf) contributes nothing, a NaN lse_s makes the row NaN as an unsplit call would.
+// The splits' partial results, merged by merge_row (attention/merge.hpp).
 void merge_splits(const Problem& p, const Tensors& t, i64 splits, i64 lanes, const std::vector<float>& part_out,
                   const std::vector<float>& part_lse, int workers) {
   const i64 rows = p.B * p.Hkv * lanes, stride = rows;  // stride between splits, in lanes
-  const float nan = std::numeric_limits<float>::quiet_NaN(), neg_inf = -std::numeric_limits<float>::infinity();
 #pragma omp parallel for num_threads(workers) schedule(static)
   for (i64 row = 0; row < rows; ++row) {
     const i64 bg = row / lanes, lane = row % lanes, b = bg / p.Hkv, g = bg % p.Hkv;
     const i64 h = g * p.group + lane / p.Nq, i = lane % p.Nq;
-    float mx = neg_inf;
-    bool any_nan = false;
-    for (i64 s = 0; s < splits; ++s) {
-      const float x = part_lse[static_cast<std::size_t>(s * stride + row)];
-      any_nan |= std::isnan(x);
-      mx = std::max(mx, x);
-    }
-    float lse = neg_inf;
-    if (any_nan) {
-      lse = nan;
-    } else if (mx != neg_inf) {
-      float sum = 0.0f;
-      for (i64 s = 0; s < splits; ++s) sum += std::exp(part_lse[static_cast<std::size_t>(s * stride + row)] - mx);
-      lse = mx + std::log(sum);
-    }
-    for (i64 e = 0; e < p.Dv; ++e) {
-      float acc = 0.0f;
-      if (any_nan) {
-        acc = nan;
-      } else if (lse != neg_inf) {
-        for (i64 s = 0; s < splits; ++s) {
-          const float w = std::exp(part_lse[static_cast<std::size_t>(s * stride + row)] - lse);
-          if (w != 0.0f) acc += w * part_out[static_cast<std::size_t>((s * stride + row) * p.Dv + e)];
-        }
-      }
-      t.out_w(b, h, i, e) = acc;
-    }
+    const float lse = merge_row(
+        splits, p.Dv, [&](i64 s) { return part_lse[static_cast<std::size_t>(s * stride + row)]; },
+        [&](i64 s, i64 e) { return part_out[static_cast<std::size_t>((s * stride + row) * p.Dv + e)]; },
+        [&](i64 e, float x) { t.out_w(b, h, i, e) = x; });
     if (!t.lse_w.empty()) t.lse_w(b, h, i) = lse;
   }
 }

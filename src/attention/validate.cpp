@@ -152,6 +152,12 @@ void check_options(const Options& opt, Problem& p) {
   if (opt.threads < 0) fail("threads: must be >= 0 (0 = all available), got " + std::to_string(opt.threads));
   p.causal = opt.causal != Causal::none;
   p.diag_offset = opt.causal == Causal::top_left ? 0 : p.Nk - p.Nq;
+  if (opt.diagonal) {
+    constexpr i64 kMaxDiagonal = i64{1} << 62;  // keeps i + diagonal ± window inside int64
+    if (*opt.diagonal > kMaxDiagonal || *opt.diagonal < -kMaxDiagonal)
+      fail("diagonal: |diagonal| must be <= 2^62, got " + std::to_string(*opt.diagonal));
+    p.diag_offset = *opt.diagonal;
+  }
   p.window_left = opt.window.left;
   p.window_right = opt.window.right;
   p.mask = opt.mask;

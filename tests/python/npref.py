@@ -162,3 +162,21 @@ def assert_within(what, fast, naive, gold, floor):
     bound = 2 * en + floor
     assert ef <= bound, f"{what}: sdpa error {ef:.3g} > bound {bound:.3g} (naive fp32 error {en:.3g}, floor {floor:.3g})"
     return ef, en, bound
+
+
+def merge_extra(q, k, v, dout, p, parts, lse_floor, **opts):
+    """The extra error of a result merged by lse from `parts` key blocks per row, for
+    (out, lse, dq, dk, dv): docs/scaling.md, "The merge's error bound" (tests/dist/merge_tolerance.hpp
+    is the same bound for the C++ tests). p: the fp64 probabilities [B, Hq, Nq, Nk]."""
+    Dk, Nk = np.shape(q)[-1], np.shape(k)[-2]
+    scale = opts.get("scale")
+    beta = abs(1.0 / math.sqrt(Dk) if scale is None else scale)
+    L = smax(q, k, scale=scale, softcap=opts.get("softcap")) + math.log(Nk)
+    dpmax = max_row_norm(dout) * max_row_norm(v)
+    Hq, Hkv = np.shape(q)[1], np.shape(k)[1]
+    B, _, Nq, _ = np.shape(p)
+    mass = float(np.asarray(p).reshape(B, Hkv, Hq // Hkv, Nq, Nk).sum(axis=(2, 3)).max())  # max_j Σ_i p_ij
+    s1 = (parts - 1) * EPS32
+    vmax = max_abs(v)
+    return (2 * lse_floor * vmax + s1 * vmax * (4 * L + 20), s1 * (L + 4), s1 * (L + 5) * 2 * beta * dpmax * max_abs(k),
+            s1 * (L + 5) * 2 * beta * dpmax * max_abs(q) * mass, s1 * (L + 5) * max_abs(dout) * mass)

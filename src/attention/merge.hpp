@@ -1,0 +1,53 @@
+// merge.hpp — the one merge of partial attention results over disjoint key sets.
+//
+// Parts s = 0 … count−1 of one query row, each with its (out_s, lse_s), combine as
+//   lse = log Σ_s exp(lse_s)              (computed as m + log Σ_s exp(lse_s − m), m = max_s lse_s)
+//   out = Σ_s exp(lse_s − lse) · out_s    summed in the order s = 0, 1, …
+// A part with lse_s = −inf saw no key and contributes nothing (its weight is exactly 0 and
+// its out_s is not read); a NaN lse_s makes the row NaN, as the unsplit call would.
+// Used by the split-KV decoding merge (api.cpp) and by sdpa::merge_partial (blocks.cpp).
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+namespace sdpa::detail {
+
+/// Merges one row. lse_at(s) is part s's lse, out_at(s, e) its out element e; store(e, x)
+/// receives the merged out element e after every out_at(·, e) was read. Returns the lse.
+template <class LseAt, class OutAt, class Store>
+float merge_row(std::int64_t count, std::int64_t dv, LseAt lse_at, OutAt out_at, Store store) {
+  const float nan = std::numeric_limits<float>::quiet_NaN(), neg_inf = -std::numeric_limits<float>::infinity();
+  float mx = neg_inf;
+  bool any_nan = false;
+  for (std::int64_t s = 0; s < count; ++s) {
+    const float x = lse_at(s);
+    any_nan |= std::isnan(x);
+    mx = std::max(mx, x);
+  }
+  float lse = neg_inf;
+  if (any_nan) {
+    lse = nan;
+  } else if (mx != neg_inf) {
+    float sum = 0.0f;
+    for (std::int64_t s = 0; s < count; ++s) sum += std::exp(lse_at(s) - mx);
+    lse = mx + std::log(sum);
+  }
+  for (std::int64_t e = 0; e < dv; ++e) {
+    float acc = 0.0f;
+    if (any_nan) {
+      acc = nan;
+    } else if (lse != neg_inf) {
+      for (std::int64_t s = 0; s < count; ++s) {
+        const float w = std::exp(lse_at(s) - lse);
+        if (w != 0.0f) acc += w * out_at(s, e);
+      }
+    }
+    store(e, acc);
+  }
+  return lse;
+}
+
+}  // namespace sdpa::detail

@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# ring_cli_test.sh MPIEXEC SDPA NPY_TOOL CASE — `sdpa attention --ring` and `sdpa bench --ring`
+# under mpirun, end to end. Every mpirun runs under `timeout`: a hang fails the test.
+set -euo pipefail
+mpiexec=$1 sdpa=$2 tool=$3 case=$4
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cd "$work"
+export OMP_NUM_THREADS=1
+mpi() { local np=$1; shift; timeout 60 "$mpiexec" --oversubscribe --allow-run-as-root -np "$np" "$@"; }
+
+fail() { echo "FAIL: $*"; exit 1; }
+# close A B TOL: max |a - b| <= TOL. The ring's derived bound is tested in dist.ring.np*;
+# here 1e-3 separates a correct ring (errors ~1e-6 on these sizes) from a misplaced shard
+# (errors ~1).
+close() {
+  local d; d=$("$tool" maxdiff "$1" "$2")
+  awk -v d="$d" -v t="$3" 'BEGIN { exit !(d <= t) }' || fail "$1 vs $2 differ by $d (> $3)"
+  echo "ok: $1 ~ $2 (max diff $d)"
+}
+# expect_fault FRAGMENT NP CMD...: non-zero exit within the timeout (124 = hung), FRAGMENT
+# on stderr, and no output file o.npy.
+expect_fault() {
+  local fragment=$1 np=$2; shift 2
+  local rc=0
+  rm -f o.npy
+  mpi "$np" "$@" > out.txt 2> err.txt || rc=$?
+  [ "$rc" -ne 0 ] || fail "expected a non-zero exit: $*"
+  [ "$rc" -ne 124 ] || fail "hung (killed by timeout): $*"
+  grep -qF -- "$fragment" err.txt || { cat err.txt; fail "stderr should mention '$fragment': $*"; }
+  [ ! -e o.npy ] || fail "o.npy left behind: $*"
+  ls | grep -q '\.tmp' && fail "temporary files left behind: $(ls)"
+  echo "ok: exit $rc mentioning '$fragment'"
+}
+
+"$tool" make q.npy f32 1 2 4 37 8; "$tool" make k.npy f32 2 2 2 41 8; "$tool" make v.npy f32 3 2 2 41 8
+"$tool" make g.npy f32 4 2 4 37 8; "$tool" make q2.npy f32 5 2 4 37 8
+grads=(--grad-out g.npy --dq dq.npy --dk dk.npy --dv dv.npy)
+
+case $case in
+  equal)  # every P, both layouts, every causal alignment: the same files as one process
+    i=0
+    for np in 2 3 4; do
+      for layout in contiguous zigzag; do
+        for causal in none top-left bottom-right; do
+          extra=()
+          [ $((i % 3)) -eq 1 ] && extra=(--softcap 4)
+          i=$((i + 1))
+          "$sdpa" attention --q q.npy --k k.npy --v v.npy --out o1.npy --lse l1.npy --causal $causal "${extra[@]}" \
+            --grad-out g.npy --dq dq1.npy --dk dk1.npy --dv dv1.npy
+          mpi $np "$sdpa" attention --ring --layout $layout --q q.npy --k k.npy --v v.npy --out o.npy --lse l.npy \
+            --causal $causal "${extra[@]}" "${grads[@]}"
+          echo "P=$np $layout causal=$causal ${extra[*]}"
+          for t in o l dq dk dv; do close $t.npy ${t}1.npy 1e-3; done
+          [ "$("$tool" info o.npy)" = "float32 [2, 4, 37, 8]" ] || fail "o.npy shape: $("$tool" info o.npy)"
+        done
+      done
+    done ;;
+  faults)
+    # Options that differ between ranks.
+    expect_fault "ranks disagree on options" 3 bash -c \
+      'c=none; [ "$OMPI_COMM_WORLD_RANK" = 1 ] && c=top-left; exec "$0" attention --ring --q q.npy --k k.npy --v v.npy --out o.npy --causal $c' "$sdpa"
+    # A rank that reads a different file.
+    expect_fault "ranks disagree on --q" 2 bash -c \
+      'f=q.npy; [ "$OMPI_COMM_WORLD_RANK" = 1 ] && f=q2.npy; exec "$0" attention --ring --q $f --k k.npy --v v.npy --out o.npy' "$sdpa"
+    # A rank whose file is missing: its own message, then the whole job ends.
+    expect_fault "missing.npy" 3 bash -c \
+      'f=q.npy; [ "$OMPI_COMM_WORLD_RANK" = 2 ] && f=missing.npy; exec "$0" attention --ring --q $f --k k.npy --v v.npy --out o.npy' "$sdpa"
+    # A rank that dies (SIGKILL) while the others run the ring.
+    "$tool" make bq.npy f32 6 1 4 3000 64; "$tool" make bk.npy f32 7 1 4 3000 64; "$tool" make bv.npy f32 8 1 4 3000 64
+    expect_fault "exited on signal 9" 3 bash -c \
+      '[ "$OMPI_COMM_WORLD_RANK" = 1 ] && { ( sleep 0.5; kill -9 $$ ) & }; exec "$0" attention --ring --q bq.npy --k bk.npy --v bv.npy --out o.npy' "$sdpa"
+    # Too short a sequence for the layout; a bad layout name.
+    "$tool" make sq.npy f32 9 1 1 5 8
+    expect_fault "cannot be cut" 3 "$sdpa" attention --ring --q sq.npy --k sq.npy --v sq.npy --out o.npy
+    expect_fault "--layout" 2 "$sdpa" attention --ring --layout striped --q q.npy --k k.npy --v v.npy --out o.npy ;;
+  bench)
+    mpi 2 "$sdpa" bench --ring --seq 512 --heads 2 --dim 32 --causal --repeat 2 --no-torch --no-blas > b.txt
+    cat b.txt
+    grep -q "hidden" b.txt || fail "no table"
+    [ "$(grep -cE '^ +[01] ' b.txt)" -eq 2 ] || fail "expected one row per rank" ;;
+  *) fail "unknown case $case" ;;
+esac
+echo PASS
