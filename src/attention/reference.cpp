@@ -8,6 +8,7 @@
 //   s_ij = s_ij + mask_ij, or -inf where the key is masked
 //   p_ij = exp(s_ij - lse_i)             lse_i = log Σ_j exp(s_ij)
 //   out_i = Σ_{j: p_ij != 0} p_ij v_j    a key of zero weight contributes nothing
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -139,6 +140,85 @@ void backward(View4<const T> q, View4<const T> k, View4<const T> v, View4<const 
       for (i64 j = 0; j < p.Nk; ++j) {
         for (i64 d = 0; d < p.Dk; ++d) dk(b, g, j, d) = static_cast<T>(gk[(g * p.Nk + j) * p.Dk + d]);
         for (i64 e = 0; e < p.Dv; ++e) dv(b, g, j, e) = static_cast<T>(gv[(g * p.Nk + j) * p.Dv + e]);
+      }
+  }
+}
+
+// The naive 16-bit implementation: the same scores (fp32), then rounding where a 16-bit
+// implementation stores a product's operand or result in its dtype.
+void forward_naive(Dtype t, View4<const float> q, View4<const float> k, View4<const float> v, View4<float> out,
+                   View3<float> lse, const Options& opt) {
+  const Problem p = detail::validate_forward<float>(q, k, v, out, lse, opt);
+  std::vector<float> S, Tanh, o(static_cast<std::size_t>(p.Dv));
+  for (i64 b = 0; b < p.B; ++b)
+    for (i64 h = 0; h < p.Hq; ++h) {
+      const i64 g = h / p.group;
+      scores<float, float>(p, q, k, b, h, S, Tanh);
+      for (i64 i = 0; i < p.Nq; ++i) {
+        const float* s = &S[i * p.Nk];
+        float m = neg_inf<float>();
+        for (i64 j = 0; j < p.Nk; ++j)
+          if (s[j] > m) m = s[j];
+        const float shift = (m == neg_inf<float>()) ? 0.0f : m;
+        float l = 0;
+        for (i64 j = 0; j < p.Nk; ++j) l += std::exp(s[j] - shift);
+        const bool empty_row = (l == 0.0f);
+        std::fill(o.begin(), o.end(), 0.0f);
+        for (i64 j = 0; j < p.Nk && !empty_row; ++j) {
+          const float pij = round_to(t, std::exp(s[j] - shift) / l);  // P in the dtype
+          if (pij == 0.0f) continue;
+          for (i64 e = 0; e < p.Dv; ++e) o[e] += pij * v(b, g, j, e);
+        }
+        for (i64 e = 0; e < p.Dv; ++e) out(b, h, i, e) = round_to(t, o[e]);
+        if (!lse.empty()) lse(b, h, i) = empty_row ? neg_inf<float>() : shift + std::log(l);
+      }
+    }
+}
+
+void backward_naive(Dtype t, View4<const float> q, View4<const float> k, View4<const float> v, View4<const float> out,
+                    View3<const float> lse, View4<const float> dout, View4<float> dq, View4<float> dk, View4<float> dv,
+                    const Options& opt) {
+  const Problem p = detail::validate_backward<float>(q, k, v, out, lse, dout, dq, dk, dv, opt);
+  const auto beta = static_cast<float>(p.scale);
+  std::vector<float> S, Tanh;
+  std::vector<float> gq(static_cast<std::size_t>(p.Nq * p.Dk));
+  std::vector<float> gk(static_cast<std::size_t>(p.Hkv * p.Nk * p.Dk)), gv(static_cast<std::size_t>(p.Hkv * p.Nk * p.Dv));
+  for (i64 b = 0; b < p.B; ++b) {
+    std::fill(gk.begin(), gk.end(), 0.0f);
+    std::fill(gv.begin(), gv.end(), 0.0f);
+    for (i64 h = 0; h < p.Hq; ++h) {
+      const i64 g = h / p.group;
+      scores<float, float>(p, q, k, b, h, S, Tanh);
+      std::fill(gq.begin(), gq.end(), 0.0f);
+      for (i64 i = 0; i < p.Nq; ++i) {
+        const float L = lse(b, h, i);
+        float D = 0;
+        for (i64 e = 0; e < p.Dv; ++e) D += dout(b, h, i, e) * out(b, h, i, e);
+        for (i64 j = 0; j < p.Nk; ++j) {
+          const float pij = (L == neg_inf<float>()) ? 0.0f : round_to(t, std::exp(S[i * p.Nk + j] - L));
+          if (pij == 0.0f) continue;
+          float dP = 0;
+          for (i64 e = 0; e < p.Dv; ++e) dP += dout(b, h, i, e) * v(b, g, j, e);
+          float dX = pij * (dP - D) * beta;
+          if (p.has_softcap) {
+            const float th = Tanh[i * p.Nk + j];
+            dX *= (1.0f - th * th);
+          }
+          dX = round_to(t, dX);  // dS, the operand of dq = dS·K and dk = dSᵀ·Q
+          for (i64 d = 0; d < p.Dk; ++d) {
+            gq[i * p.Dk + d] += dX * k(b, g, j, d);
+            gk[(g * p.Nk + j) * p.Dk + d] += dX * q(b, h, i, d);
+          }
+          for (i64 e = 0; e < p.Dv; ++e) gv[(g * p.Nk + j) * p.Dv + e] += pij * dout(b, h, i, e);
+        }
+      }
+      for (i64 i = 0; i < p.Nq; ++i)
+        for (i64 d = 0; d < p.Dk; ++d) dq(b, h, i, d) = round_to(t, gq[i * p.Dk + d]);
+    }
+    for (i64 g = 0; g < p.Hkv; ++g)
+      for (i64 j = 0; j < p.Nk; ++j) {
+        for (i64 d = 0; d < p.Dk; ++d) dk(b, g, j, d) = round_to(t, gk[(g * p.Nk + j) * p.Dk + d]);
+        for (i64 e = 0; e < p.Dv; ++e) dv(b, g, j, e) = round_to(t, gv[(g * p.Nk + j) * p.Dv + e]);
       }
   }
 }
