@@ -107,11 +107,7 @@ int run(const Args& a) {
     opt.kernel = Kernel::reference;
   else if (a.kernel != "fast")
     throw Error("--kernel: expected fast or reference, got '" + a.kernel + "'");
-  if (!a.cu_seqlens_q.empty() || !a.cu_seqlens_k.empty()) {
-    if (opt.kernel == Kernel::reference)
-      throw Error("--kernel: packed sequences (--cu-seqlens-q/k) run on the fast kernel only");
-    return run_varlen(a, q, k, v, opt, want_backward);
-  }
+  if (!a.cu_seqlens_q.empty() || !a.cu_seqlens_k.empty()) return run_varlen(a, q, k, v, opt, want_backward);
   Mask mask;
   if (!a.mask.empty()) {
     mask = load_mask(a.mask);  // rank promoted to 4; the library broadcasts size-1 dimensions

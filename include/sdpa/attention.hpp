@@ -4,6 +4,7 @@
 //   s_ij = c · tanh(s_ij / c)                 only with Options::softcap = c
 //   s_ij = s_ij + mask_ij, or −∞ where masked (causal, window, keep-mask, mask = −∞)
 //   out_i = Σ_j softmax_j(s_i·) · v_j         lse_i = log Σ_j exp(s_ij)
+//   with Options::dropout: out_i = Σ_j softmax_j(s_i·) · keep_ij / (1 - p) · v_j (lse unchanged)
 //
 // Shapes (letters used throughout the project):
 //   q    (B, Hq,  Nq, Dk)        out  (B, Hq, Nq, Dv)
@@ -18,6 +19,7 @@
 #include <optional>
 
 #include "sdpa/error.hpp"
+#include "sdpa/philox.hpp"
 #include "sdpa/tensor.hpp"
 
 namespace sdpa {
@@ -55,6 +57,7 @@ struct Options {
   int threads = 0;                   // 0: all available (OpenMP's default)
   Kernel kernel = Kernel::fast;
   Isa isa = Isa::automatic;
+  Dropout dropout{};  // p > 0: Kernel::reference only so far (the fast kernel refuses it)
 };
 
 /// Forward pass. Writes out, and lse when lse is non-empty.

@@ -83,6 +83,8 @@ void check_rank3(const char* name, const std::array<i64, 3>& shape, const char* 
 }
 
 void check_options(const Options& opt) {
+  // Each sequence runs as batch 0: its dropout positions would repeat from sequence to sequence.
+  if (opt.dropout.p != 0.0) fail("dropout: not supported with packed sequences (cu_seqlens) yet");
   if (!opt.mask.empty() || !opt.keep.empty())
     fail(std::string(!opt.mask.empty() ? "mask" : "keep") +
          ": explicit masks are not supported with packed sequences (cu_seqlens); use causal or window");
