@@ -5,10 +5,12 @@
     out = sdpa.attention(q, k, v, causal="top-left")
 
 sdpa.attention / sdpa.reference_attention / sdpa.attention_backward / sdpa.attention_varlen
-(packed sequences of different lengths): the C++ library's kernels, reading float32 arrays in place through their strides. sdpa.torch (imported on
-first use, needs PyTorch): scaled_dot_product_attention with autograd. sdpa.lab: the lab's
-experiments as tables. sdpa.train: the training lab, one model per call. Bad arguments raise TypeError, or ValueError (sdpa.Error for what
-the library itself refuses), naming the argument. See docs/python.md.
+(packed sequences of different lengths): the C++ library's kernels, reading float32 arrays
+in place through their strides. sdpa.torch (imported on first use, needs PyTorch):
+scaled_dot_product_attention with autograd. sdpa.lab: the lab's experiments as tables.
+sdpa.train: the training lab, one model per call. Bad arguments raise TypeError, or
+ValueError (sdpa.Error for what the library itself refuses), naming the argument. See
+docs/python.md.
 """
 
 from ._api import active_isa, attention, attention_backward, attention_varlen, reference_attention
