@@ -10,6 +10,8 @@ install(FILES
           ${PROJECT_SOURCE_DIR}/include/sdpa/attention.hpp
           ${PROJECT_SOURCE_DIR}/include/sdpa/blocks.hpp
           ${PROJECT_SOURCE_DIR}/include/sdpa/error.hpp
+          ${PROJECT_SOURCE_DIR}/include/sdpa/half.hpp
+          ${PROJECT_SOURCE_DIR}/include/sdpa/philox.hpp
           ${PROJECT_SOURCE_DIR}/include/sdpa/reference.hpp
           ${PROJECT_SOURCE_DIR}/include/sdpa/sdpa.hpp
           ${PROJECT_SOURCE_DIR}/include/sdpa/tensor.hpp

@@ -194,6 +194,23 @@ def plot_projections(rows):
     return [fig_to_img(fig, "projections")]
 
 
+def plot_precision(rows):
+    dtypes = list(dict.fromkeys(r["dtype"] for r in rows))
+    fig, axes = plt.subplots(1, len(dtypes), figsize=(6 * len(dtypes), 3.8), sharey=True)
+    for ax, dt in zip(axes, dtypes):
+        for i, (scale, scores, label) in enumerate((("1/sqrt(d_k)", "fp32", "β = 1/√d_k, scores fp32"),
+                                                    ("1", "fp32", "β = 1, scores fp32"),
+                                                    ("1/sqrt(d_k)", "dtype", f"β = 1/√d_k, scores {dt}"),
+                                                    ("1", "dtype", f"β = 1, scores {dt}"))):
+            sel = [r for r in rows if r["dtype"] == dt and r["scale"] == scale and r["scores"] == scores]
+            ax.plot([r["d_k"] for r in sel], [r["err_units"] for r in sel], "o-" if scale == "1" else "s--",
+                    color=COLORS[i % len(COLORS)], label=label)
+        ax.set(xscale="log", yscale="log", xlabel="d_k", title=f"{dt} attention against fp64")
+        ax.legend(fontsize=8)
+    axes[0].set_ylabel("max |out error| / (u · max|v|)")
+    return [fig_to_img(fig, "precision")]
+
+
 # Experiments without an entry here get their text and table, and no plot.
 PLOTS = {
     "variance": plot_variance,
@@ -204,6 +221,7 @@ PLOTS = {
     "gradients": plot_gradients,
     "alternatives": plot_alternatives,
     "projections": plot_projections,
+    "precision": plot_precision,
 }
 
 CSS = """

@@ -7,6 +7,7 @@
 #include "common.hpp"
 #include "io/atomic_file.hpp"
 #include "ring.hpp"
+#include "io/npy.hpp"
 
 namespace sdpa::cli {
 namespace {
@@ -19,7 +20,63 @@ struct Args {
   std::string grad_out, dq, dk, dv;
   bool ring = false;  // under mpirun: ring attention over the ranks (cmd_ring.cpp)
   std::string layout = "zigzag";
+  std::string cu_seqlens_q, cu_seqlens_k;
 };
+
+// An offsets file (--cu-seqlens-q/k): a 1-D int32 or int64 array; the library checks its values.
+std::vector<i64> load_offsets(const std::string& path, const std::string& name) {
+  const io::NpyArray a = io::read_npy(path);
+  if (a.shape.size() != 1)
+    throw Error(name + " (" + path + "): expected a 1-D array of batch + 1 offsets, got rank " +
+                std::to_string(a.shape.size()));
+  const auto n = static_cast<std::size_t>(a.numel());
+  if (a.dtype == io::DType::i32) return std::vector<i64>(a.i32(), a.i32() + n);
+  if (a.dtype == io::DType::i64) return std::vector<i64>(a.i64(), a.i64() + n);
+  throw Error(name + " (" + path + "): expected int32 or int64 offsets, got " + io::dtype_name(a.dtype));
+}
+
+// Packed sequences: q (Tq, Hq, Dk), k (Tk, Hkv, Dk), v (Tk, Hkv, Dv) files, read as [1, T, H, D];
+// out (Tq, Hq, Dv), lse (Hq, Tq), gradients like their inputs.
+int run_varlen(const Args& a, const Tensor& q, const Tensor& k, const Tensor& v, const Options& opt, bool want_backward) {
+  if (a.cu_seqlens_q.empty() || a.cu_seqlens_k.empty())
+    throw Error("--cu-seqlens-q and --cu-seqlens-k go together: give both for packed sequences");
+  if (!a.mask.empty()) throw Error("--mask: explicit masks are not supported with packed sequences (--cu-seqlens-q/k)");
+  for (const Tensor* t : {&q, &k, &v})
+    if (t->file_shape.size() != 3)
+      throw Error(t->name + ": packed sequences need a rank-3 [T, H, D] array, got rank " +
+                  std::to_string(t->file_shape.size()));
+  const std::vector<i64> cq = load_offsets(a.cu_seqlens_q, "--cu-seqlens-q"),
+                         ck = load_offsets(a.cu_seqlens_k, "--cu-seqlens-k");
+  const auto packed = [](const Tensor& t) {
+    return contiguous(t.data.data(), {t.shape[1], t.shape[2], t.shape[3]});
+  };
+  const auto offsets = [](const std::vector<i64>& c) {
+    return SeqOffsets(View<const i64, 1>{c.data(), {static_cast<i64>(c.size())}, {1}});
+  };
+  const i64 Tq = q.shape[1], Hq = q.shape[2], Dv = v.shape[3];
+  std::vector<float> out(static_cast<std::size_t>(Tq * Hq * Dv)), lse(static_cast<std::size_t>(Hq * Tq));
+  const auto out_view = contiguous(out.data(), {Tq, Hq, Dv});
+  const auto lse_view = contiguous(lse.data(), {Hq, Tq});
+  forward_varlen(packed(q), packed(k), packed(v), offsets(cq), offsets(ck), out_view, lse_view, opt);
+  io::OutputSet files;  // nothing lands unless everything succeeds
+  files.add(a.out, npy_bytes(out, {Tq, Hq, Dv}, q.dtype));
+  if (!a.lse.empty()) files.add(a.lse, npy_bytes(lse, {Hq, Tq}, q.dtype));
+  if (want_backward) {
+    const Tensor dout = load_tensor(a.grad_out, "--grad-out");
+    if (dout.dtype != q.dtype) throw Error("--grad-out: dtype differs from --q's");
+    if (dout.file_shape != std::vector<i64>{Tq, Hq, Dv})
+      throw Error("--grad-out: shape must equal the output's, " + shape_str(std::array<i64, 3>{Tq, Hq, Dv}));
+    std::vector<float> dq(q.data.size()), dk(k.data.size()), dv(v.data.size());
+    backward_varlen(packed(q), packed(k), packed(v), offsets(cq), offsets(ck), out_view, lse_view, packed(dout),
+                    contiguous(dq.data(), {Tq, Hq, q.shape[3]}), contiguous(dk.data(), {k.shape[1], k.shape[2], k.shape[3]}),
+                    contiguous(dv.data(), {v.shape[1], v.shape[2], v.shape[3]}), opt);
+    files.add(a.dq, npy_bytes(dq, q.file_shape, q.dtype));
+    files.add(a.dk, npy_bytes(dk, k.file_shape, q.dtype));
+    files.add(a.dv, npy_bytes(dv, v.file_shape, q.dtype));
+  }
+  files.commit();
+  return 0;
+}
 
 // out/grad shapes keep the file's rank: the leading dims of `like`, last two given.
 std::vector<i64> file_shape(const Tensor& like, i64 n, i64 d) {
@@ -50,6 +107,8 @@ int run(const Args& a) {
     throw Error("--grad-out, --dq, --dk and --dv go together: give all four for the backward pass");
   if (a.ring) {
     if (!a.mask.empty()) throw Error("--mask: not supported with --ring (use --causal and --window)");
+    if (!a.cu_seqlens_q.empty() || !a.cu_seqlens_k.empty())
+      throw Error("--cu-seqlens-q/--cu-seqlens-k: not supported with --ring (packed sequences run on one process)");
     return run_ring_attention({a.q, a.k, a.v, a.out, a.lse, a.grad_out, a.dq, a.dk, a.dv, a.layout}, options_of(a));
   }
   const Tensor q = load_tensor(a.q, "--q"), k = load_tensor(a.k, "--k"), v = load_tensor(a.v, "--v");
@@ -61,6 +120,7 @@ int run(const Args& a) {
                   std::to_string(q.file_shape.size()));
   }
   Options opt = options_of(a);
+  if (!a.cu_seqlens_q.empty() || !a.cu_seqlens_k.empty()) return run_varlen(a, q, k, v, opt, want_backward);
   Mask mask;
   if (!a.mask.empty()) {
     mask = load_mask(a.mask);  // rank promoted to 4; the library broadcasts size-1 dimensions
@@ -129,6 +189,9 @@ Command add_attention(CLI::App& parent) {
   c->add_flag("--ring", a->ring,
               "Under mpirun: ring attention, each rank holding a shard of the sequence; rank 0 writes the outputs");
   c->add_option("--layout", a->layout, "With --ring: contiguous | zigzag (causal balance)")->capture_default_str();
+  c->add_option("--cu-seqlens-q", a->cu_seqlens_q,
+                "Packed sequences: int32/int64 .npy of batch+1 query offsets; q, k, v are then [T,H,D]");
+  c->add_option("--cu-seqlens-k", a->cu_seqlens_k, "Packed sequences: int32/int64 .npy of batch+1 key offsets");
   return {c, [a] { return run(*a); }};
 }
 

@@ -119,6 +119,15 @@ void print_table(const Args& a, const bench::SuiteResult& res) {
       "Decoding rows: the K and V bytes read once per call over the time, against a plain read of the same bytes\n"
       "timed alternately with the kernel ('% read', medians of both) and against the best 1 GiB read above ('% "
       "bw').\n");
+  for (const auto& v : res.varlen) {
+    std::string lengths;
+    for (auto L : v.lengths) lengths += (lengths.empty() ? "" : ",") + std::to_string(L);
+    fmt::print(
+        "\nvarlen fwd H={} D={} lengths {} ({} threads): packed {:.3f} ms ({:.1f} GFLOP/s), padded to the longest "
+        "{:.3f} ms: x{:.2f} (FLOPs ratio x{:.2f}); medians of {} and {} alternating runs\n",
+        v.H, v.D, lengths, v.threads, 1e3 * v.packed.median_seconds, v.packed_gflops(), 1e3 * v.padded.median_seconds,
+        v.speedup(), v.ideal_speedup(), v.packed.runs, v.padded.runs);
+  }
   for (const auto& r : res.rows)
     if (!r.blas_note.empty() && r.blas.median_seconds == 0)
       fmt::print("BLAS {} {}: {}\n", bench::pass_name(r.c), bench::label(r.c.shape), r.blas_note);
@@ -152,6 +161,7 @@ int run(const Args& a) {
   if (!a.suite.empty()) {
     if (a.suite != "default") throw Error("--suite: the only suite is 'default', got '" + a.suite + "'");
     o.cases = bench::default_suite(threads);
+    o.varlen = {bench::default_varlen(threads)};
   } else {
     const auto z = a.shape.resolve();
     o.cases.push_back({{z.B, z.Hq, z.Hkv, z.Nq, z.Nk, z.Dk, z.Dv},

@@ -32,7 +32,8 @@ Tensor load_tensor(const std::string& path, const std::string& name) {
   t.name = name;
   t.dtype = a.dtype;
   t.file_shape = a.shape;
-  if (a.dtype == io::DType::u8) throw Error(name + " (" + path + "): expected float32 or float64 data, got bool/uint8");
+  if (a.dtype != io::DType::f32 && a.dtype != io::DType::f64)
+    throw Error(name + " (" + path + "): expected float32 or float64 data, got " + io::dtype_name(a.dtype));
   if (a.shape.size() < 2 || a.shape.size() > 4)
     throw Error(name + " (" + path + "): expected a [N, D], [H, N, D] or [B, H, N, D] array, got shape " +
                 shape_text(a.shape));

@@ -4,6 +4,7 @@
 //   s_ij = c · tanh(s_ij / c)                 only with Options::softcap = c
 //   s_ij = s_ij + mask_ij, or −∞ where masked (causal, window, keep-mask, mask = −∞)
 //   out_i = Σ_j softmax_j(s_i·) · v_j         lse_i = log Σ_j exp(s_ij)
+//   with Options::dropout: out_i = Σ_j softmax_j(s_i·) · keep_ij / (1 - p) · v_j (lse unchanged)
 //
 // Shapes (letters used throughout the project):
 //   q    (B, Hq,  Nq, Dk)        out  (B, Hq, Nq, Dv)
@@ -18,6 +19,7 @@
 #include <optional>
 
 #include "sdpa/error.hpp"
+#include "sdpa/philox.hpp"
 #include "sdpa/tensor.hpp"
 
 namespace sdpa {
@@ -60,6 +62,7 @@ struct Options {
   int threads = 0;                   // 0: all available (OpenMP's default)
   Kernel kernel = Kernel::fast;
   Isa isa = Isa::automatic;
+  Dropout dropout{};  // p > 0: Kernel::reference only so far (the fast kernel refuses it)
 };
 
 /// Forward pass. Writes out, and lse when lse is non-empty.
@@ -74,6 +77,34 @@ void forward(View4<const float> q, View4<const float> k, View4<const float> v, V
 void backward(View4<const float> q, View4<const float> k, View4<const float> v, View4<const float> out,
               View3<const float> lse, View4<const float> dout, View4<float> dq, View4<float> dk, View4<float> dv,
               const Options& opt = {});
+
+/// Packed variable-length batches (FlashAttention's varlen convention). Sequence s holds the
+/// query rows [cu_seqlens_q[s], cu_seqlens_q[s+1]) and key rows [cu_seqlens_k[s], cu_seqlens_k[s+1])
+/// of tensors that keep the sequences back to back:
+///   q    (Tq, Hq,  Dk)        out  (Tq, Hq, Dv)
+///   k    (Tk, Hkv, Dk)        lse  (Hq, Tq)
+///   v    (Tk, Hkv, Dv)        cu_seqlens_q, cu_seqlens_k  (batch + 1), int32 or int64
+/// Each sequence attends only within itself, as its own (1, H, L, D) call of forward/backward
+/// with the same options: causal alignment and window per sequence, no padding work. The
+/// offsets start at 0, never decrease and end at Tq (Tk). A sequence with no keys gets out = 0,
+/// lse = -inf; explicit masks (Options::mask, keep) are refused: they have no packed layout.
+struct SeqOffsets {
+  View<const std::int32_t, 1> i32{};
+  View<const std::int64_t, 1> i64{};
+  SeqOffsets(View<const std::int32_t, 1> v) : i32(v) {}  // NOLINT: either dtype converts
+  SeqOffsets(View<const std::int64_t, 1> v) : i64(v) {}  // NOLINT
+  std::int64_t size() const { return i32.data ? i32.shape[0] : i64.shape[0]; }
+  std::int64_t operator[](std::int64_t s) const { return i32.data ? i32(s) : i64(s); }
+};
+
+void forward_varlen(View3<const float> q, View3<const float> k, View3<const float> v, SeqOffsets cu_seqlens_q,
+                    SeqOffsets cu_seqlens_k, View3<float> out, View<float, 2> lse, const Options& opt = {});
+
+/// Backward of forward_varlen: dq (Tq, Hq, Dk), dk (Tk, Hkv, Dk), dv (Tk, Hkv, Dv), overwritten.
+/// Deterministic, as backward is.
+void backward_varlen(View3<const float> q, View3<const float> k, View3<const float> v, SeqOffsets cu_seqlens_q,
+                     SeqOffsets cu_seqlens_k, View3<const float> out, View<const float, 2> lse, View3<const float> dout,
+                     View3<float> dq, View3<float> dk, View3<float> dv, const Options& opt = {});
 
 /// β for these options and key width: opt.scale, or 1/√dk.
 double resolve_scale(const Options& opt, std::int64_t dk);

@@ -8,6 +8,7 @@
 #pragma once
 
 #include "sdpa/attention.hpp"
+#include "sdpa/half.hpp"
 
 namespace sdpa::reference {
 
@@ -34,5 +35,21 @@ extern template void backward<double, double>(View4<const double>, View4<const d
 extern template void backward<float, float>(View4<const float>, View4<const float>, View4<const float>,
                                             View4<const float>, View3<const float>, View4<const float>, View4<float>,
                                             View4<float>, View4<float>, const Options&);
+
+/// The naive implementation in a 16-bit dtype: the yardstick of the tolerance rule for bf16 and
+/// fp16 (FlashAttention's: a kernel's error against fp64 at most twice this one's, plus a floor).
+/// q, k, v, dout hold values of dtype t, widened to float. Every product is accumulated in
+/// fp32 from operands in t: scores and lse stay fp32, P = exp(s - lse) is rounded to t before
+/// P·V, out is rounded to t. The backward likewise rounds the operands of its products (P and
+/// dS = P∘(dP - delta)) and its outputs (dq, dk, dv) to t; dP and delta are fp32 sums.
+/// With Dtype::f32 nothing is rounded. Same contract and validation as sdpa::forward/backward.
+/// NaiveScores::dtype also stores the scores s = β·q·k in t before the softmax, as a plain
+/// 16-bit `softmax(q @ k.T * scale) @ v` does (the lab's precision experiment compares both).
+enum class NaiveScores { fp32, dtype };
+void forward_naive(Dtype t, View4<const float> q, View4<const float> k, View4<const float> v, View4<float> out,
+                   View3<float> lse, const Options& opt = {}, NaiveScores scores = NaiveScores::fp32);
+void backward_naive(Dtype t, View4<const float> q, View4<const float> k, View4<const float> v, View4<const float> out,
+                    View3<const float> lse, View4<const float> dout, View4<float> dq, View4<float> dk, View4<float> dv,
+                    const Options& opt = {});
 
 }  // namespace sdpa::reference

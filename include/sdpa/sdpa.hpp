@@ -4,6 +4,7 @@
 #include "sdpa/attention.hpp"
 #include "sdpa/blocks.hpp"
 #include "sdpa/error.hpp"
+#include "sdpa/half.hpp"
 #include "sdpa/reference.hpp"
 #include "sdpa/tensor.hpp"
 #include "sdpa/version.hpp"

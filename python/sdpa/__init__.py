@@ -4,27 +4,31 @@
     q = k = v = np.random.default_rng(0).standard_normal((1, 8, 128, 64), dtype=np.float32)
     out = sdpa.attention(q, k, v, causal="top-left")
 
-sdpa.attention / sdpa.reference_attention / sdpa.attention_backward: the C++ library's
-kernels, reading float32 arrays in place through their strides. sdpa.torch (imported on
-first use, needs PyTorch): scaled_dot_product_attention with autograd, through the custom ops
+sdpa.attention / sdpa.reference_attention / sdpa.attention_backward / sdpa.attention_varlen
+(packed sequences of different lengths): the C++ library's kernels, reading float32 arrays
+in place through their strides. sdpa.torch (imported on first use, needs PyTorch):
+scaled_dot_product_attention with autograd, through the custom ops
 torch.ops.sdpa.forward/backward (torch.compile, torch.export). sdpa.transformers (needs
-transformers): the Hugging Face attention backend "exact_cpu". sdpa.lab: the lab's
-experiments as tables. sdpa.train: the training lab, one model per call. Bad arguments raise TypeError, or ValueError (sdpa.Error for what
-the library itself refuses), naming the argument. See docs/python.md.
+transformers): the Hugging Face attention backend "exact_cpu". sdpa.distributed (needs
+torch.distributed): ring attention over the ranks of a process group. sdpa.lab: the lab's
+experiments as tables. sdpa.train: the training lab, one model per call. Bad arguments
+raise TypeError, or ValueError (sdpa.Error for what the library itself refuses), naming
+the argument. See docs/python.md.
 """
 
-from ._api import active_isa, attention, attention_backward, reference_attention
+from ._api import active_isa, attention, attention_backward, attention_varlen, reference_attention
 from ._ext import Error, __version__
 from . import lab, train
 
-__all__ = ["attention", "reference_attention", "attention_backward", "active_isa", "Error", "__version__", "lab", "train",
-           "torch", "transformers"]
+__all__ = ["attention", "attention_varlen", "reference_attention", "attention_backward", "active_isa", "Error",
+           "__version__", "lab", "train", "torch", "transformers", "distributed"]
 
 
 def __getattr__(name):
-    # sdpa.torch imports PyTorch (sdpa.transformers: transformers), so they load only when asked for.
-    if name in ("torch", "transformers"):
+    # sdpa.torch and sdpa.distributed import PyTorch (sdpa.transformers: transformers too), so they
+    # load only when asked for.
+    if name in ("torch", "transformers", "distributed"):
         import importlib
 
-        return importlib.import_module(".torch", __name__)
+        return importlib.import_module("." + name, __name__)
     raise AttributeError(f"module 'sdpa' has no attribute {name!r}")

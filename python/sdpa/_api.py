@@ -285,6 +285,77 @@ def attention_backward(q, k, v, out, lse, dout, *, scale=None, causal=None, wind
     return _from4(dq, q.ndim), _from4(dk, q.ndim), _from4(dv, q.ndim)
 
 
+# ---- packed variable-length batches -------------------------------------------------------------
+
+def _check_offsets(name: str, x, kind: str) -> None:
+    """cu_seqlens_q / cu_seqlens_k: the same kind as q, int32 or int64, rank 1 (values: the library)."""
+    kx = _kind(name, x)
+    if kx != kind:
+        raise TypeError(f"{name}: a {'PyTorch tensor' if kx == 'torch' else 'NumPy array'} while q is a "
+                        f"{'PyTorch tensor' if kind == 'torch' else 'NumPy array'}; pass the same kind for all")
+    _check_layout(name, x, kind)
+    if kind == "torch":
+        t = _torch_module()
+        ok = x.dtype in (t.int32, t.int64)
+    else:
+        ok = x.dtype in (np.int32, np.int64)
+    if not ok:
+        raise TypeError(f"{name}: dtype {x.dtype} is not supported; give int32 or int64 offsets "
+                        f"(batch + 1 of them, from 0 to the packed length)")
+    _check_rank(name, x, 1)
+    if kind == "torch" and x.requires_grad:
+        raise TypeError(f"{name}: offsets cannot require grad")
+
+
+def _forward_varlen(kind: str, q, k, v, cu_q, cu_k, opts: dict):
+    """out [Tq, Hq, Dv] and lse [Hq, Tq], freshly allocated, written by the kernel."""
+    Tq, Hq, _ = q.shape
+    out = _empty(kind, (Tq, Hq, v.shape[2]))
+    lse = _empty(kind, (Hq, Tq))
+    _ext.forward_varlen(_raw(q), _raw(k), _raw(v), _raw(cu_q), _raw(cu_k), out, lse, **opts)
+    return out, lse
+
+
+def _backward_varlen(kind: str, q, k, v, cu_q, cu_k, out, lse, dout, opts: dict):
+    q, k, v, cu_q, cu_k, out, lse, dout = (_raw(x) for x in (q, k, v, cu_q, cu_k, out, lse, dout))
+    dq, dk, dv = _empty(kind, tuple(q.shape)), _empty(kind, tuple(k.shape)), _empty(kind, tuple(v.shape))
+    _ext.backward_varlen(q, k, v, cu_q, cu_k, out, lse, dout, dq, dk, dv, **opts)
+    return dq, dk, dv
+
+
+def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=None, scale=None, window=None, softcap=None,
+                     return_lse=False, threads=None):
+    """Attention over a packed batch of sequences of different lengths (FlashAttention's varlen).
+
+    q: [Tq, Hq, Dk], k: [Tk, Hkv, Dk], v: [Tk, Hkv, Dv] hold the sequences back to back; sequence s
+    is rows cu_seqlens_q[s]:cu_seqlens_q[s+1] of q and cu_seqlens_k[s]:cu_seqlens_k[s+1] of k and v.
+    The offsets (int32 or int64, batch + 1 of them) start at 0, never decrease and end at Tq (Tk).
+    Each sequence attends only within itself, with causal, window, scale and softcap as in
+    sdpa.attention applied per sequence; nothing is padded. NumPy arrays or PyTorch CPU tensors,
+    float32; with tensors that require grad the result is differentiable in q, k and v.
+
+    Returns out [Tq, Hq, Dv] (and lse [Hq, Tq] with return_lse). A sequence with no keys gets
+    out = 0 and lse = -inf. Raises TypeError / ValueError (sdpa.Error) naming the argument.
+    """
+    kind = _check_tensors({"q": q, "k": k, "v": v}, "q")
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if x.ndim != 3:
+            raise ValueError(f"{name}: shape {tuple(x.shape)} has rank {x.ndim}; packed sequences are [T, H, D]")
+    _check_offsets("cu_seqlens_q", cu_seqlens_q, kind)
+    _check_offsets("cu_seqlens_k", cu_seqlens_k, kind)
+    if cu_seqlens_q.dtype != cu_seqlens_k.dtype:
+        raise TypeError(f"cu_seqlens_k: dtype {cu_seqlens_k.dtype} differs from cu_seqlens_q's "
+                        f"{cu_seqlens_q.dtype}; give both int32 or both int64")
+    opts = _options(scale=scale, causal=causal, window=window, softcap=softcap, mask=None, threads=threads,
+                    kernel="fast")
+    if _needs_grad(kind, q, k, v):
+        from ._varlen_torch import VarlenFunction  # torch is importable: q is a tensor
+        out, lse = VarlenFunction.apply(q, k, v, cu_seqlens_q, cu_seqlens_k, opts)
+    else:
+        out, lse = _forward_varlen(kind, q, k, v, cu_seqlens_q, cu_seqlens_k, opts)
+    return (out, lse) if return_lse else out
+
+
 def active_isa() -> str:
     """The instruction set the fast kernel uses in this process: 'avx512', 'avx2' or 'scalar'
     (the SDPA_ISA environment variable forces one)."""

@@ -97,6 +97,54 @@ void backward(In4 q, In4 k, In4 v, In4 out, In3 lse, In4 dout, Out4 dq, Out4 dk,
                  view_of<float, 4>(dq), view_of<float, 4>(dk), view_of<float, 4>(dv), opt);
 }
 
+// Packed variable-length batches: q (Tq, Hq, Dk), k (Tk, Hkv, Dk), v (Tk, Hkv, Dv), out
+// (Tq, Hq, Dv), lse (Hq, Tq); offsets int32 or int64 (one overload each, no conversion).
+using Lse2 = nb::ndarray<float, nb::ndim<2>, cpu>;
+using LseIn2 = nb::ndarray<const float, nb::ndim<2>, cpu>;
+template <class I>
+using Offsets = nb::ndarray<const I, nb::ndim<1>, cpu>;
+
+template <class I>
+void forward_varlen(In3 q, In3 k, In3 v, Offsets<I> cu_q, Offsets<I> cu_k, Out3 out, Lse2 lse, std::optional<double> scale,
+                    std::optional<double> softcap, const std::string& causal, std::int64_t window_left,
+                    std::int64_t window_right, In4 mask, Keep4 keep, int threads, const std::string& kernel) {
+  const sdpa::Options opt = options(scale, softcap, causal, window_left, window_right, mask, keep, threads, kernel);
+  nb::gil_scoped_release unlocked;
+  sdpa::forward_varlen(view_of<const float, 3>(q), view_of<const float, 3>(k), view_of<const float, 3>(v),
+                       view_of<const I, 1>(cu_q), view_of<const I, 1>(cu_k), view_of<float, 3>(out),
+                       view_of<float, 2>(lse), opt);
+}
+
+template <class I>
+void backward_varlen(In3 q, In3 k, In3 v, Offsets<I> cu_q, Offsets<I> cu_k, In3 out, LseIn2 lse, In3 dout, Out3 dq,
+                     Out3 dk, Out3 dv, std::optional<double> scale, std::optional<double> softcap,
+                     const std::string& causal, std::int64_t window_left, std::int64_t window_right, In4 mask,
+                     Keep4 keep, int threads, const std::string& kernel) {
+  const sdpa::Options opt = options(scale, softcap, causal, window_left, window_right, mask, keep, threads, kernel);
+  nb::gil_scoped_release unlocked;
+  sdpa::backward_varlen(view_of<const float, 3>(q), view_of<const float, 3>(k), view_of<const float, 3>(v),
+                        view_of<const I, 1>(cu_q), view_of<const I, 1>(cu_k), view_of<const float, 3>(out),
+                        view_of<const float, 2>(lse), view_of<const float, 3>(dout), view_of<float, 3>(dq),
+                        view_of<float, 3>(dk), view_of<float, 3>(dv), opt);
+}
+
+template <class I>
+void def_varlen(nb::module_& m) {
+  m.def("forward_varlen", &forward_varlen<I>, nb::arg("q").noconvert(), nb::arg("k").noconvert(),
+        nb::arg("v").noconvert(), nb::arg("cu_seqlens_q").noconvert(), nb::arg("cu_seqlens_k").noconvert(),
+        nb::arg("out").noconvert(), nb::arg("lse").noconvert(), nb::arg("scale").none(), nb::arg("softcap").none(),
+        nb::arg("causal"), nb::arg("window_left"), nb::arg("window_right"), nb::arg("mask").noconvert().none(),
+        nb::arg("keep").noconvert().none(), nb::arg("threads"), nb::arg("kernel"),
+        "sdpa::forward_varlen into preallocated out (Tq, Hq, Dv) and lse (Hq, Tq).");
+  m.def("backward_varlen", &backward_varlen<I>, nb::arg("q").noconvert(), nb::arg("k").noconvert(),
+        nb::arg("v").noconvert(), nb::arg("cu_seqlens_q").noconvert(), nb::arg("cu_seqlens_k").noconvert(),
+        nb::arg("out").noconvert(), nb::arg("lse").noconvert(), nb::arg("dout").noconvert(), nb::arg("dq").noconvert(),
+        nb::arg("dk").noconvert(), nb::arg("dv").noconvert(), nb::arg("scale").none(), nb::arg("softcap").none(),
+        nb::arg("causal"), nb::arg("window_left"), nb::arg("window_right"), nb::arg("mask").noconvert().none(),
+        nb::arg("keep").noconvert().none(), nb::arg("threads"), nb::arg("kernel"),
+        "sdpa::backward_varlen into preallocated dq, dk, dv.");
+}
+
 // What the module sees of an array: (address, shape, element strides). The tests use
 // it to show that a strided view arrives as the caller's own memory.
 nb::tuple inspect(nb::ndarray<const float, cpu> a) {
@@ -262,6 +310,8 @@ NB_MODULE(_ext, m) {
         nb::arg("causal"), nb::arg("window_left"), nb::arg("window_right"), nb::arg("mask").noconvert().none(),
         nb::arg("keep").noconvert().none(), nb::arg("threads"), nb::arg("kernel"),
         "sdpa::backward into preallocated dq, dk, dv.");
+  def_varlen<std::int32_t>(m);  // the offsets' two dtypes: one overload each, tried in turn
+  def_varlen<std::int64_t>(m);
   m.def("inspect", &inspect, nb::arg("a").noconvert(),
         "(address, shape, element strides) of a float32 CPU array as the module receives it.");
   m.def("forward_block", &forward_block, nb::arg("q").noconvert(), nb::arg("k").noconvert(), nb::arg("v").noconvert(),

@@ -30,6 +30,10 @@ struct Problem {
   i64 diag_offset = 0;
   i64 window_left = -1, window_right = -1;  // -1: unbounded
 
+  // Dropout (reference kernel): p_ij kept iff dropout.keep(b, h, Hq, i, j), scaled by 1/(1 - p).
+  Dropout dropout{};
+  bool has_dropout = false;
+
   // Explicit masks, shape (B, Hq, Nq, Nk) with stride 0 on broadcast dims; empty = none.
   View4<const float> mask{};
   View4<const std::uint8_t> keep{};

@@ -8,6 +8,7 @@
 //   s_ij = s_ij + mask_ij, or -inf where the key is masked
 //   p_ij = exp(s_ij - lse_i)             lse_i = log Σ_j exp(s_ij)
 //   out_i = Σ_{j: p_ij != 0} p_ij v_j    a key of zero weight contributes nothing
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -75,11 +76,14 @@ void forward(View4<const T> q, View4<const T> k, View4<const T> v, View4<T> out,
         const Acc shift = (m == neg_inf<Acc>()) ? Acc(0) : m;
         Acc l = 0;
         std::fill(o.begin(), o.end(), Acc(0));
+        const Acc keep_scale = static_cast<Acc>(p.dropout.keep_scale());
         for (i64 j = 0; j < p.Nk; ++j) {
           const Acc pij = std::exp(s[j] - shift);
           if (pij == Acc(0)) continue;
-          l += pij;
-          for (i64 e = 0; e < p.Dv; ++e) o[e] += pij * static_cast<Acc>(v(b, g, j, e));
+          l += pij;  // the normaliser is the undropped one
+          if (p.has_dropout && !p.dropout.keep(b, h, p.Hq, i, j)) continue;
+          const Acc w = p.has_dropout ? pij * keep_scale : pij;
+          for (i64 e = 0; e < p.Dv; ++e) o[e] += w * static_cast<Acc>(v(b, g, j, e));
         }
         const bool empty_row = (l == Acc(0));
         for (i64 e = 0; e < p.Dv; ++e) out(b, h, i, e) = empty_row ? T(0) : static_cast<T>(o[e] / l);
@@ -118,8 +122,12 @@ void backward(View4<const T> q, View4<const T> k, View4<const T> v, View4<const 
           // An empty row (lse = -inf) has p = 0 everywhere.
           const Acc pij = (L == neg_inf<Acc>()) ? Acc(0) : std::exp(S[i * p.Nk + j] - L);
           if (pij == Acc(0)) continue;
+          // With dropout, out uses p̃ = p·keep/(1 - p): dv takes p̃, and dP is seen through the
+          // mask (dP·keep/(1 - p)); delta = dout·out = Σ_j p_ij (that masked dP) still holds.
+          const Acc mask = p.has_dropout ? (p.dropout.keep(b, h, p.Hq, i, j) ? static_cast<Acc>(p.dropout.keep_scale()) : Acc(0)) : Acc(1);
           Acc dP = 0;
           for (i64 e = 0; e < p.Dv; ++e) dP += static_cast<Acc>(dout(b, h, i, e)) * static_cast<Acc>(v(b, g, j, e));
+          dP *= mask;
           Acc dX = pij * (dP - D) * beta;
           if (p.has_softcap) {
             const Acc t = Tanh[i * p.Nk + j];
@@ -129,7 +137,9 @@ void backward(View4<const T> q, View4<const T> k, View4<const T> v, View4<const 
             gq[i * p.Dk + d] += dX * static_cast<Acc>(k(b, g, j, d));
             gk[(g * p.Nk + j) * p.Dk + d] += dX * static_cast<Acc>(q(b, h, i, d));
           }
-          for (i64 e = 0; e < p.Dv; ++e) gv[(g * p.Nk + j) * p.Dv + e] += pij * static_cast<Acc>(dout(b, h, i, e));
+          const Acc pv = pij * mask;
+          if (pv != Acc(0))
+            for (i64 e = 0; e < p.Dv; ++e) gv[(g * p.Nk + j) * p.Dv + e] += pv * static_cast<Acc>(dout(b, h, i, e));
         }
       }
       for (i64 i = 0; i < p.Nq; ++i)
@@ -139,6 +149,92 @@ void backward(View4<const T> q, View4<const T> k, View4<const T> v, View4<const 
       for (i64 j = 0; j < p.Nk; ++j) {
         for (i64 d = 0; d < p.Dk; ++d) dk(b, g, j, d) = static_cast<T>(gk[(g * p.Nk + j) * p.Dk + d]);
         for (i64 e = 0; e < p.Dv; ++e) dv(b, g, j, e) = static_cast<T>(gv[(g * p.Nk + j) * p.Dv + e]);
+      }
+  }
+}
+
+// The naive 16-bit implementation: the same scores (fp32), then rounding where a 16-bit
+// implementation stores a product's operand or result in its dtype.
+void forward_naive(Dtype t, View4<const float> q, View4<const float> k, View4<const float> v, View4<float> out,
+                   View3<float> lse, const Options& opt, NaiveScores stored) {
+  const Problem p = detail::validate_forward<float>(q, k, v, out, lse, opt);
+  std::vector<float> S, Tanh, o(static_cast<std::size_t>(p.Dv));
+  for (i64 b = 0; b < p.B; ++b)
+    for (i64 h = 0; h < p.Hq; ++h) {
+      const i64 g = h / p.group;
+      scores<float, float>(p, q, k, b, h, S, Tanh);
+      if (stored == NaiveScores::dtype)
+        for (float& x : S) x = round_to(t, x);  // -inf stays -inf
+      for (i64 i = 0; i < p.Nq; ++i) {
+        const float* s = &S[i * p.Nk];
+        float m = neg_inf<float>();
+        for (i64 j = 0; j < p.Nk; ++j)
+          if (s[j] > m) m = s[j];
+        const float shift = (m == neg_inf<float>()) ? 0.0f : m;
+        float l = 0;
+        for (i64 j = 0; j < p.Nk; ++j) l += std::exp(s[j] - shift);
+        const bool empty_row = (l == 0.0f);
+        std::fill(o.begin(), o.end(), 0.0f);
+        for (i64 j = 0; j < p.Nk && !empty_row; ++j) {
+          float pij = round_to(t, std::exp(s[j] - shift) / l);  // P in the dtype
+          if (p.has_dropout) pij = p.dropout.keep(b, h, p.Hq, i, j) ? round_to(t, pij * static_cast<float>(p.dropout.keep_scale())) : 0.0f;
+          if (pij == 0.0f) continue;
+          for (i64 e = 0; e < p.Dv; ++e) o[e] += pij * v(b, g, j, e);
+        }
+        for (i64 e = 0; e < p.Dv; ++e) out(b, h, i, e) = round_to(t, o[e]);
+        if (!lse.empty()) lse(b, h, i) = empty_row ? neg_inf<float>() : shift + std::log(l);
+      }
+    }
+}
+
+void backward_naive(Dtype t, View4<const float> q, View4<const float> k, View4<const float> v, View4<const float> out,
+                    View3<const float> lse, View4<const float> dout, View4<float> dq, View4<float> dk, View4<float> dv,
+                    const Options& opt) {
+  const Problem p = detail::validate_backward<float>(q, k, v, out, lse, dout, dq, dk, dv, opt);
+  const auto beta = static_cast<float>(p.scale);
+  std::vector<float> S, Tanh;
+  std::vector<float> gq(static_cast<std::size_t>(p.Nq * p.Dk));
+  std::vector<float> gk(static_cast<std::size_t>(p.Hkv * p.Nk * p.Dk)), gv(static_cast<std::size_t>(p.Hkv * p.Nk * p.Dv));
+  for (i64 b = 0; b < p.B; ++b) {
+    std::fill(gk.begin(), gk.end(), 0.0f);
+    std::fill(gv.begin(), gv.end(), 0.0f);
+    for (i64 h = 0; h < p.Hq; ++h) {
+      const i64 g = h / p.group;
+      scores<float, float>(p, q, k, b, h, S, Tanh);
+      std::fill(gq.begin(), gq.end(), 0.0f);
+      for (i64 i = 0; i < p.Nq; ++i) {
+        const float L = lse(b, h, i);
+        float D = 0;
+        for (i64 e = 0; e < p.Dv; ++e) D += dout(b, h, i, e) * out(b, h, i, e);
+        for (i64 j = 0; j < p.Nk; ++j) {
+          const float pij = (L == neg_inf<float>()) ? 0.0f : round_to(t, std::exp(S[i * p.Nk + j] - L));
+          if (pij == 0.0f) continue;
+          const float mask = p.has_dropout ? (p.dropout.keep(b, h, p.Hq, i, j) ? static_cast<float>(p.dropout.keep_scale()) : 0.0f) : 1.0f;
+          float dP = 0;
+          for (i64 e = 0; e < p.Dv; ++e) dP += dout(b, h, i, e) * v(b, g, j, e);
+          dP *= mask;
+          float dX = pij * (dP - D) * beta;
+          if (p.has_softcap) {
+            const float th = Tanh[i * p.Nk + j];
+            dX *= (1.0f - th * th);
+          }
+          dX = round_to(t, dX);  // dS, the operand of dq = dS·K and dk = dSᵀ·Q
+          for (i64 d = 0; d < p.Dk; ++d) {
+            gq[i * p.Dk + d] += dX * k(b, g, j, d);
+            gk[(g * p.Nk + j) * p.Dk + d] += dX * q(b, h, i, d);
+          }
+          const float pv = round_to(t, pij * mask);  // P̃ = P·keep/(1 - p), the operand of dv = P̃ᵀ·dout
+          if (pv != 0.0f)
+            for (i64 e = 0; e < p.Dv; ++e) gv[(g * p.Nk + j) * p.Dv + e] += pv * dout(b, h, i, e);
+        }
+      }
+      for (i64 i = 0; i < p.Nq; ++i)
+        for (i64 d = 0; d < p.Dk; ++d) dq(b, h, i, d) = round_to(t, gq[i * p.Dk + d]);
+    }
+    for (i64 g = 0; g < p.Hkv; ++g)
+      for (i64 j = 0; j < p.Nk; ++j) {
+        for (i64 d = 0; d < p.Dk; ++d) dk(b, g, j, d) = round_to(t, gk[(g * p.Nk + j) * p.Dk + d]);
+        for (i64 e = 0; e < p.Dv; ++e) dv(b, g, j, e) = round_to(t, gv[(g * p.Nk + j) * p.Dv + e]);
       }
   }
 }

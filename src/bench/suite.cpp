@@ -200,6 +200,12 @@ SuiteResult run_suite(const SuiteOptions& o) {
     res.rows.push_back(std::move(r));
   }
 
+  for (VarlenRow v : o.varlen) {
+    say(fmt::format("varlen: {} sequences packed against padded", v.lengths.size()));
+    run_varlen(v, o.rule, o.isa);
+    res.varlen.push_back(std::move(v));
+  }
+
   std::vector<int> fma_threads, read_threads;
   for (const auto& kv : res.peaks.fma_gflops) fma_threads.push_back(kv.first);
   for (const auto& kv : res.peaks.read_gbs) read_threads.push_back(kv.first);

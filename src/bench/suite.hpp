@@ -13,6 +13,7 @@
 #include "bench/flops.hpp"
 #include "bench/peaks.hpp"
 #include "bench/timer.hpp"
+#include "bench/varlen.hpp"
 
 namespace sdpa::bench {
 
@@ -62,6 +63,7 @@ struct SuiteOptions {
   Isa isa = Isa::automatic;
   bool blas = true, torch = true;
   std::function<void(const std::string&)> progress;  // what is running now; may be empty
+  std::vector<VarlenRow> varlen;  // packed-versus-padded rows (the default suite has one)
 };
 
 struct SuiteResult {
@@ -71,6 +73,7 @@ struct SuiteResult {
   std::string torch_about;   // which PyTorch ran, or why none did
   double rss_sdpa_mib = 0;   // peak RSS after the fast kernel's runs (before the BLAS baseline's)
   double tensors_mib = 0;    // the largest row's inputs, outputs and gradients
+  std::vector<VarlenRow> varlen;  // SuiteOptions::varlen, timed
 };
 
 /// Runs every case (see the top of this file). Throws sdpa::Error for an ISA this CPU lacks

@@ -84,6 +84,14 @@ Floors floors(const std::vector<T>& q, const std::vector<T>& k, const std::vecto
           c * dv_max};
 }
 
+/// Floors for a kernel that stores its outputs in a 16-bit type of unit roundoff u (bf16 2^-8,
+/// fp16 2^-11) and computes in fp32: the fp32 floors plus what storing each output costs at
+/// least, u·max|output| (half an ulp, relative). lse stays fp32. The rounding of P before P·V
+/// is not in the floor: a kernel need not do it (the naive one does, and the rule's 2× covers it).
+inline Floors with_output_rounding(Floors f, double u, double out_max, double dq_max, double dk_max, double dv_max) {
+  return {f.out + u * out_max, f.lse, f.dq + u * dq_max, f.dk + u * dk_max, f.dv + u * dv_max};
+}
+
 struct Verdict {
   double fast, naive, bound;
   bool ok() const { return fast <= bound; }

@@ -278,11 +278,14 @@ DType parse_descr(const std::string& d, const std::string& what) {
   if (d == "<f4") return DType::f32;
   if (d == "<f8") return DType::f64;
   if (d == "|b1" || d == "|u1") return DType::u8;
+  if (d == "<i4") return DType::i32;
+  if (d == "<i8") return DType::i64;
   if (!d.empty() && d[0] == '>')
     fail(what, "big-endian dtype '" + d + "' is not supported; save little-endian data (e.g. a.astype('<f4'))");
   if (d == "=f4" || d == "=f8")
     fail(what, "native-order dtype '" + d + "' is not supported; write the byte order explicitly ('<f4', '<f8')");
-  fail(what, "dtype '" + d + "' is not supported (float32 '<f4', float64 '<f8', bool '|b1', uint8 '|u1')");
+  fail(what, "dtype '" + d +
+                 "' is not supported (float32 '<f4', float64 '<f8', bool '|b1', uint8 '|u1', int32 '<i4', int64 '<i8')");
 }
 
 // Element count and byte count of a shape, or a message saying why they do not fit.
@@ -312,8 +315,24 @@ bool shape_sizes(const std::vector<std::int64_t>& shape, std::size_t item, Sizes
 
 }  // namespace
 
-std::size_t itemsize(DType t) { return t == DType::f32 ? 4 : t == DType::f64 ? 8 : 1; }
-const char* dtype_name(DType t) { return t == DType::f32 ? "float32" : t == DType::f64 ? "float64" : "bool/uint8"; }
+std::size_t itemsize(DType t) {
+  switch (t) {
+    case DType::f32:
+    case DType::i32: return 4;
+    case DType::f64:
+    case DType::i64: return 8;
+    default: return 1;
+  }
+}
+const char* dtype_name(DType t) {
+  switch (t) {
+    case DType::f32: return "float32";
+    case DType::f64: return "float64";
+    case DType::i32: return "int32";
+    case DType::i64: return "int64";
+    default: return "bool/uint8";
+  }
+}
 
 std::int64_t NpyArray::numel() const {
   std::int64_t n = 1;
@@ -339,6 +358,14 @@ const double* NpyArray::f64() const {
 const unsigned char* NpyArray::u8() const {
   check_dtype(dtype, DType::u8);
   return bytes.data();
+}
+const std::int32_t* NpyArray::i32() const {
+  check_dtype(dtype, DType::i32);
+  return reinterpret_cast<const std::int32_t*>(bytes.data());
+}
+const std::int64_t* NpyArray::i64() const {
+  check_dtype(dtype, DType::i64);
+  return reinterpret_cast<const std::int64_t*>(bytes.data());
 }
 float* NpyArray::f32() { return const_cast<float*>(std::as_const(*this).f32()); }
 double* NpyArray::f64() { return const_cast<double*>(std::as_const(*this).f64()); }
@@ -419,7 +446,11 @@ std::vector<unsigned char> serialize_npy(DType dtype, const std::vector<std::int
   if (!shape_sizes(shape, itemsize(dtype), sz)) fail(name, "shape " + shape_text(shape) + " is too large");
   if (sz.nbytes > 0 && data == nullptr) fail(name, "no data for shape " + shape_text(shape));
 
-  const char* descr = dtype == DType::f32 ? "<f4" : dtype == DType::f64 ? "<f8" : "|u1";
+  const char* descr = dtype == DType::f32   ? "<f4"
+                      : dtype == DType::f64 ? "<f8"
+                      : dtype == DType::i32 ? "<i4"
+                      : dtype == DType::i64 ? "<i8"
+                                            : "|u1";
   std::string header =
       std::string("{'descr': '") + descr + "', 'fortran_order': False, 'shape': " + shape_text(shape) + ", }";
   // Pad with spaces so that magic + version + length field + header (with its '\n')

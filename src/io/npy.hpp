@@ -1,8 +1,8 @@
 // npy.hpp — reading and writing NumPy .npy files (format versions 1.0, 2.0, 3.0).
 //
-// Accepted descr strings, exactly: '<f4' (float32), '<f8' (float64), '|b1' (bool)
-// and '|u1' (uint8); both of the last two read as DType::u8 and are written back as
-// '|u1'. Native-order '=f4'/'=f8' are refused: NumPy itself never writes '=', and a
+// Accepted descr strings, exactly: '<f4' (float32), '<f8' (float64), '<i4' (int32),
+// '<i8' (int64), '|b1' (bool) and '|u1' (uint8); both of the last two read as DType::u8
+// and are written back as '|u1'. Native-order '=f4'/'=f8' are refused: NumPy itself never writes '=', and a
 // file's meaning must not depend on the machine that wrote it. Also refused, each
 // with an sdpa::Error naming the file: Fortran order, every other dtype (including
 // big-endian '>f4' and structured dtypes), a bad magic string or version, a header
@@ -25,11 +25,11 @@
 
 namespace sdpa::io {
 
-enum class DType { f32, f64, u8 };
+enum class DType { f32, f64, u8, i32, i64 };  // i32, i64: the offsets of packed batches
 
-/// Bytes per element: 4, 8, 1.
+/// Bytes per element: 4, 8, 1, 4, 8.
 std::size_t itemsize(DType t);
-/// "float32", "float64", "bool/uint8".
+/// "float32", "float64", "bool/uint8", "int32", "int64".
 const char* dtype_name(DType t);
 
 /// Most dimensions a shape may have (NumPy 2's own limit).
@@ -48,6 +48,8 @@ struct NpyArray {
   const float* f32() const;
   const double* f64() const;
   const unsigned char* u8() const;
+  const std::int32_t* i32() const;
+  const std::int64_t* i64() const;
   float* f32();
   double* f64();
   unsigned char* u8();

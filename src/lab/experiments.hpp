@@ -47,6 +47,8 @@ Table gradients(const Settings& s);
 Table alternatives(const Settings& s);
 /// Claim 9 (seeds 001/002/004): projections, Xavier initialisation, LayerNorm, and where it fails.
 Table projections(const Settings& s);
+/// Claim 10 (ours, issue 15): 1/√d_k keeps fp16/bf16 attention's rounding error independent of d_k.
+Table precision(const Settings& s);
 
 // ---- the judges: claim-level verdicts from a table's cells ------------------------------
 
@@ -65,6 +67,15 @@ inline constexpr double kVanishedFraction = 0.5;
 /// three doubles, each at most 8 roundings, so 16 units of 2⁻⁵³ relative.
 inline constexpr double kExampleRelTol = 16 * 0x1p-53;
 
+/// Precision: the scaled scores' largest magnitude the bound allows for: |q·k|/√d_k of
+/// standard normal entries is about N(0, 1) for d_k ≥ 16; the largest of the 64 × 64 per draw
+/// is near √(2 ln 4096) ≈ 4.1, and 6 is exceeded with probability ≈ 4096 · 2e-9 ≈ 1e-5.
+inline constexpr double kPrecisionScoreMax = 6.0;
+/// Precision: unscaled, 16-bit scores: the error at d_k = 4096 must be at least this multiple of
+/// the error at d_k = 16. The absolute score error grows like √d_k (16× over that range); the
+/// softmax saturating with d_k (claim 6) damps how much of it reaches out, hence the margin.
+inline constexpr double kPrecisionGrowth = 4.0;
+
 /// Tables judged row by row: holds when every row's verdict cell says "holds",
 /// else fails "in K of N rows".
 Verdict judge_variance(const Table& t);
@@ -78,5 +89,6 @@ Verdict judge_saturation(const Table& t);
 Verdict judge_gradients(const Table& t);
 Verdict judge_alternatives(const Table& t);
 Verdict judge_projections(const Table& t);
+Verdict judge_precision(const Table& t);
 
 }  // namespace sdpa::lab

@@ -84,6 +84,17 @@ const std::array kExperiments{
                "token: with tied or correlated weights E[q·k] = E[x²]·tr(W_qᵀW_k) ≠ 0 and the variance is off by "
                "2–4×; even between different tokens tied weights double it.",
                false, projections},
+    Experiment{"precision", "10. Scaling and 16-bit rounding", "(none: the seeds never discuss rounding)",
+               "fp16 and bf16 attention against fp64, scaled and unscaled, d_k = 16..4096",
+               "with β = 1/√d_k the rounding error of fp16/bf16 attention stays at a few units of the dtype's "
+               "roundoff for every d_k; unscaled scores stored in the dtype carry √d_k times the absolute error, "
+               "and the output error grows with d_k",
+               "Scaling matters for rounding only where the scores themselves are rounded: a 16-bit score s carries "
+               "an error of u·|s|, and the softmax turns absolute score errors into relative weight errors, so "
+               "unscaled scores (|s| ∝ √d_k) lose accuracy as d_k grows while scaled ones do not. Keeping the "
+               "scores in fp32, as FlashAttention and sdpa's kernels do, makes both equally accurate: the rounding "
+               "left is that of P and out.",
+               false, precision},
 };
 
 }  // namespace

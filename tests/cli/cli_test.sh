@@ -94,6 +94,37 @@ case $case in
     expect_error "go together" "$sdpa" "${base[@]}" --grad-out g.npy --dq dq.npy
     expect_error "nonexistent_dir" "$sdpa" attention --q q.npy --k k.npy --v v.npy --out o.npy --lse /nonexistent_dir/l.npy
     [ ! -e o.npy ] || fail "o.npy written although --lse could not be" ;;
+  varlen)
+    # One packed sequence of one head is the plain call on the same numbers ([T, 1, D] = [T, D]).
+    "$tool" make q.npy f32 1 30 1 8; "$tool" make k.npy f32 2 40 1 8; "$tool" make v.npy f32 3 40 1 8
+    "$tool" make q2.npy f32 1 30 8; "$tool" make k2.npy f32 2 40 8; "$tool" make v2.npy f32 3 40 8
+    "$tool" offsets cq.npy i32 0 30; "$tool" offsets ck.npy i64 0 40
+    "$sdpa" attention --q q.npy --k k.npy --v v.npy --out o.npy --lse l.npy --cu-seqlens-q cq.npy --cu-seqlens-k ck.npy \
+      --causal bottom-right
+    "$sdpa" attention --q q2.npy --k k2.npy --v v2.npy --out r.npy --lse rl.npy --causal bottom-right
+    [ "$("$tool" info o.npy)" = "float32 [30, 1, 8]" ] || fail "out: $("$tool" info o.npy)"
+    [ "$("$tool" info l.npy)" = "float32 [1, 30]" ] || fail "lse: $("$tool" info l.npy)"
+    close o.npy r.npy 1e-6; close l.npy rl.npy 1e-6
+    # Three sequences, GQA, backward: shapes; bad offsets: errors naming them, nothing written.
+    "$tool" make q.npy f32 1 30 4 8; "$tool" make k.npy f32 2 40 2 8; "$tool" make v.npy f32 3 40 2 6
+    "$tool" make g.npy f32 4 30 4 6
+    "$tool" offsets cq.npy i64 0 10 10 30; "$tool" offsets ck.npy i32 0 5 25 40
+    "$sdpa" attention --q q.npy --k k.npy --v v.npy --out o.npy --lse l.npy --cu-seqlens-q cq.npy --cu-seqlens-k ck.npy \
+      --grad-out g.npy --dq dq.npy --dk dk.npy --dv dv.npy
+    [ "$("$tool" info o.npy)" = "float32 [30, 4, 6]" ] || fail "out: $("$tool" info o.npy)"
+    [ "$("$tool" info l.npy)" = "float32 [4, 30]" ] || fail "lse: $("$tool" info l.npy)"
+    [ "$("$tool" info dv.npy)" = "float32 [40, 2, 6]" ] || fail "dv: $("$tool" info dv.npy)"
+    rm -f o.npy l.npy dq.npy dk.npy dv.npy
+    "$tool" offsets down.npy i32 0 20 10 30; "$tool" offsets short.npy i32 0 30; "$tool" offsets past.npy i32 0 10 31
+    "$tool" make fl.npy f32 9 4
+    vl=(attention --q q.npy --k k.npy --v v.npy --out o.npy --cu-seqlens-k ck.npy)
+    expect_error "cu_seqlens_q: offsets must not decrease" "$sdpa" "${vl[@]}" --cu-seqlens-q down.npy
+    expect_error "cu_seqlens_k: length 4 differs from cu_seqlens_q's 2" "$sdpa" "${vl[@]}" --cu-seqlens-q short.npy
+    expect_error "cu_seqlens_q: must end at q's 30 rows, got 31" "$sdpa" "${vl[@]}" --cu-seqlens-q past.npy
+    expect_error "--cu-seqlens-q (fl.npy): expected int32 or int64 offsets, got float32" "$sdpa" "${vl[@]}" --cu-seqlens-q fl.npy
+    expect_error "go together" "$sdpa" attention --q q.npy --k k.npy --v v.npy --out o.npy --cu-seqlens-q cq.npy
+    "$tool" make q4.npy f32 1 1 30 4 8
+    expect_error "rank" "$sdpa" attention --q q4.npy --k k.npy --v v.npy --out o.npy --cu-seqlens-q cq.npy --cu-seqlens-k ck.npy ;;
   isa_environment)
     [ "$(SDPA_ISA=scalar "$sdpa" --version)" = "$("$sdpa" --version | sed 's/(isa: .*)/(isa: scalar)/')" ] || fail "SDPA_ISA=scalar"
     "$tool" make q.npy f32 1 40 8; "$tool" make k.npy f32 2 40 8; "$tool" make v.npy f32 3 40 8
@@ -287,7 +318,8 @@ PY
     "$sdpa" lab report --out rep > log.txt
     grep -q 'wrote rep/index.html' log.txt || fail "report: $(cat log.txt)"
     grep -q '<h2>9. Projections' rep/index.html || fail "report lacks sections"
-    [ "$(grep -o 'data:image/png;base64' rep/index.html | wc -l)" -ge 8 ] || fail "report lacks embedded plots"
+    grep -q '<h2>10. Scaling and 16-bit rounding' rep/index.html || fail "report lacks the precision section"
+    [ "$(grep -o 'data:image/png;base64' rep/index.html | wc -l)" -ge 9 ] || fail "report lacks embedded plots"
     grep -q '"experiments"' rep/lab.json || fail "lab.json"
     # One verdict per experiment in lab.json, and the page shows each (it decides none).
     [ "$(grep -c '^   "verdict": ' rep/lab.json)" -eq "$(grep -c '^   "heading": ' rep/lab.json)" ] \

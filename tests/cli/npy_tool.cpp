@@ -1,5 +1,6 @@
 // npy_tool.cpp — fixtures for the CLI tests without NumPy:
 //   npy_tool make PATH f32|f64|bool SEED D0 [D1 ...]   seeded standard-normal data (bool: ~70% true)
+//   npy_tool offsets PATH i32|i64 V0 [V1 ...]          a 1-D int array of the given values
 //   npy_tool info PATH                                 prints "float32 [2, 3]"
 //   npy_tool maxdiff A B                               prints max |a - b| (as float64)
 #include <cmath>
@@ -42,6 +43,20 @@ int main(int argc, char** argv) try {
       write_npy_atomic(argv[2], DType::f64, shape, d.data());
     else if (type == "bool")
       write_npy_atomic(argv[2], DType::u8, shape, b.data());
+    else
+      return 2;
+    return 0;
+  }
+  if (mode == "offsets" && argc >= 5) {
+    const std::string type = argv[3];
+    std::vector<std::int64_t> v64;
+    for (int i = 4; i < argc; ++i) v64.push_back(std::stoll(argv[i]));
+    std::vector<std::int32_t> v32(v64.begin(), v64.end());
+    const std::vector<std::int64_t> shape{static_cast<std::int64_t>(v64.size())};
+    if (type == "i32")
+      write_npy_atomic(argv[2], DType::i32, shape, v32.data());
+    else if (type == "i64")
+      write_npy_atomic(argv[2], DType::i64, shape, v64.data());
     else
       return 2;
     return 0;

@@ -114,6 +114,14 @@ TEST(Npy, ReadsVersions1_2And3) {
   const NpyArray c = parse(make_file(3, hdr("|b1", "(3,)"), 3));
   EXPECT_EQ(c.dtype, DType::u8);
   EXPECT_EQ(c.bytes.size(), 3u);
+  // int32 and int64 (offsets of packed batches), read and written back.
+  const NpyArray i4 = parse(make_file(1, hdr("<i4", "(3,)"), 12));
+  EXPECT_EQ(i4.dtype, DType::i32);
+  const std::int64_t offs[3] = {0, 5, -7};
+  const NpyArray i8 = parse(serialize_npy(DType::i64, {3}, offs));
+  EXPECT_EQ(i8.dtype, DType::i64);
+  EXPECT_EQ(i8.i64()[2], -7);
+  EXPECT_THROW(i8.i32(), Error);
   // Version 2 with a header longer than 65535 bytes (all padding): the 4-byte length.
   std::string big = hdr("|u1", "(1, 2, 1)");
   big.append(70000, ' ');
@@ -166,7 +174,7 @@ TEST(Npy, RefusesBigEndianAndNativeOrder) {
 }
 
 TEST(Npy, RefusesOtherDtypes) {
-  for (const char* dt : {"<f2", "<i4", "<i8", "|i1", "<u1", "<c8", "<c16", "|S3", "<U1", "|O", "<M8[ns]", "f4", ""})
+  for (const char* dt : {"<f2", ">i4", "<u4", "|i1", "<u1", "<c8", "<c16", "|S3", "<U1", "|O", "<M8[ns]", "f4", ""})
     reject(make_file(1, hdr(dt, "(1,)"), 8), {"dtype '" + std::string(dt) + "' is not supported", "'<f4'"});
   reject(make_file(1, "{'descr': [('a', '<f4'), ('b', '<i4')], 'fortran_order': False, 'shape': (1,), }", 8),
          {"structured"});

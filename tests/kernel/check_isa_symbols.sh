@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Fails if an ISA translation unit defines a weak symbol outside its own namespace:
 # the attention kernel's fast_<isa>.cpp.o outside sdpa::detail::<isa>, the projections'
-# linear_<isa>.cpp.o outside sdpa::nn::<isa>. Arguments: the object files of the
-# libraries that hold them (';'-separated ok); every one of the 6 must be among them.
+# linear_<isa>.cpp.o outside sdpa::nn::<isa>, convert_<isa>.cpp.o outside sdpa::detail::<isa>.
+# Arguments: the object files of the libraries that hold them (';'-separated ok); every one
+# of the 8 must be among them.
 set -euo pipefail
 status=0 checked=0
 for obj in $(echo "$*" | tr ';' ' '); do
   case "$(basename "$obj")" in
     fast_scalar.cpp.o | fast_avx2.cpp.o | fast_avx512.cpp.o) space=detail ;;
+    convert_avx2.cpp.o | convert_avx512.cpp.o) space=detail ;;  # the bf16/fp16 helpers (half_<isa>.hpp)
     linear_scalar.cpp.o | linear_avx2.cpp.o | linear_avx512.cpp.o) space=nn ;;
     *) continue ;;
   esac
@@ -20,6 +22,6 @@ for obj in $(echo "$*" | tr ';' ' '); do
     echo "$obj: weak symbols outside sdpa::${space}::${isa}:"; echo "$leaks"; status=1
   fi
 done
-[ "$checked" -eq 6 ] || { echo "expected 6 ISA objects, found $checked"; exit 1; }
-[ "$status" -eq 0 ] && echo "6 ISA objects checked, no shared inline code"
+[ "$checked" -eq 8 ] || { echo "expected 8 ISA objects, found $checked"; exit 1; }
+[ "$status" -eq 0 ] && echo "8 ISA objects checked, no shared inline code"
 exit $status

@@ -76,6 +76,63 @@ using tolerance::max_row_norm;
   EXPECT_LE((v).fast, (v).bound) << what << ": fast error " << (v).fast << ", naive fp32 error " << (v).naive \
                                  << ", bound " << (v).bound
 
+// The tolerance rule for a kernel computing in a 16-bit dtype, FlashAttention's: its error
+// against the fp64 reference at most twice that of the naive implementation in the same dtype
+// (sdpa::reference::forward_naive / backward_naive), plus the floor of fp32 arithmetic and of
+// storing the outputs in the dtype (tolerance::with_output_rounding). q, k, v, dout hold values
+// of the dtype (round_to); the yardstick computes the gold and the naive results once, and
+// judges any number of candidates. Shapes: q (B, Hq, Nq, Dk), k (B, Hkv, Nk, Dk), v and dout alike.
+struct DtypeYardstick {
+  Buf<double> out64, dq64, dk64, dv64;
+  Buf3<double> lse64;
+  Buf<float> outn, dqn, dkn, dvn;
+  Buf3<float> lsen;
+  tolerance::Floors fl{};
+
+  DtypeYardstick(Dtype t, const Buf<float>& q, const Buf<float>& k, const Buf<float>& v, const Buf<float>& dout,
+                 const Options& opt) {
+    const auto [B, Hq, Nq, Dk] = q.shape;
+    const i64 Dv = v.shape[3];
+    const Buf<double> q64 = q.cast<double>(), k64 = k.cast<double>(), v64 = v.cast<double>(), do64 = dout.cast<double>();
+    out64 = Buf<double>({B, Hq, Nq, Dv}, q.bnhd), lse64 = Buf3<double>({B, Hq, Nq});
+    reference::forward<double, double>(q64.cview(), k64.cview(), v64.cview(), out64.view(), lse64.view(), opt);
+    dq64 = Buf<double>(q.shape, q.bnhd), dk64 = Buf<double>(k.shape, k.bnhd), dv64 = Buf<double>(v.shape, v.bnhd);
+    reference::backward<double, double>(q64.cview(), k64.cview(), v64.cview(), out64.cview(), lse64.cview(),
+                                        do64.cview(), dq64.view(), dk64.view(), dv64.view(), opt);
+    outn = Buf<float>({B, Hq, Nq, Dv}, q.bnhd), lsen = Buf3<float>({B, Hq, Nq});
+    reference::forward_naive(t, q.cview(), k.cview(), v.cview(), outn.view(), lsen.view(), opt);
+    dqn = Buf<float>(q.shape, q.bnhd), dkn = Buf<float>(k.shape, k.bnhd), dvn = Buf<float>(v.shape, v.bnhd);
+    reference::backward_naive(t, q.cview(), k.cview(), v.cview(), outn.cview(), lsen.cview(), dout.cview(), dqn.view(),
+                              dkn.view(), dvn.view(), opt);
+    const double mask_max = opt.mask.empty() ? 0.0 : max_abs_mask(opt.mask);
+    const auto f32 = tolerance::floors(q.data, k.data, v.data, dout.data, Dk, Dv, std::abs(resolve_scale(opt, Dk)),
+                                       opt.softcap.value_or(0.0), mask_max, max_abs(lse64.data), max_abs(dv64.data));
+    fl = tolerance::with_output_rounding(f32, unit_roundoff(t), max_abs(out64.data), max_abs(dq64.data),
+                                         max_abs(dk64.data), max_abs(dv64.data));
+  }
+  tolerance::Verdict out(const std::vector<float>& x) const { return judge(x, outn.data, out64.data, fl.out); }
+  tolerance::Verdict lse(const std::vector<float>& x) const { return judge(x, lsen.data, lse64.data, fl.lse); }
+  tolerance::Verdict dq(const std::vector<float>& x) const { return judge(x, dqn.data, dq64.data, fl.dq); }
+  tolerance::Verdict dk(const std::vector<float>& x) const { return judge(x, dkn.data, dk64.data, fl.dk); }
+  tolerance::Verdict dv(const std::vector<float>& x) const { return judge(x, dvn.data, dv64.data, fl.dv); }
+
+ private:
+  static double max_abs_mask(const View4<const float>& m) {
+    double mx = 0;
+    for (i64 a = 0; a < m.shape[0]; ++a)
+      for (i64 b = 0; b < m.shape[1]; ++b)
+        for (i64 c = 0; c < m.shape[2]; ++c)
+          for (i64 d = 0; d < m.shape[3]; ++d)
+            if (std::isfinite(m(a, b, c, d))) mx = std::max(mx, std::abs(static_cast<double>(m(a, b, c, d))));
+    return mx;
+  }
+};
+
+/// Rounds every element to dtype t (inputs of a 16-bit kernel).
+inline void round_all(std::vector<float>& x, Dtype t) {
+  for (auto& e : x) e = round_to(t, e);
+}
+
 // ISAs this CPU can run (scalar always).
 inline std::vector<Isa> runnable_isas() {
   std::vector<Isa> out;

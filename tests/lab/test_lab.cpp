@@ -251,7 +251,7 @@ TEST(Registry, EveryExperimentReturnsAVerdictUnderItsOwnName) {
     const auto j = to_json(t);
     EXPECT_EQ(j["verdict"], t.verdict.text());
   }
-  EXPECT_EQ(names.size(), 10u);
+  EXPECT_EQ(names.size(), 11u);
   EXPECT_EQ(&find_experiment("general"), &experiments()[2]);
   try {
     find_experiment("varience");
@@ -392,6 +392,21 @@ TEST(Verdicts, ProjectionsScopeFollowsWhichRowsFail) {
   t = good;  // Xavier at d_x = 4 d_k normalising as well: no Xavier restriction left
   set_cell(t, "var_scaled", 1.0, named("Xavier, d_x = 4 d_k"));
   EXPECT_EQ(judge_projections(t).text(), "holds only for independent weights");
+}
+
+TEST(Verdicts, PrecisionFailsWhenScalingStopsHelping) {
+  const Table good = precision(Settings{});
+  ASSERT_EQ(good.verdict.outcome, Outcome::holds) << good.verdict.measured;
+  const auto where = [&good](const char* scale, const char* scores) {
+    return [&good, scale, scores](std::size_t r) { return good.text(r, "scale") == scale && good.text(r, "scores") == scores; };
+  };
+  Table t = good;  // a scaled row beyond the bound: the rounding error depends on more than u
+  set_cell(t, "err_units", 2 + 2 * kPrecisionScoreMax + 1, where("1/sqrt(d_k)", "dtype"));
+  EXPECT_EQ(judge_precision(t).outcome, Outcome::fails);
+  t = good;  // unscaled 16-bit scores as accurate as scaled ones at every d_k: no growth
+  for (std::size_t r = 0; r < t.rows.size(); ++r)
+    if (where("1", "dtype")(r)) t.rows[r][t.column("err_units")] = 1.0;
+  EXPECT_EQ(judge_precision(t).outcome, Outcome::fails);
 }
 
 }  // namespace

@@ -1,0 +1,214 @@
+// varlen.cpp — packed variable-length batches: each sequence is a strided (1, H, L, D) view
+// of the packed tensors, run through sdpa::forward / sdpa::backward. Nothing is padded, so
+// the cost follows Σ Lq_s·Lk_s.
+//
+// Threads: a sequence whose own call has enough work items for every thread (wide) runs
+// alone with all of them; the others (narrow: short sequences, decoding rows) run side by
+// side, one thread each, longest first. Either way each output element is written by one
+// call, and forward/backward give the same bits for any thread count, so varlen does too.
+#include <algorithm>
+#include <exception>
+#include <limits>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "attention/fast.hpp"
+#include "attention/problem.hpp"
+
+namespace sdpa {
+namespace {
+
+using detail::i64;
+
+[[noreturn]] void fail(const std::string& msg) { throw Error(msg); }
+
+// One sequence: its query rows [q0, q0 + Lq) and key rows [k0, k0 + Lk).
+struct Seq {
+  i64 q0, Lq, k0, Lk;
+};
+
+// Checks the offsets (length batch + 1, both the same length, from 0, non-decreasing, ending
+// at Tq and Tk) and returns the sequences.
+std::vector<Seq> sequences(const SeqOffsets& cq, const SeqOffsets& ck, i64 Tq, i64 Tk) {
+  const auto check = [](const SeqOffsets& c, const char* name, const char* tensor, i64 total) {
+    if (c.i32.data == nullptr && c.i64.data == nullptr)
+      fail(std::string(name) + ": data pointer is null (shape [" + std::to_string(c.size()) + "])");
+    if (c.size() < 2)
+      fail(std::string(name) + ": length " + std::to_string(c.size()) +
+           " is too short; it holds batch + 1 offsets, batch >= 1");
+    if (c[0] != 0) fail(std::string(name) + ": must start at 0, got " + std::to_string(c[0]));
+    for (i64 s = 1; s < c.size(); ++s)
+      if (c[s] < c[s - 1])
+        fail(std::string(name) + ": offsets must not decrease, but [" + std::to_string(s - 1) + "] = " +
+             std::to_string(c[s - 1]) + " > [" + std::to_string(s) + "] = " + std::to_string(c[s]));
+    if (c[c.size() - 1] != total)
+      fail(std::string(name) + ": must end at " + tensor + "'s " + std::to_string(total) + " rows, got " +
+           std::to_string(c[c.size() - 1]));
+  };
+  check(cq, "cu_seqlens_q", "q", Tq);
+  check(ck, "cu_seqlens_k", "k", Tk);
+  if (ck.size() != cq.size())
+    fail("cu_seqlens_k: length " + std::to_string(ck.size()) + " differs from cu_seqlens_q's " +
+         std::to_string(cq.size()) + "; both hold batch + 1 offsets");
+  std::vector<Seq> seqs;
+  for (i64 s = 0; s + 1 < cq.size(); ++s) seqs.push_back({cq[s], cq[s + 1] - cq[s], ck[s], ck[s + 1] - ck[s]});
+  return seqs;
+}
+
+// The packed (T, H, D) tensor as one (1, H, T, D) view: what validate_forward/backward check,
+// and what each sequence's rows are cut from.
+template <class T>
+View4<T> as_bhnd(const View3<T>& x) {
+  return {x.data, {1, x.shape[1], x.shape[0], x.shape[2]}, {0, x.stride[1], x.stride[0], x.stride[2]}};
+}
+template <class T>
+View4<T> rows(const View3<T>& x, i64 r0, i64 n) {
+  View4<T> v = as_bhnd(x);
+  v.data += r0 * x.stride[0];
+  v.shape[2] = n;
+  return v;
+}
+// lse (Hq, Tq) as (1, Hq, Tq), and the columns of one sequence.
+template <class T>
+View3<T> lse_rows(const View<T, 2>& x, i64 r0, i64 n) {
+  return {x.data + r0 * x.stride[1], {1, x.shape[0], n}, {0, x.stride[0], x.stride[1]}};
+}
+
+void check_rank3(const char* name, const std::array<i64, 3>& shape, const char* dims) {
+  for (int d = 0; d < 3; ++d)
+    if (shape[d] <= 0)
+      fail(std::string(name) + ": dimension " + std::to_string(d) + " (" + dims[d] + ") is " +
+           std::to_string(shape[d]) + " in shape " + shape_str(shape) + "; every dimension must be >= 1");
+}
+
+void check_options(const Options& opt) {
+  // Each sequence runs as batch 0: its dropout positions would repeat from sequence to sequence.
+  if (opt.dropout.p != 0.0) fail("dropout: not supported with packed sequences (cu_seqlens) yet");
+  if (!opt.mask.empty() || !opt.keep.empty())
+    fail(std::string(!opt.mask.empty() ? "mask" : "keep") +
+         ": explicit masks are not supported with packed sequences (cu_seqlens); use causal or window");
+}
+
+// Runs body(s, threads) for every sequence: the wide ones one after another with all threads,
+// then the narrow ones in parallel, one thread each, longest first. An exception in a worker
+// is caught and rethrown after the region (none may leave an OpenMP region).
+template <class Body>
+void run_sequences(const std::vector<Seq>& seqs, const std::vector<i64>& items, const std::vector<double>& cost,
+                   int threads, Body body) {
+  std::vector<std::size_t> narrow;
+  for (std::size_t s = 0; s < seqs.size(); ++s) {
+    if (items[s] >= threads)
+      body(s, threads);
+    else
+      narrow.push_back(s);
+  }
+  std::stable_sort(narrow.begin(), narrow.end(), [&](std::size_t a, std::size_t b) { return cost[a] > cost[b]; });
+  std::exception_ptr error;
+  const i64 n = static_cast<i64>(narrow.size());
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
+  for (i64 x = 0; x < n; ++x) {
+    try {
+      body(narrow[static_cast<std::size_t>(x)], 1);
+    } catch (...) {
+#pragma omp critical(sdpa_varlen_error)
+      if (!error) error = std::current_exception();
+    }
+  }
+  if (error) std::rethrow_exception(error);
+}
+
+i64 tiles(i64 n, i64 tile) { return (n + tile - 1) / tile; }
+
+}  // namespace
+
+void forward_varlen(View3<const float> q, View3<const float> k, View3<const float> v, SeqOffsets cu_seqlens_q,
+                    SeqOffsets cu_seqlens_k, View3<float> out, View<float, 2> lse, const Options& opt) {
+  check_rank3("q", q.shape, "THD");
+  check_rank3("k", k.shape, "THD");
+  check_rank3("v", v.shape, "THD");
+  check_rank3("out", out.shape, "THD");
+  check_options(opt);
+  const std::vector<Seq> seqs = sequences(cu_seqlens_q, cu_seqlens_k, q.shape[0], k.shape[0]);
+  // Every shape, option and aliasing check, once, on the packed tensors seen as one sequence.
+  const bool want_lse = !lse.empty() || lse.shape != std::array<i64, 2>{0, 0};
+  const View3<float> lse_all = want_lse ? lse_rows(lse, 0, lse.shape[1]) : View3<float>{};
+  if (want_lse && (lse.shape[0] != q.shape[1] || lse.shape[1] != q.shape[0]))
+    fail("lse: shape " + shape_str(lse.shape) + " should be [Hq, Tq] = [" + std::to_string(q.shape[1]) + ", " +
+         std::to_string(q.shape[0]) + "]");
+  const detail::Problem all = detail::validate_forward<float>(as_bhnd(q), as_bhnd(k), as_bhnd(v), as_bhnd(out), lse_all, opt);
+
+  std::vector<i64> items(seqs.size());
+  std::vector<double> cost(seqs.size());
+  for (std::size_t s = 0; s < seqs.size(); ++s) {
+    items[s] = all.Hkv * tiles(all.group * seqs[s].Lq, detail::kTileRows);
+    cost[s] = static_cast<double>(seqs[s].Lq) * static_cast<double>(seqs[s].Lk) * static_cast<double>(all.Hq);
+  }
+  run_sequences(seqs, items, cost, detail::resolve_threads(opt), [&](std::size_t s, int threads) {
+    const Seq& sq = seqs[s];
+    if (sq.Lq == 0) return;
+    const View4<float> o = rows(out, sq.q0, sq.Lq);
+    const View3<float> l = want_lse ? lse_rows(lse, sq.q0, sq.Lq) : View3<float>{};
+    if (sq.Lk == 0) {  // no key to see: the contract's empty row
+      for (i64 h = 0; h < all.Hq; ++h)
+        for (i64 i = 0; i < sq.Lq; ++i) {
+          for (i64 e = 0; e < all.Dv; ++e) o(0, h, i, e) = 0.0f;
+          if (want_lse) l(0, h, i) = -std::numeric_limits<float>::infinity();
+        }
+      return;
+    }
+    Options o_s = opt;
+    o_s.threads = threads;
+    forward(rows(q, sq.q0, sq.Lq), rows(k, sq.k0, sq.Lk), rows(v, sq.k0, sq.Lk), o, l, o_s);
+  });
+}
+
+void backward_varlen(View3<const float> q, View3<const float> k, View3<const float> v, SeqOffsets cu_seqlens_q,
+                     SeqOffsets cu_seqlens_k, View3<const float> out, View<const float, 2> lse, View3<const float> dout,
+                     View3<float> dq, View3<float> dk, View3<float> dv, const Options& opt) {
+  check_rank3("q", q.shape, "THD");
+  check_rank3("k", k.shape, "THD");
+  check_rank3("v", v.shape, "THD");
+  check_rank3("out", out.shape, "THD");
+  check_rank3("dout", dout.shape, "THD");
+  check_rank3("dq", dq.shape, "THD");
+  check_rank3("dk", dk.shape, "THD");
+  check_rank3("dv", dv.shape, "THD");
+  check_options(opt);
+  const std::vector<Seq> seqs = sequences(cu_seqlens_q, cu_seqlens_k, q.shape[0], k.shape[0]);
+  if (lse.shape[0] != q.shape[1] || lse.shape[1] != q.shape[0])
+    fail("lse: shape " + shape_str(lse.shape) + " should be [Hq, Tq] = [" + std::to_string(q.shape[1]) + ", " +
+         std::to_string(q.shape[0]) + "]");
+  const detail::Problem all = detail::validate_backward<float>(
+      as_bhnd(q), as_bhnd(k), as_bhnd(v), as_bhnd(out), lse_rows(lse, 0, lse.shape[1]), as_bhnd(dout), as_bhnd(dq),
+      as_bhnd(dk), as_bhnd(dv), opt);
+
+  std::vector<i64> items(seqs.size());
+  std::vector<double> cost(seqs.size());
+  for (std::size_t s = 0; s < seqs.size(); ++s) {
+    // The backward's two passes: key tiles per kv head (dk, dv), query tiles per head (dq).
+    items[s] = std::min(all.Hkv * tiles(seqs[s].Lk, detail::kTileCols), all.Hq * tiles(seqs[s].Lq, detail::kTileRows));
+    cost[s] = static_cast<double>(seqs[s].Lq) * static_cast<double>(seqs[s].Lk) * static_cast<double>(all.Hq);
+  }
+  run_sequences(seqs, items, cost, detail::resolve_threads(opt), [&](std::size_t s, int threads) {
+    const Seq& sq = seqs[s];
+    if (sq.Lq == 0 || sq.Lk == 0) {  // nothing attended: zero gradients for whichever rows exist
+      const auto zero = [](const View4<float>& g) {
+        for (i64 h = 0; h < g.shape[1]; ++h)
+          for (i64 i = 0; i < g.shape[2]; ++i)
+            for (i64 e = 0; e < g.shape[3]; ++e) g(0, h, i, e) = 0.0f;
+      };
+      zero(rows(dq, sq.q0, sq.Lq));
+      zero(rows(dk, sq.k0, sq.Lk));
+      zero(rows(dv, sq.k0, sq.Lk));
+      return;
+    }
+    Options o_s = opt;
+    o_s.threads = threads;
+    backward(rows(q, sq.q0, sq.Lq), rows(k, sq.k0, sq.Lk), rows(v, sq.k0, sq.Lk), rows(out, sq.q0, sq.Lq),
+             lse_rows(lse, sq.q0, sq.Lq), rows(dout, sq.q0, sq.Lq), rows(dq, sq.q0, sq.Lq), rows(dk, sq.k0, sq.Lk),
+             rows(dv, sq.k0, sq.Lk), o_s);
+  });
+}
+
+}  // namespace sdpa

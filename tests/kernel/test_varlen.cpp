@@ -1,0 +1,195 @@
+// test_varlen.cpp — packed variable-length batches against the reference run on each
+// sequence alone, the offsets' errors, and the same bits for any thread count.
+#include "util.hpp"
+
+namespace sdpa::test {
+namespace {
+
+// A packed batch: q (Tq, Hq, Dk), k (Tk, Hkv, Dk), v (Tk, Hkv, Dv), dout (Tq, Hq, Dv).
+struct Packed {
+  std::vector<i64> Lq, Lk;  // per sequence
+  i64 Hq = 4, Hkv = 2, Dk = 16, Dv = 24;
+  std::vector<std::int32_t> cq{0}, ck{0};
+  std::vector<float> q, k, v, dout;
+  i64 Tq() const { return cq.back(); }
+  i64 Tk() const { return ck.back(); }
+
+  Packed(std::vector<i64> lq, std::vector<i64> lk, std::uint64_t seed) : Lq(std::move(lq)), Lk(std::move(lk)) {
+    for (std::size_t s = 0; s < Lq.size(); ++s) {
+      cq.push_back(cq.back() + static_cast<std::int32_t>(Lq[s]));
+      ck.push_back(ck.back() + static_cast<std::int32_t>(Lk[s]));
+    }
+    std::mt19937_64 rng(seed);
+    q.resize(static_cast<std::size_t>(Tq() * Hq * Dk)), k.resize(static_cast<std::size_t>(Tk() * Hkv * Dk));
+    v.resize(static_cast<std::size_t>(Tk() * Hkv * Dv)), dout.resize(static_cast<std::size_t>(Tq() * Hq * Dv));
+    for (auto* x : {&q, &k, &v, &dout}) fill_normal(*x, rng);
+  }
+  View3<const float> qv() const { return contiguous(q.data(), {Tq(), Hq, Dk}); }
+  View3<const float> kv() const { return contiguous(k.data(), {Tk(), Hkv, Dk}); }
+  View3<const float> vv() const { return contiguous(v.data(), {Tk(), Hkv, Dv}); }
+  View3<const float> dov() const { return contiguous(dout.data(), {Tq(), Hq, Dv}); }
+  SeqOffsets cuq() const { return View<const std::int32_t, 1>{cq.data(), {static_cast<i64>(cq.size())}, {1}}; }
+  SeqOffsets cuk() const { return View<const std::int32_t, 1>{ck.data(), {static_cast<i64>(ck.size())}, {1}}; }
+};
+
+struct Result {
+  std::vector<float> out, lse, dq, dk, dv;
+};
+
+Result run_varlen(const Packed& p, const Options& opt, bool with_backward = true) {
+  Result r;
+  r.out.assign(static_cast<std::size_t>(p.Tq() * p.Hq * p.Dv), kNaN);
+  r.lse.assign(static_cast<std::size_t>(p.Hq * p.Tq()), kNaN);
+  forward_varlen(p.qv(), p.kv(), p.vv(), p.cuq(), p.cuk(), contiguous(r.out.data(), {p.Tq(), p.Hq, p.Dv}),
+                 contiguous(r.lse.data(), {p.Hq, p.Tq()}), opt);
+  if (!with_backward) return r;
+  r.dq.assign(p.q.size(), kNaN), r.dk.assign(p.k.size(), kNaN), r.dv.assign(p.v.size(), kNaN);
+  backward_varlen(p.qv(), p.kv(), p.vv(), p.cuq(), p.cuk(), contiguous<const float>(r.out.data(), {p.Tq(), p.Hq, p.Dv}),
+                  contiguous<const float>(r.lse.data(), {p.Hq, p.Tq()}), p.dov(),
+                  contiguous(r.dq.data(), {p.Tq(), p.Hq, p.Dk}), contiguous(r.dk.data(), {p.Tk(), p.Hkv, p.Dk}),
+                  contiguous(r.dv.data(), {p.Tk(), p.Hkv, p.Dv}), opt);
+  return r;
+}
+
+// The reference in precision T on each sequence alone, as a (1, H, L, D) problem copied out of
+// the packed tensors, its results copied back into packed buffers. A sequence without keys
+// gets the contract's empty rows (out 0, lse -inf, zero gradients).
+template <class T>
+struct PerSequence {
+  std::vector<T> out, lse, dq, dk, dv;
+  PerSequence(const Packed& p, const Options& opt) {
+    out.assign(static_cast<std::size_t>(p.Tq() * p.Hq * p.Dv), T(0));
+    lse.assign(static_cast<std::size_t>(p.Hq * p.Tq()), -std::numeric_limits<T>::infinity());
+    dq.assign(p.q.size(), T(0)), dk.assign(p.k.size(), T(0)), dv.assign(p.v.size(), T(0));
+    for (std::size_t s = 0; s < p.Lq.size(); ++s) {
+      const i64 Lq = p.Lq[s], Lk = p.Lk[s], q0 = p.cq[s], k0 = p.ck[s];
+      if (Lq == 0 || Lk == 0) continue;
+      // (T, H, D) rows [r0, r0 + L) <-> a contiguous (1, H, L, D) buffer.
+      const auto take = [](const std::vector<float>& x, i64 r0, i64 L, i64 H, i64 D) {
+        Buf<T> b({1, H, L, D});
+        for (i64 h = 0; h < H; ++h)
+          for (i64 i = 0; i < L; ++i)
+            for (i64 d = 0; d < D; ++d) b.at(0, h, i, d) = static_cast<T>(x[static_cast<std::size_t>(((r0 + i) * H + h) * D + d)]);
+        return b;
+      };
+      const auto put = [](Buf<T>& b, std::vector<T>& x, i64 r0) {
+        const auto [one, H, L, D] = b.shape;
+        for (i64 h = 0; h < H; ++h)
+          for (i64 i = 0; i < L; ++i)
+            for (i64 d = 0; d < D; ++d) x[static_cast<std::size_t>(((r0 + i) * H + h) * D + d)] = b.at(0, h, i, d);
+      };
+      Buf<T> q = take(p.q, q0, Lq, p.Hq, p.Dk), k = take(p.k, k0, Lk, p.Hkv, p.Dk), v = take(p.v, k0, Lk, p.Hkv, p.Dv),
+             dout = take(p.dout, q0, Lq, p.Hq, p.Dv);
+      Buf<T> o({1, p.Hq, Lq, p.Dv}), gq(q.shape), gk(k.shape), gv(v.shape);
+      Buf3<T> l({1, p.Hq, Lq});
+      reference::forward<T, double>(q.cview(), k.cview(), v.cview(), o.view(), l.view(), opt);
+      reference::backward<T, double>(q.cview(), k.cview(), v.cview(), o.cview(), l.cview(), dout.cview(), gq.view(),
+                                     gk.view(), gv.view(), opt);
+      put(o, out, q0), put(gq, dq, q0), put(gk, dk, k0), put(gv, dv, k0);
+      for (i64 h = 0; h < p.Hq; ++h)
+        for (i64 i = 0; i < Lq; ++i) lse[static_cast<std::size_t>(h * p.Tq() + q0 + i)] = l.data[static_cast<std::size_t>(h * Lq + i)];
+    }
+  }
+};
+
+struct VarlenCase {
+  std::string name;
+  Options opt;
+};
+
+std::vector<VarlenCase> varlen_cases() {
+  std::vector<VarlenCase> c(6);
+  c[0].name = "plain";
+  c[1].name = "causal_top_left", c[1].opt.causal = Causal::top_left;
+  c[2].name = "causal_bottom_right", c[2].opt.causal = Causal::bottom_right;
+  c[3].name = "window", c[3].opt.window = {5, 3};
+  c[4].name = "causal_window_softcap", c[4].opt.causal = Causal::bottom_right, c[4].opt.window = {9, -1},
+  c[4].opt.softcap = 2.0;
+  c[5].name = "scale", c[5].opt.scale = 0.7;
+  return c;
+}
+
+// Lengths with every shape of sequence: short, empty queries, no keys, Lq < Lk (a KV cache),
+// Lq > Lk, one query row (decoding), and long enough to use several tiles.
+const std::vector<i64> kLq{5, 0, 70, 3, 1, 33, 130};
+const std::vector<i64> kLk{7, 3, 70, 0, 90, 20, 150};
+
+// Judged as the fixed-length kernel is (tests/kernel/test_grid.cpp): the error against the fp64
+// reference at most twice the naive fp32 reference's, plus the fp32 floor, every sequence alone.
+TEST(Varlen, MatchesTheReferenceOnEachSequence) {
+  for (const auto& vc : varlen_cases()) {
+    SCOPED_TRACE(vc.name);
+    const Packed p(kLq, kLk, std::hash<std::string>{}(vc.name));
+    const PerSequence<double> gold(p, vc.opt);
+    const PerSequence<float> naive(p, vc.opt);
+    const double beta = std::abs(resolve_scale(vc.opt, p.Dk));
+    const auto fl = floors(p.q, p.k, p.v, p.dout, p.Dk, p.Dv, beta, vc.opt.softcap.value_or(0.0), 0.0,
+                           max_abs(gold.lse), max_abs(gold.dv));
+    for (Isa isa : runnable_isas()) {
+      SCOPED_TRACE(isa_name(isa));
+      Options o = vc.opt;
+      o.isa = isa;
+      const Result r = run_varlen(p, o);
+      SDPA_EXPECT_WITHIN("out", judge(r.out, naive.out, gold.out, fl.out));
+      SDPA_EXPECT_WITHIN("lse", judge(r.lse, naive.lse, gold.lse, fl.lse));
+      SDPA_EXPECT_WITHIN("dq", judge(r.dq, naive.dq, gold.dq, fl.dq));
+      SDPA_EXPECT_WITHIN("dk", judge(r.dk, naive.dk, gold.dk, fl.dk));
+      SDPA_EXPECT_WITHIN("dv", judge(r.dv, naive.dv, gold.dv, fl.dv));
+    }
+  }
+}
+
+TEST(Varlen, SameBitsForAnyThreadCountAndOffsetDtype) {
+  const Packed p(kLq, kLk, 3);
+  Options o;
+  o.causal = Causal::bottom_right;
+  o.threads = 1;
+  const Result one = run_varlen(p, o);
+  for (int t : {2, 3, 7}) {
+    o.threads = t;
+    const Result r = run_varlen(p, o);
+    EXPECT_EQ(r.out, one.out) << t << " threads";
+    EXPECT_EQ(r.dq, one.dq) << t << " threads";
+    EXPECT_EQ(r.dk, one.dk) << t << " threads";
+    EXPECT_EQ(r.dv, one.dv) << t << " threads";
+  }
+  // int64 offsets: the same call.
+  const std::vector<std::int64_t> cq(p.cq.begin(), p.cq.end()), ck(p.ck.begin(), p.ck.end());
+  std::vector<float> out(one.out.size()), lse(one.lse.size());
+  forward_varlen(p.qv(), p.kv(), p.vv(), View<const std::int64_t, 1>{cq.data(), {static_cast<i64>(cq.size())}, {1}},
+                 View<const std::int64_t, 1>{ck.data(), {static_cast<i64>(ck.size())}, {1}},
+                 contiguous(out.data(), {p.Tq(), p.Hq, p.Dv}), contiguous(lse.data(), {p.Hq, p.Tq()}), o);
+  EXPECT_EQ(out, one.out);
+}
+
+// A wrong offsets array: an error naming it, and nothing written.
+TEST(Varlen, BadOffsetsAreRefusedBeforeAnythingIsWritten) {
+  const Packed p({4, 6}, {5, 5}, 9);
+  const auto expect_refused = [&](std::vector<std::int32_t> cq, std::vector<std::int32_t> ck, const std::string& what,
+                                  Options opt = {}) {
+    std::vector<float> out(static_cast<std::size_t>(p.Tq() * p.Hq * p.Dv), 7.0f), lse(static_cast<std::size_t>(p.Hq * p.Tq()), 7.0f);
+    try {
+      forward_varlen(p.qv(), p.kv(), p.vv(), View<const std::int32_t, 1>{cq.data(), {static_cast<i64>(cq.size())}, {1}},
+                     View<const std::int32_t, 1>{ck.data(), {static_cast<i64>(ck.size())}, {1}},
+                     contiguous(out.data(), {p.Tq(), p.Hq, p.Dv}), contiguous(lse.data(), {p.Hq, p.Tq()}), opt);
+      ADD_FAILURE() << "accepted: " << what;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+    for (float x : out) ASSERT_EQ(x, 7.0f) << "out written for " << what;
+    for (float x : lse) ASSERT_EQ(x, 7.0f) << "lse written for " << what;
+  };
+  expect_refused({0, 6, 4}, {0, 5, 10}, "cu_seqlens_q: offsets must not decrease");
+  expect_refused({0, 4, 11}, {0, 5, 10}, "cu_seqlens_q: must end at q's 10 rows, got 11");
+  expect_refused({0, 4, 10}, {0, 5, 9}, "cu_seqlens_k: must end at k's 10 rows, got 9");
+  expect_refused({-1, 4, 10}, {0, 5, 10}, "cu_seqlens_q: must start at 0");
+  expect_refused({0, 4, 10}, {0, 2, 5, 10}, "cu_seqlens_k: length 4 differs from cu_seqlens_q's 3");
+  expect_refused({0}, {0}, "cu_seqlens_q: length 1 is too short");
+  std::vector<float> mask(100, 0.0f);
+  Options masked;
+  masked.mask = contiguous<const float>(mask.data(), {1, 1, 10, 10});
+  expect_refused({0, 4, 10}, {0, 5, 10}, "mask: explicit masks are not supported", masked);
+}
+
+}  // namespace
+}  // namespace sdpa::test

@@ -1,0 +1,101 @@
+"""sdpa.attention_varlen (packed sequences of different lengths) against the float64 NumPy oracle
+run on each sequence alone, under the project's rule (npref.py); errors naming the argument;
+autograd on torch tensors."""
+
+import numpy as np
+import pytest
+
+import sdpa
+from npref import assert_within, attention_ref, backward_ref, backward_floors, forward_floors
+
+LQ = [5, 0, 40, 1, 23]
+LK = [7, 3, 40, 0, 60]
+HQ, HKV, DK, DV = 4, 2, 16, 8
+
+
+def packed(seed, dtype=np.int32):
+    rng = np.random.default_rng(seed)
+    Tq, Tk = sum(LQ), sum(LK)
+    q = rng.standard_normal((Tq, HQ, DK)).astype(np.float32)
+    k = rng.standard_normal((Tk, HKV, DK)).astype(np.float32)
+    v = rng.standard_normal((Tk, HKV, DV)).astype(np.float32)
+    dout = rng.standard_normal((Tq, HQ, DV)).astype(np.float32)
+    cq = np.concatenate([[0], np.cumsum(LQ)]).astype(dtype)
+    ck = np.concatenate([[0], np.cumsum(LK)]).astype(dtype)
+    return q, k, v, dout, cq, ck
+
+
+def per_sequence(q, k, v, dout, cq, ck, dtype, **opts):
+    """out, lse, dq, dk, dv of the NumPy reference in `dtype`, one (1, H, L, D) call per sequence."""
+    out = np.zeros((q.shape[0], HQ, DV), dtype)
+    lse = np.full((HQ, q.shape[0]), -np.inf, dtype)
+    dq, dk, dv = np.zeros(q.shape, dtype), np.zeros(k.shape, dtype), np.zeros(v.shape, dtype)
+    for s in range(len(cq) - 1):
+        qs, ks = slice(cq[s], cq[s + 1]), slice(ck[s], ck[s + 1])
+        if cq[s] == cq[s + 1] or ck[s] == ck[s + 1]:
+            continue
+        as4 = lambda x: x.transpose(1, 0, 2)[None]  # (L, H, D) -> (1, H, L, D)
+        o, l, cache = attention_ref(as4(q[qs]), as4(k[ks]), as4(v[ks]), dtype=dtype, **opts)
+        gq, gk, gv = backward_ref(cache, as4(dout[qs]).astype(dtype))
+        out[qs], lse[:, qs] = o[0].transpose(1, 0, 2), l[0]
+        dq[qs], dk[ks], dv[ks] = gq[0].transpose(1, 0, 2), gk[0].transpose(1, 0, 2), gv[0].transpose(1, 0, 2)
+    return out, lse, dq, dk, dv
+
+
+CASES = [dict(), dict(causal="top-left"), dict(causal="bottom-right", window=(6, 2)), dict(softcap=2.0, scale=0.8)]
+
+
+@pytest.mark.parametrize("opts", CASES, ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()) or "plain")
+def test_forward_and_backward_match_the_oracle_per_sequence(opts):
+    q, k, v, dout, cq, ck = packed(1)
+    gold = per_sequence(q, k, v, dout, cq, ck, np.float64, **opts)
+    naive = per_sequence(q, k, v, dout, cq, ck, np.float32, **opts)
+    out, lse = sdpa.attention_varlen(q, k, v, cq, ck, return_lse=True, **opts)
+    assert out.shape == (q.shape[0], HQ, DV) and lse.shape == (HQ, q.shape[0])
+    as4 = lambda x: x.transpose(1, 0, 2)[None]
+    f_out, f_lse = forward_floors(as4(q), as4(k), as4(v), gold[1], **opts)
+    assert_within("out", out, naive[0], gold[0], f_out)
+    assert_within("lse", lse, naive[1], gold[1], f_lse)
+    assert np.all(out[sum(LQ[:3]):sum(LQ[:4])] == 0) and np.all(lse[:, sum(LQ[:3])] == -np.inf)  # no keys
+
+
+def test_torch_autograd_matches_the_oracle():
+    torch = pytest.importorskip("torch")
+    q, k, v, dout, cq, ck = packed(2, np.int64)
+    opts = dict(causal="bottom-right")
+    gold = per_sequence(q, k, v, dout, cq, ck, np.float64, **opts)
+    naive = per_sequence(q, k, v, dout, cq, ck, np.float32, **opts)
+    tq, tk, tv = (torch.tensor(x, requires_grad=True) for x in (q, k, v))
+    out = sdpa.attention_varlen(tq, tk, tv, torch.tensor(cq), torch.tensor(ck), **opts)
+    assert isinstance(out, torch.Tensor) and out.requires_grad
+    out.backward(torch.tensor(dout))
+    as4 = lambda x: x.transpose(1, 0, 2)[None]
+    f_dq, f_dk, f_dv = backward_floors(as4(q), as4(k), as4(v), as4(dout), as4(gold[4]), **opts)
+    assert_within("dq", tq.grad.numpy(), naive[2], gold[2], f_dq)
+    assert_within("dk", tk.grad.numpy(), naive[3], gold[3], f_dk)
+    assert_within("dv", tv.grad.numpy(), naive[4], gold[4], f_dv)
+
+
+def test_int32_and_int64_offsets_agree():
+    q, k, v, _, cq, ck = packed(3)
+    a = sdpa.attention_varlen(q, k, v, cq, ck, causal="top-left")
+    b = sdpa.attention_varlen(q, k, v, cq.astype(np.int64), ck.astype(np.int64), causal="top-left")
+    assert np.array_equal(a, b)
+
+
+def test_bad_arguments_name_themselves():
+    q, k, v, _, cq, ck = packed(4)
+    with pytest.raises(TypeError, match="cu_seqlens_q: dtype float32"):
+        sdpa.attention_varlen(q, k, v, cq.astype(np.float32), ck)
+    with pytest.raises(TypeError, match="cu_seqlens_k: dtype int64 differs"):
+        sdpa.attention_varlen(q, k, v, cq, ck.astype(np.int64))
+    bad = cq.copy()
+    bad[2], bad[3] = bad[3], bad[2]  # [0, 5, 45, 5, ...]
+    with pytest.raises(sdpa.Error, match="cu_seqlens_q: offsets must not decrease"):
+        sdpa.attention_varlen(q, k, v, bad, ck)
+    with pytest.raises(sdpa.Error, match="cu_seqlens_k: must end at k's"):
+        sdpa.attention_varlen(q, k, v, cq, np.append(ck[:-1], ck[-1] + 1).astype(np.int32))
+    with pytest.raises(ValueError, match="packed sequences are \\[T, H, D\\]"):
+        sdpa.attention_varlen(q[None], k[None], v[None], cq, ck)
+    with pytest.raises(ValueError, match="cu_seqlens_q: rank 2"):
+        sdpa.attention_varlen(q, k, v, cq[None], ck)
