@@ -123,7 +123,7 @@ void validate(const SweepSpec& spec) {
   for (i64 d : spec.d_heads)
     if (d <= 0 || spec.base.d_model % d != 0)
       throw Error("--d-head: " + std::to_string(d) + " does not divide --d-model " + std::to_string(spec.base.d_model));
-  parse_task(spec.base.task, spec.base.seq);
+  parse_task(spec.base.task, spec.base.seq, spec.base.corpus);
   if (spec.jobs < 0) throw Error("--jobs: must be >= 0, got " + std::to_string(spec.jobs));
   if (spec.base.threads < 0) throw Error("--threads: must be >= 0, got " + std::to_string(spec.base.threads));
 }

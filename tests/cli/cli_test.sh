@@ -351,6 +351,37 @@ for l in open(sys.argv[1]):
     echo "not a checkpoint" > text.bin
     expect_error "magic" "$sdpa" train $tiny --resume text.bin
     expect_error "cannot write into directory" "$sdpa" train $tiny --save no/such/dir/ck.bin ;;
+  train_text)
+    # a small UTF-8 corpus (a repeated pangram with an accented word), 4500 characters
+    for i in $(seq 100); do printf 'the quick brown fox jumps over the lazy dog, café. \n'; done > fox.txt
+    tiny="--task text --d-model 16 --heads 2 --layers 1 --seq 16 --batch 8 --warmup 3 --eval-size 8 --threads 1"
+    "$sdpa" train $tiny --corpus fox.txt --steps 20 --log-every 10 --save ck.bin > log.jsonl
+    /usr/bin/python3 - log.jsonl <<'PY' || fail "text JSON lines"
+import json, math, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert [r["step"] for r in rows[:-1]] == [1, 10, 20], rows
+for r in rows:
+    assert abs(r["eval_bits_per_char"] - r["eval_loss"] / math.log(2)) < 1e-9 * r["eval_loss"], r
+assert rows[-1]["task"] == "text" and rows[-1]["final"] is True
+PY
+    "$sdpa" sample --resume ck.bin --prompt "the é" --tokens 40 --seed 3 > s1.txt
+    "$sdpa" sample --resume ck.bin --prompt "the é" --tokens 40 --seed 3 > s2.txt
+    cmp -s s1.txt s2.txt || fail "the same seed should sample the same text"
+    /usr/bin/python3 -c "import sys; t=open('s1.txt', encoding='utf-8').read(); assert t.startswith('the é') and len(t) == 46, repr(t)" \
+      || fail "sample: $(cat s1.txt)"
+    "$sdpa" sample --resume ck.bin --prompt "fox" --tokens 10 --temperature 0 > /dev/null || fail "greedy sample"
+    # bad corpora: a clear error naming --corpus, exit 1, nothing written (not even --save)
+    : > empty.txt
+    printf 'caf\xe9 au lait\n' > latin1.txt
+    head -c 300 fox.txt > short.txt
+    expect_error "--corpus: cannot read 'missing.txt'" "$sdpa" train $tiny --corpus missing.txt --save ck2.bin
+    expect_error "is empty" "$sdpa" train $tiny --corpus empty.txt --save ck2.bin
+    expect_error "not UTF-8 at byte 3" "$sdpa" train $tiny --corpus latin1.txt --save ck2.bin
+    expect_error "too short" "$sdpa" train $tiny --corpus short.txt --save ck2.bin
+    expect_error "scripts/setup.sh" env SDPA_CACHE_DIR="$PWD/nocache" "$sdpa" train --task text --save ck2.bin
+    expect_error "not in the corpus's alphabet" "$sdpa" sample --resume ck.bin --prompt "ROMEO"
+    "$sdpa" train --d-model 16 --layers 1 --seq 8 --batch 4 --steps 2 --eval-size 4 --save mq.bin > /dev/null
+    expect_error "not a text-task checkpoint" "$sdpa" sample --resume mq.bin ;;
   sweep)
     "$sdpa" sweep --d-model 16 --layers 1 --seq 8 --batch 4 --steps 8 --warmup 2 --eval-size 8 --log-every 4 \
       --policies inv_sqrt_dk adaptive --seeds 1 2 --d-head 8 --out sw > table.txt 2> err.txt
