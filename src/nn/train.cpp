@@ -138,6 +138,99 @@ nlohmann::ordered_json to_json(const TrainSummary& s) {
           {"seconds", s.seconds}};
 }
 
+namespace {
+
+double number_of(const nlohmann::ordered_json& v) { return v.is_null() ? NAN : v.get<double>(); }
+
+std::vector<double> flat_of(const nlohmann::ordered_json& v) {
+  std::vector<double> out;
+  if (v.is_array())
+    for (const auto& x : v) {
+      if (x.is_array())
+        for (const auto& y : x) out.push_back(number_of(y));
+      else
+        out.push_back(number_of(x));
+    }
+  return out;
+}
+
+std::optional<double> optional_of(const nlohmann::ordered_json& j, const char* key) {
+  if (!j.contains(key) || j[key].is_null()) return std::nullopt;
+  return j[key].get<double>();
+}
+
+template <class F>
+auto parsing(const std::string& what, F&& f) {
+  try {
+    return f();
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(what + ": malformed (" + e.what() + ")");
+  }
+}
+
+}  // namespace
+
+StepRecord step_record_from_json(const nlohmann::ordered_json& j, const std::string& what) {
+  return parsing(what, [&] {
+    StepRecord r;
+    r.step = j.at("step").get<i64>();
+    r.loss = number_of(j.at("loss"));
+    if (j.value("diverged", false)) {
+      r.diverged = true;
+      if (j.contains("grad_norm")) r.grad_norm = NAN;
+      return r;
+    }
+    r.accuracy = number_of(j.at("accuracy"));
+    r.eval_loss = number_of(j.at("eval_loss"));
+    r.eval_accuracy = number_of(j.at("eval_accuracy"));
+    r.eval_bits_per_char = optional_of(j, "eval_bits_per_char");
+    r.eval_long_accuracy = optional_of(j, "eval_long_accuracy");
+    r.lr = number_of(j.at("lr"));
+    r.beta = flat_of(j.at("beta"));
+    r.sigma_x = flat_of(j.at("sigma_x"));
+    r.sigma_wq = flat_of(j.at("sigma_wq"));
+    r.sigma_wk = flat_of(j.at("sigma_wk"));
+    r.score_std = flat_of(j.at("score_std"));
+    r.entropy = flat_of(j.at("entropy"));
+    r.max_weight = flat_of(j.at("max_weight"));
+    r.grad_norm_q = flat_of(j.at("grad_norm_q"));
+    r.grad_norm_k = flat_of(j.at("grad_norm_k"));
+    r.grad_norm_v = flat_of(j.at("grad_norm_v"));
+    r.grad_norm_o = flat_of(j.at("grad_norm_o"));
+    r.grad_norm = number_of(j.at("grad_norm"));
+    r.tokens_per_s = number_of(j.at("tokens_per_s"));
+    r.elapsed_s = number_of(j.at("elapsed_s"));
+    return r;
+  });
+}
+
+TrainSummary train_summary_from_json(const nlohmann::ordered_json& j, const std::string& what) {
+  return parsing(what, [&] {
+    TrainSummary s;
+    s.task = j.at("task").get<std::string>();
+    s.policy = j.at("policy").get<std::string>();
+    s.seed = j.at("seed").get<std::uint64_t>();
+    s.d_model = j.at("d_model").get<i64>();
+    s.heads = j.at("heads").get<i64>();
+    s.layers = j.at("layers").get<i64>();
+    s.seq = j.at("seq").get<i64>();
+    s.steps_done = j.at("steps").get<i64>();
+    s.loss = number_of(j.at("loss"));
+    s.accuracy = number_of(j.at("accuracy"));
+    s.eval_loss = number_of(j.at("eval_loss"));
+    s.eval_accuracy = number_of(j.at("eval_accuracy"));
+    s.eval_bits_per_char = optional_of(j, "eval_bits_per_char");
+    s.eval_long_accuracy = optional_of(j, "eval_long_accuracy");
+    s.steps_to_threshold = j.at("steps_to_threshold").get<i64>();
+    s.threshold = number_of(j.at("threshold"));
+    s.diverged = j.at("diverged").get<bool>();
+    s.beta = flat_of(j.at("beta"));
+    s.tokens_per_s = number_of(j.at("tokens_per_s"));
+    s.seconds = number_of(j.at("seconds"));
+    return s;
+  });
+}
+
 TrainSummary train(const TrainConfig& c, const TrainHooks& hooks) {
   const Task task = parse_task(c.task, c.seq, c.corpus);
   const Policy policy = parse_policy(c.policy);

@@ -81,6 +81,11 @@ nlohmann::ordered_json to_json(const StepRecord& r, i64 heads);
 nlohmann::ordered_json to_json(const TrainSummary& s);  // with "final": true, as `sdpa train` prints it
 /// A per-head list (L, H) row-major as [[h0, h1, ...], ...], non-finite values as null.
 nlohmann::ordered_json per_head_json(const std::vector<double>& v, i64 heads);
+/// The inverses of to_json, for the sweep's stored runs: every number comes back with the
+/// same bits (JSON numbers round-trip; null becomes NaN), except tokens_per_s, which to_json
+/// rounds. Throws sdpa::Error naming `what` for a malformed object.
+StepRecord step_record_from_json(const nlohmann::ordered_json& j, const std::string& what);
+TrainSummary train_summary_from_json(const nlohmann::ordered_json& j, const std::string& what);
 
 struct Checkpoint;
 
