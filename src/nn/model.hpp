@@ -74,6 +74,8 @@ class Model {
   /// gradient norms of stats when given.
   void backward(Stats* stats = nullptr);
   void zero_grad();
+  /// The last forward's logits, (B, T, V): what sampling draws from.
+  const std::vector<T>& logits() const { return logits_; }
 
  private:
   struct LayerActs {

@@ -5,6 +5,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
+#include <filesystem>
+#include <fstream>
 #include <chrono>
 #include <cmath>
 #include <exception>
@@ -13,7 +16,9 @@
 #include <thread>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include "io/atomic_file.hpp"
 #include "io/json.hpp"
 
 #include "nn/policy.hpp"
@@ -34,26 +39,53 @@ double mean_of(const std::vector<double>& v) {
   return s / static_cast<double>(v.size());
 }
 
+// t(0.975, df): the two-sided 95 % Student-t quantile, df = 1..30 (standard tables), then
+// the normal's 1.96 (within 2 % of t for df > 30).
+double t975(i64 df) {
+  static const double t[] = {12.706, 4.303, 3.182,         2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+                             2.201,  2.179, 2.160,         2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
+                             2.080,  2.074, 2.069,         2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042};
+  return df <= 0 ? NAN : df <= 30 ? t[df - 1] : 1.96;
+}
+
 // One unit of work: a configuration and where its outcome goes.
 struct Job {
   TrainConfig cfg;
   TrainHooks hooks;
   std::vector<StepRecord>* log = nullptr;  // logged steps, if wanted
   TrainSummary* summary = nullptr;
-  std::string policy;
-  i64 d_head = 0;
-  std::uint64_t seed = 0;
+  const SweepRun* run = nullptr;            // the grid cell (progress, errors)
+  std::function<void()> after;              // on success (storing the run)
 };
 
 // Trains the jobs, `jobs` at a time on their own threads (each run's OpenMP team is its
 // own), in any order: each run's bits do not depend on threads or order. The first failure
-// stops new runs from starting and is rethrown naming its run.
-void run_jobs(std::vector<Job>& work, int jobs, const std::string& stage, const SweepProgress& progress) {
+// stops new runs from starting and is rethrown naming its run. `already` runs of the stage
+// were done before (loaded from the store): they count as done in the progress.
+void run_jobs(std::vector<Job>& work, int jobs, const std::string& stage, std::size_t already,
+              const SweepProgress& progress) {
   std::atomic<std::size_t> next{0};
-  std::size_t done = 0;
   std::mutex lock;
   std::exception_ptr failure;
   std::string failed_run;
+  SweepStatus status;
+  status.stage = stage;
+  status.total = work.size() + already;
+  status.done = status.stored = already;
+  i64 steps_total = 0, steps_done = 0;  // over the jobs of this call: the ETA's rate
+  for (const auto& j : work) steps_total += j.cfg.eval_only ? 1 : j.cfg.steps;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto report = [&](const Job& j, i64 step, bool finished) {  // under the lock
+    status.run = j.run;
+    status.step = step;
+    status.steps = j.cfg.steps;
+    status.finished = finished;
+    status.elapsed_s = seconds_since(t0);
+    status.eta_s = steps_done > 0 ? status.elapsed_s * static_cast<double>(steps_total - steps_done) /
+                                        static_cast<double>(steps_done)
+                                  : NAN;
+    if (progress) progress(status);
+  };
   auto worker = [&] {
     for (std::size_t i; (i = next.fetch_add(1)) < work.size();) {
       {
@@ -63,19 +95,27 @@ void run_jobs(std::vector<Job>& work, int jobs, const std::string& stage, const 
       Job& j = work[i];
       TrainHooks hooks = j.hooks;
       if (j.log) hooks.on_log = [&j](const StepRecord& r) { j.log->push_back(r); };
+      hooks.on_step = [&](i64 t, double) {
+        const std::lock_guard<std::mutex> g(lock);
+        ++steps_done;
+        report(j, t, false);
+      };
       try {
         *j.summary = train(j.cfg, hooks);
+        if (j.after) j.after();
       } catch (...) {
         const std::lock_guard<std::mutex> g(lock);
         if (!failure) {
           failure = std::current_exception();
-          failed_run = fmt::format("{} of policy {} d_head {} seed {}", stage, j.policy, j.d_head, j.seed);
+          failed_run = fmt::format("{} of policy {} d_model {} d_head {} init {} lr {} seed {}", stage, j.run->policy,
+                                   j.run->d_model, j.run->d_head, j.run->init, j.run->lr, j.run->seed);
         }
         return;
       }
       const std::lock_guard<std::mutex> g(lock);
-      ++done;
-      if (progress) progress(stage, done, work.size(), j.policy, j.d_head, j.seed);
+      if (j.cfg.eval_only) ++steps_done;
+      ++status.done;
+      report(j, j.cfg.steps, true);
     }
   };
   std::vector<std::thread> pool;
@@ -91,7 +131,63 @@ void run_jobs(std::vector<Job>& work, int jobs, const std::string& stage, const 
   }
 }
 
+i64 heads_of(i64 d_model, i64 d_head) { return d_head == 0 ? 1 : d_model / d_head; }
+
+// ---- the run store: one file per finished run ----------------------------------------
+
+// A file name for the run: its grid coordinates, characters other than [A-Za-z0-9._-]
+// (a policy's "fixed:0.5") as '_'.
+std::string run_stem(const SweepRun& r) {
+  std::string s = fmt::format("w{}_dk{}_{}_lr{}_{}_s{}", r.d_model, r.d_head, r.init, r.lr, r.policy, r.seed);
+  for (char& ch : s)
+    if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '.' && ch != '-' && ch != '_') ch = '_';
+  return s;
+}
+
+// The stored document: the identity it was trained under, the summary and the log.
+void store_run(const std::string& dir, const SweepRun& r, const std::string& identity, const Checkpoint* state) {
+  nlohmann::ordered_json log = nlohmann::ordered_json::array();
+  for (const auto& row : r.log) log.push_back(to_json(row, r.summary.heads));
+  const nlohmann::ordered_json doc{{"identity", identity}, {"final", to_json(r.summary)}, {"log", log}};
+  const std::string text = doc.dump() + "\n";
+  io::OutputSet out;
+  // the state first, the JSON last: a run counts as stored once its JSON is there
+  if (state) out.add(dir + "/" + run_stem(r) + ".ckpt", encode_checkpoint(*state));
+  out.add(dir + "/" + run_stem(r) + ".json", std::vector<unsigned char>(text.begin(), text.end()));
+  out.commit();
+}
+
+// Loads a stored run into r (and its state when `state` is given); false when it is not
+// there (or its state is needed and missing). A stored run of another configuration is an
+// error: the store belongs to one sweep.
+bool load_run(const std::string& dir, SweepRun& r, const std::string& identity, Checkpoint* state) {
+  const std::string path = dir + "/" + run_stem(r) + ".json";
+  std::ifstream f(path);
+  if (!f) return false;
+  nlohmann::ordered_json doc;
+  try {
+    doc = nlohmann::ordered_json::parse(f);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error("sweep: stored run '" + path + "' is not JSON (" + e.what() + "); remove it to train it again");
+  }
+  if (!doc.contains("identity") || doc["identity"] != identity)
+    throw Error("sweep: stored run '" + path +
+                "' was trained with another configuration; use another --out (or remove the stored runs)");
+  if (state) {
+    const std::string ck = dir + "/" + run_stem(r) + ".ckpt";
+    if (!std::ifstream(ck)) return false;
+    *state = load_checkpoint(ck);
+  }
+  r.summary = train_summary_from_json(doc.at("final"), path);
+  r.log.clear();
+  for (const auto& row : doc.at("log")) r.log.push_back(step_record_from_json(row, path));
+  r.from_store = true;
+  return true;
+}
+
 }  // namespace
+
+std::string SweepRun::group() const { return fmt::format("d_model {} d_k {} {} lr {}", d_model, d_head, init, lr); }
 
 SweepSpec SweepSpec::defaults() {
   SweepSpec s;
@@ -112,107 +208,255 @@ Spread spread(const std::vector<double>& v) {
     double ss = 0;
     for (double x : v) ss += (x - s.mean) * (x - s.mean);
     s.sd = std::sqrt(ss / static_cast<double>(v.size() - 1));
+    s.ci95 = t975(s.n - 1) * s.sd / std::sqrt(static_cast<double>(s.n));
   }
   return s;
 }
+
+namespace {
+
+std::vector<i64> widths_of(const SweepSpec& s) { return s.widths.empty() ? std::vector<i64>{s.base.d_model} : s.widths; }
+std::vector<std::string> inits_of(const SweepSpec& s) {
+  return s.inits.empty() ? std::vector<std::string>{s.base.init} : s.inits;
+}
+std::vector<double> lrs_of(const SweepSpec& s) { return s.lrs.empty() ? std::vector<double>{s.base.lr} : s.lrs; }
+
+// The grid, in order: width, d_head, init, lr, policy, seed.
+std::vector<SweepRun> grid(const SweepSpec& spec) {
+  std::vector<SweepRun> runs;
+  for (i64 w : widths_of(spec)) {
+    std::vector<i64> head_sizes;  // d_head 0 is d_model: once per width, even if also named
+    for (i64 dh : spec.d_heads)
+      if (std::find(head_sizes.begin(), head_sizes.end(), dh ? dh : w) == head_sizes.end())
+        head_sizes.push_back(dh ? dh : w);
+    for (i64 dh : head_sizes)
+      for (const auto& init : inits_of(spec))
+        for (double lr : lrs_of(spec))
+          for (const auto& p : spec.policies)
+            for (auto s : spec.seeds) {
+              SweepRun r;
+              r.policy = p;
+              r.d_head = dh;
+              r.seed = s;
+              r.d_model = w;
+              r.init = init;
+              r.lr = lr;
+              runs.push_back(std::move(r));
+            }
+  }
+  return runs;
+}
+
+TrainConfig config_of(const SweepSpec& spec, const SweepRun& r, int threads) {
+  TrainConfig c = spec.base;
+  c.policy = r.policy;
+  c.d_model = r.d_model;
+  c.heads = heads_of(r.d_model, r.d_head);
+  c.init = r.init;
+  c.lr = r.lr;
+  c.seed = r.seed;
+  c.threads = threads;
+  c.save.clear();
+  c.resume.clear();
+  c.save_every = 0;
+  c.stop_at = 0;
+  c.eval_only = false;
+  c.frozen_beta.reset();
+  c.eval_set = "validation";
+  return c;
+}
+
+// --budget: seconds per training step measured on a short probe run of each width (the
+// cost grows with the width; policy, init and seed change it little), times the steps of
+// every run still to train, over the runs trained at once. Then the grid is cut — seeds
+// beyond two, the widest widths, inits, learning rates, the last seeds, head sizes — until
+// the estimate fits; each cut is stated.
+void fit_budget(SweepSpec& spec, SweepResult& res, const std::function<bool(const SweepRun&)>& stored) {
+  std::map<i64, double> per_step;
+  for (i64 w : widths_of(spec)) {
+    SweepRun probe = grid(spec).front();
+    probe.d_model = w;
+    TrainConfig c = config_of(spec, probe, res.threads);
+    c.steps = std::min<i64>(spec.base.steps, 20);
+    c.warmup = std::min(c.warmup, c.steps);
+    c.log_every = std::max<i64>(1, spec.base.log_every);
+    const auto t0 = std::chrono::steady_clock::now();
+    train(c);
+    // evaluations add about (steps / log_every) forward passes of eval_size sequences; the
+    // probe includes one (step 1) per c.steps steps, and real runs one per log_every steps
+    per_step[w] = seconds_since(t0) / static_cast<double>(c.steps);
+  }
+  auto estimate = [&] {
+    double total = 0;
+    for (const auto& r : grid(spec))
+      if (!stored(r)) total += per_step.at(r.d_model) * static_cast<double>(spec.base.steps);
+    return total / static_cast<double>(res.jobs);
+  };
+  double est = estimate();
+  const double full = est;
+  while (est > spec.budget_s) {
+    std::string cut;
+    if (spec.seeds.size() > 2) {
+      cut = fmt::format("seed {}", spec.seeds.back());
+      spec.seeds.pop_back();
+    } else if (widths_of(spec).size() > 1) {
+      auto w = widths_of(spec);
+      const auto widest = std::max_element(w.begin(), w.end());
+      cut = fmt::format("width {}", *widest);
+      w.erase(widest);
+      spec.widths = w;
+    } else if (inits_of(spec).size() > 1) {
+      cut = "init " + spec.inits.back();
+      spec.inits.pop_back();
+    } else if (lrs_of(spec).size() > 1) {
+      cut = fmt::format("lr {}", spec.lrs.back());
+      spec.lrs.pop_back();
+    } else if (spec.seeds.size() > 1) {
+      cut = fmt::format("seed {}", spec.seeds.back());
+      spec.seeds.pop_back();
+    } else if (spec.d_heads.size() > 1) {
+      cut = fmt::format("d_head {}", spec.d_heads.back());
+      spec.d_heads.pop_back();
+    } else {
+      throw Error(fmt::format("--budget: {:.3g} s is too little: the smallest grid left (one run) needs about {:.3g} s",
+                              spec.budget_s, est));
+    }
+    res.cuts.push_back(cut);
+    est = estimate();
+  }
+  if (!res.cuts.empty())
+    res.cuts.insert(res.cuts.begin(), fmt::format("the full grid needed about {:.0f} s", full));
+  res.estimate_s = est;
+}
+
+}  // namespace
 
 void validate(const SweepSpec& spec) {
   if (spec.policies.empty() || spec.seeds.empty() || spec.d_heads.empty())
     throw Error("sweep: --policies, --seeds and --d-head each need at least one value");
   for (const auto& p : spec.policies) parse_policy(p, "--policies");
-  for (i64 d : spec.d_heads)
-    if (d <= 0 || spec.base.d_model % d != 0)
-      throw Error("--d-head: " + std::to_string(d) + " does not divide --d-model " + std::to_string(spec.base.d_model));
-  parse_task(spec.base.task, spec.base.seq);
+  for (const auto& i : inits_of(spec)) parse_init(i);
+  for (double lr : lrs_of(spec))
+    if (!(lr > 0) || !std::isfinite(lr)) throw Error("--lrs: every learning rate must be a finite value > 0");
+  for (i64 w : widths_of(spec)) {
+    if (w <= 0) throw Error("--widths: every width must be >= 1, got " + std::to_string(w));
+    for (i64 d : spec.d_heads)
+      if (d < 0 || (d > 0 && w % d != 0))
+        throw Error("--d-head: " + std::to_string(d) + " does not divide --d-model " + std::to_string(w));
+  }
+  parse_task(spec.base.task, spec.base.seq, spec.base.corpus);
   if (spec.jobs < 0) throw Error("--jobs: must be >= 0, got " + std::to_string(spec.jobs));
   if (spec.base.threads < 0) throw Error("--threads: must be >= 0, got " + std::to_string(spec.base.threads));
+  if (spec.budget_s < 0 || !std::isfinite(spec.budget_s)) throw Error("--budget: must be a finite number of seconds >= 0");
 }
 
-SweepResult sweep(const SweepSpec& spec, const SweepProgress& progress) {
-  validate(spec);
+SweepResult sweep(const SweepSpec& spec_in, const SweepProgress& progress) {
+  validate(spec_in);
+  SweepSpec spec = spec_in;
 
   SweepResult res;
-  res.spec = spec;
   const int cores = std::max(1, omp_get_num_procs());
   res.jobs = spec.jobs > 0 ? spec.jobs : std::min(2, cores);
   res.threads = spec.base.threads > 0 ? spec.base.threads : std::max(1, cores / res.jobs);
   const auto t_start = std::chrono::steady_clock::now();
-
-  auto config = [&](const std::string& policy, i64 d_head, std::uint64_t seed) {
-    TrainConfig c = spec.base;
-    c.policy = policy;
-    c.heads = c.d_model / d_head;
-    c.seed = seed;
-    c.threads = res.threads;
-    c.save.clear();
-    c.resume.clear();
-    c.save_every = 0;
-    c.stop_at = 0;
-    c.eval_only = false;
-    c.frozen_beta.reset();
-    c.eval_set = "validation";
-    return c;
-  };
-  const bool ensemble =
+  const bool ensemble_wanted =
       spec.ensemble && std::find(spec.policies.begin(), spec.policies.end(), "adaptive") != spec.policies.end();
+  // The identity of each run's configuration (what its stored file must have been trained
+  // under); the task is parsed once, for the corpus's hash.
+  const Task task = parse_task(spec.base.task, spec.base.seq, spec.base.corpus);
+  auto identity_of = [&](const SweepRun& r) { return config_of(spec, r, res.threads).identity(task); };
+  auto is_stored = [&](const SweepRun& r) {
+    if (spec.store.empty()) return false;
+    return static_cast<bool>(std::ifstream(spec.store + "/" + run_stem(r) + ".json"));
+  };
+  if (spec.budget_s > 0) fit_budget(spec, res, is_stored);
+  if (!spec.store.empty()) {  // after the budget check: a refused sweep writes nothing
+    std::error_code ec;
+    std::filesystem::create_directories(spec.store, ec);
+    if (ec) throw Error("sweep: cannot create the run store '" + spec.store + "': " + ec.message());
+  }
+  res.spec = spec;
+  const bool ensemble = ensemble_wanted;
 
-  // ---- training -------------------------------------------------------------------
-  for (i64 dh : spec.d_heads)
-    for (const auto& p : spec.policies)
-      for (auto s : spec.seeds) res.runs.push_back(SweepRun{p, dh, s, {}, {}});
+  // ---- training (or loading what the store holds) -------------------------------------
+  res.runs = grid(spec);
   std::vector<Checkpoint> states(res.runs.size());  // adaptive runs' final states, for the ensemble rule
   std::vector<Job> work;
+  std::size_t loaded = 0;
   for (std::size_t i = 0; i < res.runs.size(); ++i) {
     SweepRun& r = res.runs[i];
-    Job j{config(r.policy, r.d_head, r.seed), {}, &r.log, &r.summary, r.policy, r.d_head, r.seed};
-    if (ensemble && r.policy == "adaptive") j.hooks.final_state = &states[i];
+    const bool keep_state = ensemble && r.policy == "adaptive";
+    if (!spec.store.empty() && load_run(spec.store, r, identity_of(r), keep_state ? &states[i] : nullptr)) {
+      ++loaded;
+      continue;
+    }
+    Job j{config_of(spec, r, res.threads), {}, &r.log, &r.summary, &r, {}};
+    if (keep_state) j.hooks.final_state = &states[i];
+    if (!spec.store.empty())
+      j.after = [&spec, &r, id = identity_of(r), state = keep_state ? &states[i] : nullptr] {
+        store_run(spec.store, r, id, state);
+      };
     work.push_back(std::move(j));
   }
-  run_jobs(work, res.jobs, "training", progress);
+  run_jobs(work, res.jobs, "training", loaded, progress);
   res.train_seconds = seconds_since(t_start);
 
   // ---- the ensemble rule ------------------------------------------------------------
   if (ensemble) {
     std::vector<std::size_t> scored;  // runs evaluated, two evaluations each: own β, then the best's
     std::vector<TrainSummary> evals;
-    std::map<i64, std::size_t> best;  // d_head -> the adaptive run with the lowest validation loss
+    std::map<std::string, std::size_t> best;  // group -> the adaptive run with the lowest validation loss
     for (std::size_t i = 0; i < res.runs.size(); ++i) {
       const SweepRun& r = res.runs[i];
       if (r.policy != "adaptive" || r.summary.diverged) continue;
       scored.push_back(i);
-      auto b = best.find(r.d_head);
-      if (b == best.end() || r.summary.eval_loss < res.runs[b->second].summary.eval_loss) best[r.d_head] = i;
+      auto b = best.find(r.group());
+      if (b == best.end() || r.summary.eval_loss < res.runs[b->second].summary.eval_loss) best[r.group()] = i;
     }
     evals.resize(2 * scored.size());
     work.clear();
     for (std::size_t k = 0; k < scored.size(); ++k) {
       const SweepRun& r = res.runs[scored[k]];
       for (int frozen = 0; frozen < 2; ++frozen) {
-        Job j{config(r.policy, r.d_head, r.seed), {}, nullptr, &evals[2 * k + frozen], r.policy, r.d_head, r.seed};
+        Job j{config_of(spec, r, res.threads), {}, nullptr, &evals[2 * k + frozen], &r, {}};
         j.cfg.eval_only = true;
         j.cfg.eval_set = "test";
-        if (frozen) j.cfg.frozen_beta = res.runs[best.at(r.d_head)].summary.beta;
+        if (frozen) j.cfg.frozen_beta = res.runs[best.at(r.group())].summary.beta;
         j.hooks.resume = &states[scored[k]];
         work.push_back(std::move(j));
       }
     }
-    run_jobs(work, res.jobs, "ensemble evaluation", progress);
+    run_jobs(work, res.jobs, "ensemble evaluation", 0, progress);
     for (std::size_t k = 0; k < scored.size(); ++k) {
       const SweepRun& r = res.runs[scored[k]];
-      const SweepRun& b = res.runs[best.at(r.d_head)];
+      const SweepRun& b = res.runs[best.at(r.group())];
       const TrainSummary &own = evals[2 * k], &fz = evals[2 * k + 1];
       res.ensemble.push_back(EnsembleRow{r.d_head, r.seed, b.seed, own.beta, b.summary.beta, own.eval_loss,
-                                         own.eval_accuracy, fz.eval_loss, fz.eval_accuracy});
+                                         own.eval_accuracy, fz.eval_loss, fz.eval_accuracy, r.group(),
+                                         heads_of(r.d_model, r.d_head)});
     }
   }
 
-  // ---- the summary over seeds -------------------------------------------------------
-  for (i64 dh : spec.d_heads)
+  // ---- the summary over seeds, and the paired differences -------------------------------
+  std::vector<std::string> groups;
+  for (const auto& r : res.runs)
+    if (std::find(groups.begin(), groups.end(), r.group()) == groups.end()) groups.push_back(r.group());
+  auto find_run = [&](const std::string& group, const std::string& policy, std::uint64_t seed) -> const SweepRun* {
+    for (const auto& r : res.runs)
+      if (r.group() == group && r.policy == policy && r.seed == seed) return &r;
+    return nullptr;
+  };
+  for (const auto& g : groups)
     for (const auto& p : spec.policies) {
-      SweepCell cell{p, dh};
-      std::vector<double> loss, acc, long_acc, steps_to, beta;
+      SweepCell cell;
+      cell.policy = p;
+      std::vector<double> loss, acc, long_acc, steps_to, beta, diff;
       for (const auto& r : res.runs) {
-        if (r.policy != p || r.d_head != dh) continue;
+        if (r.policy != p || r.group() != g) continue;
+        cell.d_head = r.d_head;
+        cell.d_model = r.d_model;
+        cell.init = r.init;
+        cell.lr = r.lr;
         const TrainSummary& s = r.summary;
         ++cell.runs;
         if (s.diverged) {
@@ -227,10 +471,13 @@ SweepResult sweep(const SweepSpec& spec, const SweepProgress& progress) {
           steps_to.push_back(static_cast<double>(s.steps_to_threshold));
         }
         beta.push_back(mean_of(s.beta));
+        const SweepRun* ref = p == "inv_sqrt_dk" ? nullptr : find_run(g, "inv_sqrt_dk", r.seed);
+        if (ref && !ref->summary.diverged) diff.push_back(s.eval_loss - ref->summary.eval_loss);
       }
       cell.eval_loss = spread(loss);
       cell.eval_accuracy = spread(acc);
       cell.long_accuracy = spread(long_acc);
+      cell.paired_difference = spread(diff);
       cell.steps_to_threshold_mean = mean_of(steps_to);
       cell.beta_mean = mean_of(beta);
       res.summary.push_back(cell);
@@ -241,35 +488,49 @@ SweepResult sweep(const SweepSpec& spec, const SweepProgress& progress) {
 
 std::string summary_table(const SweepResult& r) {
   const TrainConfig& b = r.spec.base;
-  // "mean ± sd" over seeds; just the mean when there is one value (no spread to show)
-  auto pm = [](const Spread& s) {
+  // The held-out loss in the unit the task reads in: bits per character for text, nats else.
+  const bool text = b.task == "text";
+  const double unit = text ? 1.0 / std::log(2.0) : 1.0;
+  auto ci = [unit](const Spread& s) {  // "mean ± 95 % half-width"; the mean alone for one value
+    if (s.n == 0) return std::string("-");
+    return s.n < 2 ? fmt::format("{:.4f}", unit * s.mean) : fmt::format("{:.4f} ± {:.4f}", unit * s.mean, unit * s.ci95);
+  };
+  auto pm = [](const Spread& s) {  // "mean ± sd"
     if (s.n == 0) return std::string("-");
     return s.n < 2 ? fmt::format("{:.4f}", s.mean) : fmt::format("{:.4f} ± {:.4f}", s.mean, s.sd);
   };
   const bool lengthgen = b.task == "lengthgen";
+  const bool several_inits = inits_of(r.spec).size() > 1, several_lrs = lrs_of(r.spec).size() > 1;
   std::string t = fmt::format(
-      "sdpa sweep: task {} d_model {} layers {} seq {} steps {} batch {} lr {} seeds {} ({:.0f} s)\n"
-      "{:<16} {:>6} {:>18} {:>18} {:>16} {:>9} {:>10}{}\n",
-      b.task, b.d_model, b.layers, b.seq, b.steps, b.batch, b.lr, r.spec.seeds.size(), r.seconds, "policy", "d_head",
-      "eval loss", "eval accuracy", fmt::format("steps to {:.0f}%", 100 * b.threshold), "diverged", "final beta",
+      "sdpa sweep: task {} d_model {} layers {} seq {} steps {} batch {} lr {} init {} seeds {} ({:.0f} s)\n"
+      "  {}: mean ± 95% interval over seeds; Δ: paired difference against inv_sqrt_dk, same seeds, ± 95%\n"
+      "{:<16} {:>7} {:>6}{}{} {:>18} {:>20} {:>18} {:>16} {:>9} {:>10}{}\n",
+      b.task, fmt::join(widths_of(r.spec), ","), b.layers, b.seq, b.steps, b.batch, fmt::join(lrs_of(r.spec), ","),
+      fmt::join(inits_of(r.spec), ","), r.spec.seeds.size(), r.seconds, text ? "eval bits/char" : "eval loss (nats)",
+      "policy", "d_model", "d_k", several_inits ? fmt::format(" {:>11}", "init") : "",
+      several_lrs ? fmt::format(" {:>8}", "lr") : "", text ? "eval bits/char" : "eval loss", "Δ vs inv_sqrt_dk",
+      "eval accuracy ± sd", fmt::format("steps to {:.0f}%", 100 * b.threshold), "diverged", "final beta",
       lengthgen ? fmt::format(" {:>18}", "accuracy at 2n") : "");
   for (const auto& c : r.summary) {
     const std::string steps = c.reached ? fmt::format("{:.0f} ({}/{})", c.steps_to_threshold_mean, c.reached, c.runs)
                                         : fmt::format("- (0/{})", c.runs);
-    t += fmt::format("{:<16} {:>6} {:>18} {:>18} {:>16} {:>9} {:>10}{}\n", c.policy, c.d_head, pm(c.eval_loss),
-                     pm(c.eval_accuracy), steps, fmt::format("{}/{}", c.diverged, c.runs),
-                     fmt::format("{:.4g}", c.beta_mean),
+    t += fmt::format("{:<16} {:>7} {:>6}{}{} {:>18} {:>20} {:>18} {:>16} {:>9} {:>10}{}\n", c.policy, c.d_model,
+                     c.d_head ? c.d_head : c.d_model, several_inits ? fmt::format(" {:>11}", c.init) : "",
+                     several_lrs ? fmt::format(" {:>8}", c.lr) : "", ci(c.eval_loss),
+                     c.paired_difference.n ? ci(c.paired_difference) : "", pm(c.eval_accuracy), steps,
+                     fmt::format("{}/{}", c.diverged, c.runs), fmt::format("{:.4g}", c.beta_mean),
                      c.long_accuracy.n ? fmt::format(" {:>18}", pm(c.long_accuracy)) : "");
   }
   if (!r.ensemble.empty()) {
     t += "ensemble rule (adaptive): inference beta of the best seed on the validation set, scored on a test set\n";
-    t += fmt::format("{:>6} {:>5} {:>9} {:>22} {:>22}\n", "d_head", "seed", "best seed", "own beta: loss / acc",
+    t += fmt::format("{:<36} {:>5} {:>9} {:>22} {:>22}\n", "group", "seed", "best seed", "own beta: loss / acc",
                      "ensemble beta: loss/acc");
     for (const auto& e : r.ensemble)
-      t += fmt::format("{:>6} {:>5} {:>9} {:>22} {:>22}\n", e.d_head, e.seed, e.best_seed,
+      t += fmt::format("{:<36} {:>5} {:>9} {:>22} {:>22}\n", e.group, e.seed, e.best_seed,
                        fmt::format("{:.4f} / {:.4f}", e.own_test_loss, e.own_test_accuracy),
                        fmt::format("{:.4f} / {:.4f}", e.ensemble_test_loss, e.ensemble_test_accuracy));
   }
+  for (const auto& c : r.cuts) t += "--budget: " + (c.rfind("the full", 0) == 0 ? c : "cut " + c) + "\n";
   return t;
 }
 
@@ -279,11 +540,18 @@ nlohmann::ordered_json to_json(const SweepResult& r) {
                          runs = nlohmann::ordered_json::array();
   for (const auto& c : r.summary)
     summary.push_back({{"policy", c.policy},
+                       {"d_model", c.d_model},
                        {"d_head", c.d_head},
+                       {"init", c.init},
+                       {"lr", io::json_number(c.lr)},
                        {"runs", c.runs},
                        {"diverged", c.diverged},
                        {"eval_loss_mean", io::json_number(c.eval_loss.mean)},
                        {"eval_loss_sd", io::json_number(c.eval_loss.sd)},
+                       {"eval_loss_ci95", io::json_number(c.eval_loss.ci95)},
+                       {"paired_difference_n", c.paired_difference.n},
+                       {"paired_difference_mean", io::json_number(c.paired_difference.mean)},
+                       {"paired_difference_ci95", io::json_number(c.paired_difference.ci95)},
                        {"eval_accuracy_mean", io::json_number(c.eval_accuracy.mean)},
                        {"eval_accuracy_sd", io::json_number(c.eval_accuracy.sd)},
                        {"reached", c.reached},
@@ -292,7 +560,8 @@ nlohmann::ordered_json to_json(const SweepResult& r) {
                        {"long_accuracy_mean", io::json_number(c.long_accuracy.mean)},
                        {"long_accuracy_sd", io::json_number(c.long_accuracy.sd)}});
   for (const auto& e : r.ensemble) {
-    ensemble.push_back({{"d_head", e.d_head},
+    ensemble.push_back({{"group", e.group},
+                        {"d_head", e.d_head},
                         {"seed", e.seed},
                         {"best_seed", e.best_seed},
                         {"ensemble_beta", e.ensemble_beta},
@@ -300,20 +569,28 @@ nlohmann::ordered_json to_json(const SweepResult& r) {
                         {"own_test_accuracy", io::json_number(e.own_test_accuracy)},
                         {"ensemble_test_loss", io::json_number(e.ensemble_test_loss)},
                         {"ensemble_test_accuracy", io::json_number(e.ensemble_test_accuracy)},
-                        {"own_beta", per_head_json(e.own_beta, b.d_model / e.d_head)}});
+                        {"own_beta", per_head_json(e.own_beta, e.heads)}});
   }
   for (const auto& run : r.runs) {
     nlohmann::ordered_json log = nlohmann::ordered_json::array();
     for (const auto& s : run.log) log.push_back(to_json(s, run.summary.heads));
     runs.push_back({{"policy", run.policy},
+                    {"d_model", run.d_model},
                     {"d_head", run.d_head},
+                    {"init", run.init},
+                    {"lr", io::json_number(run.lr)},
                     {"seed", run.seed},
                     {"final", to_json(run.summary)},
                     {"log", log}});
   }
   return {{"version", SDPA_VERSION_STRING},
           {"task", b.task},
+          {"corpus", b.task == "text" ? nlohmann::ordered_json(b.corpus.empty() ? "shakespeare" : b.corpus)
+                                      : nlohmann::ordered_json(nullptr)},
           {"d_model", b.d_model},
+          {"widths", widths_of(r.spec)},
+          {"inits", inits_of(r.spec)},
+          {"lrs", lrs_of(r.spec)},
           {"layers", b.layers},
           {"seq", b.seq},
           {"steps", b.steps},
@@ -326,6 +603,10 @@ nlohmann::ordered_json to_json(const SweepResult& r) {
           {"threads", r.threads},
           {"seconds", r.seconds},
           {"train_seconds", r.train_seconds},
+          {"runs_from_store", std::count_if(r.runs.begin(), r.runs.end(), [](const SweepRun& x) { return x.from_store; })},
+          {"budget_s", io::json_number(r.spec.budget_s)},
+          {"budget_estimate_s", io::json_number(r.estimate_s)},
+          {"budget_cuts", r.cuts},
           {"table", summary_table(r)},
           {"summary", summary},
           {"ensemble", ensemble},

@@ -15,12 +15,22 @@
 namespace sdpa::nn {
 
 struct SweepSpec {
-  TrainConfig base;  // shared settings; policy, heads (= d_model / d_head) and seed are set per run
+  TrainConfig base;  // shared settings; policy, d_model, heads, init, lr and seed are set per run
   std::vector<std::string> policies;
   std::vector<std::uint64_t> seeds;
-  std::vector<i64> d_heads;
+  std::vector<i64> d_heads;         // head sizes; 0: one head as wide as the model (d_k = d_model)
+  std::vector<i64> widths;          // d_model values (empty: base.d_model)
+  std::vector<std::string> inits;   // initialisations (empty: base.init)
+  std::vector<double> lrs;          // peak learning rates (empty: base.lr)
   bool ensemble = true;  // evaluate the ensemble rule when "adaptive" is among the policies
   int jobs = 0;          // runs trained at once (0: min(2, cores)); the results do not depend on it
+  /// Where every finished run is stored as it finishes (one JSON file each, written
+  /// atomically; adaptive runs also their final state, for the ensemble rule), and where a
+  /// re-run finds the runs it need not train again. Empty: nothing stored.
+  std::string store;
+  /// Wall-clock limit in seconds for the training (0: none): the grid is cut to fit an
+  /// estimate measured at the start, and the cuts are stated (SweepResult::cuts).
+  double budget_s = 0;
 
   /// The sweep's grid (docs/training.md): sort at width 64, where every policy learns in a
   /// few hundred steps, 8 policies x d_k {8, 32} x seeds {1, 2, 3}; not `sdpa train`'s mqar
@@ -28,34 +38,49 @@ struct SweepSpec {
   static SweepSpec defaults();
 };
 
-/// One trained run: its logged steps and its summary.
+/// One trained run: where it sits in the grid, its logged steps and its summary.
 struct SweepRun {
   std::string policy;
-  i64 d_head = 0;
+  i64 d_head = 0;  // d_k (a d_head of 0 in the spec becomes d_model here)
   std::uint64_t seed = 0;
+  i64 d_model = 0;
+  std::string init;
+  double lr = 0;
   std::vector<StepRecord> log;
   TrainSummary summary;
+  bool from_store = false;  // loaded from SweepSpec::store, not trained by this call
+  /// The configuration group: runs that differ only in policy and seed.
+  std::string group() const;
 };
 
 /// Mean and sample standard deviation over the runs that did not diverge; sd is NaN for
-/// fewer than two values, both are NaN for none.
+/// fewer than two values, both are NaN for none. ci95: the half-width of the 95 % Student-t
+/// interval of the mean, t(0.975, n-1) · sd / √n (NaN for n < 2).
 struct Spread {
   double mean = 0, sd = 0;
   i64 n = 0;
+  double ci95 = NAN;
 };
 Spread spread(const std::vector<double>& values);
 
-/// One (policy, d_head) cell of the summary table.
+/// One (group, policy) cell of the summary table.
 struct SweepCell {
   std::string policy;
   i64 d_head = 0;
+  i64 d_model = 0;
+  std::string init;
+  double lr = 0;
   i64 runs = 0, diverged = 0, reached = 0;  // reached: runs whose held-out accuracy met the threshold
   Spread eval_loss, eval_accuracy, long_accuracy;
+  /// Held-out loss minus that of inv_sqrt_dk in the same group with the same seed (so the
+  /// same initialisation stream and data order), over the seeds where neither diverged:
+  /// a paired comparison. n = 0 when inv_sqrt_dk is not swept (or for itself).
+  Spread paired_difference;
   double steps_to_threshold_mean = 0;  // over the runs that reached it (NaN: none)
   double beta_mean = 0;                // the final β averaged over heads and runs
 };
 
-/// The ensemble rule (the seed note): every adaptive run of a head size is scored on the
+/// The ensemble rule (the seed note): every adaptive run of a group is scored on the
 /// test set with its own β and with the final β of the adaptive run that did best on the
 /// validation set.
 struct EnsembleRow {
@@ -63,27 +88,42 @@ struct EnsembleRow {
   std::uint64_t seed = 0, best_seed = 0;
   std::vector<double> own_beta, ensemble_beta;  // (L, H)
   double own_test_loss = 0, own_test_accuracy = 0, ensemble_test_loss = 0, ensemble_test_accuracy = 0;
+  std::string group;
+  i64 heads = 0;
 };
 
 struct SweepResult {
-  SweepSpec spec;
+  SweepSpec spec;              // as run: after --budget's cuts
   int jobs = 0, threads = 0;   // as run
-  std::vector<SweepRun> runs;  // in grid order: d_head, then policy, then seed
+  std::vector<SweepRun> runs;  // in grid order: width, d_head, init, lr, then policy, then seed
   std::vector<SweepCell> summary;
   std::vector<EnsembleRow> ensemble;
+  std::vector<std::string> cuts;  // what --budget removed, in words (empty: nothing)
+  double estimate_s = NAN;        // --budget's estimate of the training time of what was kept
   double seconds = 0, train_seconds = 0;
 };
 
-/// Called after each run: the stage ("training" or "ensemble evaluation"), runs done and
-/// in all, and the run that finished. Calls come one at a time.
-using SweepProgress = std::function<void(const std::string& stage, std::size_t done, std::size_t total,
-                                         const std::string& policy, i64 d_head, std::uint64_t seed)>;
+/// What a sweep reports while it runs: after every training step of any run (step > 0)
+/// and after every finished run (finished = true). Calls come one at a time.
+struct SweepStatus {
+  std::string stage;           // "training" or "ensemble evaluation"
+  std::size_t done = 0;        // runs finished (those loaded from the store included)
+  std::size_t total = 0;       // runs in this stage
+  std::size_t stored = 0;      // of those, loaded from the store
+  bool finished = false;       // a run just finished (run names it)
+  const SweepRun* run = nullptr;  // the run finished or stepping
+  i64 step = 0, steps = 0;     // the stepping run's step, of its steps
+  double elapsed_s = 0;        // since the stage began
+  double eta_s = NAN;          // the stage's remaining time at the rate so far (NaN: no rate yet)
+};
+using SweepProgress = std::function<void(const SweepStatus&)>;
 
 /// Throws sdpa::Error naming the option when the spec cannot run (sweep() calls it first).
 void validate(const SweepSpec& spec);
 
-/// Validates the spec, trains every run, computes
-/// the summary and the ensemble rule. A run that throws stops the sweep: the error names it.
+/// Validates the spec, fits it to the budget, loads the runs already in the store, trains
+/// the others (storing each as it finishes), computes the summary and the ensemble rule.
+/// A run that throws stops the sweep: the error names it; the runs stored so far stay.
 SweepResult sweep(const SweepSpec& spec, const SweepProgress& progress = {});
 
 /// The summary as the aligned text table `sdpa sweep` prints.

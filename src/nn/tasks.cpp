@@ -12,13 +12,20 @@ std::string Task::name() const {
     case TaskKind::reverse: return "reverse";
     case TaskKind::sort: return "sort";
     case TaskKind::lengthgen: return "lengthgen";
+    case TaskKind::text: return "text";
   }
   return "?";
 }
 
-Task parse_task(const std::string& name, i64 seq) {
+Task parse_task(const std::string& name, i64 seq, const std::string& corpus) {
   Task t;
   t.seq = seq;
+  if (name == "text") {
+    if (seq < 1) throw Error("--seq: text needs seq >= 1, got " + std::to_string(seq));
+    t.kind = TaskKind::text;
+    t.corpus = load_corpus(corpus, seq);
+    return t;
+  }
   if (name == "mqar")
     t.kind = TaskKind::mqar;
   else if (name == "copy")
@@ -30,7 +37,7 @@ Task parse_task(const std::string& name, i64 seq) {
   else if (name == "lengthgen")
     t.kind = TaskKind::lengthgen;
   else
-    throw Error("--task: unknown task '" + name + "' (one of mqar, copy, reverse, sort, lengthgen)");
+    throw Error("--task: unknown task '" + name + "' (one of mqar, copy, reverse, sort, lengthgen, text)");
   const bool recall = t.kind == TaskKind::mqar;
   if (recall && (seq < 8 || seq > 128))
     throw Error("--seq: " + name + " needs 8 <= seq <= 128 (at most 32 distinct keys), got " + std::to_string(seq));
@@ -81,12 +88,47 @@ void make_seq2seq(TaskKind kind, Rng& rng, int* tok, int* tgt, i64 T) {
 
 }  // namespace
 
+namespace {
+
+// The context at `at`: T characters, each position's target the next character.
+void text_context(const TextCorpus& c, i64 at, i64 T, int* tok, int* tgt) {
+  for (i64 i = 0; i < T; ++i) {
+    tok[i] = c.tokens[static_cast<std::size_t>(at + i)];
+    tgt[i] = c.tokens[static_cast<std::size_t>(at + i + 1)];
+  }
+}
+
+}  // namespace
+
+Batch Task::held_out(const std::string& which, i64 count) const {
+  if (kind != TaskKind::text) throw Error("held_out: only the text task has held-out parts");
+  const auto [begin, end] = corpus->part(which);
+  Batch b;
+  b.B = count;
+  b.T = seq;
+  b.tokens.resize(static_cast<std::size_t>(count * seq));
+  b.targets.resize(static_cast<std::size_t>(count * seq));
+  // starts from begin to the last one whose seq + 1 characters stay inside the part
+  const i64 span = end - begin - (seq + 1);
+  for (i64 i = 0; i < count; ++i) {
+    const i64 at = begin + (count > 1 ? span * i / (count - 1) : 0);
+    text_context(*corpus, at, seq, b.tokens.data() + i * seq, b.targets.data() + i * seq);
+  }
+  return b;
+}
+
 Batch Task::make(Rng& rng, i64 B, i64 T, bool random_offset) const {
   Batch b;
   b.B = B;
   b.T = T;
   b.tokens.assign(static_cast<std::size_t>(B * T), 0);
   b.targets.assign(static_cast<std::size_t>(B * T), -1);
+  if (kind == TaskKind::text) {
+    const auto [begin, end] = corpus->part("train");
+    for (i64 i = 0; i < B; ++i)
+      text_context(*corpus, begin + rng.below(end - begin - T), T, b.tokens.data() + i * T, b.targets.data() + i * T);
+    return b;
+  }
   if (kind == TaskKind::lengthgen) b.pos0.assign(static_cast<std::size_t>(B), 0);
   for (i64 i = 0; i < B; ++i) {
     int* tok = b.tokens.data() + i * T;

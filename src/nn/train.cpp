@@ -61,12 +61,14 @@ std::string first_difference(const std::string& a, const std::string& b) {
 
 }  // namespace
 
-std::string TrainConfig::identity() const {
+std::string TrainConfig::identity(const Task& t) const {
+  const std::string text =
+      t.corpus ? fmt::format(";corpus={:016x};alphabet={}", t.corpus->hash, alphabet_hex(t.corpus->alphabet)) : "";
   return fmt::format(
       "task={};policy={};init={};d_model={};heads={};layers={};seq={};batch={};steps={};warmup={};"
-      "lr={};weight_decay={};clip={};seed={}",
+      "lr={};weight_decay={};clip={};seed={}{}",
       task, policy, init, d_model, heads, layers, seq, batch, steps, warmup, num(lr), num(weight_decay), num(clip),
-      seed);
+      seed, text);
 }
 
 nlohmann::ordered_json per_head_json(const std::vector<double>& v, i64 heads) {
@@ -89,6 +91,7 @@ nlohmann::ordered_json to_json(const StepRecord& r, i64 heads) {
                            {"accuracy", io::json_number(r.accuracy)},
                            {"eval_loss", io::json_number(r.eval_loss)},
                            {"eval_accuracy", io::json_number(r.eval_accuracy)}};
+  if (r.eval_bits_per_char) j["eval_bits_per_char"] = io::json_number(*r.eval_bits_per_char);
   if (r.eval_long_accuracy) j["eval_long_accuracy"] = io::json_number(*r.eval_long_accuracy);
   j["lr"] = io::json_number(r.lr);
   j["beta"] = per_head_json(r.beta, heads);
@@ -123,6 +126,8 @@ nlohmann::ordered_json to_json(const TrainSummary& s) {
           {"accuracy", io::json_number(s.accuracy)},
           {"eval_loss", io::json_number(s.eval_loss)},
           {"eval_accuracy", io::json_number(s.eval_accuracy)},
+          {"eval_bits_per_char",
+           s.eval_bits_per_char ? io::json_number(*s.eval_bits_per_char) : nlohmann::ordered_json(nullptr)},
           {"eval_long_accuracy",
            s.eval_long_accuracy ? io::json_number(*s.eval_long_accuracy) : nlohmann::ordered_json(nullptr)},
           {"steps_to_threshold", s.steps_to_threshold},
@@ -133,8 +138,101 @@ nlohmann::ordered_json to_json(const TrainSummary& s) {
           {"seconds", s.seconds}};
 }
 
+namespace {
+
+double number_of(const nlohmann::ordered_json& v) { return v.is_null() ? NAN : v.get<double>(); }
+
+std::vector<double> flat_of(const nlohmann::ordered_json& v) {
+  std::vector<double> out;
+  if (v.is_array())
+    for (const auto& x : v) {
+      if (x.is_array())
+        for (const auto& y : x) out.push_back(number_of(y));
+      else
+        out.push_back(number_of(x));
+    }
+  return out;
+}
+
+std::optional<double> optional_of(const nlohmann::ordered_json& j, const char* key) {
+  if (!j.contains(key) || j[key].is_null()) return std::nullopt;
+  return j[key].get<double>();
+}
+
+template <class F>
+auto parsing(const std::string& what, F&& f) {
+  try {
+    return f();
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(what + ": malformed (" + e.what() + ")");
+  }
+}
+
+}  // namespace
+
+StepRecord step_record_from_json(const nlohmann::ordered_json& j, const std::string& what) {
+  return parsing(what, [&] {
+    StepRecord r;
+    r.step = j.at("step").get<i64>();
+    r.loss = number_of(j.at("loss"));
+    if (j.value("diverged", false)) {
+      r.diverged = true;
+      if (j.contains("grad_norm")) r.grad_norm = NAN;
+      return r;
+    }
+    r.accuracy = number_of(j.at("accuracy"));
+    r.eval_loss = number_of(j.at("eval_loss"));
+    r.eval_accuracy = number_of(j.at("eval_accuracy"));
+    r.eval_bits_per_char = optional_of(j, "eval_bits_per_char");
+    r.eval_long_accuracy = optional_of(j, "eval_long_accuracy");
+    r.lr = number_of(j.at("lr"));
+    r.beta = flat_of(j.at("beta"));
+    r.sigma_x = flat_of(j.at("sigma_x"));
+    r.sigma_wq = flat_of(j.at("sigma_wq"));
+    r.sigma_wk = flat_of(j.at("sigma_wk"));
+    r.score_std = flat_of(j.at("score_std"));
+    r.entropy = flat_of(j.at("entropy"));
+    r.max_weight = flat_of(j.at("max_weight"));
+    r.grad_norm_q = flat_of(j.at("grad_norm_q"));
+    r.grad_norm_k = flat_of(j.at("grad_norm_k"));
+    r.grad_norm_v = flat_of(j.at("grad_norm_v"));
+    r.grad_norm_o = flat_of(j.at("grad_norm_o"));
+    r.grad_norm = number_of(j.at("grad_norm"));
+    r.tokens_per_s = number_of(j.at("tokens_per_s"));
+    r.elapsed_s = number_of(j.at("elapsed_s"));
+    return r;
+  });
+}
+
+TrainSummary train_summary_from_json(const nlohmann::ordered_json& j, const std::string& what) {
+  return parsing(what, [&] {
+    TrainSummary s;
+    s.task = j.at("task").get<std::string>();
+    s.policy = j.at("policy").get<std::string>();
+    s.seed = j.at("seed").get<std::uint64_t>();
+    s.d_model = j.at("d_model").get<i64>();
+    s.heads = j.at("heads").get<i64>();
+    s.layers = j.at("layers").get<i64>();
+    s.seq = j.at("seq").get<i64>();
+    s.steps_done = j.at("steps").get<i64>();
+    s.loss = number_of(j.at("loss"));
+    s.accuracy = number_of(j.at("accuracy"));
+    s.eval_loss = number_of(j.at("eval_loss"));
+    s.eval_accuracy = number_of(j.at("eval_accuracy"));
+    s.eval_bits_per_char = optional_of(j, "eval_bits_per_char");
+    s.eval_long_accuracy = optional_of(j, "eval_long_accuracy");
+    s.steps_to_threshold = j.at("steps_to_threshold").get<i64>();
+    s.threshold = number_of(j.at("threshold"));
+    s.diverged = j.at("diverged").get<bool>();
+    s.beta = flat_of(j.at("beta"));
+    s.tokens_per_s = number_of(j.at("tokens_per_s"));
+    s.seconds = number_of(j.at("seconds"));
+    return s;
+  });
+}
+
 TrainSummary train(const TrainConfig& c, const TrainHooks& hooks) {
-  const Task task = parse_task(c.task, c.seq);
+  const Task task = parse_task(c.task, c.seq, c.corpus);
   const Policy policy = parse_policy(c.policy);
   const Init init = parse_init(c.init);
   auto positive = [](i64 v, const char* what) {
@@ -163,7 +261,7 @@ TrainSummary train(const TrainConfig& c, const TrainHooks& hooks) {
   } restore_threads;
   omp_set_num_threads(threads);
   ModelConfig mc;
-  mc.vocab = kVocab;
+  mc.vocab = task.vocab();
   mc.max_pos = task.max_positions();
   mc.C = c.d_model;
   mc.H = c.heads;
@@ -182,7 +280,7 @@ TrainSummary train(const TrainConfig& c, const TrainHooks& hooks) {
   const auto n = static_cast<std::size_t>(model.layout.total);
   std::vector<float> m(n, 0.0f), v(n, 0.0f);
   i64 step0 = 0;
-  const std::string identity = c.identity();
+  const std::string identity = c.identity(task);
   if (hooks.resume || !c.resume.empty()) {
     const std::string where = hooks.resume ? std::string("the state given") : "'" + c.resume + "'";
     const Checkpoint ck = hooks.resume ? *hooks.resume : load_checkpoint(c.resume);
@@ -218,7 +316,10 @@ TrainSummary train(const TrainConfig& c, const TrainHooks& hooks) {
     throw Error("--eval-set: 'validation' or 'test', got '" + c.eval_set + "'");
   const std::uint64_t which = c.eval_set == "test" ? 5 : 3;
   Rng eval_rng = stream(kEvalSeed, which);
-  const Batch ev = task.make(eval_rng, c.eval_size, c.seq, false);
+  const bool text = task.kind == TaskKind::text;
+  const Batch ev = text ? task.held_out(c.eval_set, c.eval_size) : task.make(eval_rng, c.eval_size, c.seq, false);
+  // bits per character: the loss in nats over ln 2
+  auto bits = [text](double nats) { return text ? std::optional<double>(nats / std::log(2.0)) : std::nullopt; };
   Batch ev_long;
   if (task.kind == TaskKind::lengthgen) {
     Rng r = stream(kEvalSeed, which + 1);
@@ -272,12 +373,14 @@ TrainSummary train(const TrainConfig& c, const TrainHooks& hooks) {
       const Eval e = evaluate(model, ev, chunk);
       sum.eval_loss = e.loss;
       sum.eval_accuracy = e.accuracy;
+      sum.eval_bits_per_char = bits(e.loss);
       if (sum.steps_to_threshold < 0 && e.accuracy >= c.threshold) sum.steps_to_threshold = t;
       StepRecord r{.step = t,
                    .loss = res.loss,
                    .accuracy = sum.accuracy,
                    .eval_loss = e.loss,
                    .eval_accuracy = e.accuracy,
+                   .eval_bits_per_char = sum.eval_bits_per_char,
                    .lr = lr,
                    .beta = st.beta,
                    .sigma_wq = st.sigma_wq,
@@ -305,6 +408,7 @@ TrainSummary train(const TrainConfig& c, const TrainHooks& hooks) {
     const Eval e = evaluate(model, ev, chunk);
     sum.eval_loss = e.loss;
     sum.eval_accuracy = e.accuracy;
+    sum.eval_bits_per_char = bits(e.loss);
     if (task.kind == TaskKind::lengthgen) sum.eval_long_accuracy = evaluate(model, ev_long, chunk).accuracy;
   }
   if (!sum.diverged && step > step0) save(step);

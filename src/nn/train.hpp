@@ -21,6 +21,7 @@ namespace sdpa::nn {
 // thousands of steps. `sdpa sweep` keeps its own defaults (sort, width 64; cmd_sweep.cpp).
 struct TrainConfig {
   std::string task = "mqar";
+  std::string corpus;  // text: a UTF-8 file ("" = the default Shakespeare corpus, nn/text.hpp)
   std::string policy = "inv_sqrt_dk";
   std::string init = "xavier";
   i64 d_model = 128, heads = 1, layers = 2, seq = 16, batch = 32, steps = 1000, warmup = 100;
@@ -38,8 +39,9 @@ struct TrainConfig {
   std::string eval_set = "validation";             // validation | test: two held-out sets
 
   /// The fields a checkpoint must agree on, as "key=value;..." (threads, logging and
-  /// the stopping point may differ).
-  std::string identity() const;
+  /// the stopping point may differ). For text it ends with the corpus's hash and alphabet
+  /// (as alphabet_hex), which is what `sdpa sample` decodes with.
+  std::string identity(const Task& task) const;
 };
 
 /// One logged step: what `sdpa train` prints as a JSON line. Per-head fields are (L, H)
@@ -49,6 +51,7 @@ struct StepRecord {
   i64 step = 0;
   bool diverged = false;
   double loss = 0, accuracy = 0, eval_loss = 0, eval_accuracy = 0;
+  std::optional<double> eval_bits_per_char;  // text only: eval_loss / ln 2
   std::optional<double> eval_long_accuracy;  // lengthgen only: held-out accuracy at twice the length
   double lr = 0;
   std::vector<double> beta, sigma_wq, sigma_wk, score_std, entropy, max_weight;     // (L, H)
@@ -64,6 +67,7 @@ struct TrainSummary {
   i64 steps_done = 0;
   double threshold = 0;
   double loss = 0, accuracy = 0, eval_loss = 0, eval_accuracy = 0;
+  std::optional<double> eval_bits_per_char;  // text only: eval_loss / ln 2
   std::optional<double> eval_long_accuracy;  // lengthgen only
   i64 steps_to_threshold = -1;               // -1: never reached
   bool diverged = false;
@@ -77,6 +81,11 @@ nlohmann::ordered_json to_json(const StepRecord& r, i64 heads);
 nlohmann::ordered_json to_json(const TrainSummary& s);  // with "final": true, as `sdpa train` prints it
 /// A per-head list (L, H) row-major as [[h0, h1, ...], ...], non-finite values as null.
 nlohmann::ordered_json per_head_json(const std::vector<double>& v, i64 heads);
+/// The inverses of to_json, for the sweep's stored runs: every number comes back with the
+/// same bits (JSON numbers round-trip; null becomes NaN), except tokens_per_s, which to_json
+/// rounds. Throws sdpa::Error naming `what` for a malformed object.
+StepRecord step_record_from_json(const nlohmann::ordered_json& j, const std::string& what);
+TrainSummary train_summary_from_json(const nlohmann::ordered_json& j, const std::string& what);
 
 struct Checkpoint;
 

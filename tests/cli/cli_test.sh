@@ -383,6 +383,79 @@ for l in open(sys.argv[1]):
     echo "not a checkpoint" > text.bin
     expect_error "magic" "$sdpa" train $tiny --resume text.bin
     expect_error "cannot write into directory" "$sdpa" train $tiny --save no/such/dir/ck.bin ;;
+  train_text)
+    # a small UTF-8 corpus (a repeated pangram with an accented word), 4500 characters
+    for i in $(seq 100); do printf 'the quick brown fox jumps over the lazy dog, café. \n'; done > fox.txt
+    tiny="--task text --d-model 16 --heads 2 --layers 1 --seq 16 --batch 8 --warmup 3 --eval-size 8 --threads 1"
+    "$sdpa" train $tiny --corpus fox.txt --steps 20 --log-every 10 --save ck.bin > log.jsonl
+    /usr/bin/python3 - log.jsonl <<'PY' || fail "text JSON lines"
+import json, math, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert [r["step"] for r in rows[:-1]] == [1, 10, 20], rows
+for r in rows:
+    assert abs(r["eval_bits_per_char"] - r["eval_loss"] / math.log(2)) < 1e-9 * r["eval_loss"], r
+assert rows[-1]["task"] == "text" and rows[-1]["final"] is True
+PY
+    "$sdpa" sample --resume ck.bin --prompt "the é" --tokens 40 --seed 3 > s1.txt
+    "$sdpa" sample --resume ck.bin --prompt "the é" --tokens 40 --seed 3 > s2.txt
+    cmp -s s1.txt s2.txt || fail "the same seed should sample the same text"
+    /usr/bin/python3 -c "import sys; t=open('s1.txt', encoding='utf-8').read(); assert t.startswith('the é') and len(t) == 46, repr(t)" \
+      || fail "sample: $(cat s1.txt)"
+    "$sdpa" sample --resume ck.bin --prompt "fox" --tokens 10 --temperature 0 > /dev/null || fail "greedy sample"
+    # bad corpora: a clear error naming --corpus, exit 1, nothing written (not even --save)
+    : > empty.txt
+    printf 'caf\xe9 au lait\n' > latin1.txt
+    head -c 300 fox.txt > short.txt
+    expect_error "--corpus: cannot read 'missing.txt'" "$sdpa" train $tiny --corpus missing.txt --save ck2.bin
+    expect_error "is empty" "$sdpa" train $tiny --corpus empty.txt --save ck2.bin
+    expect_error "not UTF-8 at byte 3" "$sdpa" train $tiny --corpus latin1.txt --save ck2.bin
+    expect_error "too short" "$sdpa" train $tiny --corpus short.txt --save ck2.bin
+    expect_error "scripts/setup.sh" env SDPA_CACHE_DIR="$PWD/nocache" "$sdpa" train --task text --save ck2.bin
+    expect_error "not in the corpus's alphabet" "$sdpa" sample --resume ck.bin --prompt "ROMEO"
+    "$sdpa" train --d-model 16 --layers 1 --seq 8 --batch 4 --steps 2 --eval-size 4 --save mq.bin > /dev/null
+    expect_error "not a text-task checkpoint" "$sdpa" sample --resume mq.bin ;;
+  sweep_resume)
+    # A sweep killed mid-way (SIGKILL: no chance to clean up) and run again trains only the
+    # runs it had not stored, and writes the sweep.json of a sweep never interrupted.
+    grid="--d-model 16 --layers 1 --seq 8 --batch 4 --steps 300 --warmup 2 --eval-size 8 --log-every 50 --jobs 1 --threads 1
+          --policies inv_sqrt_dk inv_dk adaptive --seeds 1 2 --d-head 8 --widths 8 16"
+    "$sdpa" sweep $grid --out whole > /dev/null 2> whole.err
+    "$sdpa" sweep $grid --out cut > /dev/null 2> cut.err &
+    pid=$!
+    for _ in $(seq 600); do [ "$(ls cut/runs 2> /dev/null | grep -c '\.json$')" -ge 3 ] && break; sleep 0.05; done
+    kill -9 $pid 2> /dev/null || fail "the sweep finished before it could be interrupted"
+    wait $pid 2> /dev/null || true
+    [ ! -e cut/sweep.json ] || fail "an interrupted sweep wrote sweep.json"
+    stored=$(ls cut/runs | grep -c '\.json$')
+    [ "$stored" -ge 3 ] && [ "$stored" -lt 12 ] || fail "stored $stored of 12 runs"
+    "$sdpa" sweep $grid --out cut > table.txt 2> resume.err
+    grep -q "($stored stored before)" resume.err || { cat resume.err; fail "the re-run should load $stored stored runs"; }
+    [ "$(grep -c 'finished ' resume.err)" -eq $((12 - stored)) ] || { cat resume.err; fail "the re-run should train $((12 - stored)) runs"; }
+    grep -q 'ETA' resume.err || fail "progress lacks an ETA"
+    /usr/bin/python3 - whole/sweep.json cut/sweep.json <<'PY' || fail "the resumed sweep differs"
+import json, sys
+def strip(path):
+    d = json.load(open(path))
+    for k in ("seconds", "train_seconds", "table", "runs_from_store"):
+        d.pop(k)
+    for run in d["runs"]:
+        for k in ("seconds", "tokens_per_s"):
+            run["final"].pop(k)
+        for row in run["log"]:
+            row.pop("tokens_per_s"); row.pop("elapsed_s")
+    return d
+a, b = strip(sys.argv[1]), strip(sys.argv[2])
+assert a == b, [k for k in a if a[k] != b[k]]
+assert json.load(open(sys.argv[2]))["runs_from_store"] >= 3
+PY
+    echo "ok: killed after $stored of 12 runs; the re-run trained $((12 - stored)) and matches the uninterrupted sweep"
+    # --budget: a limit no run fits is refused before anything is written; a generous one cuts nothing
+    rc=0; "$sdpa" sweep $grid --budget 0.000001 --out b1 2> b1.err || rc=$?
+    [ "$rc" -eq 1 ] && grep -q '^sdpa: error: --budget: 1e-06 s is too little' b1.err || { cat b1.err; fail "--budget 1e-6"; }
+    [ ! -e b1 ] || fail "a refused budget left its directory"
+    "$sdpa" sweep --d-model 16 --layers 1 --seq 8 --batch 4 --steps 4 --warmup 2 --eval-size 8 --policies none --seeds 1 2 \
+      --d-head 8 --budget 100000 --out b2 > b2.txt 2> b2.err || fail "a generous budget"
+    grep -q "estimated" b2.err && ! grep -q "cut " b2.err || { cat b2.err; fail "--budget 100000 should cut nothing"; } ;;
   sweep)
     "$sdpa" sweep --d-model 16 --layers 1 --seq 8 --batch 4 --steps 8 --warmup 2 --eval-size 8 --log-every 4 \
       --policies inv_sqrt_dk adaptive --seeds 1 2 --d-head 8 --out sw > table.txt 2> err.txt
@@ -392,7 +465,8 @@ for l in open(sys.argv[1]):
     [ "$(grep -o 'data:image/png;base64' sw/index.html | wc -l)" -ge 8 ] || fail "sweep report lacks plots"
     /usr/bin/python3 -c "import json; d=json.load(open('sw/sweep.json')); assert len(d['runs']) == 4 and len(d['ensemble']) == 2" \
       || fail "sweep.json"
-    [ -z "$(ls -A sw | grep -v -e '^index.html$' -e '^sweep.json$')" ] || fail "sweep left files: $(ls -A sw)"
+    [ -z "$(ls -A sw | grep -v -e '^index.html$' -e '^sweep.json$' -e '^runs$')" ] || fail "sweep left files: $(ls -A sw)"
+    [ "$(ls sw/runs | grep -c '\.json$')" -eq 4 ] || fail "sweep should store its 4 runs: $(ls sw/runs)"
     # No shell between sdpa and the plotting script: paths with spaces, quotes and '$' pass whole.
     odd="it's a \"sweep\" \$HOME dir"
     mkdir "$odd data" && cp "$(dirname "$sdpa")/../share/sdpa/sdpa_train_report.py" "$odd data/"

@@ -2,7 +2,10 @@
 // results that do not depend on how many runs train at once.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cmath>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -60,11 +63,10 @@ TEST(Sweep, SpreadIsTheSampleStatistic) {
 TEST(Sweep, GridSummaryAndEnsembleRule) {
   const nn::SweepSpec spec = tiny_sweep();
   std::vector<std::string> stages;
-  const nn::SweepResult r = nn::sweep(
-      spec, [&](const std::string& stage, std::size_t done, std::size_t total, const std::string&, i64, std::uint64_t) {
-        EXPECT_LE(done, total);
-        stages.push_back(stage);
-      });
+  const nn::SweepResult r = nn::sweep(spec, [&](const nn::SweepStatus& st) {
+    EXPECT_LE(st.done, st.total);
+    if (st.finished) stages.push_back(st.stage);
+  });
   ASSERT_EQ(r.runs.size(), 4u);  // 2 policies x 1 head size x 2 seeds, grid order
   EXPECT_EQ(r.runs[0].policy, "inv_sqrt_dk");
   EXPECT_EQ(r.runs[1].seed, 2u);
@@ -138,6 +140,109 @@ TEST(Sweep, BadSpecsAreRefusedBeforeTraining) {
   s.policies = {"warm"};
   expect(s, "--policies");
   s = tiny_sweep();
-  s.base.init = "normal:-1";  // refused by the run itself: the error names the run
-  expect(s, "training of policy inv_sqrt_dk d_head 8 seed 1 failed");
+  s.inits = {"xavier", "normal:-1"};
+  expect(s, "normal:-1");
+  s = tiny_sweep();
+  s.widths = {16, 20};
+  expect(s, "does not divide --d-model 20");
+  s = tiny_sweep();
+  s.base.eval_size = 0;  // refused by the run itself: the error names the run
+  expect(s, "training of policy inv_sqrt_dk d_model 16 d_head 8 init xavier lr 0.003 seed 1 failed");
+  s = tiny_sweep();
+  s.budget_s = 1e-6;  // no run can train in a microsecond
+  expect(s, "--budget: 1e-06 s is too little");
+}
+
+// Widths, the one-head axis (d_head 0), inits and learning rates: the grid's order, each
+// run's configuration, and the paired differences against inv_sqrt_dk.
+TEST(Sweep, GridAxesAndPairedDifferences) {
+  nn::SweepSpec s = tiny_sweep();
+  s.widths = {8, 16};
+  s.d_heads = {0, 4};
+  s.inits = {"xavier", "normal:0.2"};
+  s.lrs = {3e-3};
+  s.policies = {"inv_sqrt_dk", "inv_dk"};
+  s.seeds = {1, 2, 3};
+  s.base.steps = 4;
+  const nn::SweepResult r = nn::sweep(s);
+  ASSERT_EQ(r.runs.size(), 2u * 2 * 2 * 2 * 3);
+  EXPECT_EQ(r.runs[0].d_model, 8);
+  EXPECT_EQ(r.runs[0].summary.heads, 1) << "d_head 0: one head as wide as the model";
+  EXPECT_EQ(r.runs[0].d_head, 8);
+  EXPECT_EQ(r.runs[12].summary.heads, 2) << "width 8, d_k 4";
+  EXPECT_EQ(r.runs[6].init, "normal:0.2");
+  EXPECT_EQ(r.runs[24].d_model, 16);
+  EXPECT_EQ(r.runs[24].summary.heads, 1);
+  ASSERT_EQ(r.summary.size(), 16u);
+  for (std::size_t k = 0; k < r.summary.size(); ++k) {
+    const nn::SweepCell& c = r.summary[k];
+    if (c.policy == "inv_sqrt_dk") {
+      EXPECT_EQ(c.paired_difference.n, 0);
+      continue;
+    }
+    // the cell's three runs follow inv_sqrt_dk's three in grid order, seed by seed
+    const std::size_t first = 3 * k;
+    std::vector<double> d;
+    for (std::size_t i = 0; i < 3; ++i) {
+      ASSERT_EQ(r.runs[first + i].policy, "inv_dk");
+      ASSERT_EQ(r.runs[first + i - 3].seed, r.runs[first + i].seed);
+      d.push_back(r.runs[first + i].summary.eval_loss - r.runs[first + i - 3].summary.eval_loss);
+    }
+    EXPECT_EQ(c.paired_difference.n, 3);
+    EXPECT_DOUBLE_EQ(c.paired_difference.mean, nn::spread(d).mean);
+    // t(0.975, 2) = 4.303: the 95 % interval of a mean of three
+    EXPECT_NEAR(c.paired_difference.ci95, 4.303 * nn::spread(d).sd / std::sqrt(3.0), 1e-12);
+  }
+  EXPECT_NE(nn::summary_table(r).find("Δ vs inv_sqrt_dk"), std::string::npos);
+  // d_head 0 at a width also named as a head size is one configuration, run once
+  s.widths = {8};
+  s.d_heads = {8, 0};
+  s.inits = {};
+  EXPECT_EQ(nn::sweep(s).runs.size(), 2u * 3);
+}
+
+// An interrupted sweep (here: its progress callback throws after two finished runs) keeps
+// the runs it stored; the re-run loads them, trains only the others, and gives the same
+// sweep.json as a sweep never interrupted.
+TEST(Sweep, InterruptedSweepResumesFromItsStore) {
+  char tmpl[] = "/tmp/sdpa_sweep_store.XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  nn::SweepSpec s = tiny_sweep();
+  s.jobs = 1;  // the callback's exception leaves through the calling thread
+  const nn::SweepResult whole = nn::sweep(s);
+  s.store = dir + "/runs";
+  struct Interrupt {};
+  EXPECT_THROW(nn::sweep(s,
+                         [](const nn::SweepStatus& st) {
+                           if (st.finished && st.done == 2) throw Interrupt{};
+                         }),
+               Interrupt);
+  std::size_t stored_before = 0, steps_trained = 0;
+  const nn::SweepResult resumed = nn::sweep(s, [&](const nn::SweepStatus& st) {
+    if (st.stage != "training") return;
+    stored_before = st.stored;
+    if (!st.finished) ++steps_trained;
+  });
+  EXPECT_EQ(stored_before, 2u);
+  EXPECT_EQ(steps_trained, 2u * 8) << "only the two runs not stored are trained";
+  EXPECT_TRUE(resumed.runs[0].from_store && resumed.runs[1].from_store && !resumed.runs[2].from_store);
+  auto strip = [](nlohmann::ordered_json j) {
+    j = without_timing(std::move(j));
+    j.erase("runs_from_store");
+    return j;
+  };
+  EXPECT_EQ(strip(nn::to_json(whole)), strip(nn::to_json(resumed)));
+  // a third run trains nothing; a store of another configuration is refused
+  steps_trained = 0;
+  nn::sweep(s, [&](const nn::SweepStatus& st) { steps_trained += !st.finished && st.stage == "training"; });
+  EXPECT_EQ(steps_trained, 0u);
+  s.base.steps = 9;
+  try {
+    nn::sweep(s);
+    ADD_FAILURE() << "a store of another configuration should be refused";
+  } catch (const sdpa::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("another configuration"), std::string::npos) << e.what();
+  }
+  std::filesystem::remove_all(dir);
 }

@@ -86,3 +86,21 @@ def test_sweep_errors_name_the_option():
         sdpa.train.sweep(policy="adaptive", **SWEEP)
     with pytest.raises(TypeError, match="steps"):
         sdpa.train.sweep(steps="many")
+
+
+def test_text_task_and_a_stored_sweep(tmp_path):
+    corpus = tmp_path / "fox.txt"
+    corpus.write_text("the quick brown fox jumps over the lazy dog. " * 40, encoding="utf-8")
+    log, summary = sdpa.train.run(task="text", corpus=str(corpus), d_model=16, heads=2, layers=1, seq=16, batch=4,
+                                  steps=4, warmup=2, eval_size=4, log_every=2)
+    assert summary["task"] == "text"
+    assert summary["eval_bits_per_char"] == pytest.approx(summary["eval_loss"] / math.log(2), rel=1e-12)
+    store = tmp_path / "runs"
+    a = sdpa.train.sweep(policies=["inv_sqrt_dk", "inv_dk"], seeds=[1, 2], d_heads=[8], store=str(store), **SWEEP)
+    b = sdpa.train.sweep(policies=["inv_sqrt_dk", "inv_dk"], seeds=[1, 2], d_heads=[8], store=str(store), **SWEEP)
+    assert len(list(store.glob("*.json"))) == 4
+    assert a["runs_from_store"] == 0 and b["runs_from_store"] == 4
+    assert [r["final"]["eval_loss"] for r in a["runs"]] == [r["final"]["eval_loss"] for r in b["runs"]]
+    assert b["summary"][1]["paired_difference_n"] == 2
+    with pytest.raises(Exception, match="--corpus"):
+        sdpa.train.run(task="text", corpus=str(tmp_path / "missing.txt"))
