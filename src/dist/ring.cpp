@@ -117,6 +117,13 @@ void for_each_block(const std::vector<Segment>& qsegs, const std::vector<Segment
   }
 }
 
+// Key rows of every rank's shard, indexed by rank: the size of what each ring step receives.
+std::vector<i64> shard_lengths(i64 n, int ranks, Layout layout) {
+  std::vector<i64> len(static_cast<std::size_t>(ranks));
+  for (int i = 0; i < ranks; ++i) len[static_cast<std::size_t>(i)] = shard_length(n, ranks, i, layout);
+  return len;
+}
+
 }  // namespace
 
 std::vector<float> take_shard(View4<const float> whole, int ranks, int rank, Layout layout) {
@@ -181,10 +188,8 @@ void ring_forward(MPI_Comm comm, View4<const float> q, View4<const float> k, Vie
   check_ring(comm, r, q, k, v, opt, ring);
   RingStats st;
   const KvLayout kv{k.shape[0], k.shape[1], k.shape[3], v.shape[3]};
-  std::vector<i64> kv_len(static_cast<std::size_t>(r.size));
-  i64 max_len = 0;
-  for (int i = 0; i < r.size; ++i)
-    max_len = std::max(max_len, kv_len[static_cast<std::size_t>(i)] = shard_length(ring.nk, r.size, i, ring.layout));
+  const std::vector<i64> kv_len = shard_lengths(ring.nk, r.size, ring.layout);
+  const i64 max_len = *std::max_element(kv_len.begin(), kv_len.end());
   std::vector<float> buf[2] = {std::vector<float>(static_cast<std::size_t>(kv.floats(max_len))),
                                std::vector<float>(static_cast<std::size_t>(kv.floats(max_len)))};
   copy4(k, kv.k(buf[0].data(), k.shape[2]));
@@ -251,10 +256,8 @@ void ring_backward(MPI_Comm comm, View4<const float> q, View4<const float> k, Vi
   check_ring(comm, r, q, k, v, opt, ring);
   RingStats st;
   const KvLayout kv{k.shape[0], k.shape[1], k.shape[3], v.shape[3]};
-  std::vector<i64> kv_len(static_cast<std::size_t>(r.size));
-  i64 max_len = 0;
-  for (int i = 0; i < r.size; ++i)
-    max_len = std::max(max_len, kv_len[static_cast<std::size_t>(i)] = shard_length(ring.nk, r.size, i, ring.layout));
+  const std::vector<i64> kv_len = shard_lengths(ring.nk, r.size, ring.layout);
+  const i64 max_len = *std::max_element(kv_len.begin(), kv_len.end());
   const auto n_floats = static_cast<std::size_t>(kv.floats(max_len));
   std::vector<float> kvbuf[2] = {std::vector<float>(n_floats), std::vector<float>(n_floats)};
   // dK, dV of the block held: `mine` is this rank's share; grad[·] the running sums that
