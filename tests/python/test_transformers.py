@@ -227,3 +227,14 @@ def test_example_hf_generate_runs():
     assert res.returncode == 0, res.stderr[-3000:]
     last = res.stdout.strip().splitlines()[-1]
     assert last.startswith(f"attention: {sht.NAME} | generated: [") and last.count(",") == 31
+
+
+def test_lazy_attributes_are_their_own_modules():
+    # `sdpa.transformers` and `sdpa.torch` load on first attribute access (sdpa/__init__.py);
+    # each name must give its own module, not another's.
+    import sdpa
+
+    assert sdpa.transformers is sht
+    assert sdpa.transformers.NAME == "exact_cpu"
+    assert sdpa.torch.__name__ == "sdpa.torch"
+    assert sdpa.distributed.__name__ == "sdpa.distributed"
