@@ -307,6 +307,14 @@ def _check_offsets(name: str, x, kind: str) -> None:
         raise TypeError(f"{name}: offsets cannot require grad")
 
 
+def _needs_grad(kind: str, *xs) -> bool:
+    # Whether autograd must record the call: torch tensors, grad mode on, one of them requiring grad.
+    if kind != "torch":
+        return False
+    t = _torch_module()
+    return t.is_grad_enabled() and any(x.requires_grad for x in xs)
+
+
 def _forward_varlen(kind: str, q, k, v, cu_q, cu_k, opts: dict):
     """out [Tq, Hq, Dv] and lse [Hq, Tq], freshly allocated, written by the kernel."""
     Tq, Hq, _ = q.shape
