@@ -66,13 +66,15 @@ case $case in
     # A rank whose file is missing: its own message, then the whole job ends.
     expect_fault "missing.npy" 3 bash -c \
       'f=q.npy; [ "$OMPI_COMM_WORLD_RANK" = 2 ] && f=missing.npy; exec "$0" attention --ring --q $f --k k.npy --v v.npy --out o.npy' "$sdpa"
-    # A rank that dies (SIGKILL) while the others wait on it in MPI. Rank 1 blocks opening a
-    # FIFO nobody writes, so the others cannot finish before the kill: a timed kill of a rank
-    # that could finish first would race (the job may complete and write o.npy before it).
+    # A rank that dies (SIGKILL) while the others wait on it in MPI. Rank 1 reads its --q from
+    # a FIFO; its killer opens the FIFO's write end, which returns only once rank 1 (past
+    # MPI_Init, in the file read) has opened it, then kills it while its read waits for data.
+    # No timing: a timed kill races with a rank that finishes first (o.npy written) or with
+    # MPI_Init (under ASan the job then ends as "returned a non-zero exit code").
     "$tool" make bq.npy f32 6 1 4 3000 64; "$tool" make bk.npy f32 7 1 4 3000 64; "$tool" make bv.npy f32 8 1 4 3000 64
     rm -f never.fifo && mkfifo never.fifo
     expect_fault "exited on signal 9" 3 bash -c \
-      'f=bq.npy; [ "$OMPI_COMM_WORLD_RANK" = 1 ] && { f=never.fifo; ( sleep 0.5; kill -9 $$ ) & }; exec "$0" attention --ring --q $f --k bk.npy --v bv.npy --out o.npy' "$sdpa"
+      'f=bq.npy; [ "$OMPI_COMM_WORLD_RANK" = 1 ] && { f=never.fifo; ( exec 3> never.fifo; kill -9 $$ ) & }; exec "$0" attention --ring --q $f --k bk.npy --v bv.npy --out o.npy' "$sdpa"
     # Too short a sequence for the layout; a bad layout name.
     "$tool" make sq.npy f32 9 1 1 5 8
     expect_fault "cannot be cut" 3 "$sdpa" attention --ring --q sq.npy --k sq.npy --v sq.npy --out o.npy
