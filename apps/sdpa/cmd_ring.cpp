@@ -12,6 +12,7 @@
 
 #include "dist/ring.hpp"
 #include "dist/ring_bench.hpp"
+#include "dist/sweep_share.hpp"
 #include "io/atomic_file.hpp"
 #include "ring.hpp"
 
@@ -153,6 +154,14 @@ int run_ring_bench(const RingBenchArgs& a) {
         "compute: block attention and merges; wait: blocked on messages after the compute; comm: the same messages\n"
         "sent round the ring with no compute; hidden = comm - wait (at least 0). Each a median over the runs.\n");
     return 0;
+  });
+}
+
+int run_sweep_ranks(const std::function<int(const nn::SweepShare&)>& body) {
+  return under_mpi([&](int, int) {
+    const int rc = body(dist::sweep_share(MPI_COMM_WORLD));
+    dist::idle_barrier(MPI_COMM_WORLD);  // rank 0 wrote the report; a failure there aborted the job
+    return rc;
   });
 }
 

@@ -3,10 +3,12 @@
 #include "dist/ring.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <climits>
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <thread>
 
 #include "sdpa/blocks.hpp"
 
@@ -179,6 +181,16 @@ void require_agreement(MPI_Comm comm, const std::string& what, const std::string
   if (!differ.empty())
     throw Error("ranks disagree on " + what + ": rank(s) " + differ + " differ from rank 0" +
                 (r.rank == 0 ? " (rank 0 has: " + value + ")" : std::string()));
+}
+
+void idle_barrier(MPI_Comm comm) {
+  MPI_Request req;
+  MPI_Ibarrier(comm, &req);
+  int done = 0;
+  while (!done) {
+    MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+    if (!done) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
 }
 
 void ring_forward(MPI_Comm comm, View4<const float> q, View4<const float> k, View4<const float> v, View4<float> out,

@@ -41,6 +41,10 @@ void gather_to_root(MPI_Comm comm, Layout layout, const float* shard, std::array
 /// sdpa::Error naming `what` and the ranks that differ from rank 0. Collective.
 void require_agreement(MPI_Comm comm, const std::string& what, const std::string& value);
 
+/// MPI_Barrier without spinning: polls an MPI_Ibarrier with 1 ms sleeps, so that a rank
+/// that waits takes no core from those still working (MPI_Barrier busy-polls).
+void idle_barrier(MPI_Comm comm);
+
 /// Where a rank's time went in one ring pass.
 struct RingStats {
   double compute_s = 0;  // block attention and merges (forward) or block backward and sums
