@@ -56,11 +56,23 @@ std::vector<i64> with_last(const std::vector<i64>& file_shape, i64 n, i64 d) {
 
 }  // namespace
 
-int run_ring_attention(const RingFiles& f, const Options& opt) {
+int run_ring_attention(const RingFiles& f, const Options& opt_in) {
   return under_mpi([&](int rank, int size) {
     const MPI_Comm comm = MPI_COMM_WORLD;
     const dist::Layout layout = parse_shard_layout(f.layout, "--layout");
-    if (!opt.mask.empty() || !opt.keep.empty()) throw Error("--mask: not supported with --ring");
+    Options opt = opt_in;
+    Mask mask;  // whole on every rank: each block's part is a view into it (block_options)
+    if (!f.mask.empty()) {
+      mask = load_mask(f.mask);
+      use_mask(mask, opt);
+      const auto& bits = mask.keep ? std::string_view(reinterpret_cast<const char*>(mask.keep_bits.data()),
+                                                      mask.keep_bits.size())
+                                   : std::string_view(reinterpret_cast<const char*>(mask.additive.data()),
+                                                      mask.additive.size() * sizeof(float));
+      dist::require_agreement(comm, "--mask (its shape and bytes)",
+                              shape_str(mask.shape) + (mask.keep ? " keep " : " additive ") +
+                                  std::to_string(std::hash<std::string_view>{}(bits)));
+    }
     const bool backward = !f.grad_out.empty();
     dist::require_agreement(comm, "the outputs asked for",
                             std::string(backward ? "backward" : "forward") + (f.lse.empty() ? "" : " lse"));

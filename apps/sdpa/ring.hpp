@@ -15,6 +15,7 @@ namespace sdpa::cli {
 /// The files of `sdpa attention --ring`; every rank gets the same command line.
 struct RingFiles {
   std::string q, k, v, out, lse, grad_out, dq, dk, dv;
+  std::string mask;  // the whole sequence's; every rank reads it whole and the ring cuts it per block
   std::string layout = "zigzag";
 };
 

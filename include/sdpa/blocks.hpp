@@ -51,14 +51,16 @@ struct BlockPos {
 };
 
 /// `whole`'s options for one block: the same, with Options::diagonal moved so that the
-/// causal mask and the window of the block are those of the whole sequence. Explicit
-/// masks (mask, keep) are refused: slice them to the block yourself. Throws sdpa::Error
-/// for a block outside the sequence.
+/// causal mask and the window of the block are those of the whole sequence, and explicit
+/// masks (mask, keep: the whole sequence's, (B or 1, H or 1, nq or 1, nk or 1)) cut to
+/// the block's rows and columns (a view, no copy). Throws sdpa::Error for a block outside
+/// the sequence or a mask whose last two dimensions are neither 1 nor nq, nk.
 Options block_options(const Options& whole, const BlockPos& pos);
 
 /// Whether any (query, key) pair of the block is visible under the causal mask and the
-/// window. A block with none need not be computed: its out is 0 and its lse −inf, which
-/// merge_partial skips exactly.
+/// window (explicit masks are not read: a block they hide whole is computed, and gives
+/// out 0 and lse −inf). A block with none need not be computed: its out is 0 and its
+/// lse −inf, which merge_partial skips exactly.
 bool block_visible(const Options& whole, const BlockPos& pos);
 
 /// (out, lse) <- the merge of (out, lse) with (part_out, part_lse), in that order

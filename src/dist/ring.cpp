@@ -69,7 +69,7 @@ std::string options_text(const Options& o) {
   return "scale " + opt_num(o.scale) + ", softcap " + opt_num(o.softcap) + ", causal " +
          std::to_string(static_cast<int>(o.causal)) + ", diagonal " +
          (o.diagonal ? std::to_string(*o.diagonal) : std::string("-")) + ", window " + std::to_string(o.window.left) +
-         "," + std::to_string(o.window.right) + ", masks " + (o.mask.empty() && o.keep.empty() ? "none" : "some");
+         "," + std::to_string(o.window.right) + ", mask " + shape_str(o.mask.shape) + ", keep " + shape_str(o.keep.shape);
 }
 
 // The collective checks every rank runs first: the same options, sizes and layout on
@@ -83,8 +83,6 @@ void check_ring(MPI_Comm comm, const Ring& r, View4<const float> q, View4<const 
   require_agreement(comm, "B, Hq, Hkv, Dk, Dv",
                     std::to_string(q.shape[0]) + " " + std::to_string(q.shape[1]) + " " + std::to_string(k.shape[1]) +
                         " " + std::to_string(q.shape[3]) + " " + std::to_string(v.shape[3]));
-  if (!opt.mask.empty() || !opt.keep.empty())
-    throw Error("ring: explicit masks (mask, keep) are not supported; use causal and window");
   const i64 want_q = shard_length(ring.nq, r.size, r.rank, ring.layout),
             want_k = shard_length(ring.nk, r.size, r.rank, ring.layout);
   std::string local = "ok";

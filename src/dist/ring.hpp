@@ -8,6 +8,9 @@
 //   q (B, Hq, n_q, Dk)   k (B, Hkv, n_k, Dk)   v (B, Hkv, n_k, Dv)   out (B, Hq, n_q, Dv)   lse (B, Hq, n_q)
 // Every rank passes the same options and the whole sequence's lengths nq, nk; they are
 // checked collectively (every rank throws the same sdpa::Error when one differs).
+// Explicit masks (Options::mask, keep) are the whole sequence's, (B or 1, Hq or 1, nq or 1,
+// nk or 1), on every rank; each block reads its part (block_options). Their shapes are
+// checked across ranks, their contents are the caller's to agree on (the CLI hashes them).
 // An error raised on one rank only (bad local shapes caught by validation, allocation)
 // cannot be seen by the others: call MPI_Abort then, as the CLI does.
 #pragma once

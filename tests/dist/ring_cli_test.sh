@@ -55,12 +55,28 @@ case $case in
           [ "$("$tool" info o.npy)" = "float32 [2, 4, 37, 8]" ] || fail "o.npy shape: $("$tool" info o.npy)"
         done
       done
+    done
+    # Windows and explicit masks (every rank reads the whole mask; each block its part).
+    "$tool" make add.npy f32 10 4 37 41; "$tool" make keep.npy bool 11 37 41
+    for spec in "3 zigzag --mask add.npy --causal bottom-right" "2 contiguous --mask keep.npy" \
+                "4 zigzag --window 5,3 --causal top-left" "3 contiguous --window 4,-1"; do
+      read -r np layout opts <<< "$spec"
+      "$sdpa" attention --q q.npy --k k.npy --v v.npy --out o1.npy --lse l1.npy $opts \
+        --grad-out g.npy --dq dq1.npy --dk dk1.npy --dv dv1.npy
+      mpi "$np" "$sdpa" attention --ring --layout "$layout" --q q.npy --k k.npy --v v.npy --out o.npy --lse l.npy \
+        $opts "${grads[@]}"
+      echo "P=$np $layout $opts"
+      for t in o l dq dk dv; do close $t.npy ${t}1.npy 1e-3; done
     done ;;
   faults)
     # Options that differ between ranks.
     expect_fault "ranks disagree on options" 3 bash -c \
       'c=none; [ "$OMPI_COMM_WORLD_RANK" = 1 ] && c=top-left; exec "$0" attention --ring --q q.npy --k k.npy --v v.npy --out o.npy --causal $c' "$sdpa"
     # A rank that reads a different file.
+    # A rank that reads a different mask.
+    "$tool" make add.npy f32 10 4 37 41; "$tool" make add2.npy f32 12 4 37 41
+    expect_fault "ranks disagree on --mask" 2 bash -c \
+      'f=add.npy; [ "$OMPI_COMM_WORLD_RANK" = 1 ] && f=add2.npy; exec "$0" attention --ring --q q.npy --k k.npy --v v.npy --mask $f --out o.npy' "$sdpa"
     expect_fault "ranks disagree on --q" 2 bash -c \
       'f=q.npy; [ "$OMPI_COMM_WORLD_RANK" = 1 ] && f=q2.npy; exec "$0" attention --ring --q $f --k k.npy --v v.npy --out o.npy' "$sdpa"
     # A rank whose file is missing: its own message, then the whole job ends.
