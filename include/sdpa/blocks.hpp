@@ -66,7 +66,9 @@ bool block_visible(const Options& whole, const BlockPos& pos);
 /// (out, lse) <- the merge of (out, lse) with (part_out, part_lse), in that order
 /// (attention/merge.hpp): lse = log(exp(lse) + exp(part_lse)), out = the lse-weighted sum.
 /// Start from out = 0, lse = −inf. Shapes: out, part_out (B, H, N, Dv); lse, part_lse (B, H, N).
-void merge_partial(View4<float> out, View3<float> lse, View4<const float> part_out, View3<const float> part_lse);
+/// threads: as Options::threads (0: all available); the bits do not depend on it.
+void merge_partial(View4<float> out, View3<float> lse, View4<const float> part_out, View3<const float> part_lse,
+                   int threads = 0);
 
 /// The backward of one block, *added* to dq, dk, dv (`+=`, unlike sdpa::backward's `=`):
 /// out and lse are the merged results of the query rows over *all* keys, so that

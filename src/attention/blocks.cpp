@@ -73,14 +73,19 @@ bool block_visible(const Options& whole, const BlockPos& pos) {
   return false;
 }
 
-void merge_partial(View4<float> out, View3<float> lse, View4<const float> part_out, View3<const float> part_lse) {
+void merge_partial(View4<float> out, View3<float> lse, View4<const float> part_out, View3<const float> part_lse,
+                   int threads) {
   const std::array<i64, 3> rows{out.shape[0], out.shape[1], out.shape[2]};
   if (part_out.shape != out.shape || lse.shape != rows || part_lse.shape != rows)
     throw Error("merge_partial: shapes differ: out " + shape_str(out.shape) + ", lse " + shape_str(lse.shape) +
                 ", part_out " + shape_str(part_out.shape) + ", part_lse " + shape_str(part_lse.shape) +
                 " (want out and part_out (B, H, N, Dv), lse and part_lse (B, H, N))");
+  if (threads < 0) throw Error("merge_partial: threads must be >= 0 (0 = all available), got " + std::to_string(threads));
   const i64 n = rows[0] * rows[1] * rows[2], dv = out.shape[3];
-#pragma omp parallel for schedule(static)
+  Options threads_only;
+  threads_only.threads = threads;
+  const int workers = detail::resolve_threads(threads_only);
+#pragma omp parallel for num_threads(workers) schedule(static)
   for (i64 r = 0; r < n; ++r) {
     const i64 b = r / (rows[1] * rows[2]), h = r / rows[2] % rows[1], i = r % rows[2];
     const float l = detail::merge_row(
@@ -103,9 +108,10 @@ void backward_accumulate(View4<const float> q, View4<const float> k, View4<const
   backward(q, k, v, out, lse, dout, dq_v, dk_v, dv_v, opt);  // validates every view
   if (dq.shape != q.shape || dk.shape != k.shape || dv.shape != v.shape)
     throw Error("backward_accumulate: dq, dk, dv must have q's, k's and v's shapes");
-  auto add = [](View4<float> acc, View4<float> part) {
+  const int workers = detail::resolve_threads(opt);
+  auto add = [workers](View4<float> acc, View4<float> part) {
     const auto& s = acc.shape;
-#pragma omp parallel for collapse(2) schedule(static)
+#pragma omp parallel for collapse(2) num_threads(workers) schedule(static)
     for (i64 a = 0; a < s[0]; ++a)
       for (i64 b = 0; b < s[1]; ++b)
         for (i64 c = 0; c < s[2]; ++c)

@@ -124,6 +124,30 @@ std::vector<i64> shard_lengths(i64 n, int ranks, Layout layout) {
   return len;
 }
 
+// What both passes set up first: the collective checks, the lengths of every rank's
+// K, V block, two buffers for the block held and the one arriving (the first holding
+// this rank's own K, V), and this rank's query segments.
+struct RingSetup {
+  double t_start;
+  Ring r;
+  KvLayout kv;
+  std::vector<i64> kv_len;  // key rows of every rank's shard
+  std::vector<float> buf[2];
+  std::vector<Segment> qsegs;
+  RingSetup(MPI_Comm comm, View4<const float> q, View4<const float> k, View4<const float> v, const Options& opt,
+            const RingOptions& ring)
+      : t_start(now()), r(comm), kv{k.shape[0], k.shape[1], k.shape[3], v.shape[3]} {
+    check_ring(comm, r, q, k, v, opt, ring);
+    kv_len = shard_lengths(ring.nk, r.size, ring.layout);
+    const auto floats = static_cast<std::size_t>(kv.floats(*std::max_element(kv_len.begin(), kv_len.end())));
+    buf[0].resize(floats);
+    if (r.size > 1) buf[1].resize(floats);  // the block arriving; one rank has none (zero-filling it cost ~10 ms)
+    copy4(k, kv.k(buf[0].data(), k.shape[2]));
+    copy4(v, kv.v(buf[0].data(), k.shape[2]));
+    qsegs = shard_segments(ring.nq, r.size, r.rank, ring.layout);
+  }
+};
+
 }  // namespace
 
 std::vector<float> take_shard(View4<const float> whole, int ranks, int rank, Layout layout) {
@@ -193,19 +217,13 @@ void idle_barrier(MPI_Comm comm) {
 
 void ring_forward(MPI_Comm comm, View4<const float> q, View4<const float> k, View4<const float> v, View4<float> out,
                   View3<float> lse, const Options& opt, const RingOptions& ring, RingStats* stats) {
-  const double t_start = now();
-  const Ring r(comm);
-  check_ring(comm, r, q, k, v, opt, ring);
+  RingSetup setup(comm, q, k, v, opt, ring);
+  const Ring& r = setup.r;
+  const KvLayout& kv = setup.kv;
+  const std::vector<i64>& kv_len = setup.kv_len;
+  const std::vector<Segment>& qsegs = setup.qsegs;
+  auto& buf = setup.buf;
   RingStats st;
-  const KvLayout kv{k.shape[0], k.shape[1], k.shape[3], v.shape[3]};
-  const std::vector<i64> kv_len = shard_lengths(ring.nk, r.size, ring.layout);
-  const i64 max_len = *std::max_element(kv_len.begin(), kv_len.end());
-  std::vector<float> buf[2] = {std::vector<float>(static_cast<std::size_t>(kv.floats(max_len))),
-                               std::vector<float>(static_cast<std::size_t>(kv.floats(max_len)))};
-  copy4(k, kv.k(buf[0].data(), k.shape[2]));
-  copy4(v, kv.v(buf[0].data(), k.shape[2]));
-
-  const auto qsegs = shard_segments(ring.nq, r.size, r.rank, ring.layout);
   const i64 B = q.shape[0], Hq = q.shape[1], Dv = v.shape[3];
   i64 max_qseg = 0;
   for (const Segment& s : qsegs) max_qseg = std::max(max_qseg, s.len);
@@ -245,7 +263,7 @@ void ring_forward(MPI_Comm comm, View4<const float> q, View4<const float> k, Vie
                        const auto pl = contiguous(part_lse.data(), {B, Hq, pos.nq_block});
                        forward(rows(q, lq0, pos.nq_block), View4<const float>(rows(kb, lk0, pos.nk_block)),
                                View4<const float>(rows(vb, lk0, pos.nk_block)), po, pl, block_options(opt, pos));
-                       merge_partial(rows(out, lq0, pos.nq_block), rows(lse, lq0, pos.nq_block), po, pl);
+                       merge_partial(rows(out, lq0, pos.nq_block), rows(lse, lq0, pos.nq_block), po, pl, opt.threads);
                      });
     }
     const double t1 = now();
@@ -254,32 +272,28 @@ void ring_forward(MPI_Comm comm, View4<const float> q, View4<const float> k, Vie
     st.compute_s += t1 - t0, st.wait_s += t2 - t1;
     cur = 1 - cur;
   }
-  st.total_s = now() - t_start;
+  st.total_s = now() - setup.t_start;
   if (stats) *stats = st;
 }
 
 void ring_backward(MPI_Comm comm, View4<const float> q, View4<const float> k, View4<const float> v,
                    View4<const float> out, View3<const float> lse, View4<const float> dout, View4<float> dq,
                    View4<float> dk, View4<float> dv, const Options& opt, const RingOptions& ring, RingStats* stats) {
-  const double t_start = now();
-  const Ring r(comm);
-  check_ring(comm, r, q, k, v, opt, ring);
+  RingSetup setup(comm, q, k, v, opt, ring);
+  const Ring& r = setup.r;
+  const KvLayout& kv = setup.kv;
+  const std::vector<i64>& kv_len = setup.kv_len;
+  const std::vector<Segment>& qsegs = setup.qsegs;
+  auto& kvbuf = setup.buf;
   RingStats st;
-  const KvLayout kv{k.shape[0], k.shape[1], k.shape[3], v.shape[3]};
-  const std::vector<i64> kv_len = shard_lengths(ring.nk, r.size, ring.layout);
-  const i64 max_len = *std::max_element(kv_len.begin(), kv_len.end());
-  const auto n_floats = static_cast<std::size_t>(kv.floats(max_len));
-  std::vector<float> kvbuf[2] = {std::vector<float>(n_floats), std::vector<float>(n_floats)};
+  const std::size_t n_floats = kvbuf[0].size();
   // dK, dV of the block held: `mine` is this rank's share; grad[·] the running sums that
   // arrive from the previous rank and leave, with `mine` added, to the next.
   std::vector<float> mine(n_floats), grad[2] = {std::vector<float>(n_floats), std::vector<float>(n_floats)};
-  copy4(k, kv.k(kvbuf[0].data(), k.shape[2]));
-  copy4(v, kv.v(kvbuf[0].data(), k.shape[2]));
   for (i64 a = 0; a < dq.shape[0]; ++a)
     for (i64 h = 0; h < dq.shape[1]; ++h)
       for (i64 i = 0; i < dq.shape[2]; ++i)
         for (i64 e = 0; e < dq.shape[3]; ++e) dq(a, h, i, e) = 0.0f;
-  const auto qsegs = shard_segments(ring.nq, r.size, r.rank, ring.layout);
 
   MPI_Request kv_req[2], grad_recv = MPI_REQUEST_NULL, grad_send = MPI_REQUEST_NULL;
   const int kGradTag = 16384;  // above any step number of the K, V messages (P < 16384)
@@ -350,7 +364,7 @@ void ring_backward(MPI_Comm comm, View4<const float> q, View4<const float> k, Vi
     copy4(kv.k(const_cast<float*>(home), n_mine), dk);
     copy4(kv.v(const_cast<float*>(home), n_mine), dv);
   }
-  st.total_s = now() - t_start;
+  st.total_s = now() - setup.t_start;
   if (stats) *stats = st;
 }
 
