@@ -106,10 +106,10 @@ int run(const Args& a) {
   if (want_backward && (a.grad_out.empty() || a.dq.empty() || a.dk.empty() || a.dv.empty()))
     throw Error("--grad-out, --dq, --dk and --dv go together: give all four for the backward pass");
   if (a.ring) {
-    if (!a.mask.empty()) throw Error("--mask: not supported with --ring (use --causal and --window)");
     if (!a.cu_seqlens_q.empty() || !a.cu_seqlens_k.empty())
       throw Error("--cu-seqlens-q/--cu-seqlens-k: not supported with --ring (packed sequences run on one process)");
-    return run_ring_attention({a.q, a.k, a.v, a.out, a.lse, a.grad_out, a.dq, a.dk, a.dv, a.layout}, options_of(a));
+    return run_ring_attention({a.q, a.k, a.v, a.out, a.lse, a.grad_out, a.dq, a.dk, a.dv, a.mask, a.layout},
+                              options_of(a));
   }
   const Tensor q = load_tensor(a.q, "--q"), k = load_tensor(a.k, "--k"), v = load_tensor(a.v, "--v");
   for (const Tensor* t : {&k, &v}) {
@@ -124,10 +124,7 @@ int run(const Args& a) {
   Mask mask;
   if (!a.mask.empty()) {
     mask = load_mask(a.mask);  // rank promoted to 4; the library broadcasts size-1 dimensions
-    if (mask.keep)
-      opt.keep = contiguous<const std::uint8_t>(mask.keep_bits.data(), mask.shape);
-    else
-      opt.mask = contiguous<const float>(mask.additive.data(), mask.shape);
+    use_mask(mask, opt);
   }
 
   const i64 B = q.shape[0], Hq = q.shape[1], Nq = q.shape[2], Dv = v.shape[3];

@@ -12,6 +12,7 @@
 
 #include "dist/ring.hpp"
 #include "dist/ring_bench.hpp"
+#include "dist/sweep_share.hpp"
 #include "io/atomic_file.hpp"
 #include "ring.hpp"
 
@@ -55,11 +56,23 @@ std::vector<i64> with_last(const std::vector<i64>& file_shape, i64 n, i64 d) {
 
 }  // namespace
 
-int run_ring_attention(const RingFiles& f, const Options& opt) {
+int run_ring_attention(const RingFiles& f, const Options& opt_in) {
   return under_mpi([&](int rank, int size) {
     const MPI_Comm comm = MPI_COMM_WORLD;
     const dist::Layout layout = parse_shard_layout(f.layout, "--layout");
-    if (!opt.mask.empty() || !opt.keep.empty()) throw Error("--mask: not supported with --ring");
+    Options opt = opt_in;
+    Mask mask;  // whole on every rank: each block's part is a view into it (block_options)
+    if (!f.mask.empty()) {
+      mask = load_mask(f.mask);
+      use_mask(mask, opt);
+      const auto& bits = mask.keep ? std::string_view(reinterpret_cast<const char*>(mask.keep_bits.data()),
+                                                      mask.keep_bits.size())
+                                   : std::string_view(reinterpret_cast<const char*>(mask.additive.data()),
+                                                      mask.additive.size() * sizeof(float));
+      dist::require_agreement(comm, "--mask (its shape and bytes)",
+                              shape_str(mask.shape) + (mask.keep ? " keep " : " additive ") +
+                                  std::to_string(std::hash<std::string_view>{}(bits)));
+    }
     const bool backward = !f.grad_out.empty();
     dist::require_agreement(comm, "the outputs asked for",
                             std::string(backward ? "backward" : "forward") + (f.lse.empty() ? "" : " lse"));
@@ -153,6 +166,14 @@ int run_ring_bench(const RingBenchArgs& a) {
         "compute: block attention and merges; wait: blocked on messages after the compute; comm: the same messages\n"
         "sent round the ring with no compute; hidden = comm - wait (at least 0). Each a median over the runs.\n");
     return 0;
+  });
+}
+
+int run_sweep_ranks(const std::function<int(const nn::SweepShare&)>& body) {
+  return under_mpi([&](int, int) {
+    const int rc = body(dist::sweep_share(MPI_COMM_WORLD));
+    dist::idle_barrier(MPI_COMM_WORLD);  // rank 0 wrote the report; a failure there aborted the job
+    return rc;
   });
 }
 

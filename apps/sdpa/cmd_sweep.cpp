@@ -1,6 +1,7 @@
 // cmd_sweep.cpp — `sdpa sweep`: parse the grid, run nn::sweep (src/nn/sweep.hpp), print
 // its table, write DIR/sweep.json and DIR/index.html (plots by sdpa_train_report.py)
-// all-or-nothing, like `sdpa lab report`.
+// all-or-nothing, like `sdpa lab report`. Under mpirun the ranks share the grid
+// (run_sweep_ranks, cmd_ring.cpp) and rank 0 writes.
 #include <cmath>
 #include <memory>
 #include <string>
@@ -13,6 +14,7 @@
 #include "io/atomic_file.hpp"
 #include "io/data_file.hpp"
 #include "nn/sweep.hpp"
+#include "ring.hpp"
 
 namespace sdpa::cli {
 namespace {
@@ -32,20 +34,24 @@ std::string duration(double s) {
   return fmt::format("{} s", t);
 }
 
-int run_sweep(SweepArgs& a) {
+// One process's sweep: all of it, or under mpirun its share (rank 0 then writes the report).
+int sweep_on(SweepArgs& a, const nn::SweepShare& share) {
   a.spec.ensemble = !a.no_ensemble;
   nn::validate(a.spec);
   const ReportDir dir(a.out);
   if (!a.no_store) a.spec.store = dir.path() + "/runs";
   const std::string script = io::data_file("sdpa_train_report.py");  // before the training, not after
-  const bool tty = stderr_is_terminal();
+  const bool tty = stderr_is_terminal() && share.ranks == 1;  // lines updated in place do not mix across ranks
   const auto& s = a.spec;
+  const std::string who = share.ranks > 1 ? fmt::format("sdpa sweep [rank {}/{}]", share.rank, share.ranks) : "sdpa sweep";
   const std::size_t widths = std::max<std::size_t>(1, s.widths.size()), inits = std::max<std::size_t>(1, s.inits.size()),
                     lrs = std::max<std::size_t>(1, s.lrs.size());
-  fmt::print(stderr, "sdpa sweep: {} runs ({} policies x {} widths x {} head sizes x {} inits x {} lrs x {} seeds){}\n",
-             s.policies.size() * widths * s.d_heads.size() * inits * lrs * s.seeds.size(), s.policies.size(), widths,
-             s.d_heads.size(), inits, lrs, s.seeds.size(),
-             s.budget_s > 0 ? fmt::format("; measuring the speed for --budget {}", duration(s.budget_s)) : "");
+  if (share.rank == 0)
+    fmt::print(stderr, "sdpa sweep: {} runs ({} policies x {} widths x {} head sizes x {} inits x {} lrs x {} seeds){}{}\n",
+               s.policies.size() * widths * s.d_heads.size() * inits * lrs * s.seeds.size(), s.policies.size(), widths,
+               s.d_heads.size(), inits, lrs, s.seeds.size(),
+               share.ranks > 1 ? fmt::format(" over {} ranks", share.ranks) : "",
+               s.budget_s > 0 ? fmt::format("; measuring the speed for --budget {}", duration(s.budget_s)) : "");
   const double t0 = now_seconds();
   double last_line = -1e9;
   // Progress: a line updated in place on a terminal; elsewhere (a log file) one line per
@@ -54,7 +60,7 @@ int run_sweep(SweepArgs& a) {
     const nn::SweepRun& r = *st.run;
     const std::string run = fmt::format("{} d_model={} d_k={} init={} lr={} seed={}", r.policy, r.d_model,
                                         r.d_head ? r.d_head : r.d_model, r.init, r.lr, r.seed);
-    const std::string where = fmt::format("sdpa sweep: {} {}/{} runs done{}, {} elapsed, ETA {}", st.stage, st.done,
+    const std::string where = fmt::format("{}: {} {}/{} runs done{}, {} elapsed, ETA {}", who, st.stage, st.done,
                                           st.total, st.stored ? fmt::format(" ({} stored before)", st.stored) : "",
                                           duration(seconds_since(t0)), duration(st.eta_s));
     if (st.finished) {
@@ -71,11 +77,13 @@ int run_sweep(SweepArgs& a) {
       fmt::print(stderr, "{}; step {}/{} of {}\n", where, st.step, st.steps, run);
       last_line = now_seconds();
     }
-  });
+  }, share);
   if (tty) fmt::print(stderr, "\r\033[K");
+  if (!result.complete) return 0;  // rank 0 writes the report
   for (const auto& c : result.cuts) fmt::print(stderr, "sdpa sweep: --budget: {}\n", c.rfind("the full", 0) == 0 ? c : "cut " + c);
   if (s.budget_s > 0) fmt::print(stderr, "sdpa sweep: --budget: estimated {} for the runs kept\n", duration(result.estimate_s));
-  fmt::print(stderr, "sdpa sweep: {} at a time, {} thread(s) each\n", result.jobs, result.threads);
+  fmt::print(stderr, "sdpa sweep: {} at a time, {} thread(s) each{}\n", result.jobs, result.threads,
+             result.ranks > 1 ? fmt::format(" (rank 0; {} ranks)", result.ranks) : "");
 
   const std::string doc = nn::to_json(result).dump() + "\n";
   io::OutputSet files;
@@ -87,6 +95,11 @@ int run_sweep(SweepArgs& a) {
   fmt::print("sdpa sweep: wrote {}/index.html and {}/sweep.json ({:.1f} s)\n", dir.path(), dir.path(),
              seconds_since(t0));
   return 0;
+}
+
+int run_sweep(SweepArgs& a) {
+  if (launched_by_mpirun()) return run_sweep_ranks([&](const nn::SweepShare& share) { return sweep_on(a, share); });
+  return sweep_on(a, {});
 }
 
 }  // namespace

@@ -52,6 +52,13 @@ Tensor load_tensor(const std::string& path, const std::string& name) {
   return t;
 }
 
+void use_mask(const Mask& m, Options& opt) {
+  if (m.keep)
+    opt.keep = contiguous<const std::uint8_t>(m.keep_bits.data(), m.shape);
+  else
+    opt.mask = contiguous<const float>(m.additive.data(), m.shape);
+}
+
 Mask load_mask(const std::string& path) {
   io::NpyArray a = io::read_npy(path);
   if (a.shape.size() > 4) throw Error("mask (" + path + "): rank " + std::to_string(a.shape.size()) + " > 4");

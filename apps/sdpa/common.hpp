@@ -55,6 +55,8 @@ struct Mask {
   std::vector<std::uint8_t> keep_bits;
 };
 Mask load_mask(const std::string& path);
+/// Points opt.mask (additive) or opt.keep (boolean) at m's data; m must outlive opt's use.
+void use_mask(const Mask& m, Options& opt);
 
 /// The .npy bytes of float32 data, stored as `dtype` (f32 or f64).
 std::vector<unsigned char> npy_bytes(const std::vector<float>& data, const std::vector<i64>& shape, io::DType dtype);

@@ -1,16 +1,21 @@
-// ring.hpp — the --ring modes of `sdpa attention` and `sdpa bench` (cmd_ring.cpp), run
-// under mpirun; built only where MPI is (SDPA_HAVE_MPI), else they refuse with a message.
+// ring.hpp — what the CLI runs under mpirun (cmd_ring.cpp): the --ring modes of `sdpa
+// attention` and `sdpa bench`, and `sdpa sweep` over ranks; built only where MPI is
+// (sdpa_dist), else they refuse with a message (ring_disabled.cpp).
 #pragma once
 
+#include <cstdlib>
+#include <functional>
 #include <string>
 
 #include "common.hpp"
+#include "nn/sweep.hpp"
 
 namespace sdpa::cli {
 
 /// The files of `sdpa attention --ring`; every rank gets the same command line.
 struct RingFiles {
   std::string q, k, v, out, lse, grad_out, dq, dk, dv;
+  std::string mask;  // the whole sequence's; every rank reads it whole and the ring cuts it per block
   std::string layout = "zigzag";
 };
 
@@ -29,5 +34,14 @@ struct RingBenchArgs {
   int repeat = 5;
 };
 int run_ring_bench(const RingBenchArgs& a);
+
+/// Whether a launcher started this process as one rank of several (Open MPI's mpirun sets
+/// OMPI_COMM_WORLD_SIZE, MPICH's PMI_SIZE): then `sdpa sweep` shares its grid.
+inline bool launched_by_mpirun() { return std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE"); }
+
+/// Runs body with this rank's share of a sweep (dist::sweep_share) between MPI_Init and
+/// MPI_Finalize; an error on any rank: its message, then MPI_Abort (every rank exits
+/// non-zero). Every rank waits (without spinning) for rank 0's report before exiting.
+int run_sweep_ranks(const std::function<int(const nn::SweepShare&)>& body);
 
 }  // namespace sdpa::cli

@@ -51,20 +51,24 @@ struct BlockPos {
 };
 
 /// `whole`'s options for one block: the same, with Options::diagonal moved so that the
-/// causal mask and the window of the block are those of the whole sequence. Explicit
-/// masks (mask, keep) are refused: slice them to the block yourself. Throws sdpa::Error
-/// for a block outside the sequence.
+/// causal mask and the window of the block are those of the whole sequence, and explicit
+/// masks (mask, keep: the whole sequence's, (B or 1, H or 1, nq or 1, nk or 1)) cut to
+/// the block's rows and columns (a view, no copy). Throws sdpa::Error for a block outside
+/// the sequence or a mask whose last two dimensions are neither 1 nor nq, nk.
 Options block_options(const Options& whole, const BlockPos& pos);
 
 /// Whether any (query, key) pair of the block is visible under the causal mask and the
-/// window. A block with none need not be computed: its out is 0 and its lse −inf, which
-/// merge_partial skips exactly.
+/// window (explicit masks are not read: a block they hide whole is computed, and gives
+/// out 0 and lse −inf). A block with none need not be computed: its out is 0 and its
+/// lse −inf, which merge_partial skips exactly.
 bool block_visible(const Options& whole, const BlockPos& pos);
 
 /// (out, lse) <- the merge of (out, lse) with (part_out, part_lse), in that order
 /// (attention/merge.hpp): lse = log(exp(lse) + exp(part_lse)), out = the lse-weighted sum.
 /// Start from out = 0, lse = −inf. Shapes: out, part_out (B, H, N, Dv); lse, part_lse (B, H, N).
-void merge_partial(View4<float> out, View3<float> lse, View4<const float> part_out, View3<const float> part_lse);
+/// threads: as Options::threads (0: all available); the bits do not depend on it.
+void merge_partial(View4<float> out, View3<float> lse, View4<const float> part_out, View3<const float> part_lse,
+                   int threads = 0);
 
 /// The backward of one block, *added* to dq, dk, dv (`+=`, unlike sdpa::backward's `=`):
 /// out and lse are the merged results of the query rows over *all* keys, so that

@@ -29,13 +29,32 @@ i64 whole_diagonal(const Options& whole, const BlockPos& pos) {
   return whole.causal == Causal::top_left ? 0 : pos.nk - pos.nq;
 }
 
+// A whole-sequence mask (…, nq or 1, nk or 1) cut to the block: a dimension of the
+// sequence's length is sliced, a broadcast one (1) stays.
+template <class T>
+View4<T> block_mask(View4<T> m, const BlockPos& pos, const char* name) {
+  if (m.empty()) return m;
+  const i64 whole[2] = {pos.nq, pos.nk}, start[2] = {pos.q0, pos.k0}, len[2] = {pos.nq_block, pos.nk_block};
+  for (int d = 0; d < 2; ++d) {
+    const int dim = 2 + d;
+    if (m.shape[dim] == 1) continue;
+    if (m.shape[dim] != whole[d])
+      throw Error(std::string("block_options: ") + name + " has " + std::to_string(m.shape[dim]) + " along dimension " +
+                  std::to_string(dim) + "; a block's mask is cut from the whole sequence's, which has 1 or " +
+                  std::to_string(whole[d]) + " there");
+    m.data += start[d] * m.stride[dim];
+    m.shape[dim] = len[d];
+  }
+  return m;
+}
+
 }  // namespace
 
 Options block_options(const Options& whole, const BlockPos& pos) {
   check_pos(pos);
-  if (!whole.mask.empty() || !whole.keep.empty())
-    throw Error("block_options: explicit masks (mask, keep) are not sliced to blocks; slice them to the block");
   Options o = whole;
+  o.mask = block_mask(whole.mask, pos, "mask");
+  o.keep = block_mask(whole.keep, pos, "keep");
   // Global query q0 + i sees global key k0 + j iff k0 + j <= q0 + i + D (causal), i.e. the
   // block's own diagonal offset is q0 − k0 + D; the window follows the same diagonal.
   o.diagonal = whole_diagonal(whole, pos) + pos.q0 - pos.k0;
@@ -54,14 +73,19 @@ bool block_visible(const Options& whole, const BlockPos& pos) {
   return false;
 }
 
-void merge_partial(View4<float> out, View3<float> lse, View4<const float> part_out, View3<const float> part_lse) {
+void merge_partial(View4<float> out, View3<float> lse, View4<const float> part_out, View3<const float> part_lse,
+                   int threads) {
   const std::array<i64, 3> rows{out.shape[0], out.shape[1], out.shape[2]};
   if (part_out.shape != out.shape || lse.shape != rows || part_lse.shape != rows)
     throw Error("merge_partial: shapes differ: out " + shape_str(out.shape) + ", lse " + shape_str(lse.shape) +
                 ", part_out " + shape_str(part_out.shape) + ", part_lse " + shape_str(part_lse.shape) +
                 " (want out and part_out (B, H, N, Dv), lse and part_lse (B, H, N))");
+  if (threads < 0) throw Error("merge_partial: threads must be >= 0 (0 = all available), got " + std::to_string(threads));
   const i64 n = rows[0] * rows[1] * rows[2], dv = out.shape[3];
-#pragma omp parallel for schedule(static)
+  Options threads_only;
+  threads_only.threads = threads;
+  const int workers = detail::resolve_threads(threads_only);
+#pragma omp parallel for num_threads(workers) schedule(static)
   for (i64 r = 0; r < n; ++r) {
     const i64 b = r / (rows[1] * rows[2]), h = r / rows[2] % rows[1], i = r % rows[2];
     const float l = detail::merge_row(
@@ -84,9 +108,10 @@ void backward_accumulate(View4<const float> q, View4<const float> k, View4<const
   backward(q, k, v, out, lse, dout, dq_v, dk_v, dv_v, opt);  // validates every view
   if (dq.shape != q.shape || dk.shape != k.shape || dv.shape != v.shape)
     throw Error("backward_accumulate: dq, dk, dv must have q's, k's and v's shapes");
-  auto add = [](View4<float> acc, View4<float> part) {
+  const int workers = detail::resolve_threads(opt);
+  auto add = [workers](View4<float> acc, View4<float> part) {
     const auto& s = acc.shape;
-#pragma omp parallel for collapse(2) schedule(static)
+#pragma omp parallel for collapse(2) num_threads(workers) schedule(static)
     for (i64 a = 0; a < s[0]; ++a)
       for (i64 b = 0; b < s[1]; ++b)
         for (i64 c = 0; c < s[2]; ++c)

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <vector>
 
 namespace sdpa::detail {
 
@@ -35,15 +36,25 @@ float merge_row(std::int64_t count, std::int64_t dv, LseAt lse_at, OutAt out_at,
     for (std::int64_t s = 0; s < count; ++s) sum += std::exp(lse_at(s) - mx);
     lse = mx + std::log(sum);
   }
+  // The weights exp(lse_s − lse), once per part rather than once per element (the same
+  // bits: each is the same expression); up to kOnStack parts without an allocation.
+  constexpr std::int64_t kOnStack = 16;
+  float w_stack[kOnStack] = {};
+  std::vector<float> w_heap;
+  float* w = w_stack;
+  if (count > kOnStack) {
+    w_heap.resize(static_cast<std::size_t>(count));
+    w = w_heap.data();
+  }
+  if (!any_nan && lse != neg_inf)
+    for (std::int64_t s = 0; s < count; ++s) w[s] = std::exp(lse_at(s) - lse);
   for (std::int64_t e = 0; e < dv; ++e) {
     float acc = 0.0f;
     if (any_nan) {
       acc = nan;
     } else if (lse != neg_inf) {
-      for (std::int64_t s = 0; s < count; ++s) {
-        const float w = std::exp(lse_at(s) - lse);
-        if (w != 0.0f) acc += w * out_at(s, e);
-      }
+      for (std::int64_t s = 0; s < count; ++s)
+        if (w[s] != 0.0f) acc += w[s] * out_at(s, e);
     }
     store(e, acc);
   }

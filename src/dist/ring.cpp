@@ -3,10 +3,12 @@
 #include "dist/ring.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <climits>
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <thread>
 
 #include "sdpa/blocks.hpp"
 
@@ -67,7 +69,7 @@ std::string options_text(const Options& o) {
   return "scale " + opt_num(o.scale) + ", softcap " + opt_num(o.softcap) + ", causal " +
          std::to_string(static_cast<int>(o.causal)) + ", diagonal " +
          (o.diagonal ? std::to_string(*o.diagonal) : std::string("-")) + ", window " + std::to_string(o.window.left) +
-         "," + std::to_string(o.window.right) + ", masks " + (o.mask.empty() && o.keep.empty() ? "none" : "some");
+         "," + std::to_string(o.window.right) + ", mask " + shape_str(o.mask.shape) + ", keep " + shape_str(o.keep.shape);
 }
 
 // The collective checks every rank runs first: the same options, sizes and layout on
@@ -81,8 +83,6 @@ void check_ring(MPI_Comm comm, const Ring& r, View4<const float> q, View4<const 
   require_agreement(comm, "B, Hq, Hkv, Dk, Dv",
                     std::to_string(q.shape[0]) + " " + std::to_string(q.shape[1]) + " " + std::to_string(k.shape[1]) +
                         " " + std::to_string(q.shape[3]) + " " + std::to_string(v.shape[3]));
-  if (!opt.mask.empty() || !opt.keep.empty())
-    throw Error("ring: explicit masks (mask, keep) are not supported; use causal and window");
   const i64 want_q = shard_length(ring.nq, r.size, r.rank, ring.layout),
             want_k = shard_length(ring.nk, r.size, r.rank, ring.layout);
   std::string local = "ok";
@@ -123,6 +123,30 @@ std::vector<i64> shard_lengths(i64 n, int ranks, Layout layout) {
   for (int i = 0; i < ranks; ++i) len[static_cast<std::size_t>(i)] = shard_length(n, ranks, i, layout);
   return len;
 }
+
+// What both passes set up first: the collective checks, the lengths of every rank's
+// K, V block, two buffers for the block held and the one arriving (the first holding
+// this rank's own K, V), and this rank's query segments.
+struct RingSetup {
+  double t_start;
+  Ring r;
+  KvLayout kv;
+  std::vector<i64> kv_len;  // key rows of every rank's shard
+  std::vector<float> buf[2];
+  std::vector<Segment> qsegs;
+  RingSetup(MPI_Comm comm, View4<const float> q, View4<const float> k, View4<const float> v, const Options& opt,
+            const RingOptions& ring)
+      : t_start(now()), r(comm), kv{k.shape[0], k.shape[1], k.shape[3], v.shape[3]} {
+    check_ring(comm, r, q, k, v, opt, ring);
+    kv_len = shard_lengths(ring.nk, r.size, ring.layout);
+    const auto floats = static_cast<std::size_t>(kv.floats(*std::max_element(kv_len.begin(), kv_len.end())));
+    buf[0].resize(floats);
+    if (r.size > 1) buf[1].resize(floats);  // the block arriving; one rank has none (zero-filling it cost ~10 ms)
+    copy4(k, kv.k(buf[0].data(), k.shape[2]));
+    copy4(v, kv.v(buf[0].data(), k.shape[2]));
+    qsegs = shard_segments(ring.nq, r.size, r.rank, ring.layout);
+  }
+};
 
 }  // namespace
 
@@ -181,21 +205,25 @@ void require_agreement(MPI_Comm comm, const std::string& what, const std::string
                 (r.rank == 0 ? " (rank 0 has: " + value + ")" : std::string()));
 }
 
+void idle_barrier(MPI_Comm comm) {
+  MPI_Request req;
+  MPI_Ibarrier(comm, &req);
+  int done = 0;
+  while (!done) {
+    MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+    if (!done) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
 void ring_forward(MPI_Comm comm, View4<const float> q, View4<const float> k, View4<const float> v, View4<float> out,
                   View3<float> lse, const Options& opt, const RingOptions& ring, RingStats* stats) {
-  const double t_start = now();
-  const Ring r(comm);
-  check_ring(comm, r, q, k, v, opt, ring);
+  RingSetup setup(comm, q, k, v, opt, ring);
+  const Ring& r = setup.r;
+  const KvLayout& kv = setup.kv;
+  const std::vector<i64>& kv_len = setup.kv_len;
+  const std::vector<Segment>& qsegs = setup.qsegs;
+  auto& buf = setup.buf;
   RingStats st;
-  const KvLayout kv{k.shape[0], k.shape[1], k.shape[3], v.shape[3]};
-  const std::vector<i64> kv_len = shard_lengths(ring.nk, r.size, ring.layout);
-  const i64 max_len = *std::max_element(kv_len.begin(), kv_len.end());
-  std::vector<float> buf[2] = {std::vector<float>(static_cast<std::size_t>(kv.floats(max_len))),
-                               std::vector<float>(static_cast<std::size_t>(kv.floats(max_len)))};
-  copy4(k, kv.k(buf[0].data(), k.shape[2]));
-  copy4(v, kv.v(buf[0].data(), k.shape[2]));
-
-  const auto qsegs = shard_segments(ring.nq, r.size, r.rank, ring.layout);
   const i64 B = q.shape[0], Hq = q.shape[1], Dv = v.shape[3];
   i64 max_qseg = 0;
   for (const Segment& s : qsegs) max_qseg = std::max(max_qseg, s.len);
@@ -235,7 +263,7 @@ void ring_forward(MPI_Comm comm, View4<const float> q, View4<const float> k, Vie
                        const auto pl = contiguous(part_lse.data(), {B, Hq, pos.nq_block});
                        forward(rows(q, lq0, pos.nq_block), View4<const float>(rows(kb, lk0, pos.nk_block)),
                                View4<const float>(rows(vb, lk0, pos.nk_block)), po, pl, block_options(opt, pos));
-                       merge_partial(rows(out, lq0, pos.nq_block), rows(lse, lq0, pos.nq_block), po, pl);
+                       merge_partial(rows(out, lq0, pos.nq_block), rows(lse, lq0, pos.nq_block), po, pl, opt.threads);
                      });
     }
     const double t1 = now();
@@ -244,32 +272,28 @@ void ring_forward(MPI_Comm comm, View4<const float> q, View4<const float> k, Vie
     st.compute_s += t1 - t0, st.wait_s += t2 - t1;
     cur = 1 - cur;
   }
-  st.total_s = now() - t_start;
+  st.total_s = now() - setup.t_start;
   if (stats) *stats = st;
 }
 
 void ring_backward(MPI_Comm comm, View4<const float> q, View4<const float> k, View4<const float> v,
                    View4<const float> out, View3<const float> lse, View4<const float> dout, View4<float> dq,
                    View4<float> dk, View4<float> dv, const Options& opt, const RingOptions& ring, RingStats* stats) {
-  const double t_start = now();
-  const Ring r(comm);
-  check_ring(comm, r, q, k, v, opt, ring);
+  RingSetup setup(comm, q, k, v, opt, ring);
+  const Ring& r = setup.r;
+  const KvLayout& kv = setup.kv;
+  const std::vector<i64>& kv_len = setup.kv_len;
+  const std::vector<Segment>& qsegs = setup.qsegs;
+  auto& kvbuf = setup.buf;
   RingStats st;
-  const KvLayout kv{k.shape[0], k.shape[1], k.shape[3], v.shape[3]};
-  const std::vector<i64> kv_len = shard_lengths(ring.nk, r.size, ring.layout);
-  const i64 max_len = *std::max_element(kv_len.begin(), kv_len.end());
-  const auto n_floats = static_cast<std::size_t>(kv.floats(max_len));
-  std::vector<float> kvbuf[2] = {std::vector<float>(n_floats), std::vector<float>(n_floats)};
+  const std::size_t n_floats = kvbuf[0].size();
   // dK, dV of the block held: `mine` is this rank's share; grad[·] the running sums that
   // arrive from the previous rank and leave, with `mine` added, to the next.
   std::vector<float> mine(n_floats), grad[2] = {std::vector<float>(n_floats), std::vector<float>(n_floats)};
-  copy4(k, kv.k(kvbuf[0].data(), k.shape[2]));
-  copy4(v, kv.v(kvbuf[0].data(), k.shape[2]));
   for (i64 a = 0; a < dq.shape[0]; ++a)
     for (i64 h = 0; h < dq.shape[1]; ++h)
       for (i64 i = 0; i < dq.shape[2]; ++i)
         for (i64 e = 0; e < dq.shape[3]; ++e) dq(a, h, i, e) = 0.0f;
-  const auto qsegs = shard_segments(ring.nq, r.size, r.rank, ring.layout);
 
   MPI_Request kv_req[2], grad_recv = MPI_REQUEST_NULL, grad_send = MPI_REQUEST_NULL;
   const int kGradTag = 16384;  // above any step number of the K, V messages (P < 16384)
@@ -340,7 +364,7 @@ void ring_backward(MPI_Comm comm, View4<const float> q, View4<const float> k, Vi
     copy4(kv.k(const_cast<float*>(home), n_mine), dk);
     copy4(kv.v(const_cast<float*>(home), n_mine), dv);
   }
-  st.total_s = now() - t_start;
+  st.total_s = now() - setup.t_start;
   if (stats) *stats = st;
 }
 

@@ -8,6 +8,9 @@
 //   q (B, Hq, n_q, Dk)   k (B, Hkv, n_k, Dk)   v (B, Hkv, n_k, Dv)   out (B, Hq, n_q, Dv)   lse (B, Hq, n_q)
 // Every rank passes the same options and the whole sequence's lengths nq, nk; they are
 // checked collectively (every rank throws the same sdpa::Error when one differs).
+// Explicit masks (Options::mask, keep) are the whole sequence's, (B or 1, Hq or 1, nq or 1,
+// nk or 1), on every rank; each block reads its part (block_options). Their shapes are
+// checked across ranks, their contents are the caller's to agree on (the CLI hashes them).
 // An error raised on one rank only (bad local shapes caught by validation, allocation)
 // cannot be seen by the others: call MPI_Abort then, as the CLI does.
 #pragma once
@@ -40,6 +43,10 @@ void gather_to_root(MPI_Comm comm, Layout layout, const float* shard, std::array
 /// Every rank passes its value of `what`; if any differs, every rank throws the same
 /// sdpa::Error naming `what` and the ranks that differ from rank 0. Collective.
 void require_agreement(MPI_Comm comm, const std::string& what, const std::string& value);
+
+/// MPI_Barrier without spinning: polls an MPI_Ibarrier with 1 ms sleeps, so that a rank
+/// that waits takes no core from those still working (MPI_Barrier busy-polls).
+void idle_barrier(MPI_Comm comm);
 
 /// Where a rank's time went in one ring pass.
 struct RingStats {

@@ -3,9 +3,7 @@
 
 #include <omp.h>
 
-#include <chrono>
 #include <random>
-#include <thread>
 
 namespace sdpa::dist {
 namespace {
@@ -21,18 +19,6 @@ std::vector<float> random_floats(i64 n, std::mt19937_64& rng) {
   std::vector<float> x(static_cast<std::size_t>(n));
   for (auto& e : x) e = d(rng);
   return x;
-}
-
-// Waits for rank 0 without spinning: MPI_Barrier polls and would take the cores the one
-// process is being timed on.
-void idle_until_root_done(MPI_Comm comm) {
-  MPI_Request req;
-  MPI_Ibarrier(comm, &req);
-  int done = 0;
-  while (!done) {
-    MPI_Test(&req, &done, MPI_STATUS_IGNORE);
-    if (!done) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
 }
 
 }  // namespace
@@ -124,7 +110,7 @@ RingBenchResult ring_bench(MPI_Comm comm, const RingBenchOptions& o) {
     }
     res.single_s = median(t);
   }
-  idle_until_root_done(comm);
+  idle_barrier(comm);  // the others wait for rank 0 without taking its cores
   return res;
 }
 

@@ -8,6 +8,7 @@
 #include <cctype>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <chrono>
 #include <cmath>
 #include <exception>
@@ -144,12 +145,34 @@ std::string run_stem(const SweepRun& r) {
   return s;
 }
 
-// The stored document: the identity it was trained under, the summary and the log.
-void store_run(const std::string& dir, const SweepRun& r, const std::string& identity, const Checkpoint* state) {
+// The stored document: the identity it was trained under, the summary and the log. The
+// store's file and what a SweepShare gathers: one form, so both give back the same bits.
+std::string run_document(const SweepRun& r, const std::string& identity) {
   nlohmann::ordered_json log = nlohmann::ordered_json::array();
   for (const auto& row : r.log) log.push_back(to_json(row, r.summary.heads));
   const nlohmann::ordered_json doc{{"identity", identity}, {"final", to_json(r.summary)}, {"log", log}};
-  const std::string text = doc.dump() + "\n";
+  return doc.dump() + "\n";
+}
+
+// Reads a run document (`where` names it in errors) into r; a document of another
+// configuration is an error: the store belongs to one sweep.
+void read_run_document(const std::string& text, const std::string& where, SweepRun& r, const std::string& identity) {
+  nlohmann::ordered_json doc;
+  try {
+    doc = nlohmann::ordered_json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error("sweep: stored run '" + where + "' is not JSON (" + e.what() + "); remove it to train it again");
+  }
+  if (!doc.contains("identity") || doc["identity"] != identity)
+    throw Error("sweep: stored run '" + where +
+                "' was trained with another configuration; use another --out (or remove the stored runs)");
+  r.summary = train_summary_from_json(doc.at("final"), where);
+  r.log.clear();
+  for (const auto& row : doc.at("log")) r.log.push_back(step_record_from_json(row, where));
+}
+
+void store_run(const std::string& dir, const SweepRun& r, const std::string& identity, const Checkpoint* state) {
+  const std::string text = run_document(r, identity);
   io::OutputSet out;
   // the state first, the JSON last: a run counts as stored once its JSON is there
   if (state) out.add(dir + "/" + run_stem(r) + ".ckpt", encode_checkpoint(*state));
@@ -158,29 +181,20 @@ void store_run(const std::string& dir, const SweepRun& r, const std::string& ide
 }
 
 // Loads a stored run into r (and its state when `state` is given); false when it is not
-// there (or its state is needed and missing). A stored run of another configuration is an
-// error: the store belongs to one sweep.
+// there (or its state is needed and missing).
 bool load_run(const std::string& dir, SweepRun& r, const std::string& identity, Checkpoint* state) {
   const std::string path = dir + "/" + run_stem(r) + ".json";
   std::ifstream f(path);
   if (!f) return false;
-  nlohmann::ordered_json doc;
-  try {
-    doc = nlohmann::ordered_json::parse(f);
-  } catch (const nlohmann::json::exception& e) {
-    throw Error("sweep: stored run '" + path + "' is not JSON (" + e.what() + "); remove it to train it again");
-  }
-  if (!doc.contains("identity") || doc["identity"] != identity)
-    throw Error("sweep: stored run '" + path +
-                "' was trained with another configuration; use another --out (or remove the stored runs)");
+  const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  SweepRun stored = r;  // r stays untouched unless the run is there whole
+  read_run_document(text, path, stored, identity);
   if (state) {
     const std::string ck = dir + "/" + run_stem(r) + ".ckpt";
     if (!std::ifstream(ck)) return false;
     *state = load_checkpoint(ck);
   }
-  r.summary = train_summary_from_json(doc.at("final"), path);
-  r.log.clear();
-  for (const auto& row : doc.at("log")) r.log.push_back(step_record_from_json(row, path));
+  r = std::move(stored);
   r.from_store = true;
   return true;
 }
@@ -350,12 +364,20 @@ void validate(const SweepSpec& spec) {
   if (spec.budget_s < 0 || !std::isfinite(spec.budget_s)) throw Error("--budget: must be a finite number of seconds >= 0");
 }
 
-SweepResult sweep(const SweepSpec& spec_in, const SweepProgress& progress) {
+SweepResult sweep(const SweepSpec& spec_in, const SweepProgress& progress, const SweepShare& share) {
   validate(spec_in);
   SweepSpec spec = spec_in;
+  const bool shared = share.ranks > 1;
+  if (share.ranks < 1 || share.rank < 0 || share.rank >= share.ranks || share.ranks_on_node < 1)
+    throw Error("sweep: rank " + std::to_string(share.rank) + " of " + std::to_string(share.ranks) + " is no rank");
+  if (shared && (!share.agree || !share.gather)) throw Error("sweep: a shared sweep needs its agree and gather hooks");
+  // Each rank would measure its own speed and might cut the grid differently.
+  if (shared && spec.budget_s > 0) throw Error("--budget: not with several ranks; run the budgeted sweep on one");
 
   SweepResult res;
-  const int cores = std::max(1, omp_get_num_procs());
+  res.ranks = share.ranks;
+  // The processes on this machine share its cores (a rank bound to fewer sees fewer).
+  const int cores = std::max(1, omp_get_num_procs() / share.ranks_on_node);
   res.jobs = spec.jobs > 0 ? spec.jobs : std::min(2, cores);
   res.threads = spec.base.threads > 0 ? spec.base.threads : std::max(1, cores / res.jobs);
   const auto t_start = std::chrono::steady_clock::now();
@@ -370,6 +392,11 @@ SweepResult sweep(const SweepSpec& spec_in, const SweepProgress& progress) {
     return static_cast<bool>(std::ifstream(spec.store + "/" + run_stem(r) + ".json"));
   };
   if (spec.budget_s > 0) fit_budget(spec, res, is_stored);
+  if (shared) {  // the same grid on every rank, before anything is written
+    std::string ids = spec.store + (ensemble_wanted ? ";ensemble" : "");
+    for (const auto& r : grid(spec)) ids += "\n" + identity_of(r);
+    share.agree("the sweep's grid and settings", ids);
+  }
   if (!spec.store.empty()) {  // after the budget check: a refused sweep writes nothing
     std::error_code ec;
     std::filesystem::create_directories(spec.store, ec);
@@ -380,10 +407,13 @@ SweepResult sweep(const SweepSpec& spec_in, const SweepProgress& progress) {
 
   // ---- training (or loading what the store holds) -------------------------------------
   res.runs = grid(spec);
+  // A shared sweep: rank `rank` takes every ranks-th run.
+  auto mine = [&](std::size_t i) { return i % static_cast<std::size_t>(share.ranks) == static_cast<std::size_t>(share.rank); };
   std::vector<Checkpoint> states(res.runs.size());  // adaptive runs' final states, for the ensemble rule
   std::vector<Job> work;
   std::size_t loaded = 0;
   for (std::size_t i = 0; i < res.runs.size(); ++i) {
+    if (!mine(i)) continue;
     SweepRun& r = res.runs[i];
     const bool keep_state = ensemble && r.policy == "adaptive";
     if (!spec.store.empty() && load_run(spec.store, r, identity_of(r), keep_state ? &states[i] : nullptr)) {
@@ -399,6 +429,37 @@ SweepResult sweep(const SweepSpec& spec_in, const SweepProgress& progress) {
     work.push_back(std::move(j));
   }
   run_jobs(work, res.jobs, "training", loaded, progress);
+  if (shared) {  // every rank's runs to rank 0, in the store's form: three strings a run
+    std::vector<std::string> out;
+    for (std::size_t i = 0; i < res.runs.size(); ++i) {
+      if (!mine(i)) continue;
+      const auto state = states[i].params.empty() ? std::vector<unsigned char>{} : encode_checkpoint(states[i]);
+      out.push_back(run_document(res.runs[i], identity_of(res.runs[i])));
+      out.emplace_back(state.begin(), state.end());
+      out.emplace_back(res.runs[i].from_store ? "stored" : "trained");
+    }
+    const std::vector<std::string> all = share.gather(out);
+    if (share.rank != 0) {
+      res.complete = false;
+      res.train_seconds = res.seconds = seconds_since(t_start);
+      return res;
+    }
+    std::size_t at = 0;  // rank p's runs are p, p + P, ..., in order
+    for (int p = 0; p < share.ranks; ++p)
+      for (std::size_t i = static_cast<std::size_t>(p); i < res.runs.size(); i += static_cast<std::size_t>(share.ranks)) {
+        if (at + 3 > all.size()) throw Error("sweep: rank " + std::to_string(p) + " sent fewer runs than its share");
+        SweepRun& r = res.runs[i];
+        if (p != 0) {
+          const std::string where = "rank " + std::to_string(p) + ": " + run_stem(r);
+          read_run_document(all[at], where, r, identity_of(r));
+          if (!all[at + 1].empty())
+            states[i] = decode_checkpoint(std::vector<unsigned char>(all[at + 1].begin(), all[at + 1].end()), where);
+          r.from_store = all[at + 2] == "stored";
+        }
+        at += 3;
+      }
+    if (at != all.size()) throw Error("sweep: the ranks sent more runs than the grid has");
+  }
   res.train_seconds = seconds_since(t_start);
 
   // ---- the ensemble rule ------------------------------------------------------------
@@ -601,6 +662,7 @@ nlohmann::ordered_json to_json(const SweepResult& r) {
           {"threshold", io::json_number(b.threshold)},
           {"jobs", r.jobs},
           {"threads", r.threads},
+          {"ranks", r.ranks},
           {"seconds", r.seconds},
           {"train_seconds", r.train_seconds},
           {"runs_from_store", std::count_if(r.runs.begin(), r.runs.end(), [](const SweepRun& x) { return x.from_store; })},

@@ -94,7 +94,11 @@ struct EnsembleRow {
 
 struct SweepResult {
   SweepSpec spec;              // as run: after --budget's cuts
-  int jobs = 0, threads = 0;   // as run
+  int jobs = 0, threads = 0;   // as run (per process)
+  int ranks = 1;               // processes the runs were spread over (SweepShare)
+  /// false on a process of a shared sweep other than rank 0: `runs` then holds only the
+  /// runs this process trained or loaded (the others are default), and nothing else is set.
+  bool complete = true;
   std::vector<SweepRun> runs;  // in grid order: width, d_head, init, lr, then policy, then seed
   std::vector<SweepCell> summary;
   std::vector<EnsembleRow> ensemble;
@@ -118,13 +122,31 @@ struct SweepStatus {
 };
 using SweepProgress = std::function<void(const SweepStatus&)>;
 
+/// A sweep spread over several processes (`mpirun -np P sdpa sweep`): process `rank`
+/// trains the runs whose grid index is rank mod `ranks` (and loads those of them already
+/// in the store), then rank 0 receives every process's runs and computes the summary and
+/// the ensemble rule alone. Each run's bits depend on neither the process nor its thread
+/// count, so the result equals one process's. The transport is the caller's:
+/// src/dist/sweep_share.hpp gives these hooks over MPI, so sdpa_nn needs no MPI.
+struct SweepShare {
+  int rank = 0, ranks = 1;
+  int ranks_on_node = 1;  // processes sharing this machine's cores: each takes its part of them
+  /// Collective: throws the same sdpa::Error on every process unless all pass the same text
+  /// (what = what it is, for the message).
+  std::function<void(const std::string& what, const std::string& text)> agree;
+  /// Collective: every process passes its finished runs (as the store writes them); rank 0
+  /// receives all of them, in rank order, and the others an empty list.
+  std::function<std::vector<std::string>(const std::vector<std::string>& mine)> gather;
+};
+
 /// Throws sdpa::Error naming the option when the spec cannot run (sweep() calls it first).
 void validate(const SweepSpec& spec);
 
 /// Validates the spec, fits it to the budget, loads the runs already in the store, trains
 /// the others (storing each as it finishes), computes the summary and the ensemble rule.
 /// A run that throws stops the sweep: the error names it; the runs stored so far stay.
-SweepResult sweep(const SweepSpec& spec, const SweepProgress& progress = {});
+/// With a SweepShare of several ranks, this process does its part (see SweepShare).
+SweepResult sweep(const SweepSpec& spec, const SweepProgress& progress = {}, const SweepShare& share = {});
 
 /// The summary as the aligned text table `sdpa sweep` prints.
 std::string summary_table(const SweepResult& r);

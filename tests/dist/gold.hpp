@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -21,6 +22,10 @@ struct Case {
   std::string name;
   i64 B = 1, Hq = 4, Hkv = 2, Nq = 40, Nk = 40, Dk = 16, Dv = 8;
   Options opt{};
+  // The whole sequence's explicit masks, which opt.mask / opt.keep view (shared by copies).
+  std::shared_ptr<std::vector<float>> mask;
+  std::shared_ptr<std::vector<std::uint8_t>> keep;
+  double mask_max = 0;  // max |mask|
 };
 
 struct Data {
@@ -100,9 +105,9 @@ inline Gold make_gold(const Case& c, const Data& d, i64 parts) {
         mass = std::max(mass, s);
       }
   const double beta = std::abs(resolve_scale(c.opt, c.Dk)), cap = c.opt.softcap.value_or(0.0);
-  const auto fl = tolerance::floors(d.q, d.k, d.v, d.dout, c.Dk, c.Dv, beta, cap, 0.0, tolerance::max_abs(g.lse),
-                                    tolerance::max_abs(g.dv));
-  const auto ex = merge_extra(d.q, d.k, d.v, d.dout, c.Dk, c.Dv, c.Nk, beta, cap, parts, fl.lse, mass);
+  const auto fl = tolerance::floors(d.q, d.k, d.v, d.dout, c.Dk, c.Dv, beta, cap, c.mask_max,
+                                    tolerance::max_abs(g.lse), tolerance::max_abs(g.dv));
+  const auto ex = merge_extra(d.q, d.k, d.v, d.dout, c.Dk, c.Dv, c.Nk, beta, cap, parts, fl.lse, mass, c.mask_max);
   using tolerance::max_abs_err;
   g.tol_out = 2 * max_abs_err(n.out, g.out) + fl.out + ex.out;
   g.tol_lse = 2 * max_abs_err(n.lse, g.lse) + fl.lse + ex.lse;
@@ -154,6 +159,25 @@ inline std::vector<Case> cases() {
   add("scale_window", 40, 40, Causal::none)->opt.scale = 0.7;
   cs.back().opt.window = {9, 4};
   add("batch2", 33, 33, Causal::bottom_right)->B = 2;
+  // Explicit masks of the whole sequence, which block_options cuts to each block: an
+  // additive mask per head (B broadcast), and a keep mask broadcast over B and the heads
+  // under a causal mask (the diagonal kept, so that every row sees a key).
+  {
+    Case* c = add("float_mask", 37, 41, Causal::none);
+    c->mask = std::make_shared<std::vector<float>>(static_cast<std::size_t>(c->Hq * 37 * 41));
+    std::mt19937_64 rng(17);
+    std::uniform_real_distribution<float> u(-2.0f, 2.0f);
+    for (auto& x : *c->mask) x = u(rng);
+    c->mask_max = 2.0;
+    c->opt.mask = contiguous<const float>(c->mask->data(), {1, c->Hq, 37, 41});
+  }
+  {
+    Case* c = add("keep_mask_causal", 41, 41, Causal::bottom_right);
+    c->keep = std::make_shared<std::vector<std::uint8_t>>(41 * 41);
+    for (i64 i = 0; i < 41; ++i)
+      for (i64 j = 0; j < 41; ++j) (*c->keep)[static_cast<std::size_t>(i * 41 + j)] = i == j || (i * 7 + j * 3) % 5 != 0;
+    c->opt.keep = contiguous<const std::uint8_t>(c->keep->data(), {1, 1, 41, 41});
+  }
   return cs;
 }
 

@@ -28,10 +28,12 @@ struct MergeExtra {
 /// column_mass = C above (pass 0 when no backward is checked).
 inline MergeExtra merge_extra(const std::vector<float>& q, const std::vector<float>& k, const std::vector<float>& v,
                               const std::vector<float>& dout, std::int64_t Dk, std::int64_t Dv, std::int64_t Nk,
-                              double beta, double softcap, std::int64_t parts, double floor_lse, double column_mass) {
+                              double beta, double softcap, std::int64_t parts, double floor_lse, double column_mass,
+                              double mask_max = 0.0) {
   using tolerance::kEps32;
   double smax = beta * tolerance::max_row_norm(q, Dk) * tolerance::max_row_norm(k, Dk);
   if (softcap > 0) smax = std::min(smax, softcap);
+  smax += mask_max;  // an additive mask moves every score by at most max|mask| (tolerance.hpp)
   const double L = smax + std::log(static_cast<double>(Nk));
   const double dpmax = tolerance::max_row_norm(dout, Dv) * tolerance::max_row_norm(v, Dv);
   const double s1 = static_cast<double>(parts - 1) * kEps32;

@@ -55,12 +55,28 @@ case $case in
           [ "$("$tool" info o.npy)" = "float32 [2, 4, 37, 8]" ] || fail "o.npy shape: $("$tool" info o.npy)"
         done
       done
+    done
+    # Windows and explicit masks (every rank reads the whole mask; each block its part).
+    "$tool" make add.npy f32 10 4 37 41; "$tool" make keep.npy bool 11 37 41
+    for spec in "3 zigzag --mask add.npy --causal bottom-right" "2 contiguous --mask keep.npy" \
+                "4 zigzag --window 5,3 --causal top-left" "3 contiguous --window 4,-1"; do
+      read -r np layout opts <<< "$spec"
+      "$sdpa" attention --q q.npy --k k.npy --v v.npy --out o1.npy --lse l1.npy $opts \
+        --grad-out g.npy --dq dq1.npy --dk dk1.npy --dv dv1.npy
+      mpi "$np" "$sdpa" attention --ring --layout "$layout" --q q.npy --k k.npy --v v.npy --out o.npy --lse l.npy \
+        $opts "${grads[@]}"
+      echo "P=$np $layout $opts"
+      for t in o l dq dk dv; do close $t.npy ${t}1.npy 1e-3; done
     done ;;
   faults)
     # Options that differ between ranks.
     expect_fault "ranks disagree on options" 3 bash -c \
       'c=none; [ "$OMPI_COMM_WORLD_RANK" = 1 ] && c=top-left; exec "$0" attention --ring --q q.npy --k k.npy --v v.npy --out o.npy --causal $c' "$sdpa"
     # A rank that reads a different file.
+    # A rank that reads a different mask.
+    "$tool" make add.npy f32 10 4 37 41; "$tool" make add2.npy f32 12 4 37 41
+    expect_fault "ranks disagree on --mask" 2 bash -c \
+      'f=add.npy; [ "$OMPI_COMM_WORLD_RANK" = 1 ] && f=add2.npy; exec "$0" attention --ring --q q.npy --k k.npy --v v.npy --mask $f --out o.npy' "$sdpa"
     expect_fault "ranks disagree on --q" 2 bash -c \
       'f=q.npy; [ "$OMPI_COMM_WORLD_RANK" = 1 ] && f=q2.npy; exec "$0" attention --ring --q $f --k k.npy --v v.npy --out o.npy' "$sdpa"
     # A rank whose file is missing: its own message, then the whole job ends.
@@ -84,6 +100,66 @@ case $case in
     cat b.txt
     grep -q "hidden" b.txt || fail "no table"
     [ "$(grep -cE '^ +[01] ' b.txt)" -eq 2 ] || fail "expected one row per rank" ;;
+  sweep)
+    # `mpirun -np P sdpa sweep`: the ranks share the grid; the result equals one process's.
+    # Then a sweep whose rank 1 is killed (SIGKILL) mid-grid: every rank exits non-zero, the
+    # finished runs stay stored, and the re-run trains only the others and writes the same
+    # sweep.json as one uninterrupted process.
+    grid=(--d-model 16 --layers 1 --seq 8 --batch 4 --steps 200 --warmup 2 --eval-size 8 --log-every 50
+          --policies inv_sqrt_dk inv_dk adaptive --seeds 1 2 --d-head 8 --widths 8 16)
+    same() {  # same A B: sweep.json A equals B but for timings and how the work was spread
+      /usr/bin/python3 - "$1" "$2" <<'PY' || fail "$1 differs from $2"
+import json, sys
+def strip(path):
+    d = json.load(open(path))
+    for k in ("seconds", "train_seconds", "table", "runs_from_store", "jobs", "threads", "ranks"):
+        d.pop(k)
+    for run in d["runs"]:
+        for k in ("seconds", "tokens_per_s"):
+            run["final"].pop(k)
+        for row in run["log"]:
+            row.pop("tokens_per_s"); row.pop("elapsed_s")
+    return d
+a, b = strip(sys.argv[1]), strip(sys.argv[2])
+assert len(a["runs"]) == 12, len(a["runs"])
+assert a == b, [k for k in a if a[k] != b[k]]
+PY
+      echo "ok: $1 equals $2"
+    }
+    "$sdpa" sweep "${grid[@]}" --jobs 1 --threads 1 --out one > /dev/null 2> one.err
+    mpi 3 "$sdpa" sweep "${grid[@]}" --out three > three.txt 2> three.err || { cat three.err; fail "mpirun -np 3 sweep"; }
+    grep -q "over 3 ranks" three.err || fail "the sweep should say it runs over 3 ranks"
+    for r in 0 1 2; do
+      [ "$(grep -c "^sdpa sweep \[rank $r/3\]: training .*finished" three.err)" -eq 4 ] || fail "rank $r should train 4 runs"
+    done
+    same one/sweep.json three/sweep.json
+    # Killed: each rank writes its PID, then becomes sdpa; rank 1 is killed once 3 runs are stored.
+    launch() { mpi 2 bash -c 'echo $$ > "pid.$OMPI_COMM_WORLD_RANK"; exec "$0" "$@"' "$sdpa" sweep "${grid[@]}" --out cut; }
+    rm -f pid.*
+    launch > /dev/null 2> cut.err &
+    job=$!
+    for _ in $(seq 1200); do [ "$(ls cut/runs 2> /dev/null | grep -c '\.json$')" -ge 3 ] && break; sleep 0.05; done
+    [ -s pid.1 ] || fail "rank 1 never started"
+    kill -9 "$(cat pid.1)" 2> /dev/null || fail "the sweep finished before rank 1 could be killed"
+    rc=0; wait $job || rc=$?
+    [ "$rc" -ne 0 ] || fail "a sweep with a killed rank should exit non-zero"
+    [ "$rc" -ne 124 ] || fail "a sweep with a killed rank hung"
+    grep -qi "signal 9" cut.err || { cat cut.err; fail "mpirun should report the killed rank"; }
+    [ ! -e cut/sweep.json ] || fail "a killed sweep wrote sweep.json"
+    stored=$(ls cut/runs | grep -c '\.json$')
+    [ "$stored" -ge 3 ] && [ "$stored" -lt 12 ] || fail "stored $stored of 12 runs"
+    echo "ok: rank 1 killed, exit $rc, $stored of 12 runs stored"
+    mpi 2 "$sdpa" sweep "${grid[@]}" --out cut > resume.txt 2> resume.err || { cat resume.err; fail "the re-run"; }
+    trained=$(grep -c ': training .*finished' resume.err || true)
+    [ "$trained" -eq $((12 - stored)) ] || { cat resume.err; fail "the re-run trained $trained runs, not $((12 - stored))"; }
+    /usr/bin/python3 -c "import json,sys; n=json.load(open('cut/sweep.json'))['runs_from_store']; sys.exit(n != $stored)" \
+      || fail "sweep.json should count $stored runs from the store"
+    same one/sweep.json cut/sweep.json
+    echo "ok: the re-run trained the $trained runs not stored"
+    # Ranks given different grids refuse before training anything.
+    expect_fault "ranks disagree on the sweep's grid" 2 bash -c \
+      's=2; [ "$OMPI_COMM_WORLD_RANK" = 1 ] && s=3; exec "$0" sweep --d-model 16 --layers 1 --seq 8 --steps 4 --policies none --seeds 1 $s --d-head 8 --out bad' "$sdpa"
+    [ ! -e bad/runs ] || [ -z "$(ls bad/runs)" ] || fail "a refused sweep stored runs" ;;
   *) fail "unknown case $case" ;;
 esac
 echo PASS

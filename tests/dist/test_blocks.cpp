@@ -130,7 +130,10 @@ TEST(Blocks, BadArgumentsAreRefused) {
   std::vector<float> m(4);
   Options o;
   o.mask = contiguous<const float>(m.data(), {1, 1, 2, 2});
-  EXPECT_THROW(block_options(o, BlockPos{0, 0, 2, 2, 2, 2}), Error);          // masks are not sliced
+  EXPECT_THROW(block_options(o, BlockPos{0, 0, 2, 2, 3, 2}), Error);  // a mask of 2 rows, a sequence of 3
+  const Options cut = block_options(o, BlockPos{1, 0, 1, 2, 2, 2});    // row 1 of the mask
+  EXPECT_EQ(cut.mask.data, m.data() + 2);
+  EXPECT_EQ(cut.mask.shape, (std::array<std::int64_t, 4>{1, 1, 1, 2}));
   EXPECT_THROW(block_options(Options{}, BlockPos{1, 0, 2, 2, 2, 2}), Error);  // past the end
   std::vector<float> a(8), l(2), b(12), lb(3);
   EXPECT_THROW(

@@ -5,8 +5,11 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <condition_variable>
 #include <filesystem>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "nn/sweep.hpp"
@@ -34,7 +37,7 @@ nn::SweepSpec tiny_sweep() {
 
 // sweep.json without the wall-clock fields, which differ from run to run.
 nlohmann::ordered_json without_timing(nlohmann::ordered_json j) {
-  for (const char* k : {"seconds", "train_seconds", "table", "jobs", "threads"}) j.erase(k);
+  for (const char* k : {"seconds", "train_seconds", "table", "jobs", "threads", "ranks"}) j.erase(k);
   for (auto& run : j["runs"]) {
     run["final"].erase("seconds");
     run["final"].erase("tokens_per_s");
@@ -45,6 +48,50 @@ nlohmann::ordered_json without_timing(nlohmann::ordered_json j) {
   }
   return j;
 }
+
+// nn::SweepShare's hooks between threads of this process, standing in for MPI ranks
+// (src/dist/sweep_share.cpp gives the same over MPI): each hook waits for every rank.
+class ThreadRanks {
+ public:
+  explicit ThreadRanks(int ranks) : ranks_(ranks), texts_(static_cast<std::size_t>(ranks)),
+                                    runs_(static_cast<std::size_t>(ranks)) {}
+  nn::SweepShare share(int rank) {
+    nn::SweepShare s;
+    s.rank = rank, s.ranks = ranks_;
+    s.agree = [this, rank](const std::string& what, const std::string& text) {
+      texts_[static_cast<std::size_t>(rank)] = text;
+      wait_all();
+      for (const auto& t : texts_)
+        if (t != texts_[0]) throw sdpa::Error("ranks disagree on " + what);
+    };
+    s.gather = [this, rank](const std::vector<std::string>& mine) {
+      runs_[static_cast<std::size_t>(rank)] = mine;
+      wait_all();
+      std::vector<std::string> all;
+      if (rank == 0)
+        for (const auto& r : runs_) all.insert(all.end(), r.begin(), r.end());
+      return all;
+    };
+    return s;
+  }
+
+ private:
+  void wait_all() {  // a reusable barrier
+    std::unique_lock<std::mutex> g(lock_);
+    const int round = round_;
+    if (++arrived_ == ranks_) {
+      arrived_ = 0, ++round_;
+      cv_.notify_all();
+    } else {
+      cv_.wait(g, [&] { return round_ != round; });
+    }
+  }
+  int ranks_, arrived_ = 0, round_ = 0;
+  std::mutex lock_;
+  std::condition_variable cv_;
+  std::vector<std::string> texts_;
+  std::vector<std::vector<std::string>> runs_;
+};
 
 }  // namespace
 
@@ -119,6 +166,57 @@ TEST(Sweep, ResultsDoNotDependOnJobsOrThreads) {
   const auto ra = nn::sweep(a), rb = nn::sweep(b);
   EXPECT_EQ(rb.jobs, 2);
   EXPECT_EQ(without_timing(nn::to_json(ra)), without_timing(nn::to_json(rb)));
+}
+
+// A sweep shared by 3 ranks (threads here, MPI ranks under `mpirun sdpa sweep`): each
+// trains its runs, rank 0 gets them (the adaptive runs' final states too, for the ensemble
+// rule) and reports; the result equals one process's, and the other ranks report nothing.
+TEST(Sweep, SharedSweepEqualsOneProcess) {
+  nn::SweepSpec spec = tiny_sweep();
+  spec.seeds = {1, 2, 3};  // 6 runs: rank 2 of 3 gets runs 2 and 5
+  spec.jobs = 1;
+  spec.base.threads = 1;
+  const auto whole = nn::sweep(spec);
+  ThreadRanks ranks(3);
+  std::vector<nn::SweepResult> part(3);
+  std::vector<std::string> errors(3);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 3; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        part[static_cast<std::size_t>(r)] = nn::sweep(spec, {}, ranks.share(r));
+      } catch (const std::exception& e) {
+        errors[static_cast<std::size_t>(r)] = e.what();
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (const auto& e : errors) ASSERT_EQ(e, "");
+  ASSERT_TRUE(part[0].complete);
+  EXPECT_EQ(part[0].ranks, 3);
+  EXPECT_FALSE(part[1].complete);
+  EXPECT_EQ(part[1].runs[1].log.size(), whole.runs[1].log.size()) << "rank 1 trained run 1";
+  EXPECT_TRUE(part[1].runs[0].log.empty()) << "rank 1 did not train run 0";
+  ASSERT_EQ(part[0].ensemble.size(), 3u);
+  EXPECT_EQ(without_timing(nn::to_json(whole)), without_timing(nn::to_json(part[0])));
+}
+
+// Ranks given different grids refuse together, before training.
+TEST(Sweep, SharedSweepRefusesRanksThatDisagree) {
+  ThreadRanks ranks(2);
+  std::vector<std::string> errors(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      nn::SweepSpec spec = tiny_sweep();
+      spec.seeds = {1, r == 0 ? std::uint64_t{2} : std::uint64_t{3}};
+      try {
+        nn::sweep(spec, {}, ranks.share(r));
+      } catch (const std::exception& e) {
+        errors[static_cast<std::size_t>(r)] = e.what();
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (const auto& e : errors) EXPECT_NE(e.find("ranks disagree on the sweep's grid"), std::string::npos) << e;
 }
 
 TEST(Sweep, BadSpecsAreRefusedBeforeTraining) {
