@@ -1,6 +1,7 @@
 // api.cpp — sdpa::forward / sdpa::backward: validate, pick the kernel and ISA,
 // spread tiles over threads.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <limits>
@@ -17,6 +18,13 @@
 
 namespace sdpa {
 namespace detail {
+
+namespace {
+std::atomic<i64> fused_decode_item_count{0};
+}  // namespace
+void note_fused_decode_item() { fused_decode_item_count.fetch_add(1, std::memory_order_relaxed); }
+i64 fused_decode_items() { return fused_decode_item_count.load(std::memory_order_relaxed); }
+
 namespace {
 
 const FastKernels& kernels_for(const Options& opt) {

@@ -55,6 +55,11 @@ struct FastKernels {
   void (*tanh)(const float* x, float* y, i64 n);
 };
 
+// Items the fused decoding loop (decode_kernel.inl) has run in this process, counted so
+// the tests can show that their decoding cases reach it (relaxed: a count, not an order).
+void note_fused_decode_item();
+i64 fused_decode_items();
+
 const FastKernels& fast_kernels_scalar();
 const FastKernels& fast_kernels_avx2();
 const FastKernels& fast_kernels_avx512();

@@ -220,7 +220,7 @@ inline RowsOperand rows_operand(const View4<const float>& x, i64 b, i64 h, i64 r
 //   forward_tiled      Sᵀ by the register-blocked GEMM, 64 keys per tile;
 //   forward_few_lanes  (at most kFewLanes lanes: decoding) Sᵀ by dot products, 32 keys per
 //                      tile, K and V prefetched ahead, V's finiteness checked after P·V.
-// (and on AVX-512, decode_avx512.hpp for the few-lane items it can take.)
+// (and on AVX2 and AVX-512, decode_kernel.inl for the few-lane items it can take.)
 
 // What an item's lanes carry from key tile to key tile.
 struct OnlineRows {

@@ -12,7 +12,12 @@ struct Vec {
   static R add(R a, R b) { return a + b; }
   static R sub(R a, R b) { return a - b; }
   static R mul(R a, R b) { return a * b; }
-  static R fma(R a, R b, R c) { return __builtin_fmaf(a, b, c); }
+  // a·b + c as a multiply and an add (two roundings). This file gets no -mfma (it is the
+  // path for CPUs without it), so __builtin_fmaf compiled to a call to libm's fmaf per
+  // term, and the call clobbers every xmm register, so the GEMM's register block went
+  // through the stack around each one: 12-13x slower (docs/performance.md). IEEE multiply
+  // and add give the same bits on every x86-64 CPU and thread count, as fmaf did.
+  static R fma(R a, R b, R c) { return a * b + c; }
   static R max_ignore_nan(R x, R acc) { return x > acc ? x : acc; }
   static R zero_where_zero(R p, R x) { return p == 0.0f ? 0.0f : x; }
   static R select_gt(R x, R c, R a, R b) { return x > c ? a : b; }

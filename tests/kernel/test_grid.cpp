@@ -17,6 +17,9 @@ struct Case {
   double q_std = 1.0;  // scales the logits
   bool bnhd = false;   // q/k/v/out/grads as [B, N, H, D] buffers
   bool backward = true;
+  // Whether the forward must take the fused decoding loop (decode_kernel.inl) on each SIMD
+  // ISA: at most kFewLanes lanes per kv head, unit-stride K and V rows, no explicit mask.
+  bool fused_decode = false;
 };
 
 std::ostream& operator<<(std::ostream& os, const Case& c) { return os << c.name; }
@@ -118,7 +121,10 @@ TEST_P(Grid, FastMatchesReference) {
     Buf3<float> lse({c.B, c.Hq, c.Nq});
     std::fill(out.data.begin(), out.data.end(), kNaN);  // every element must be written
     std::fill(lse.data.begin(), lse.data.end(), kNaN);
+    const i64 fused_before = detail::fused_decode_items();
     forward(in.q.cview(), in.k.cview(), in.v.cview(), out.view(), lse.view(), o);
+    if (c.fused_decode && isa != Isa::scalar)
+      EXPECT_GT(detail::fused_decode_items(), fused_before) << "the decoding case did not reach the fused loop";
     SDPA_EXPECT_WITHIN("out", judge(out.data, outn.data, out64.data, fl.out));
     SDPA_EXPECT_WITHIN("lse", judge(lse.data, lsen.data, lse64.data, fl.lse));
     if (!c.backward) continue;
@@ -210,14 +216,18 @@ std::vector<Case> feature_grid() {
             c.Hq = hq, c.Hkv = hkv, c.Nq = nq, c.Nk = nk, c.Dk = 64, c.Dv = 48;
             if (variant == 1) c.causal = Causal::bottom_right, c.window = {2500, -1};  // early splits see nothing
             if (variant == 2) c.mask = MaskKind::padding, c.B = 2, c.bnhd = true;
+            // 12 lanes (Hq 8 / Hkv 2, Nq 3) take the tiled loop; an explicit mask, the general one.
+            c.fused_decode = hq / hkv * nq <= 8 && c.mask == MaskKind::none;
           });
-  // The few-lane score kernel takes lanes in register blocks (4 on AVX-512, 2 on AVX2):
-  // lane counts that leave each remainder, with a head size that is not a whole number of
-  // vectors (the scalar tail of each dot product), and a causal window across tiles.
-  for (i64 hq : {3, 5, 7, 8})
-    add("decode_lanes" + std::to_string(hq) + "_Dk40", [hq](Case& c) {
-      c.Hq = hq, c.Hkv = 1, c.Nq = 1, c.Nk = 4500, c.Dk = 40, c.Dv = 48;
+  // The decoding loops take lanes in groups (few-lane scores: 4 on AVX-512, 2 on AVX2;
+  // fused: 1, 2 or 4 lanes): lane counts that leave each remainder, with head sizes that
+  // are not a whole number of vectors on either ISA (the partial loads), a causal window
+  // across tiles, and a soft-cap.
+  for (i64 hq : {1, 2, 3, 5, 7, 8})
+    add("decode_lanes" + std::to_string(hq) + "_Dk36", [hq](Case& c) {
+      c.Hq = hq, c.Hkv = 1, c.Nq = 1, c.Nk = 4500, c.Dk = 36, c.Dv = 44, c.fused_decode = true;
       if (hq == 7) c.causal = Causal::bottom_right, c.window = {100, -1};
+      if (hq == 3) c.softcap = 5.0, c.q_std = 4.0;
     });
   // [B, N, H, D] buffers through strides, with GQA and a mask.
   add("bnhd_layout", [](Case& c) {

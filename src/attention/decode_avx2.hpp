@@ -1,0 +1,77 @@
+// decode_avx2.hpp — the fused decoding loop (decode_kernel.inl) for AVX2: its primitives
+// `Ops` in 8-float vectors, and the loop instantiated over them.
+//
+// A header of its own, as decode_avx512.hpp: it brings the AVX2 `Vec` and the kernel's
+// shared helpers (kernel_common.inl) into sdpa::detail::avx2, where fast_avx2.cpp then
+// includes the tile loops. Compiled only with the AVX2 flags (src/CMakeLists.txt).
+#pragma once
+
+#include <immintrin.h>
+
+#include <type_traits>  // std::integral_constant: a chunk's vector count as a type
+
+#include "attention/fast.hpp"
+
+namespace sdpa::detail::avx2 {
+
+#include "attention/simd_avx2.hpp"
+#include "attention/kernel_common.inl"
+
+namespace decode {
+
+struct Ops {
+  using Mask = __m256i;                      // all ones in the floats a partial load reads
+  static constexpr int kGroupLanes = 4;      // 4 lanes × 2 keys per score vector (docs/performance.md)
+  static constexpr int kPvAccumulators = 8;  // of 16 registers: 8 + a key's V vectors + a weight
+
+  static Mask full_mask() { return _mm256_set1_epi32(-1); }
+  static Mask part_mask(i64 n) {  // the first n floats, 0 < n < 8
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  }
+  static __m256 load_part(const float* x, Mask m) { return _mm256_maskload_ps(x, m); }
+
+  // a[0..7] -> one vector whose element e is the sum of a[e]'s elements: 14 shuffles and
+  // 7 adds, where 8 horizontal sums take 8 × 5.
+  static __m256 reduce_all(const __m256* a) {
+    __m256 t[4], u[2];
+    for (int i = 0; i < 4; ++i)  // per 128-bit lane: [a0+a2, b0+b2, a1+a3, b1+b3]
+      t[i] = _mm256_add_ps(_mm256_unpacklo_ps(a[2 * i], a[2 * i + 1]), _mm256_unpackhi_ps(a[2 * i], a[2 * i + 1]));
+    for (int i = 0; i < 2; ++i)  // per 128-bit lane: one partial sum of each of 4 sources
+      u[i] = _mm256_add_ps(_mm256_shuffle_ps(t[2 * i], t[2 * i + 1], 0x44),
+                           _mm256_shuffle_ps(t[2 * i], t[2 * i + 1], 0xEE));
+    return _mm256_add_ps(_mm256_permute2f128_ps(u[0], u[1], 0x20), _mm256_permute2f128_ps(u[0], u[1], 0x31));
+  }
+
+  // Max (or sum) over aligned groups of G consecutive elements, in every element of the group.
+  template <int G, bool MAX>
+  static __m256 group_reduce(__m256 x) {
+    static_assert(G >= 2 && G <= 8);
+    auto op = [](__m256 a, __m256 b) { return MAX ? _mm256_max_ps(a, b) : _mm256_add_ps(a, b); };
+    x = op(x, _mm256_permute_ps(x, 0xB1));
+    if constexpr (G >= 4) x = op(x, _mm256_permute_ps(x, 0x4E));
+    if constexpr (G >= 8) x = op(x, _mm256_permute2f128_ps(x, x, 0x01));
+    return x;
+  }
+
+  // x with -inf where key jb + c[e] lies outside [lo[e], hi[e]].
+  static __m256 hide_outside(__m256 x, int jb, const int* c, const int* lo, const int* hi) {
+    auto load = [](const int* v) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(v)); };
+    const __m256i j = _mm256_add_epi32(_mm256_set1_epi32(jb), load(c));
+    const __m256i out = _mm256_or_si256(_mm256_cmpgt_epi32(load(lo), j), _mm256_cmpgt_epi32(j, load(hi)));
+    return _mm256_blendv_ps(x, _mm256_set1_ps(kNegInf), _mm256_castsi256_ps(out));
+  }
+
+  static bool any_nan(__m256 x) { return _mm256_movemask_ps(_mm256_cmp_ps(x, x, _CMP_UNORD_Q)) != 0; }
+
+  // Keeps a loaded vector in a register (as decode_avx512.hpp's: GCC would fold the load
+  // into every FMA that uses it).
+  static __m256 pin(__m256 x) {
+    __asm__("" : "+x"(x));
+    return x;
+  }
+};
+
+#include "attention/decode_kernel.inl"
+
+}  // namespace decode
+}  // namespace sdpa::detail::avx2

@@ -1,0 +1,293 @@
+// decode_kernel.inl — the forward for items with few query lanes (decoding): scores,
+// online softmax and P·V fused per tile of keys, the lanes taken in groups that share
+// every K and V load. forward_item (fast_kernel.inl) sends it the items `decode::applies`
+// to; the scalar build keeps forward_few_lanes. Written once against `Vec` and a small
+// per-ISA set of primitives `Ops` (decode_avx512.hpp, decode_avx2.hpp: a masked load, the
+// W-into-1 reduction, the per-group max and sum, the lane mask test, pin), and included
+// inside namespace decode of each SIMD ISA by those headers.
+//
+// Why a path of its own (docs/performance.md, "Decoding"): with 4 lanes the general loop
+// padded them to a 16-lane tile, so the softmax ran 4× the exps it needed, each (key,
+// lane) dot product ended in a full horizontal sum, and O went through a copy per tile
+// for the non-finite check. Here a score block is W dot products reduced together into
+// one vector (on AVX-512 45 shuffles and adds instead of 16 reductions), the softmax runs
+// on those vectors (no padding lanes), O is double-buffered (no copy), and the prefetches
+// of the rows ahead are spread through the loops that read them (K's through the score
+// loop, V's through the P·V loop) instead of issued as one burst.
+//
+// Layout of a score vector with NL lanes: element e = l·KB + c holds lane l, key c of a
+// block of KB = W / NL keys. One, two or Ops::kGroupLanes lanes per group (three take
+// four, the fourth a zero query whose results are dropped); groups enough for kFewLanes.
+
+// The few-lane loop's constants (kernel_common.inl), so both paths tune together.
+constexpr i64 kKeys = kFewTileCols;  // keys per tile; split boundaries are multiples of it
+// K and V rows are prefetched this many keys ahead, into L2: twice forward_few_lanes'
+// distance, since each is issued while its own half of the tile runs (64 to 128 measured
+// within noise of each other, docs/performance.md).
+constexpr i64 kPrefetchKeys = 2 * kFewPrefetchKeys;
+using Mask = Ops::Mask;                        // which floats of a vector a partial load reads
+constexpr i64 kGroupLanes = Ops::kGroupLanes;  // lanes sharing a score block, at most
+constexpr i64 kMaxGroups = kFewLanes / kGroupLanes;
+static_assert(kKeys % W == 0 && kMaxGroups * kGroupLanes == kFewLanes && W / kGroupLanes >= 2);
+// Split boundaries are multiples of kTileCols (api.cpp), so a tile never straddles one and
+// the item's mask test need not look at the split (tile_needs_mask in item below).
+static_assert(kTileCols % kKeys == 0);
+
+// One score block: KB keys (rows k[c]) × NL lanes (q rows of ldq floats, zero past Dk).
+// pf_k: K rows to prefetch (null: none).
+template <int NL>
+inline R score_block(const float* const* k, const float* q, i64 ldq, i64 Dk, const float* const* pf_k) {
+  constexpr int KB = W / NL;
+  R a[W];
+  SDPA_UNROLL
+  for (auto& x : a) x = Vec::zero();
+  const i64 dfull = Dk / W * W;
+  // part: whether this is the last, partial vector of the rows (Dk - d floats, under m).
+  auto step = [&](i64 d, auto part, Mask m) {
+    if (pf_k != nullptr) {
+      SDPA_UNROLL
+      for (int c = 0; c < KB; ++c) __builtin_prefetch(pf_k[c] + d, 0, 2);
+    }
+    R qv[NL];
+    SDPA_UNROLL
+    for (int l = 0; l < NL; ++l) qv[l] = Ops::pin(Vec::load(q + l * ldq + d));  // q is zero-padded
+    SDPA_UNROLL
+    for (int c = 0; c < KB; ++c) {
+      const R kv = Ops::pin(decltype(part)::value ? Ops::load_part(k[c] + d, m) : Vec::load(k[c] + d));
+      SDPA_UNROLL
+      for (int l = 0; l < NL; ++l) a[l * KB + c] = Vec::fma(kv, qv[l], a[l * KB + c]);
+    }
+  };
+  for (i64 d = 0; d < dfull; d += W) step(d, std::false_type{}, Ops::full_mask());
+  if (dfull < Dk) step(dfull, std::true_type{}, Ops::part_mask(Dk - dfull));
+  return Ops::reduce_all(a);
+}
+
+// On (NL rows of ldo) = alpha·Oo + P·V over CV vectors of the head dimension from column
+// e0, keys [0, bc); the last vector loaded under `last`; pf: the V rows to prefetch, laid
+// out as V (null: none). Returns the sum of O·0 over the chunk: NaN iff some output is not
+// finite. (In registers, CV short chains: as a reference argument GCC kept it in memory,
+// one load-FMA-store chain through all NL·CV outputs.)
+template <int NL, int CV>
+inline R pv_chunk(const float* V, i64 ldv, i64 bc, const float* P, const float* al, const float* Oo, float* On,
+                  i64 ldo, i64 e0, Mask last, const float* pf) {
+  constexpr int KB = W / NL;
+  R acc[NL][CV];
+  SDPA_UNROLL
+  for (int l = 0; l < NL; ++l) {
+    const R av = Vec::set1(al[l * KB]);
+    SDPA_UNROLL
+    for (int v = 0; v < CV; ++v) acc[l][v] = Vec::mul(Vec::load(Oo + l * ldo + e0 + v * W), av);
+  }
+  for (i64 c = 0; c < bc; ++c) {
+    const float* vr = V + c * ldv + e0;
+    R vv[CV];
+    SDPA_UNROLL
+    for (int v = 0; v < CV; ++v) vv[v] = Ops::pin(v == CV - 1 ? Ops::load_part(vr + v * W, last) : Vec::load(vr + v * W));
+    if (pf != nullptr) {
+      SDPA_UNROLL
+      for (int v = 0; v < CV; ++v) __builtin_prefetch(pf + c * ldv + e0 + v * W, 0, 2);
+    }
+    const float* pc = P + (c / KB) * W + c % KB;
+    SDPA_UNROLL
+    for (int l = 0; l < NL; ++l) {
+      const R pv = Vec::set1(pc[l * KB]);
+      SDPA_UNROLL
+      for (int v = 0; v < CV; ++v) acc[l][v] = Vec::fma(pv, vv[v], acc[l][v]);
+    }
+  }
+  const R zero = Vec::zero();
+  R chk[CV];
+  SDPA_UNROLL
+  for (int v = 0; v < CV; ++v) chk[v] = zero;
+  SDPA_UNROLL
+  for (int l = 0; l < NL; ++l) {
+    SDPA_UNROLL
+    for (int v = 0; v < CV; ++v) {
+      Vec::store(On + l * ldo + e0 + v * W, acc[l][v]);
+      chk[v] = Vec::fma(acc[l][v], zero, chk[v]);
+    }
+  }
+  SDPA_UNROLL
+  for (int v = 1; v < CV; ++v) chk[0] = Vec::add(chk[0], chk[v]);
+  return chk[0];
+}
+
+// The same with zero weights skipped, so a zero weight never multiplies an inf or NaN in V
+// (what the general path computes when V is not finite). Rare: a tile whose fast result
+// came out non-finite is redone with it.
+template <int NL>
+inline void pv_skip_zero(const float* V, i64 ldv, i64 bc, i64 Dv, const float* P, const float* al, const float* Oo,
+                         float* On, i64 ldo) {
+  constexpr int KB = W / NL;
+  for (int l = 0; l < NL; ++l) {
+    for (i64 e = 0; e < Dv; ++e) On[l * ldo + e] = Oo[l * ldo + e] * al[l * KB];
+    for (i64 c = 0; c < bc; ++c) {
+      const float w = P[(c / KB) * W + c % KB + l * KB];
+      if (w == 0.0f) continue;
+      for (i64 e = 0; e < Dv; ++e)
+        On[l * ldo + e] = __builtin_fmaf(w, V[c * ldv + e], On[l * ldo + e]);  // as the FMAs above
+    }
+  }
+}
+
+// P·V for one lane group over the whole head dimension, CVMAX vectors at a time: NL·CVMAX
+// accumulators, as many as the ISA's registers hold next to the V vectors of a key, and
+// at most half of them for one lane so its V vectors fit too.
+template <int NL>
+inline void pv_tile(const float* V, i64 ldv, i64 bc, i64 Dv, const float* P, const float* al, const float* Oo,
+                    float* On, i64 ldo, const float* pf) {
+  constexpr int CVMAX = NL == 1 ? Ops::kPvAccumulators / 2 : Ops::kPvAccumulators / NL;
+  const i64 nvec = (Dv + W - 1) / W;
+  const Mask full = Ops::full_mask();
+  const Mask tail = Dv % W == 0 ? full : Ops::part_mask(Dv % W);
+  R chk = Vec::zero();
+  auto chunk = [&](auto cv, i64 e0, Mask m) {  // cv: the vector count, as a type
+    chk = Vec::add(chk, pv_chunk<NL, decltype(cv)::value>(V, ldv, bc, P, al, Oo, On, ldo, e0, m, pf));
+  };
+  i64 v0 = 0;
+  for (; v0 + CVMAX <= nvec; v0 += CVMAX)
+    chunk(std::integral_constant<int, CVMAX>{}, v0 * W, v0 + CVMAX == nvec ? tail : full);
+  const i64 e0 = v0 * W;
+  switch (nvec - v0) {  // the remaining vectors (fewer than CVMAX), the last under the tail mask
+    case 1: chunk(std::integral_constant<int, 1>{}, e0, tail); break;
+    case 2:
+      if constexpr (CVMAX > 2) chunk(std::integral_constant<int, 2>{}, e0, tail);
+      break;
+    case 3:
+      if constexpr (CVMAX > 3) chunk(std::integral_constant<int, 3>{}, e0, tail);
+      break;
+    case 4:
+      if constexpr (CVMAX > 4) chunk(std::integral_constant<int, 4>{}, e0, tail);
+      break;
+    case 5:
+      if constexpr (CVMAX > 5) chunk(std::integral_constant<int, 5>{}, e0, tail);
+      break;
+    case 6:
+      if constexpr (CVMAX > 6) chunk(std::integral_constant<int, 6>{}, e0, tail);
+      break;
+    case 7:
+      if constexpr (CVMAX > 7) chunk(std::integral_constant<int, 7>{}, e0, tail);
+      break;
+    default: break;
+  }
+  static_assert(CVMAX <= 8);
+  if (Ops::any_nan(chk)) pv_skip_zero<NL>(V, ldv, bc, Dv, P, al, Oo, On, ldo);
+}
+
+// Whether an item takes this path: few lanes, unit-stride K and V rows, no explicit mask.
+inline bool applies(const Problem& p, const Tensors& t, i64 n) {
+  return n <= kFewLanes && t.k.stride[3] == 1 && t.v.stride[3] == 1 && !explicit_mask(p) && p.Nk < (i64{1} << 30);
+}
+
+// One item's buffers; `slots` is its lanes rounded up to whole groups (at most kFewLanes).
+struct Scratch {
+  float* Q;     // (slots, dkp)  queries as rows, zero past Dk and past the last lane
+  float* O[2];  // (slots, dvp)  unnormalised output, double-buffered
+  float* P;     // (slots, kKeys) probabilities, per group in score-vector layout
+  static Scratch carve(const Problem& p, Arena& arena, i64 slots) {
+    const i64 dkp = round_up(p.Dk, kPad), dvp = round_up(p.Dv, kPad);
+    Scratch s;
+    s.Q = arena.take(slots * dkp);
+    s.O[0] = arena.take(slots * dvp);
+    s.O[1] = arena.take(slots * dvp);
+    s.P = arena.take(slots * kKeys);
+    return s;
+  }
+};
+
+// The item, its lanes in groups of NL. Writes out and lse (or the split's partial
+// results), as the other forward loops do.
+template <int NL>
+void item(const Problem& p, const Tensors& t, const ForwardItem& it, const ItemLanes& lanes, WorkerScratch scratch) {
+  constexpr int KB = W / NL;
+  constexpr i64 blocks = kKeys / KB;
+  constexpr i64 max_groups = kFewLanes / NL;
+  const i64 b = it.b, g = it.g, n = lanes.n, Dk = p.Dk, Dv = p.Dv, dkp = round_up(Dk, kPad), dvp = round_up(Dv, kPad);
+  const i64 groups = (n + NL - 1) / NL, slots = groups * NL;
+  const auto s = carve_scratch<Scratch>(p, scratch, slots);
+  float* const Q = s.Q;
+  float* const P = s.P;
+  float* const O[2] = {s.O[0], s.O[1]};
+  alignas(64) float al[max_groups][W];  // each group's rescale factors (score-vector layout)
+
+  for (i64 x = 0; x < slots * dkp; ++x) Q[x] = 0.0f;
+  for (i64 r = 0; r < n; ++r)
+    for (i64 d = 0; d < Dk; ++d) Q[r * dkp + d] = t.q.data[off(t.q, b, lanes.h[r], lanes.i[r], d)];
+  for (i64 x = 0; x < slots * dvp; ++x) O[0][x] = 0.0f;
+
+  // Each lane's visible keys [lo, hi] within this item's split; padding slots copy lane 0.
+  alignas(64) int lo_e[max_groups][W], hi_e[max_groups][W], c_e[W];
+  for (i64 r = 0; r < slots; ++r) {
+    const i64 i = lanes.i[r < n ? r : 0];
+    const KeyRange keys = visible_keys(p, i, i, it.j_begin, it.j_end);
+    for (int c = 0; c < KB; ++c) {
+      lo_e[r / NL][(r % NL) * KB + c] = static_cast<int>(keys.first);
+      hi_e[r / NL][(r % NL) * KB + c] = static_cast<int>(keys.last);
+    }
+  }
+  const KeyRange keys = visible_keys(p, lanes.i_min, lanes.i_max, it.j_begin, it.j_end);
+  const i64 first = keys.first, last = keys.last;
+  for (int e = 0; e < W; ++e) c_e[e] = e % KB;
+
+  const R neg_inf = Vec::set1(kNegInf), zero = Vec::zero();
+  const R beta = Vec::set1(static_cast<float>(p.scale));
+  const R cap = Vec::set1(static_cast<float>(p.softcap));
+  const R inv_cap = Vec::set1(static_cast<float>(1.0 / p.softcap));
+  R m[max_groups], l[max_groups];  // running max (per lane, in all its elements), partial sums
+  for (i64 gi = 0; gi < groups; ++gi) m[gi] = neg_inf, l[gi] = zero;
+
+  const float* Kb = t.k.data + off(t.k, b, g, 0, 0);
+  const float* Vb = t.v.data + off(t.v, b, g, 0, 0);
+  const i64 ldk = t.k.stride[2], ldv = t.v.stride[2];
+  int cur = 0;
+  for (i64 j0 = first / kKeys * kKeys; j0 <= last; j0 += kKeys) {
+    const i64 bc = imin(kKeys, p.Nk - j0);
+    // Only the lanes' ranges and Nk cut a tile (split boundaries do not: see kKeys).
+    const bool mask = tile_needs_mask(p, lanes.i_min, lanes.i_max, j0, kKeys);
+    for (i64 gi = 0; gi < groups; ++gi) {
+      R sc[blocks];  // the tile's score vectors
+      for (i64 kb = 0; kb < blocks; ++kb) {
+        const i64 jb = j0 + kb * KB;
+        const float* kr[KB];
+        const float* pk[KB] = {};
+        for (int c = 0; c < KB; ++c) kr[c] = Kb + imin(jb + c, p.Nk - 1) * ldk;  // rows past Nk: masked below
+        const bool pf = gi == 0 && jb + kPrefetchKeys + KB - 1 <= last;
+        if (pf)
+          for (int c = 0; c < KB; ++c) pk[c] = Kb + (jb + kPrefetchKeys + c) * ldk;
+        R x = Vec::mul(score_block<NL>(kr, Q + gi * NL * dkp, dkp, Dk, pf ? pk : nullptr), beta);
+        if (p.has_softcap) x = Vec::mul(cap, Vec::tanh(Vec::mul(x, inv_cap)));
+        if (mask) x = Ops::hide_outside(x, static_cast<int>(jb), c_e, lo_e[gi], hi_e[gi]);
+        sc[kb] = x;
+      }
+      // Online softmax over the tile's score vectors, a lane's max taken over its KB keys.
+      float* Pg = P + gi * NL * kKeys;
+      const R alpha = online_softmax_step(
+          m[gi], l[gi], blocks, [&](i64 kb) { return sc[kb]; },
+          [](R x) { return Ops::group_reduce<KB, true>(x); }, [&](i64 kb, R e) { Vec::store(Pg + kb * W, e); });
+      Vec::store(al[gi], alpha);
+      const bool pf = gi == 0 && j0 + kKeys - 1 + kPrefetchKeys <= last;
+      pv_tile<NL>(Vb + j0 * ldv, ldv, bc, Dv, Pg, al[gi], O[cur] + gi * NL * dvp, O[cur ^ 1] + gi * NL * dvp, dvp,
+                  pf ? Vb + (j0 + kPrefetchKeys) * ldv : nullptr);
+    }
+    cur ^= 1;
+  }
+
+  alignas(64) float mf[max_groups][W], lf[max_groups][W];
+  for (i64 gi = 0; gi < groups; ++gi) {
+    Vec::store(mf[gi], m[gi]);
+    Vec::store(lf[gi], Ops::group_reduce<KB, false>(l[gi]));
+  }
+  for (i64 r = 0; r < n; ++r)
+    finish_row(p, t, it, b, lanes.h[r], lanes.i[r], r, mf[r / NL][(r % NL) * KB], lf[r / NL][(r % NL) * KB],
+               O[cur] + r * dvp);
+}
+
+// Runs the item with the widest lane group its lane count fills.
+inline void forward(const Problem& p, const Tensors& t, const ForwardItem& it, const ItemLanes& lanes,
+                    WorkerScratch scratch) {
+  note_fused_decode_item();
+  if (lanes.n == 1) return item<1>(p, t, it, lanes, scratch);
+  if (lanes.n == 2 || kGroupLanes == 2) return item<2>(p, t, it, lanes, scratch);
+  item<kGroupLanes>(p, t, it, lanes, scratch);
+}
