@@ -189,6 +189,21 @@ def ensemble_table(doc):
     return f"<table><tr>{head}</tr>{body}</table><ul>{betas}</ul>"
 
 
+def samples_section(doc):
+    """One generated text per policy (text task): what each policy's model learned to write."""
+    if doc.get("task") != "text":
+        return ""
+    cfg = doc.get("sample", {})
+    how = (f"Prompt {cfg.get('prompt', '')!r}, {cfg.get('tokens')} characters at temperature "
+           f"{cfg.get('temperature')} with sampling seed {cfg.get('seed')} — the same for every policy — by the "
+           "final model of the policy's first run (nn::sample, what `sdpa sample` prints).")
+    if not doc.get("samples"):
+        return f"<h2>Samples</h2><p>{html.escape(how)} No sample: every sampled run diverged.</p>"
+    items = "".join(f"<h3>{html.escape(s['policy'])}</h3><p>{html.escape(s['group'])}, seed {s['seed']}</p>"
+                    f"<pre>{html.escape(s['text'])}</pre>" for s in doc["samples"])
+    return f"<h2>Samples</h2><p>{html.escape(how)}</p>{items}"
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", required=True)
@@ -223,6 +238,7 @@ def main():
         panel_grid(doc, "entropy", "attention entropy", "nats (mean over queries)"),
         panel_grid(doc, "max_weight", "max attention weight", "mean max_j p_ij"),
         panel_grid(doc, "grad_norm_q", "‖dL/dq‖", "norm", log=True),
+        samples_section(doc),
         "<h2>The ensemble rule</h2>",
         "<p>For each head size, the adaptive run with the lowest validation loss gives its final β (per layer and "
         "head); every adaptive run is then scored on a separate test set with its own (recomputed) adaptive β and "

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include <fmt/core.h>
+#include <fmt/ranges.h>
 
 #include "commands.hpp"
 #include "common.hpp"
@@ -46,10 +47,10 @@ int sweep_on(SweepArgs& a, const nn::SweepShare& share) {
   const std::string who = share.ranks > 1 ? fmt::format("sdpa sweep [rank {}/{}]", share.rank, share.ranks) : "sdpa sweep";
   const std::size_t widths = std::max<std::size_t>(1, s.widths.size()), inits = std::max<std::size_t>(1, s.inits.size()),
                     lrs = std::max<std::size_t>(1, s.lrs.size());
+  // The count is the grid's own: a --d-head 0 that equals another head size at a width is one run.
   if (share.rank == 0)
-    fmt::print(stderr, "sdpa sweep: {} runs ({} policies x {} widths x {} head sizes x {} inits x {} lrs x {} seeds){}{}\n",
-               s.policies.size() * widths * s.d_heads.size() * inits * lrs * s.seeds.size(), s.policies.size(), widths,
-               s.d_heads.size(), inits, lrs, s.seeds.size(),
+    fmt::print(stderr, "sdpa sweep: {} runs ({} policies x {} widths x head sizes {} x {} inits x {} lrs x {} seeds){}{}\n",
+               nn::grid_size(s), s.policies.size(), widths, fmt::join(s.d_heads, ","), inits, lrs, s.seeds.size(),
                share.ranks > 1 ? fmt::format(" over {} ranks", share.ranks) : "",
                s.budget_s > 0 ? fmt::format("; measuring the speed for --budget {}", duration(s.budget_s)) : "");
   const double t0 = now_seconds();
@@ -128,6 +129,9 @@ Command add_sweep(CLI::App& parent) {
   app->add_option("--jobs", a->spec.jobs,
                   "Runs trained at once (0: min(2, cores)); each gets --threads, or cores / jobs when 0. "
                   "The results do not depend on either")
+      ->capture_default_str();
+  app->add_option("--sample-prompt", a->spec.sample.prompt,
+                  "Text task: the prompt of the one sample per policy on the page (\"\": no samples)")
       ->capture_default_str();
   app->add_flag("--no-ensemble", a->no_ensemble, "Skip the ensemble rule's evaluation of the adaptive runs");
   app->add_option("--out", a->out, "Output directory (created if missing)")->required();

@@ -2,7 +2,9 @@
 // and the learning-rate schedule (linear warm-up, then cosine decay to 10%).
 #pragma once
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "nn/common.hpp"
 
@@ -18,27 +20,49 @@ struct AdamW {
 ///   p ← p − lr·( m̂/(√v̂ + ε) + wd·p )
 template <class T>
 void adamw_update(T* p, const T* g, T* m, T* v, const unsigned char* decay, i64 n, const AdamW& a, double lr, i64 t) {
-  const double c1 = 1.0 - std::pow(a.beta1, static_cast<double>(t));
-  const double c2 = 1.0 - std::pow(a.beta2, static_cast<double>(t));
-  for (i64 i = 0; i < n; ++i) {
-    m[i] = static_cast<T>(a.beta1 * m[i] + (1.0 - a.beta1) * g[i]);
-    v[i] = static_cast<T>(a.beta2 * v[i] + (1.0 - a.beta2) * g[i] * g[i]);
-    const double mh = m[i] / c1, vh = v[i] / c2;
-    const double wd = decay[i] ? a.weight_decay * p[i] : 0.0;
-    p[i] = static_cast<T>(p[i] - lr * (mh / (std::sqrt(vh) + a.eps) + wd));
-  }
+  // The bias corrections as factors: a division per element is what bounds this loop.
+  const double inv_c1 = 1.0 / (1.0 - std::pow(a.beta1, static_cast<double>(t)));
+  const double inv_c2 = 1.0 / (1.0 - std::pow(a.beta2, static_cast<double>(t)));
+  split(n, [&](i64 i0, i64 i1) {  // element-wise: any split, any vector width gives the same bits
+#pragma omp simd
+    for (i64 i = i0; i < i1; ++i) {
+      m[i] = static_cast<T>(a.beta1 * m[i] + (1.0 - a.beta1) * g[i]);
+      v[i] = static_cast<T>(a.beta2 * v[i] + (1.0 - a.beta2) * g[i] * g[i]);
+      const double mh = m[i] * inv_c1, vh = v[i] * inv_c2;
+      const double wd = decay[i] ? a.weight_decay * p[i] : 0.0;
+      p[i] = static_cast<T>(p[i] - lr * (mh / (std::sqrt(vh) + a.eps) + wd));
+    }
+  });
 }
 
+/// Elements per block of the gradient norm's sum: the blocks are fixed by n alone, so
+/// the sum's order does not depend on the thread count.
+inline constexpr i64 kNormBlock = 4096;
+
 /// Scales g so that its global L2 norm is at most max_norm (if max_norm > 0).
-/// Returns the norm before clipping.
+/// Returns the norm before clipping. The squares are summed in fp64 per block of
+/// kNormBlock elements (one sum each, ascending), the blocks' sums then in block order.
 template <class T>
 double clip_grad_norm(T* g, i64 n, double max_norm) {
+  const i64 blocks = (n + kNormBlock - 1) / kNormBlock;
+  thread_local std::vector<double> partial;  // kept between calls: a step allocates nothing
+  partial.resize(static_cast<std::size_t>(blocks));
+  double* part = partial.data();
+  split(blocks, [&](i64 b0, i64 b1) {
+    for (i64 b = b0; b < b1; ++b) {
+      double s = 0;
+      for (i64 i = b * kNormBlock; i < std::min(n, (b + 1) * kNormBlock); ++i) s += static_cast<double>(g[i]) * g[i];
+      part[b] = s;
+    }
+  });
   double s = 0;
-  for (i64 i = 0; i < n; ++i) s += static_cast<double>(g[i]) * g[i];
+  for (i64 b = 0; b < blocks; ++b) s += part[b];
   const double norm = std::sqrt(s);
   if (max_norm > 0 && norm > max_norm) {
     const T f = static_cast<T>(max_norm / norm);
-    for (i64 i = 0; i < n; ++i) g[i] *= f;
+    split(n, [&](i64 i0, i64 i1) {
+      for (i64 i = i0; i < i1; ++i) g[i] *= f;
+    });
   }
   return norm;
 }

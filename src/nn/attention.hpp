@@ -49,14 +49,28 @@ inline void core_backward(View4<const double> q, View4<const double> k, View4<co
                           View4<double> dv, const Options& opt) {
   sdpa::reference::backward<double, double>(q, k, v, o, l, d, dq, dk, dv, opt);
 }
-/// Head h of a (B, T, W) row buffer whose head columns start at `col`: a (B, 1, T, D) view.
+/// Heads [h, h + n) of a (B, T, W) row buffer whose head columns start at `col`: a
+/// (B, n, T, D) view.
 template <class T>
-View4<T> head(T* base, const AttnDims& s, i64 width, i64 col, i64 h) {
-  return {base + col + h * s.D(), {s.B, 1, s.T, s.D()}, {s.T * width, s.D(), width, 1}};
+View4<T> heads(T* base, const AttnDims& s, i64 width, i64 col, i64 h, i64 n) {
+  return {base + col + h * s.D(), {s.B, n, s.T, s.D()}, {s.T * width, s.D(), width, 1}};
 }
 template <class T>
-View3<T> lse_head(T* lse, const AttnDims& s, i64 h) {
-  return {lse + h * s.T, {s.B, 1, s.T}, {s.H * s.T, s.T, 1}};
+View3<T> lse_heads(T* lse, const AttnDims& s, i64 h, i64 n) {
+  return {lse + h * s.T, {s.B, n, s.T}, {s.H * s.T, s.T, 1}};
+}
+/// Calls f(h, n) for each run [h, h + n) of consecutive heads with the same β: one
+/// library call per run instead of per head (one β, e.g. 1/√d_k, is one call), which
+/// gives the library B·n items to spread over its threads. A head's result does not
+/// depend on which other heads share its call.
+template <class F>
+void for_each_beta_run(const double* beta, i64 H, F&& f) {
+  for (i64 h = 0; h < H;) {
+    i64 n = 1;
+    while (h + n < H && beta[h + n] == beta[h]) ++n;
+    f(h, n);
+    h += n;
+  }
 }
 }  // namespace detail
 
@@ -92,58 +106,60 @@ void attention_forward(T* out, AttnSaved<T>& sv, const T* qkv, const double* bet
   if (tr != QkTransform::plain) {
     sv.qk.assign(static_cast<std::size_t>(B * Tn * 2 * C), T(0));
     if (tr == QkTransform::normalize) sv.norms.assign(static_cast<std::size_t>(B * Tn * 2 * H), T(0));
-    for (i64 r = 0; r < B * Tn; ++r) {
-      const i64 t = r % Tn;
-      for (i64 part = 0; part < 2; ++part)
-        for (i64 h = 0; h < H; ++h) {
-          const T* x = qkv + r * 3 * C + part * C + h * D;
-          T* y = sv.qk.data() + r * 2 * C + part * C + h * D;
-          T f = 1;
-          if (tr == QkTransform::normalize) {
-            T n2 = 0;
-            for (i64 d = 0; d < D; ++d) n2 += x[d] * x[d];
-            const T n = std::sqrt(n2);
-            sv.norms[static_cast<std::size_t>(r * 2 * H + part * H + h)] = n;
-            f = n > T(0) ? T(1) / n : T(0);
-          } else if (part == 0) {
-            f = static_cast<T>(log_n_factor(t));
+    split(B * Tn, [&](i64 r0, i64 r1) {
+      for (i64 r = r0; r < r1; ++r) {
+        const i64 t = r % Tn;
+        for (i64 part = 0; part < 2; ++part)
+          for (i64 h = 0; h < H; ++h) {
+            const T* x = qkv + r * 3 * C + part * C + h * D;
+            T* y = sv.qk.data() + r * 2 * C + part * C + h * D;
+            T f = 1;
+            if (tr == QkTransform::normalize) {
+              T n2 = 0;
+              for (i64 d = 0; d < D; ++d) n2 += x[d] * x[d];
+              const T n = std::sqrt(n2);
+              sv.norms[static_cast<std::size_t>(r * 2 * H + part * H + h)] = n;
+              f = n > T(0) ? T(1) / n : T(0);
+            } else if (part == 0) {
+              f = static_cast<T>(log_n_factor(t));
+            }
+            for (i64 d = 0; d < D; ++d) y[d] = x[d] * f;
           }
-          for (i64 d = 0; d < D; ++d) y[d] = x[d] * f;
-        }
-    }
+      }
+    });
     qk_src = sv.qk.data();
     qk_width = 2 * C;
   }
-  for (i64 h = 0; h < H; ++h) {
-    const Options opt = head_options(beta[h], threads);
-    detail::core_forward(detail::head<const T>(qk_src, s, qk_width, 0, h),
-                         detail::head<const T>(qk_src, s, qk_width, C, h),
-                         detail::head<const T>(qkv, s, 3 * C, 2 * C, h), detail::head<T>(out, s, C, 0, h),
-                         detail::lse_head<T>(sv.lse.data(), s, h), opt);
-  }
+  detail::for_each_beta_run(beta, H, [&](i64 h, i64 n) {
+    detail::core_forward(detail::heads<const T>(qk_src, s, qk_width, 0, h, n),
+                         detail::heads<const T>(qk_src, s, qk_width, C, h, n),
+                         detail::heads<const T>(qkv, s, 3 * C, 2 * C, h, n), detail::heads<T>(out, s, C, 0, h, n),
+                         detail::lse_heads<T>(sv.lse.data(), s, h, n), head_options(beta[h], threads));
+  });
 }
 
 /// Inverts the forward: dqkv (B, T, 3C) is written (=); dtheta (H) += dL/dθ_h when
-/// non-null (β_h = exp(θ_h)). scratch holds three (B, T, C) gradient buffers.
+/// non-null (β_h = exp(θ_h)).
 template <class T>
 void attention_backward(T* dqkv, T* dtheta, const T* dout, const T* out, const AttnSaved<T>& sv, const T* qkv,
                         const double* beta, QkTransform tr, const AttnDims& s, int threads) {
   const i64 B = s.B, Tn = s.T, C = s.C, H = s.H, D = s.D();
   const i64 R = B * Tn;
-  std::vector<T> g(static_cast<std::size_t>(3 * R * C));  // dq', dk', dv: separate, as sdpa requires
+  thread_local std::vector<T> g;  // dq', dk', dv: separate, as sdpa requires; kept between calls
+  g.resize(static_cast<std::size_t>(3 * R * C));
   T* dq = g.data();
   T* dk = dq + R * C;
   T* dv = dk + R * C;
   const T* qk_src = tr == QkTransform::plain ? qkv : sv.qk.data();
   const i64 qk_width = tr == QkTransform::plain ? 3 * C : 2 * C;
-  for (i64 h = 0; h < H; ++h) {
-    const Options opt = head_options(beta[h], threads);
+  detail::for_each_beta_run(beta, H, [&](i64 h, i64 n) {
     detail::core_backward(
-        detail::head<const T>(qk_src, s, qk_width, 0, h), detail::head<const T>(qk_src, s, qk_width, C, h),
-        detail::head<const T>(qkv, s, 3 * C, 2 * C, h), detail::head<const T>(out, s, C, 0, h),
-        detail::lse_head<const T>(sv.lse.data(), s, h), detail::head<const T>(dout, s, C, 0, h),
-        detail::head<T>(dq, s, C, 0, h), detail::head<T>(dk, s, C, 0, h), detail::head<T>(dv, s, C, 0, h), opt);
-  }
+        detail::heads<const T>(qk_src, s, qk_width, 0, h, n), detail::heads<const T>(qk_src, s, qk_width, C, h, n),
+        detail::heads<const T>(qkv, s, 3 * C, 2 * C, h, n), detail::heads<const T>(out, s, C, 0, h, n),
+        detail::lse_heads<const T>(sv.lse.data(), s, h, n), detail::heads<const T>(dout, s, C, 0, h, n),
+        detail::heads<T>(dq, s, C, 0, h, n), detail::heads<T>(dk, s, C, 0, h, n), detail::heads<T>(dv, s, C, 0, h, n),
+        head_options(beta[h], threads));
+  });
   // dL/dθ_h = Σ_i q'_i · dq'_i (see the top of this file)
   if (dtheta)
     for (i64 r = 0; r < R; ++r)
@@ -152,30 +168,32 @@ void attention_backward(T* dqkv, T* dtheta, const T* dout, const T* out, const A
         for (i64 d = 0; d < D; ++d) acc += qk_src[r * qk_width + h * D + d] * dq[r * C + h * D + d];
         dtheta[h] += acc;
       }
-  for (i64 r = 0; r < R; ++r) {
-    const i64 t = r % Tn;
-    T* dst = dqkv + r * 3 * C;
-    for (i64 part = 0; part < 2; ++part) {
-      const T* gp = (part == 0 ? dq : dk) + r * C;
-      for (i64 h = 0; h < H; ++h) {
-        const T* gy = gp + h * D;
-        T* gx = dst + part * C + h * D;
-        if (tr == QkTransform::normalize) {
-          // inverts y = x/‖x‖: dx = (dy − y (y·dy)) / ‖x‖
-          const T* y = sv.qk.data() + r * 2 * C + part * C + h * D;
-          const T n = sv.norms[static_cast<std::size_t>(r * 2 * H + part * H + h)];
-          T ydy = 0;
-          for (i64 d = 0; d < D; ++d) ydy += y[d] * gy[d];
-          const T inv = n > T(0) ? T(1) / n : T(0);
-          for (i64 d = 0; d < D; ++d) gx[d] = (gy[d] - y[d] * ydy) * inv;
-        } else {
-          const T f = (tr == QkTransform::log_n && part == 0) ? static_cast<T>(log_n_factor(t)) : T(1);
-          for (i64 d = 0; d < D; ++d) gx[d] = gy[d] * f;
+  split(R, [&](i64 r0, i64 r1) {
+    for (i64 r = r0; r < r1; ++r) {
+      const i64 t = r % Tn;
+      T* dst = dqkv + r * 3 * C;
+      for (i64 part = 0; part < 2; ++part) {
+        const T* gp = (part == 0 ? dq : dk) + r * C;
+        for (i64 h = 0; h < H; ++h) {
+          const T* gy = gp + h * D;
+          T* gx = dst + part * C + h * D;
+          if (tr == QkTransform::normalize) {
+            // inverts y = x/‖x‖: dx = (dy − y (y·dy)) / ‖x‖
+            const T* y = sv.qk.data() + r * 2 * C + part * C + h * D;
+            const T n = sv.norms[static_cast<std::size_t>(r * 2 * H + part * H + h)];
+            T ydy = 0;
+            for (i64 d = 0; d < D; ++d) ydy += y[d] * gy[d];
+            const T inv = n > T(0) ? T(1) / n : T(0);
+            for (i64 d = 0; d < D; ++d) gx[d] = (gy[d] - y[d] * ydy) * inv;
+          } else {
+            const T f = (tr == QkTransform::log_n && part == 0) ? static_cast<T>(log_n_factor(t)) : T(1);
+            for (i64 d = 0; d < D; ++d) gx[d] = gy[d] * f;
+          }
         }
       }
+      std::copy(dv + r * C, dv + (r + 1) * C, dst + 2 * C);
     }
-    std::copy(dv + r * C, dv + (r + 1) * C, dst + 2 * C);
-  }
+  });
 }
 
 }  // namespace sdpa::nn

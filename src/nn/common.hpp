@@ -9,6 +9,8 @@
 // type T: float for training, double for the finite-difference tests.
 #pragma once
 
+#include <omp.h>
+
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -41,6 +43,20 @@ struct Rng {
     return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
   }
 };
+
+/// Calls f(lo, hi) on this thread's share of [0, n), in fixed contiguous blocks, on the
+/// calling thread's OpenMP team (omp_get_max_threads()). Every layer splits its work so
+/// that each output element is computed by one thread with the same operations in the
+/// same order whatever the split: the bits do not depend on the thread count.
+template <class F>
+void split(i64 n, F&& f) {
+#pragma omp parallel
+  {
+    const i64 t = omp_get_thread_num(), nt = omp_get_num_threads();
+    const i64 lo = n * t / nt, hi = n * (t + 1) / nt;
+    if (lo < hi) f(lo, hi);
+  }
+}
 
 /// A stream seeded from a base seed and up to two labels (purpose, step).
 inline Rng stream(std::uint64_t seed, std::uint64_t a, std::uint64_t b = 0) {

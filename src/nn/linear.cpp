@@ -7,6 +7,8 @@
 //   dW       dW += xᵀ·dout      A = xᵀ (IN, R): x with strides swapped  B = dout (R, OUT)
 #include "nn/linear.hpp"
 
+#include "nn/gelu.hpp"
+
 #include <string>
 
 namespace sdpa::nn {
@@ -18,6 +20,21 @@ GemmF32 gemm_f32(Isa isa) {
     case Isa::avx512: return gemm_f32_avx512;
     case Isa::avx2: return gemm_f32_avx2;
     default: return gemm_f32_scalar;
+  }
+}
+
+void gelu_forward_f32_avx2(float* out, const float* x, i64 n);
+void gelu_backward_f32_avx2(float* dx, const float* dout, const float* x, i64 n);
+void gelu_forward_f32_avx512(float* out, const float* x, i64 n);
+void gelu_backward_f32_avx512(float* dx, const float* dout, const float* x, i64 n);
+
+GeluF32 gelu_f32(Isa isa) {
+  if (isa == Isa::automatic) isa = active_isa();
+  if (!isa_supported(isa)) throw Error(std::string("gelu_f32: this CPU cannot run the ") + isa_name(isa) + " kernel");
+  switch (isa) {
+    case Isa::avx512: return {gelu_forward_f32_avx512, gelu_backward_f32_avx512};
+    case Isa::avx2: return {gelu_forward_f32_avx2, gelu_backward_f32_avx2};
+    default: return {nullptr, nullptr};
   }
 }
 

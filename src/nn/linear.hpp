@@ -8,8 +8,6 @@
 // depend on the thread count.
 #pragma once
 
-#include <omp.h>
-
 #include <algorithm>
 #include <type_traits>
 #include <vector>
@@ -94,17 +92,6 @@ void linear_dx_block_f32(GemmF32 gemm, float* dx, const float* dout, const float
 void linear_dw_block_f32(GemmF32 gemm, float* dW, const float* dout, const float* x, i64 R, i64 c0, i64 c1, i64 IN,
                          i64 OUT);
 
-/// Calls f(lo, hi) on this thread's share of [0, n), in fixed contiguous blocks.
-template <class F>
-void split(i64 n, F&& f) {
-#pragma omp parallel
-  {
-    const i64 t = omp_get_thread_num(), nt = omp_get_num_threads();
-    const i64 lo = n * t / nt, hi = n * (t + 1) / nt;
-    if (lo < hi) f(lo, hi);
-  }
-}
-
 /// out[r,o] = b[o] + Σ_c x[r,c] · W[c,o]
 ///   out (R, OUT)   x (R, IN)   W (IN, OUT)   b (OUT) or null
 template <class T>
@@ -126,19 +113,27 @@ void linear_backward(T* dx, T* dW, T* db, const T* dout, const T* x, const T* W,
   if constexpr (std::is_same_v<T, float>) {
     const GemmF32 gemm = gemm_f32();
     if (dx) {
-      std::vector<float> wt(static_cast<std::size_t>(IN * OUT));
-      for (i64 c = 0; c < IN; ++c)
-        for (i64 j = 0; j < OUT; ++j) wt[static_cast<std::size_t>(j * IN + c)] = W[c * OUT + j];
-      split(R, [&](i64 r0, i64 r1) { linear_dx_block_f32(gemm, dx, dout, wt.data(), r0, r1, IN, OUT); });
+      // Wᵀ (OUT, IN), kept per thread between calls so a training step allocates nothing.
+      thread_local std::vector<float> wt;
+      wt.resize(static_cast<std::size_t>(IN * OUT));
+      float* w_t = wt.data();
+      split(OUT, [&](i64 j0, i64 j1) {
+        for (i64 j = j0; j < j1; ++j)
+          for (i64 c = 0; c < IN; ++c) w_t[j * IN + c] = W[c * OUT + j];
+      });
+      split(R, [&](i64 r0, i64 r1) { linear_dx_block_f32(gemm, dx, dout, w_t, r0, r1, IN, OUT); });
     }
     split(IN, [&](i64 c0, i64 c1) { linear_dw_block_f32(gemm, dW, dout, x, R, c0, c1, IN, OUT); });
   } else {
     if (dx) split(R, [&](i64 r0, i64 r1) { linear_dx_block(dx, dout, W, r0, r1, IN, OUT); });
     split(IN, [&](i64 c0, i64 c1) { linear_dw_block(dW, dout, x, R, c0, c1, IN, OUT); });
   }
+  // db by columns: each db[j] sums its rows in ascending order on one thread.
   if (db)
-    for (i64 r = 0; r < R; ++r)
-      for (i64 j = 0; j < OUT; ++j) db[j] += dout[r * OUT + j];
+    split(OUT, [&](i64 j0, i64 j1) {
+      for (i64 r = 0; r < R; ++r)
+        for (i64 j = j0; j < j1; ++j) db[j] += dout[r * OUT + j];
+    });
 }
 
 }  // namespace sdpa::nn

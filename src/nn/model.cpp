@@ -109,7 +109,8 @@ Model<T>::Model(const ModelConfig& c) : cfg(c) {
 
 template <class T>
 void Model<T>::zero_grad() {
-  std::fill(grads.begin(), grads.end(), T(0));
+  T* g = grads.data();
+  split(layout.total, [&](i64 i0, i64 i1) { std::fill(g + i0, g + i1, T(0)); });
 }
 
 template <class T>
@@ -233,7 +234,10 @@ CeResult Model<T>::forward(const int* tok, const int* tgt, const int* pos0, i64 
   const T* p = params.data();
   const auto RC = static_cast<std::size_t>(R * C);
   acts_.resize(static_cast<std::size_t>(L));
-  std::vector<T> x(RC), tmp(RC);
+  x_.resize(RC);
+  tmp_.resize(RC);
+  std::vector<T>& x = x_;
+  std::vector<T>& tmp = tmp_;
   embedding_forward(x.data(), tok, pos0_.empty() ? nullptr : pos0_.data(), p + layout.wte, p + layout.wpe, B, Tn, C);
   const AttnDims dims{B, Tn, C, H};
   for (i64 l = 0; l < L; ++l) {
@@ -284,28 +288,32 @@ void Model<T>::backward(Stats* st) {
   const auto RC = static_cast<std::size_t>(R * C);
   const T* p = params.data();
   T* g = grads.data();
-  std::vector<T> dlogits(static_cast<std::size_t>(R * V)), dx(RC), dtmp(RC), dbranch(RC);
+  for (auto* buf : {&dx_, &dtmp_, &dbranch_, &dres_, &datt_}) buf->resize(RC);
+  dlogits_.resize(static_cast<std::size_t>(R * V));
+  dfc_.resize(4 * RC);
+  dfcg_.resize(4 * RC);
+  dqkv_.resize(3 * RC);
+  std::vector<T>&dlogits = dlogits_, &dx = dx_, &dtmp = dtmp_, &dbranch = dbranch_, &dres = dres_, &datt = datt_,
+                 &dfc = dfc_, &dfcg = dfcg_, &dqkv = dqkv_;
   crossentropy_backward(dlogits.data(), probs_.data(), tgt_.data(), R, V, counted_);
   linear_backward(dtmp.data(), g + layout.wlm, static_cast<T*>(nullptr), dlogits.data(), lnf_.data(), p + layout.wlm, R,
                   C, V);
   layernorm_backward(dx.data(), g + layout.lnfw, g + layout.lnfb, dtmp.data(), xf_.data(), p + layout.lnfw,
                      lnf_mean_.data(), lnf_rstd_.data(), R, C);
   const AttnDims dims{B_, T_, C, H};
-  std::vector<T> dfc(4 * RC), dfcg(4 * RC), dqkv(3 * RC), datt(RC), dres(RC);
   for (i64 l = L - 1; l >= 0; --l) {
     const auto& ly = layout.layers[static_cast<std::size_t>(l)];
     const LayerActs& a = acts_[static_cast<std::size_t>(l)];
-    // x_out = x2 + mlp(x2): the residual sends dx to both
-    residual_backward(dres.data(), dbranch.data(), dx.data(), R * C);
-    linear_backward(dfcg.data(), g + ly.wproj, g + ly.bproj, dbranch.data(), a.fcg.data(), p + ly.wproj, R, 4 * C, C);
+    // x_out = x2 + mlp(x2): the residual sends dx to both (residual_backward's copies
+    // skipped: the MLP branch reads dx itself, and dres = dx + the branch's dx2 below)
+    linear_backward(dfcg.data(), g + ly.wproj, g + ly.bproj, dx.data(), a.fcg.data(), p + ly.wproj, R, 4 * C, C);
     gelu_backward(dfc.data(), dfcg.data(), a.fc.data(), 4 * R * C);
     linear_backward(dtmp.data(), g + ly.wfc, g + ly.bfc, dfc.data(), a.ln2.data(), p + ly.wfc, R, C, 4 * C);
     layernorm_backward(dbranch.data(), g + ly.ln2w, g + ly.ln2b, dtmp.data(), a.x2.data(), p + ly.ln2w,
                        a.ln2_mean.data(), a.ln2_rstd.data(), R, C);
-    for (std::size_t i = 0; i < RC; ++i) dres[i] += dbranch[i];  // dL/dx2
-    // x2 = x + att·W_o + b_o
-    residual_backward(dx.data(), dbranch.data(), dres.data(), R * C);
-    linear_backward(datt.data(), g + ly.wo, g + ly.bo, dbranch.data(), a.att.data(), p + ly.wo, R, C, C);
+    add_into(dres.data(), dx.data(), dbranch.data(), R * C);  // dL/dx2
+    // x2 = x + att·W_o + b_o: both receive dres (dx = dres + the attention branch's below)
+    linear_backward(datt.data(), g + ly.wo, g + ly.bo, dres.data(), a.att.data(), p + ly.wo, R, C, C);
     T* dtheta = cfg.policy.has_theta() && !frozen_beta ? g + layout.theta + l * H : nullptr;
     attention_backward(dqkv.data(), dtheta, datt.data(), a.att.data(), a.saved, a.qkv.data(), a.beta.data(),
                        cfg.policy.transform(), dims, cfg.threads);
@@ -318,7 +326,7 @@ void Model<T>::backward(Stats* st) {
     linear_backward(dtmp.data(), g + ly.wqkv, g + ly.bqkv, dqkv.data(), a.ln1.data(), p + ly.wqkv, R, C, 3 * C);
     layernorm_backward(dbranch.data(), g + ly.ln1w, g + ly.ln1b, dtmp.data(), a.x.data(), p + ly.ln1w,
                        a.ln1_mean.data(), a.ln1_rstd.data(), R, C);
-    for (std::size_t i = 0; i < RC; ++i) dx[i] += dbranch[i];
+    add_into(dx.data(), dres.data(), dbranch.data(), R * C);
   }
   embedding_backward(g + layout.wte, g + layout.wpe, dx.data(), tok_.data(), pos0_.empty() ? nullptr : pos0_.data(), B_,
                      T_, C);

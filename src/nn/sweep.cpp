@@ -24,6 +24,7 @@
 
 #include "nn/policy.hpp"
 #include "nn/tasks.hpp"
+#include "nn/text.hpp"
 #include "sdpa/version.hpp"
 
 namespace sdpa::nn {
@@ -261,6 +262,20 @@ std::vector<SweepRun> grid(const SweepSpec& spec) {
   return runs;
 }
 
+// The runs whose final model writes the sample of its policy (text task only): the
+// policy's first run in grid order.
+std::vector<std::size_t> sampled_runs(const SweepSpec& spec, const std::vector<SweepRun>& runs) {
+  std::vector<std::size_t> out;
+  if (spec.base.task != "text" || spec.sample.prompt.empty()) return out;
+  for (const auto& p : spec.policies)
+    for (std::size_t i = 0; i < runs.size(); ++i)
+      if (runs[i].policy == p) {
+        out.push_back(i);
+        break;
+      }
+  return out;
+}
+
 TrainConfig config_of(const SweepSpec& spec, const SweepRun& r, int threads) {
   TrainConfig c = spec.base;
   c.policy = r.policy;
@@ -345,6 +360,8 @@ void fit_budget(SweepSpec& spec, SweepResult& res, const std::function<bool(cons
 
 }  // namespace
 
+std::size_t grid_size(const SweepSpec& spec) { return grid(spec).size(); }
+
 void validate(const SweepSpec& spec) {
   if (spec.policies.empty() || spec.seeds.empty() || spec.d_heads.empty())
     throw Error("sweep: --policies, --seeds and --d-head each need at least one value");
@@ -358,7 +375,13 @@ void validate(const SweepSpec& spec) {
       if (d < 0 || (d > 0 && w % d != 0))
         throw Error("--d-head: " + std::to_string(d) + " does not divide --d-model " + std::to_string(w));
   }
-  parse_task(spec.base.task, spec.base.seq, spec.base.corpus);
+  const Task task = parse_task(spec.base.task, spec.base.seq, spec.base.corpus);
+  if (task.corpus && !spec.sample.prompt.empty()) {  // the samples' prompt, checked before any training
+    for (char32_t ch : decode_utf8(spec.sample.prompt, "--sample-prompt"))
+      if (!std::binary_search(task.corpus->alphabet.begin(), task.corpus->alphabet.end(), ch))
+        throw Error("--sample-prompt: the character '" + encode_utf8(std::u32string(1, ch)) +
+                    "' is not in the corpus's alphabet (an empty prompt: no samples)");
+  }
   if (spec.jobs < 0) throw Error("--jobs: must be >= 0, got " + std::to_string(spec.jobs));
   if (spec.base.threads < 0) throw Error("--threads: must be >= 0, got " + std::to_string(spec.base.threads));
   if (spec.budget_s < 0 || !std::isfinite(spec.budget_s)) throw Error("--budget: must be a finite number of seconds >= 0");
@@ -409,13 +432,16 @@ SweepResult sweep(const SweepSpec& spec_in, const SweepProgress& progress, const
   res.runs = grid(spec);
   // A shared sweep: rank `rank` takes every ranks-th run.
   auto mine = [&](std::size_t i) { return i % static_cast<std::size_t>(share.ranks) == static_cast<std::size_t>(share.rank); };
-  std::vector<Checkpoint> states(res.runs.size());  // adaptive runs' final states, for the ensemble rule
+  // Final states kept: adaptive runs' for the ensemble rule, the sampled runs' for the samples.
+  std::vector<Checkpoint> states(res.runs.size());
+  const std::vector<std::size_t> sampled = sampled_runs(spec, res.runs);
   std::vector<Job> work;
   std::size_t loaded = 0;
   for (std::size_t i = 0; i < res.runs.size(); ++i) {
     if (!mine(i)) continue;
     SweepRun& r = res.runs[i];
-    const bool keep_state = ensemble && r.policy == "adaptive";
+    const bool keep_state = (ensemble && r.policy == "adaptive") ||
+                            std::find(sampled.begin(), sampled.end(), i) != sampled.end();
     if (!spec.store.empty() && load_run(spec.store, r, identity_of(r), keep_state ? &states[i] : nullptr)) {
       ++loaded;
       continue;
@@ -496,6 +522,12 @@ SweepResult sweep(const SweepSpec& spec_in, const SweepProgress& progress, const
                                          own.eval_accuracy, fz.eval_loss, fz.eval_accuracy, r.group(),
                                          heads_of(r.d_model, r.d_head)});
     }
+  }
+
+  // ---- one sample per policy (text) -----------------------------------------------------
+  for (std::size_t i : sampled) {
+    const SweepRun& r = res.runs[i];
+    if (!r.summary.diverged) res.samples.push_back({r.policy, r.group(), r.seed, sample(states[i], spec.sample)});
   }
 
   // ---- the summary over seeds, and the paired differences -------------------------------
@@ -632,6 +664,9 @@ nlohmann::ordered_json to_json(const SweepResult& r) {
                         {"ensemble_test_accuracy", io::json_number(e.ensemble_test_accuracy)},
                         {"own_beta", per_head_json(e.own_beta, e.heads)}});
   }
+  nlohmann::ordered_json samples = nlohmann::ordered_json::array();
+  for (const auto& smp : r.samples)
+    samples.push_back({{"policy", smp.policy}, {"group", smp.group}, {"seed", smp.seed}, {"text", smp.text}});
   for (const auto& run : r.runs) {
     nlohmann::ordered_json log = nlohmann::ordered_json::array();
     for (const auto& s : run.log) log.push_back(to_json(s, run.summary.heads));
@@ -672,6 +707,11 @@ nlohmann::ordered_json to_json(const SweepResult& r) {
           {"table", summary_table(r)},
           {"summary", summary},
           {"ensemble", ensemble},
+          {"sample", {{"prompt", r.spec.sample.prompt},
+                      {"tokens", r.spec.sample.tokens},
+                      {"temperature", io::json_number(r.spec.sample.temperature)},
+                      {"seed", r.spec.sample.seed}}},
+          {"samples", samples},
           {"runs", runs}};
 }
 

@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "nn/sample.hpp"
 #include "nn/train.hpp"
 
 namespace sdpa::nn {
@@ -31,6 +32,11 @@ struct SweepSpec {
   /// Wall-clock limit in seconds for the training (0: none): the grid is cut to fit an
   /// estimate measured at the start, and the cuts are stated (SweepResult::cuts).
   double budget_s = 0;
+  /// Text task: one generated sample per policy, from the final state of the policy's first
+  /// run in grid order (first group, first seed), kept in the store as a checkpoint beside
+  /// the run. Fixed prompt, temperature and seed, so policies are compared on equal terms;
+  /// an empty prompt: no samples. validate() refuses a prompt outside the corpus's alphabet.
+  SampleConfig sample{"ROMEO:", 200, 0.8, 1};
 
   /// The sweep's grid (docs/training.md): sort at width 64, where every policy learns in a
   /// few hundred steps, 8 policies x d_k {8, 32} x seeds {1, 2, 3}; not `sdpa train`'s mqar
@@ -92,6 +98,14 @@ struct EnsembleRow {
   i64 heads = 0;
 };
 
+/// A policy's sample (SweepSpec::sample): which run's final model wrote it, and the text
+/// (the prompt and its continuation).
+struct SweepSample {
+  std::string policy, group;
+  std::uint64_t seed = 0;
+  std::string text;
+};
+
 struct SweepResult {
   SweepSpec spec;              // as run: after --budget's cuts
   int jobs = 0, threads = 0;   // as run (per process)
@@ -102,6 +116,7 @@ struct SweepResult {
   std::vector<SweepRun> runs;  // in grid order: width, d_head, init, lr, then policy, then seed
   std::vector<SweepCell> summary;
   std::vector<EnsembleRow> ensemble;
+  std::vector<SweepSample> samples;  // text task: one per policy whose sampled run did not diverge
   std::vector<std::string> cuts;  // what --budget removed, in words (empty: nothing)
   double estimate_s = NAN;        // --budget's estimate of the training time of what was kept
   double seconds = 0, train_seconds = 0;
@@ -138,6 +153,10 @@ struct SweepShare {
   /// receives all of them, in rank order, and the others an empty list.
   std::function<std::vector<std::string>(const std::vector<std::string>& mine)> gather;
 };
+
+/// How many runs the spec's grid holds (a d_head of 0 that equals a named head size at
+/// some width is one run there, not two).
+std::size_t grid_size(const SweepSpec& spec);
 
 /// Throws sdpa::Error naming the option when the spec cannot run (sweep() calls it first).
 void validate(const SweepSpec& spec);

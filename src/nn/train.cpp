@@ -309,6 +309,16 @@ TrainSummary train(const TrainConfig& c, const TrainHooks& hooks) {
   auto report = [&](const StepRecord& r) {
     if (hooks.on_log) hooks.on_log(r);
   };
+  // The record of a step that diverged: its loss, and a NaN gradient norm when the loss was
+  // finite (assigned, not designated: -Wmissing-field-initializers would name every field left out).
+  auto diverged_record = [](i64 step, double loss, double grad_norm) {
+    StepRecord r;
+    r.step = step;
+    r.diverged = true;
+    r.loss = loss;
+    r.grad_norm = grad_norm;
+    return r;
+  };
 
   // The held-out sets do not depend on --seed, so every run of a sweep is scored on the
   // same sequences; "test" is a second set for choosing on one and reporting on another.
@@ -349,7 +359,7 @@ TrainSummary train(const TrainConfig& c, const TrainHooks& hooks) {
                                        b.T, true, log ? &st : nullptr);
     if (!std::isfinite(res.loss)) {
       sum.diverged = true;
-      report(StepRecord{.step = t, .diverged = true, .loss = NAN});
+      report(diverged_record(t, NAN, 0.0));
       break;
     }
     model.zero_grad();
@@ -357,7 +367,7 @@ TrainSummary train(const TrainConfig& c, const TrainHooks& hooks) {
     const double gnorm = clip_grad_norm(model.grads.data(), model.layout.total, c.clip);
     if (!std::isfinite(gnorm)) {
       sum.diverged = true;
-      report(StepRecord{.step = t, .diverged = true, .loss = res.loss, .grad_norm = NAN});
+      report(diverged_record(t, res.loss, NAN));
       break;
     }
     const double lr = lr_at(c.lr, t, c.warmup, c.steps);
@@ -376,11 +386,13 @@ TrainSummary train(const TrainConfig& c, const TrainHooks& hooks) {
       sum.eval_bits_per_char = bits(e.loss);
       if (sum.steps_to_threshold < 0 && e.accuracy >= c.threshold) sum.steps_to_threshold = t;
       StepRecord r{.step = t,
+                   .diverged = false,
                    .loss = res.loss,
                    .accuracy = sum.accuracy,
                    .eval_loss = e.loss,
                    .eval_accuracy = e.accuracy,
                    .eval_bits_per_char = sum.eval_bits_per_char,
+                   .eval_long_accuracy = std::nullopt,  // lengthgen sets it below
                    .lr = lr,
                    .beta = st.beta,
                    .sigma_wq = st.sigma_wq,

@@ -402,6 +402,12 @@ PY
     /usr/bin/python3 -c "import sys; t=open('s1.txt', encoding='utf-8').read(); assert t.startswith('the é') and len(t) == 46, repr(t)" \
       || fail "sample: $(cat s1.txt)"
     "$sdpa" sample --resume ck.bin --prompt "fox" --tokens 10 --temperature 0 > /dev/null || fail "greedy sample"
+    # a text sweep's page shows one sample per policy; the default prompt "ROMEO:" is not in this corpus
+    sw="--task text --corpus fox.txt --d-model 16 --layers 1 --seq 16 --batch 4 --steps 6 --warmup 2 --eval-size 8 --d-head 8 --seeds 1 --policies inv_sqrt_dk qk_norm"
+    expect_error "--sample-prompt: the character 'R'" "$sdpa" sweep $sw --out tsw
+    [ ! -e tsw ] || fail "a refused text sweep left its directory"
+    "$sdpa" sweep $sw --sample-prompt "the " --out tsw > /dev/null 2>&1 || fail "text sweep"
+    [ "$(grep -o '<h3>[a-z_]*</h3><p>[^<]*</p><pre>the ' tsw/index.html | wc -l)" -eq 2 ] || fail "the page lacks a sample per policy"
     # bad corpora: a clear error naming --corpus, exit 1, nothing written (not even --save)
     : > empty.txt
     printf 'caf\xe9 au lait\n' > latin1.txt
@@ -473,6 +479,10 @@ PY
     SDPA_DATA_DIR="$PWD/$odd data" "$sdpa" sweep --d-model 16 --layers 1 --seq 8 --batch 4 --steps 4 --warmup 2 \
       --eval-size 8 --policies none --seeds 1 --d-head 8 --out "$odd" > odd.txt 2> /dev/null || fail "sweep into '$odd'"
     [ -s "$odd/index.html" ] && [ -s "$odd/sweep.json" ] || fail "sweep into '$odd' wrote: $(ls -A "$odd")"
+    # --d-head 0 at width 16 is the head size 16 named too: one run, and the first line says so
+    "$sdpa" sweep --d-model 16 --layers 1 --seq 8 --batch 4 --steps 2 --warmup 1 --eval-size 8 --policies none --seeds 1 \
+      --d-head 16 0 --no-store --out dh0 > /dev/null 2> dh0.err || fail "sweep --d-head 16 0"
+    head -1 dh0.err | grep -q '^sdpa sweep: 1 runs' || fail "first line: $(head -1 dh0.err)"
     expect_error "does not divide" "$sdpa" sweep --d-head 5 --out sw2
     [ ! -e sw2 ] || fail "a failed sweep left its directory" ;;
   *) fail "unknown case $case" ;;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "fd.hpp"
+#include "nn/gelu.hpp"
 #include "nn/linear.hpp"
 
 namespace nn = sdpa::nn;
@@ -107,4 +108,78 @@ TEST(LinearIsa, ForcingAnIsaThisCpuLacksThrows) {
     }
   }
   EXPECT_EQ(nn::gemm_f32(Isa::automatic), nn::gemm_f32(sdpa::active_isa()));
+}
+
+// ---- GELU's vector kernels (nn/gelu_kernel.inl) ---------------------------------------
+
+namespace {
+
+// x over [-10, 10] finely, and around where u = a(x + b x³) crosses Vec::tanh's switch
+// between its two formulas (|u| = 0.625, x ≈ ±0.75).
+std::vector<float> gelu_inputs() {
+  std::vector<float> x;
+  for (double t = -10; t <= 10; t += 0.00317) x.push_back(static_cast<float>(t));
+  for (double t = 0.70; t <= 0.80; t += 1e-5) x.push_back(static_cast<float>(t)), x.push_back(-static_cast<float>(t));
+  return x;
+}
+
+double gelu_tanh64(double x) { return std::tanh(nn::kGeluA * (x + nn::kGeluB * x * x * x)); }
+
+}  // namespace
+
+// Error bound, u = 2⁻²⁴. Vec::tanh errs by at most 8u relative (ctest kernel's
+// VectorMath.TanhRelativeErrorIncludingTinyArguments); its argument u = x(a + ab·x²) carries
+// five roundings (the constants a, ab, x², the FMA, the product), which move tanh by at
+// most max(u·sech² u)·γ5 ≈ 0.45·5u: tanh u comes out within E_t = 11u absolute (|tanh| ≤ 1).
+// Forward: ½x is exact and ½x(1 + t) one FMA, so |ŷ − y| ≤ ½|x|·E_t + u|y|.
+// Backward: d = ½(1 + t) + ½x(1 − t²)·du. 1 − t² (one FMA) errs by 2E_t + u, ½(1 + t) by
+// ½(E_t + 2u); the products ½x·(1 − t²)·du add three roundings, the last FMA one, the
+// product with dout one: |d̂x − dx| ≤ |dout|·(½(E_t + 2u) + ½|x|·du·(2E_t + 4u) + 2u|d|).
+TEST(GeluIsa, VectorKernelsWithinTheirErrorBound) {
+  const double u = std::ldexp(1.0, -24), Et = 11 * u;
+  int ran = 0;
+  for (Isa isa : kIsas) {
+    if (!sdpa::isa_supported(isa) || !nn::gelu_f32(isa).forward) continue;
+    ++ran;
+    const auto x = gelu_inputs();
+    const auto n = static_cast<i64>(x.size());
+    const auto dout = floats(x.size(), 9);
+    std::vector<float> y(x.size()), dx(x.size());
+    nn::gelu_f32(isa).forward(y.data(), x.data(), n);
+    nn::gelu_f32(isa).backward(dx.data(), dout.data(), x.data(), n);
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      const double xv = x[i], t = gelu_tanh64(xv), want = 0.5 * xv * (1 + t);
+      ASSERT_LE(std::abs(y[i] - want), 0.5 * std::abs(xv) * Et + u * std::abs(want))
+          << sdpa::isa_name(isa) << " forward at x = " << xv;
+      const double du = nn::kGeluA * (1 + 3 * nn::kGeluB * xv * xv);
+      const double d = 0.5 * (1 + t) + 0.5 * xv * (1 - t * t) * du, want_dx = dout[i] * d;
+      const double bound =
+          std::abs(dout[i]) * (0.5 * (Et + 2 * u) + 0.5 * std::abs(xv) * du * (2 * Et + 4 * u) + 2 * u * std::abs(d));
+      ASSERT_LE(std::abs(dx[i] - want_dx), bound) << sdpa::isa_name(isa) << " backward at x = " << xv;
+    }
+  }
+  if (!ran) GTEST_SKIP() << "no vector GELU kernel runs on this CPU";
+}
+
+// The layers split arrays between threads anywhere; an element's bits must not depend on
+// where it falls (in a whole vector, or in the padded last one).
+TEST(GeluIsa, SplitChangesNoBit) {
+  for (Isa isa : kIsas) {
+    if (!sdpa::isa_supported(isa) || !nn::gelu_f32(isa).forward) continue;
+    const nn::GeluF32 k = nn::gelu_f32(isa);
+    const i64 n = 101;
+    const auto x = floats(n, 10), dout = floats(n, 11);
+    std::vector<float> y(n), dx(n);
+    k.forward(y.data(), x.data(), n);
+    k.backward(dx.data(), dout.data(), x.data(), n);
+    for (i64 s = 1; s < n; ++s) {
+      std::vector<float> y2(n), dx2(n);
+      k.forward(y2.data(), x.data(), s);
+      k.forward(y2.data() + s, x.data() + s, n - s);
+      k.backward(dx2.data(), dout.data(), x.data(), s);
+      k.backward(dx2.data() + s, dout.data() + s, x.data() + s, n - s);
+      ASSERT_EQ(std::memcmp(y.data(), y2.data(), n * sizeof(float)), 0) << sdpa::isa_name(isa) << " split at " << s;
+      ASSERT_EQ(std::memcmp(dx.data(), dx2.data(), n * sizeof(float)), 0) << sdpa::isa_name(isa) << " split at " << s;
+    }
+  }
 }

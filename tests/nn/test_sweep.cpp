@@ -7,6 +7,7 @@
 #include <cmath>
 #include <condition_variable>
 #include <filesystem>
+#include <fstream>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -342,5 +343,54 @@ TEST(Sweep, InterruptedSweepResumesFromItsStore) {
   } catch (const sdpa::Error& e) {
     EXPECT_NE(std::string(e.what()).find("another configuration"), std::string::npos) << e.what();
   }
+  std::filesystem::remove_all(dir);
+}
+
+// The text task: one sample per policy, written by the final model of the policy's first
+// run, which the store keeps as a checkpoint; a resumed sweep (everything loaded) writes
+// the same samples, and a prompt outside the corpus's alphabet is refused before training.
+TEST(Sweep, TextSweepSamplesEachPolicyFromItsStoredCheckpoint) {
+  char tmpl[] = "/tmp/sdpa_sweep_text.XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  {
+    std::ofstream f(dir + "/corpus.txt", std::ios::binary);
+    for (int i = 0; i < 60; ++i) f << "ROMEO: the quick brown fox jumps over the lazy dog.\n";
+  }
+  nn::SweepSpec s = tiny_sweep();
+  s.base.task = "text";
+  s.base.corpus = dir + "/corpus.txt";
+  s.base.seq = 16;
+  s.policies = {"inv_sqrt_dk", "qk_norm"};
+  s.sample.tokens = 20;
+  s.store = dir + "/runs";
+  const nn::SweepResult r = nn::sweep(s);
+  ASSERT_EQ(r.samples.size(), 2u);
+  for (std::size_t k = 0; k < 2; ++k) {
+    const nn::SweepSample& smp = r.samples[k];
+    EXPECT_EQ(smp.policy, s.policies[k]);
+    EXPECT_EQ(smp.seed, 1u);
+    EXPECT_EQ(smp.text.rfind("ROMEO:", 0), 0u) << smp.text;
+    EXPECT_EQ(smp.text.size(), 6u + 20u) << smp.text;  // ASCII corpus: a character is a byte
+    const std::string ck = dir + "/runs/w16_dk8_xavier_lr0.003_" + smp.policy + "_s1.ckpt";
+    EXPECT_EQ(nn::sample(nn::load_checkpoint(ck), s.sample), smp.text) << "the sample comes from the stored state";
+  }
+  const nlohmann::ordered_json doc = nn::to_json(r);
+  EXPECT_EQ(doc["samples"].size(), 2u);
+  EXPECT_EQ(doc["sample"]["prompt"], "ROMEO:");
+  const nn::SweepResult resumed = nn::sweep(s);
+  EXPECT_TRUE(resumed.runs[0].from_store);
+  ASSERT_EQ(resumed.samples.size(), 2u);
+  EXPECT_EQ(resumed.samples[1].text, r.samples[1].text);
+
+  s.sample.prompt = "JULIET:";  // 'J', 'L', 'I' are not in this corpus
+  try {
+    nn::sweep(s);
+    ADD_FAILURE() << "a prompt outside the alphabet should be refused";
+  } catch (const sdpa::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--sample-prompt"), std::string::npos) << e.what();
+  }
+  s.sample.prompt.clear();
+  EXPECT_TRUE(nn::sweep(s).samples.empty());
   std::filesystem::remove_all(dir);
 }
