@@ -52,7 +52,8 @@ struct BlockPos {
 
 /// `whole`'s options for one block: the same, with Options::diagonal moved so that the
 /// causal mask and the window of the block are those of the whole sequence. Explicit
-/// masks (mask, keep) are refused: slice them to the block yourself. Throws sdpa::Error
+/// masks (mask, keep) are refused: slice them to the block yourself; so is dropout (its
+/// mask would follow the block's own positions, not the sequence's). Throws sdpa::Error
 /// for a block outside the sequence.
 Options block_options(const Options& whole, const BlockPos& pos);
 

@@ -35,6 +35,8 @@ Options block_options(const Options& whole, const BlockPos& pos) {
   check_pos(pos);
   if (!whole.mask.empty() || !whole.keep.empty())
     throw Error("block_options: explicit masks (mask, keep) are not sliced to blocks; slice them to the block");
+  if (whole.dropout.p != 0.0)  // its positions would be the block's, so the mask would not be the sequence's
+    throw Error("block_options: dropout is not supported on blocks (its mask follows the block's own positions)");
   Options o = whole;
   // Global query q0 + i sees global key k0 + j iff k0 + j <= q0 + i + D (causal), i.e. the
   // block's own diagonal offset is q0 − k0 + D; the window follows the same diagonal.
