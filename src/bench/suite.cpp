@@ -101,6 +101,10 @@ void run_blas(Row& r, Buffers& x, const TimerRule& rule) {
     r.blas_note = "skipped: the BLAS baseline has no bottom-right causal mask";
     return;
   }
+  if (r.c.dropout > 0) {
+    r.blas_note = "skipped: the BLAS baseline has no dropout";
+    return;
+  }
   const BlasShape b{
       s.B, s.Hq, s.Hkv, s.Nq, s.Nk, s.Dk, s.Dv, r.c.causal == Causal::top_left, 1.0 / std::sqrt(double(s.Dk))};
   std::vector<float> out(x.out.size()), lse(x.lse.size());

@@ -259,7 +259,7 @@ PY
     cat > "$fake/torch/nn/functional.py" <<'PY'
 import time
 import torch
-def scaled_dot_product_attention(q, k, v, is_causal=False, enable_gqa=False):
+def scaled_dot_product_attention(q, k, v, is_causal=False, enable_gqa=False, dropout_p=0.0):
     time.sleep(0.001)
     return torch.Tensor()
 PY
