@@ -99,7 +99,7 @@ constexpr DropoutKeep4<Ops> dropout_keep4(const DropoutStream& s, typename Ops::
 /// dropped with probability p and the kept ones scaled by 1/(1 - p); lse stays that of the
 /// undropped scores. The mask is a function of (seed, offset) and the position alone:
 ///   key     = (seed low 32 bits, seed high 32 bits + offset high 32 bits)
-///   counter = (j / 4, i, b·Hq + h, offset low 32 bits),  word j % 4 of the block
+///   counter = (j / 4, i, (batch0 + b)·Hq + h, offset low 32 bits),  word j % 4 of the block
 ///   keep iff word >= threshold,  threshold = round(p · 2^32)
 /// so one block decides four neighbouring keys, and a caller that advances the offset per
 /// call (as PyTorch's generator does) gets a fresh mask each time.
@@ -107,6 +107,9 @@ struct Dropout {
   double p = 0.0;  // drop probability in [0, 1); 0 = no dropout
   std::uint64_t seed = 0;
   std::uint64_t offset = 0;
+  // The batch index of the call's first batch: a call holding batches [batch0, batch0 + B) of
+  // a larger one draws their masks (forward_varlen runs sequence s with batch0 = s).
+  std::int64_t batch0 = 0;
 
   /// Words below this are dropped: p·2^32 rounded (p < 1 so it fits).
   constexpr std::uint32_t threshold() const {
@@ -119,10 +122,10 @@ struct Dropout {
             static_cast<std::uint32_t>(seed >> 32) + static_cast<std::uint32_t>(offset >> 32),
             static_cast<std::uint32_t>(offset), threshold()};
   }
-  /// Whether p_ij of batch b, query head h (of Hq) survives.
+  /// Whether p_ij of batch b (of this call), query head h (of Hq) survives.
   constexpr bool keep(std::int64_t b, std::int64_t h, std::int64_t Hq, std::int64_t i, std::int64_t j) const {
     return dropout_keep4<PhiloxScalar>(stream(), static_cast<std::uint32_t>(j >> 2), static_cast<std::uint32_t>(i),
-                                       static_cast<std::uint32_t>(b * Hq + h))
+                                       static_cast<std::uint32_t>((batch0 + b) * Hq + h))
         .keep[j & 3];
   }
   /// 1/(1 - p): the scale of a kept probability.

@@ -372,7 +372,7 @@ def _backward_varlen(kind: str, q, k, v, cu_q, cu_k, out, lse, dout, opts: dict)
 
 
 def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=None, scale=None, window=None, softcap=None,
-                     return_lse=False, threads=None):
+                     return_lse=False, threads=None, dropout_p=0.0, dropout_seed=None, dropout_offset=0):
     """Attention over a packed batch of sequences of different lengths (FlashAttention's varlen).
 
     q: [Tq, Hq, Dk], k: [Tk, Hkv, Dk], v: [Tk, Hkv, Dv] hold the sequences back to back; sequence s
@@ -380,7 +380,9 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=None, scale=
     The offsets (int32 or int64, batch + 1 of them) start at 0, never decrease and end at Tq (Tk).
     Each sequence attends only within itself, with causal, window, scale and softcap as in
     sdpa.attention applied per sequence; nothing is padded. NumPy arrays or PyTorch CPU tensors,
-    float32; with tensors that require grad the result is differentiable in q, k and v.
+    float32; with tensors that require grad the result is differentiable in q, k and v. dropout_p,
+    dropout_seed, dropout_offset as in sdpa.attention; sequence s draws the mask batch s would draw
+    padded into one [batch, H, L, D] call.
 
     Returns out [Tq, Hq, Dv] (and lse [Hq, Tq] with return_lse). A sequence with no keys gets
     out = 0 and lse = -inf. Raises TypeError / ValueError (sdpa.Error) naming the argument.
@@ -395,7 +397,8 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=None, scale=
         raise TypeError(f"cu_seqlens_k: dtype {cu_seqlens_k.dtype} differs from cu_seqlens_q's "
                         f"{cu_seqlens_q.dtype}; give both int32 or both int64")
     opts = _options(scale=scale, causal=causal, window=window, softcap=softcap, mask=None, threads=threads,
-                    kernel="fast")
+                    kernel="fast", dropout_p=dropout_p, dropout_seed=_dropout_seed(kind, dropout_p, dropout_seed),
+                    dropout_offset=dropout_offset)
     if _needs_grad(kind, q, k, v):
         from ._varlen_torch import VarlenFunction  # torch is importable: q is a tensor
         out, lse = VarlenFunction.apply(q, k, v, cu_seqlens_q, cu_seqlens_k, opts)

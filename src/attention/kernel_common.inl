@@ -122,7 +122,8 @@ inline void dropout_tile(const Problem& p, float* M, i64 rs, i64 cs, i64 lanes, 
   for (i64 r0 = 0; r0 < lanes; r0 += W) {
     for (int x = 0; x < W; ++x) {
       const LaneRow lane = lane_at(imin(r0 + x, lanes - 1));  // lanes past the last repeat it
-      row[x] = static_cast<std::uint32_t>(lane.i), batch_head[x] = static_cast<std::uint32_t>(b * p.Hq + lane.h);
+      row[x] = static_cast<std::uint32_t>(lane.i);
+      batch_head[x] = static_cast<std::uint32_t>((p.dropout.batch0 + b) * p.Hq + lane.h);
     }
     const typename Words::Word rows = Words::load(row), heads = Words::load(batch_head);
     for (i64 c = 0; c < cols; c += 4) {

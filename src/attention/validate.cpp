@@ -166,6 +166,7 @@ void check_options(const Options& opt, Problem& p) {
   check_mask("keep", p.keep, p);
   if (!(opt.dropout.p >= 0.0 && opt.dropout.p < 1.0))
     fail("dropout: p must be in [0, 1), got " + std::to_string(opt.dropout.p));
+  if (opt.dropout.batch0 < 0) fail("dropout: batch0 must be >= 0, got " + std::to_string(opt.dropout.batch0));
   p.dropout = opt.dropout;
   p.has_dropout = opt.dropout.p > 0.0;
   p.dropout_stream = opt.dropout.stream();
