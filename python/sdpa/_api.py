@@ -347,14 +347,6 @@ def _check_offsets(name: str, x, kind: str) -> None:
         raise TypeError(f"{name}: offsets cannot require grad")
 
 
-def _needs_grad(kind: str, *xs) -> bool:
-    # Whether autograd must record the call: torch tensors, grad mode on, one of them requiring grad.
-    if kind != "torch":
-        return False
-    t = _torch_module()
-    return t.is_grad_enabled() and any(x.requires_grad for x in xs)
-
-
 def _forward_varlen(kind: str, q, k, v, cu_q, cu_k, opts: dict):
     """out [Tq, Hq, Dv] and lse [Hq, Tq], freshly allocated, written by the kernel."""
     Tq, Hq, _ = q.shape
@@ -399,9 +391,9 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=None, scale=
     opts = _options(scale=scale, causal=causal, window=window, softcap=softcap, mask=None, threads=threads,
                     kernel="fast", dropout_p=dropout_p, dropout_seed=_dropout_seed(kind, dropout_p, dropout_seed),
                     dropout_offset=dropout_offset)
-    if _needs_grad(kind, q, k, v):
-        from ._varlen_torch import VarlenFunction  # torch is importable: q is a tensor
-        out, lse = VarlenFunction.apply(q, k, v, cu_seqlens_q, cu_seqlens_k, opts)
+    if kind == "torch":  # through the custom op sdpa::forward_varlen: autograd, torch.compile, torch.export
+        from ._varlen_torch import forward  # torch is importable: q is a tensor
+        out, lse = forward(q, k, v, cu_seqlens_q, cu_seqlens_k, opts)
     else:
         out, lse = _forward_varlen(kind, q, k, v, cu_seqlens_q, cu_seqlens_k, opts)
     return (out, lse) if return_lse else out

@@ -145,3 +145,22 @@ def test_dropout_packed_is_the_padded_batch():
 def padded_back(x, c):
     """(batch, H, L, D) -> packed rows (T, H, D)."""
     return np.concatenate([x[s, :, :c[s + 1] - c[s]].transpose(1, 0, 2) for s in range(len(c) - 1)])
+
+
+@pytest.mark.parametrize("dropout_p", [0.0, 0.3])
+def test_custom_ops_opcheck(dropout_p):
+    """sdpa::forward_varlen / sdpa::backward_varlen are well-formed custom ops: schema, fake (meta)
+    implementations, autograd registration, AOT dispatch (torch.library.opcheck); the drop-in calls them."""
+    torch = pytest.importorskip("torch")
+    q, k, v, dout, cq, ck = packed(6, np.int64)
+    tq, tk, tv = (torch.tensor(x, requires_grad=True) for x in (q, k, v))
+    tcq, tck = torch.tensor(cq), torch.tensor(ck)
+    out = sdpa.attention_varlen(tq, tk, tv, tcq, tck, causal="bottom-right", dropout_p=dropout_p, dropout_seed=9)
+    assert out.grad_fn is not None  # differentiable through the op's autograd registration
+    opts = (None, None, "bottom-right", -1, -1, 0, "fast", dropout_p, 9, 0)
+    torch.library.opcheck(torch.ops.sdpa.forward_varlen.default, (tq, tk, tv, tcq, tck) + opts)
+    with torch.no_grad():
+        o, lse = torch.ops.sdpa.forward_varlen(tq, tk, tv, tcq, tck, *opts)
+    assert torch.equal(o, out.detach())
+    torch.library.opcheck(torch.ops.sdpa.backward_varlen.default,
+                          (tq.detach(), tk.detach(), tv.detach(), tcq, tck, o, lse, torch.tensor(dout)) + opts)
