@@ -5,13 +5,13 @@ src/bench/torch.hpp, which states the request and the reply). Reads one JSON req
 stdin and prints one JSON reply on stdout:
 
   request: {"threads": T, "rule": {"warmup_runs", "min_runs", "min_seconds", "max_runs"},
-            "rows": [{"B", "Hq", "Hkv", "Nq", "Nk", "Dk", "Dv", "causal", "backward"}, ...]}
+            "rows": [{"B", "Hq", "Hkv", "Nq", "Nk", "Dk", "Dv", "causal", "backward", "dropout_p"}, ...]}
   reply:   {"torch": version, "rows": [{"median_seconds": s, "runs": n}, ...]}
            or {"error": "..."} when torch cannot be imported
 
 Each row is timed by the rule sdpa is timed by (src/bench/timer.hpp; docs/performance.md,
 "Method"): `time_by_rule` below is that loop, nothing else. Inputs are float32 standard
-normal; `causal` is torch's is_causal (top-left); a backward row times
+normal; `causal` is torch's is_causal (top-left), `dropout_p` its dropout_p (absent: 0); a backward row times
 torch.autograd.grad of a fresh forward, the forward outside the timer.
 """
 import json
@@ -66,7 +66,8 @@ def main():
         gqa = r["Hq"] != r["Hkv"]
 
         def attention(q, k, v):
-            return F.scaled_dot_product_attention(q, k, v, is_causal=r["causal"], enable_gqa=gqa)
+            return F.scaled_dot_product_attention(q, k, v, is_causal=r["causal"], enable_gqa=gqa,
+                                                  dropout_p=r.get("dropout_p", 0.0))
 
         if not r["backward"]:
             def forward():

@@ -17,6 +17,8 @@ struct Args {
   std::optional<double> scale, softcap;
   std::string causal = "none", window, kernel = "fast", isa = "auto";
   int threads = 0;
+  double dropout = 0.0;
+  std::uint64_t seed = 0, offset = 0;
   std::string grad_out, dq, dk, dv;
   bool ring = false;  // under mpirun: ring attention over the ranks (cmd_ring.cpp)
   std::string layout = "zigzag";
@@ -94,6 +96,8 @@ Options options_of(const Args& a) {
   if (!a.window.empty()) opt.window = parse_window(a.window);
   opt.threads = a.threads;
   opt.isa = parse_isa(a.isa.c_str(), "--isa");
+  if (!(a.dropout >= 0.0 && a.dropout < 1.0)) throw Error("--dropout: must be in [0, 1), got " + std::to_string(a.dropout));
+  opt.dropout = {a.dropout, a.seed, a.offset};
   if (a.kernel == "reference")
     opt.kernel = Kernel::reference;
   else if (a.kernel != "fast")
@@ -106,6 +110,7 @@ int run(const Args& a) {
   if (want_backward && (a.grad_out.empty() || a.dq.empty() || a.dk.empty() || a.dv.empty()))
     throw Error("--grad-out, --dq, --dk and --dv go together: give all four for the backward pass");
   if (a.ring) {
+    if (a.dropout != 0.0) throw Error("--dropout: not supported with --ring (a block's positions are its own)");
     if (!a.cu_seqlens_q.empty() || !a.cu_seqlens_k.empty())
       throw Error("--cu-seqlens-q/--cu-seqlens-k: not supported with --ring (packed sequences run on one process)");
     return run_ring_attention({a.q, a.k, a.v, a.out, a.lse, a.grad_out, a.dq, a.dk, a.dv, a.mask, a.layout},
@@ -179,6 +184,12 @@ Command add_attention(CLI::App& parent) {
   c->add_option("--threads", a->threads, "Threads (0 = all)")->capture_default_str();
   c->add_option("--kernel", a->kernel, "fast | reference")->capture_default_str();
   c->add_option("--isa", a->isa, "auto | scalar | avx2 | avx512 (fast kernel)")->capture_default_str();
+  c->add_option("--dropout", a->dropout,
+                "Attention dropout p in [0, 1): each probability dropped with probability p, the kept scaled by "
+                "1/(1-p); the mask is a function of --seed, --offset and the position, so the backward regenerates it")
+      ->capture_default_str();
+  c->add_option("--seed", a->seed, "Dropout: the generator's seed (Philox key)")->capture_default_str();
+  c->add_option("--offset", a->offset, "Dropout: the generator's offset (a fresh mask per value)")->capture_default_str();
   c->add_option("--grad-out", a->grad_out, "Backward: gradient of the loss w.r.t. out");
   c->add_option("--dq", a->dq, "Backward: write dq here");
   c->add_option("--dk", a->dk, "Backward: write dk here");

@@ -25,6 +25,7 @@ struct Args {
   bench::TimerRule rule;
   bool causal = false, backward = false, no_torch = false, no_blas = false;
   int threads = 0;
+  double dropout = 0.0;
   std::string suite, format = "table", isa = "auto";
   bool ring = false;  // under mpirun (cmd_ring.cpp)
   std::string layout = "zigzag";
@@ -64,7 +65,10 @@ nlohmann::ordered_json json_row(const bench::SuiteResult& res, const bench::Row&
           {"speedup_vs_blas", or_null(r.speedup_vs_blas())},
           {"torch_seconds_median", or_null(r.torch.median_seconds)},
           {"torch_runs", r.torch.runs > 0 ? nlohmann::ordered_json(r.torch.runs) : nlohmann::ordered_json(nullptr)},
-          {"speedup_vs_torch", or_null(r.speedup_vs_torch())}};
+          {"speedup_vs_torch", or_null(r.speedup_vs_torch())},
+          {"dropout_p", r.c.dropout},
+          {"undropped_seconds_median", or_null(r.undropped.median_seconds)},
+          {"dropout_cost", or_null(r.dropout_cost())}};
 }
 
 void print_json(const bench::SuiteResult& res) {
@@ -119,6 +123,12 @@ void print_table(const Args& a, const bench::SuiteResult& res) {
       "Decoding rows: the K and V bytes read once per call over the time, against a plain read of the same bytes\n"
       "timed alternately with the kernel ('% read', medians of both) and against the best 1 GiB read above ('% "
       "bw').\n");
+  for (const auto& r : res.rows)
+    if (r.dropout_cost() > 0)
+      fmt::print("\ndropout {} {} ({} threads): {:.3f} ms against {:.3f} ms at p=0: x{:.2f} the time; medians of {} and {} "
+                 "alternating runs\n",
+                 bench::pass_name(r.c), bench::label(r.c.shape), r.c.threads, 1e3 * r.sdpa.median_seconds,
+                 1e3 * r.undropped.median_seconds, r.dropout_cost(), r.sdpa.runs, r.undropped.runs);
   for (const auto& v : res.varlen) {
     std::string lengths;
     for (auto L : v.lengths) lengths += (lengths.empty() ? "" : ",") + std::to_string(L);
@@ -144,6 +154,7 @@ int run(const Args& a) {
     throw Error("--format: expected table or json, got '" + a.format + "'");
   a.rule.validate();
   if (a.threads < 0) throw Error("--threads: must be >= 0, got " + std::to_string(a.threads));
+  if (!(a.dropout >= 0.0 && a.dropout < 1.0)) throw Error("--dropout: must be in [0, 1), got " + std::to_string(a.dropout));
   bench::SuiteOptions o;
   o.rule = a.rule;
   o.isa = parse_isa(a.isa.c_str(), "--isa");
@@ -167,7 +178,8 @@ int run(const Args& a) {
     o.cases.push_back({{z.B, z.Hq, z.Hkv, z.Nq, z.Nk, z.Dk, z.Dv},
                        a.causal ? Causal::top_left : Causal::none,
                        a.backward ? bench::Pass::backward : bench::Pass::forward,
-                       threads});
+                       threads,
+                       a.dropout});
   }
   const bool tty = stderr_is_terminal();
   if (tty) o.progress = [](const std::string& m) { fmt::print(stderr, "\r\033[Ksdpa bench: {}", m); };
@@ -192,6 +204,9 @@ Command add_bench(CLI::App& parent) {
   a->shape.add_to(*c);
   c->add_flag("--causal", a->causal, "Top-left causal mask (PyTorch's is_causal)");
   c->add_flag("--backward", a->backward, "Time the backward pass instead of the forward");
+  c->add_option("--dropout", a->dropout,
+                "Attention dropout p in [0, 1): timed alternating with p = 0, PyTorch with the same dropout_p")
+      ->capture_default_str();
   c->add_option("--threads", a->threads, "Threads (0 = all)")->capture_default_str();
   add_timer_options(*c, a->rule);
   c->add_option("--suite", a->suite, "Run a standard table instead of one shape: default");

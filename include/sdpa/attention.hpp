@@ -62,7 +62,7 @@ struct Options {
   int threads = 0;                   // 0: all available (OpenMP's default)
   Kernel kernel = Kernel::fast;
   Isa isa = Isa::automatic;
-  Dropout dropout{};  // p > 0: Kernel::reference only so far (the fast kernel refuses it)
+  Dropout dropout{};  // p > 0: attention dropout (sdpa/philox.hpp; docs/contract.md, "Dropout")
 };
 
 /// Forward pass. Writes out, and lse when lse is non-empty.

@@ -8,6 +8,15 @@
 // any thread, in any tile order — so the mask is never stored and the bits never depend on
 // the thread count. Checked against Random123's published known-answer vectors
 // (tests/kernel/test_dropout.cpp).
+//
+// The rounds and the dropout decision are written once, as templates over a word type
+// (`Ops`): the reference kernel and the public `Dropout::keep` instantiate them on one
+// 32-bit word (PhiloxScalar), the fast kernel on each ISA's vector of 32-bit lanes, one
+// block per lane (src/attention/simd_*.hpp, `Words`) — so both decide every position by the
+// same code. An `Ops` gives: Word, Mask, set1(uint32) -> Word, bxor(Word, Word),
+// mulhilo(uint32 m, Word x, Word& hi, Word& lo) (the 64-bit products m·x split), and
+// at_least(Word, uint32 t) -> Mask (word >= t, unsigned). The templates call nothing else, so
+// a kernel compiled for one ISA instantiates its own copy and shares no inline code.
 #pragma once
 
 #include <array>
@@ -18,24 +27,79 @@ namespace sdpa {
 using Philox4x32Counter = std::array<std::uint32_t, 4>;
 using Philox4x32Key = std::array<std::uint32_t, 2>;
 
-/// One Philox4x32-10 block: 128 random bits for a counter and a key.
-constexpr Philox4x32Counter philox4x32_10(Philox4x32Counter ctr, Philox4x32Key key) {
-  constexpr std::uint64_t kMul0 = 0xD2511F53u, kMul1 = 0xCD9E8D57u;  // the multipliers of the paper
+/// Four words of a Philox block, of any word type.
+template <class Ops>
+struct PhiloxWords {
+  typename Ops::Word w[4];
+};
+
+/// The ten rounds on a counter of any word type, the key (k0, k1) the same for every lane.
+template <class Ops>
+constexpr PhiloxWords<Ops> philox4x32_10_rounds(PhiloxWords<Ops> ctr, std::uint32_t k0, std::uint32_t k1) {
+  constexpr std::uint32_t kMul0 = 0xD2511F53u, kMul1 = 0xCD9E8D57u;  // the multipliers of the paper
   constexpr std::uint32_t kWeyl0 = 0x9E3779B9u, kWeyl1 = 0xBB67AE85u;  // golden ratio, sqrt(3) - 1
   for (int round = 0; round < 10; ++round) {
-    if (round > 0) key = {key[0] + kWeyl0, key[1] + kWeyl1};
-    const std::uint64_t p0 = kMul0 * ctr[0], p1 = kMul1 * ctr[2];
-    ctr = {static_cast<std::uint32_t>(p1 >> 32) ^ ctr[1] ^ key[0], static_cast<std::uint32_t>(p1),
-           static_cast<std::uint32_t>(p0 >> 32) ^ ctr[3] ^ key[1], static_cast<std::uint32_t>(p0)};
+    if (round > 0) k0 += kWeyl0, k1 += kWeyl1;
+    typename Ops::Word hi0{}, lo0{}, hi1{}, lo1{};
+    Ops::mulhilo(kMul0, ctr.w[0], hi0, lo0);
+    Ops::mulhilo(kMul1, ctr.w[2], hi1, lo1);
+    ctr = {{Ops::bxor(Ops::bxor(hi1, ctr.w[1]), Ops::set1(k0)), lo1,
+            Ops::bxor(Ops::bxor(hi0, ctr.w[3]), Ops::set1(k1)), lo0}};
   }
   return ctr;
+}
+
+/// The word type of one block: plain 32-bit arithmetic.
+struct PhiloxScalar {
+  using Word = std::uint32_t;
+  using Mask = bool;
+  static constexpr Word set1(std::uint32_t x) { return x; }
+  static constexpr Word bxor(Word a, Word b) { return a ^ b; }
+  static constexpr void mulhilo(std::uint32_t m, Word x, Word& hi, Word& lo) {
+    const std::uint64_t prod = std::uint64_t{m} * x;
+    hi = static_cast<Word>(prod >> 32), lo = static_cast<Word>(prod);
+  }
+  static constexpr Mask at_least(Word x, std::uint32_t t) { return x >= t; }
+};
+
+/// One Philox4x32-10 block: 128 random bits for a counter and a key.
+constexpr Philox4x32Counter philox4x32_10(Philox4x32Counter ctr, Philox4x32Key key) {
+  const PhiloxWords<PhiloxScalar> out = philox4x32_10_rounds<PhiloxScalar>({{ctr[0], ctr[1], ctr[2], ctr[3]}}, key[0], key[1]);
+  return {out.w[0], out.w[1], out.w[2], out.w[3]};
+}
+
+/// What a dropout mask depends on besides the position, in the form Philox takes it
+/// (Dropout::stream): the key, the counter's last word and the threshold.
+struct DropoutStream {
+  std::uint32_t key0 = 0, key1 = 0;  // seed low 32 bits; seed high 32 bits + offset high 32 bits
+  std::uint32_t counter3 = 0;        // offset low 32 bits
+  std::uint32_t threshold = 0;       // words below it are dropped: round(p·2^32)
+};
+
+/// Four keep decisions (a plain array, not std::array: its operator[] would be an inline
+/// function shared by the ISA objects).
+template <class Ops>
+struct DropoutKeep4 {
+  typename Ops::Mask keep[4];
+};
+
+/// The keep decisions of keys 4·key_quad + w (w = 0..3) of query row `row` of batch-head
+/// `batch_head` = b·Hq + h: one Philox block, counter (key_quad, row, batch_head, offset low),
+/// word w kept iff it is at least the threshold. The one definition of the mask.
+template <class Ops>
+constexpr DropoutKeep4<Ops> dropout_keep4(const DropoutStream& s, typename Ops::Word key_quad, typename Ops::Word row,
+                                          typename Ops::Word batch_head) {
+  const PhiloxWords<Ops> bits =
+      philox4x32_10_rounds<Ops>({{key_quad, row, batch_head, Ops::set1(s.counter3)}}, s.key0, s.key1);
+  return {{Ops::at_least(bits.w[0], s.threshold), Ops::at_least(bits.w[1], s.threshold),
+           Ops::at_least(bits.w[2], s.threshold), Ops::at_least(bits.w[3], s.threshold)}};
 }
 
 /// Attention dropout, as PyTorch's dropout_p and FlashAttention's: each probability p_ij is
 /// dropped with probability p and the kept ones scaled by 1/(1 - p); lse stays that of the
 /// undropped scores. The mask is a function of (seed, offset) and the position alone:
 ///   key     = (seed low 32 bits, seed high 32 bits + offset high 32 bits)
-///   counter = (j / 4, i, b·Hq + h, offset low 32 bits),  word j % 4 of the block
+///   counter = (j / 4, i, (batch0 + b)·Hq + h, offset low 32 bits),  word j % 4 of the block
 ///   keep iff word >= threshold,  threshold = round(p · 2^32)
 /// so one block decides four neighbouring keys, and a caller that advances the offset per
 /// call (as PyTorch's generator does) gets a fresh mask each time.
@@ -43,20 +107,26 @@ struct Dropout {
   double p = 0.0;  // drop probability in [0, 1); 0 = no dropout
   std::uint64_t seed = 0;
   std::uint64_t offset = 0;
+  // The batch index of the call's first batch: a call holding batches [batch0, batch0 + B) of
+  // a larger one draws their masks (forward_varlen runs sequence s with batch0 = s).
+  std::int64_t batch0 = 0;
 
   /// Words below this are dropped: p·2^32 rounded (p < 1 so it fits).
   constexpr std::uint32_t threshold() const {
     const double t = p * 4294967296.0 + 0.5;
     return t >= 4294967295.0 ? 0xFFFFFFFFu : static_cast<std::uint32_t>(t);
   }
-  /// Whether p_ij of batch b, query head h (of Hq) survives.
+  /// The key, counter word and threshold of this call's mask.
+  constexpr DropoutStream stream() const {
+    return {static_cast<std::uint32_t>(seed),
+            static_cast<std::uint32_t>(seed >> 32) + static_cast<std::uint32_t>(offset >> 32),
+            static_cast<std::uint32_t>(offset), threshold()};
+  }
+  /// Whether p_ij of batch b (of this call), query head h (of Hq) survives.
   constexpr bool keep(std::int64_t b, std::int64_t h, std::int64_t Hq, std::int64_t i, std::int64_t j) const {
-    const auto bh = static_cast<std::uint32_t>(b * Hq + h);
-    const Philox4x32Counter ctr{static_cast<std::uint32_t>(j >> 2), static_cast<std::uint32_t>(i), bh,
-                                static_cast<std::uint32_t>(offset)};
-    const Philox4x32Key key{static_cast<std::uint32_t>(seed),
-                            static_cast<std::uint32_t>(seed >> 32) + static_cast<std::uint32_t>(offset >> 32)};
-    return philox4x32_10(ctr, key)[static_cast<std::size_t>(j & 3)] >= threshold();
+    return dropout_keep4<PhiloxScalar>(stream(), static_cast<std::uint32_t>(j >> 2), static_cast<std::uint32_t>(i),
+                                       static_cast<std::uint32_t>((batch0 + b) * Hq + h))
+        .keep[j & 3];
   }
   /// 1/(1 - p): the scale of a kept probability.
   constexpr double keep_scale() const { return 1.0 / (1.0 - p); }

@@ -153,8 +153,19 @@ def _mask_arrays(mask):
                     f"or float32 (added to the scores; -inf masks)")
 
 
-def _options(*, scale, causal, window, softcap, mask, threads, kernel) -> dict:
+_SEED_LIMIT = 2 ** 64  # Philox's key: seeds and offsets are unsigned 64-bit
+
+
+def _options(*, scale, causal, window, softcap, mask, threads, kernel, dropout_p=0.0, dropout_seed=0,
+             dropout_offset=0) -> dict:
     """The keyword arguments of _ext.forward/_ext.backward, each checked under its own name."""
+    if isinstance(dropout_p, bool) or not isinstance(dropout_p, numbers.Real):
+        raise TypeError(f"dropout_p: expected a real number in [0, 1), got {type(dropout_p).__name__}")
+    if not 0.0 <= dropout_p < 1.0:
+        raise ValueError(f"dropout_p: must be in [0, 1), got {dropout_p}")
+    for name, val in (("dropout_seed", dropout_seed), ("dropout_offset", dropout_offset)):
+        if isinstance(val, bool) or not isinstance(val, numbers.Integral) or not 0 <= val < _SEED_LIMIT:
+            raise TypeError(f"{name}: expected an int in [0, 2**64), got {val!r}")
     if scale is not None and (isinstance(scale, bool) or not isinstance(scale, numbers.Real)):
         raise TypeError(f"scale: expected a real number or None (for 1/sqrt(Dk)), got {type(scale).__name__}")
     if softcap is not None and (isinstance(softcap, bool) or not isinstance(softcap, numbers.Real)):
@@ -189,7 +200,23 @@ def _options(*, scale, causal, window, softcap, mask, threads, kernel) -> dict:
         "keep": keep,
         "threads": int(threads),
         "kernel": kernel,
+        "dropout_p": float(dropout_p),
+        "dropout_seed": int(dropout_seed),
+        "dropout_offset": int(dropout_offset),
     }
+
+
+def _dropout_seed(kind: str, dropout_p, dropout_seed):
+    """The seed dropout uses: the caller's; else, for torch tensors, one drawn from torch's default CPU
+    generator (so torch.manual_seed makes a run repeatable, and each call draws a fresh mask); 0 when
+    there is no dropout. NumPy arrays with dropout_p > 0 need an explicit seed."""
+    if dropout_seed is not None or not dropout_p:
+        return 0 if dropout_seed is None else dropout_seed
+    if kind != "torch":
+        raise ValueError("dropout_seed: required with dropout_p > 0 for NumPy arrays (an int; with the same seed "
+                         "and dropout_offset the backward regenerates the same mask)")
+    t = _torch_module()
+    return int(t.randint(0, 2 ** 63 - 1, (), dtype=t.int64))  # the custom ops' int is int64
 
 
 def _forward4(kind: str, q, k, v, opts: dict):
@@ -208,10 +235,12 @@ def _backward4(kind: str, q, k, v, out, lse, dout, opts: dict):
     return dq, dk, dv
 
 
-def _attention(q, k, v, *, scale, causal, window, softcap, mask, return_lse, threads, kernel):
+def _attention(q, k, v, *, scale, causal, window, softcap, mask, return_lse, threads, kernel, dropout_p=0.0,
+               dropout_seed=None, dropout_offset=0):
     kind = _check_tensors({"q": q, "k": k, "v": v}, "q")
     opts = _options(scale=scale, causal=causal, window=window, softcap=softcap, mask=mask, threads=threads,
-                    kernel=kernel)
+                    kernel=kernel, dropout_p=dropout_p, dropout_seed=_dropout_seed(kind, dropout_p, dropout_seed),
+                    dropout_offset=dropout_offset)
     q4, k4, v4 = _to4(q), _to4(k), _to4(v)
     if kind == "torch":  # through the custom op sdpa::forward: autograd, torch.compile, torch.export
         from .torch import _forward  # torch is importable: q is a tensor
@@ -225,7 +254,7 @@ def _attention(q, k, v, *, scale, causal, window, softcap, mask, return_lse, thr
 
 
 def attention(q, k, v, *, scale=None, causal=None, window=None, softcap=None, mask=None, return_lse=False,
-              threads=None):
+              threads=None, dropout_p=0.0, dropout_seed=None, dropout_offset=0):
     """Exact scaled dot-product attention, ``softmax(scale * q @ k^T + mask) @ v``, by the fast kernel.
 
     q: [B, Hq, Nq, Dk], k: [B, Hkv, Nk, Dk], v: [B, Hkv, Nk, Dv] — NumPy arrays or PyTorch CPU
@@ -244,6 +273,12 @@ def attention(q, k, v, *, scale=None, causal=None, window=None, softcap=None, ma
     return_lse: also return the log-sum-exp of each query's scores, shaped like out without its
              last dimension (-inf for a query that sees no key; such a query's output is 0).
     threads: None or 0 for all available; the result is the same for any count.
+    dropout_p: attention dropout (PyTorch's dropout_p): each probability dropped with probability
+             dropout_p, the kept ones scaled by 1/(1 - dropout_p); lse stays the undropped one.
+             The mask is a function of (dropout_seed, dropout_offset) and the position (Philox;
+             docs/contract.md, "Dropout"), so the backward regenerates it. dropout_seed None:
+             drawn from torch's default generator for tensors (torch.manual_seed repeats a run),
+             required for NumPy arrays.
 
     Returns out [B, Hq, Nq, Dv] (and lse [B, Hq, Nq]) in the caller's array type. With PyTorch
     tensors that require grad, the result is differentiable (the library's backward runs).
@@ -252,24 +287,27 @@ def attention(q, k, v, *, scale=None, causal=None, window=None, softcap=None, ma
     strides or options, each naming the argument.
     """
     return _attention(q, k, v, scale=scale, causal=causal, window=window, softcap=softcap, mask=mask,
-                      return_lse=return_lse, threads=threads, kernel="fast")
+                      return_lse=return_lse, threads=threads, kernel="fast", dropout_p=dropout_p,
+                      dropout_seed=dropout_seed, dropout_offset=dropout_offset)
 
 
 def reference_attention(q, k, v, *, scale=None, causal=None, window=None, softcap=None, mask=None,
-                        return_lse=False, threads=None):
+                        return_lse=False, threads=None, dropout_p=0.0, dropout_seed=None, dropout_offset=0):
     """sdpa.attention computed by the readable reference kernel: it materialises each head's score
     matrix and accumulates in float64 (results are float32). The oracle the fast kernel is tested
     against; slow and O(Nq * Nk) memory per head. Same arguments and results as sdpa.attention."""
     return _attention(q, k, v, scale=scale, causal=causal, window=window, softcap=softcap, mask=mask,
-                      return_lse=return_lse, threads=threads, kernel="reference")
+                      return_lse=return_lse, threads=threads, kernel="reference", dropout_p=dropout_p,
+                      dropout_seed=dropout_seed, dropout_offset=dropout_offset)
 
 
 def attention_backward(q, k, v, out, lse, dout, *, scale=None, causal=None, window=None, softcap=None,
-                       mask=None, threads=None):
+                       mask=None, threads=None, dropout_p=0.0, dropout_seed=None, dropout_offset=0):
     """Gradients (dq, dk, dv) of a loss whose gradient with respect to out is dout.
 
     out and lse must be what sdpa.attention(..., return_lse=True) returned for the same q, k, v and
-    options. Arrays as in sdpa.attention (same kind, float32, any strides); dq, dk, dv have the shapes
+    options (with dropout: the same dropout_p, dropout_seed and dropout_offset, which regenerate the
+    forward's mask). Arrays as in sdpa.attention (same kind, float32, any strides); dq, dk, dv have the shapes
     of q, k, v (and their memory order, where dense). dk and dv sum over the query heads of a group.
     Deterministic: the same bits for any thread count.
     """
@@ -279,8 +317,10 @@ def attention_backward(q, k, v, out, lse, dout, *, scale=None, causal=None, wind
     _check_layout("lse", lse, kind)
     _check_float32("lse", lse, kind)
     _check_rank("lse", lse, q.ndim - 1)
+    if dropout_p and dropout_seed is None:
+        raise ValueError("dropout_seed: required with dropout_p > 0 (the seed the forward used)")
     opts = _options(scale=scale, causal=causal, window=window, softcap=softcap, mask=mask, threads=threads,
-                    kernel="fast")
+                    kernel="fast", dropout_p=dropout_p, dropout_seed=dropout_seed or 0, dropout_offset=dropout_offset)
     dq, dk, dv = _backward4(kind, _to4(q), _to4(k), _to4(v), _to4(out), _to4(lse, 3), _to4(dout), opts)
     return _from4(dq, q.ndim), _from4(dk, q.ndim), _from4(dv, q.ndim)
 
@@ -307,14 +347,6 @@ def _check_offsets(name: str, x, kind: str) -> None:
         raise TypeError(f"{name}: offsets cannot require grad")
 
 
-def _needs_grad(kind: str, *xs) -> bool:
-    # Whether autograd must record the call: torch tensors, grad mode on, one of them requiring grad.
-    if kind != "torch":
-        return False
-    t = _torch_module()
-    return t.is_grad_enabled() and any(x.requires_grad for x in xs)
-
-
 def _forward_varlen(kind: str, q, k, v, cu_q, cu_k, opts: dict):
     """out [Tq, Hq, Dv] and lse [Hq, Tq], freshly allocated, written by the kernel."""
     Tq, Hq, _ = q.shape
@@ -332,7 +364,7 @@ def _backward_varlen(kind: str, q, k, v, cu_q, cu_k, out, lse, dout, opts: dict)
 
 
 def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=None, scale=None, window=None, softcap=None,
-                     return_lse=False, threads=None):
+                     return_lse=False, threads=None, dropout_p=0.0, dropout_seed=None, dropout_offset=0):
     """Attention over a packed batch of sequences of different lengths (FlashAttention's varlen).
 
     q: [Tq, Hq, Dk], k: [Tk, Hkv, Dk], v: [Tk, Hkv, Dv] hold the sequences back to back; sequence s
@@ -340,7 +372,9 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=None, scale=
     The offsets (int32 or int64, batch + 1 of them) start at 0, never decrease and end at Tq (Tk).
     Each sequence attends only within itself, with causal, window, scale and softcap as in
     sdpa.attention applied per sequence; nothing is padded. NumPy arrays or PyTorch CPU tensors,
-    float32; with tensors that require grad the result is differentiable in q, k and v.
+    float32; with tensors that require grad the result is differentiable in q, k and v. dropout_p,
+    dropout_seed, dropout_offset as in sdpa.attention; sequence s draws the mask batch s would draw
+    padded into one [batch, H, L, D] call.
 
     Returns out [Tq, Hq, Dv] (and lse [Hq, Tq] with return_lse). A sequence with no keys gets
     out = 0 and lse = -inf. Raises TypeError / ValueError (sdpa.Error) naming the argument.
@@ -355,10 +389,11 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=None, scale=
         raise TypeError(f"cu_seqlens_k: dtype {cu_seqlens_k.dtype} differs from cu_seqlens_q's "
                         f"{cu_seqlens_q.dtype}; give both int32 or both int64")
     opts = _options(scale=scale, causal=causal, window=window, softcap=softcap, mask=None, threads=threads,
-                    kernel="fast")
-    if _needs_grad(kind, q, k, v):
-        from ._varlen_torch import VarlenFunction  # torch is importable: q is a tensor
-        out, lse = VarlenFunction.apply(q, k, v, cu_seqlens_q, cu_seqlens_k, opts)
+                    kernel="fast", dropout_p=dropout_p, dropout_seed=_dropout_seed(kind, dropout_p, dropout_seed),
+                    dropout_offset=dropout_offset)
+    if kind == "torch":  # through the custom op sdpa::forward_varlen: autograd, torch.compile, torch.export
+        from ._varlen_torch import forward  # torch is importable: q is a tensor
+        out, lse = forward(q, k, v, cu_seqlens_q, cu_seqlens_k, opts)
     else:
         out, lse = _forward_varlen(kind, q, k, v, cu_seqlens_q, cu_seqlens_k, opts)
     return (out, lse) if return_lse else out

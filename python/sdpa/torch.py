@@ -38,15 +38,20 @@ __all__ = ["scaled_dot_product_attention", "attention"]
 @_torch.library.custom_op("sdpa::forward", mutates_args=())
 def _forward_op(q: _torch.Tensor, k: _torch.Tensor, v: _torch.Tensor, mask: _Optional[_torch.Tensor],
                 keep: _Optional[_torch.Tensor], scale: _Optional[float], softcap: _Optional[float], causal: str,
-                window_left: int, window_right: int, threads: int, kernel: str) -> _Tuple[_torch.Tensor, _torch.Tensor]:
-    """out (B, Hq, Nq, Dv), lse (B, Hq, Nq) = sdpa::forward(q (B, Hq, Nq, Dk), k, v (B, Hkv, Nk, Dk|Dv))."""
+                window_left: int, window_right: int, threads: int, kernel: str, dropout_p: float, dropout_seed: int,
+                dropout_offset: int) -> _Tuple[_torch.Tensor, _torch.Tensor]:
+    """out (B, Hq, Nq, Dv), lse (B, Hq, Nq) = sdpa::forward(q (B, Hq, Nq, Dk), k, v (B, Hkv, Nk, Dk|Dv)).
+    With dropout_p > 0 the mask is a pure function of (dropout_seed, dropout_offset) and the position:
+    the op is deterministic in its arguments (the seed is drawn before it, by the caller)."""
     return _api._forward4("torch", q, k, v, dict(mask=mask, keep=keep, scale=scale, softcap=softcap, causal=causal,
                                                  window_left=window_left, window_right=window_right,
-                                                 threads=threads, kernel=kernel))
+                                                 threads=threads, kernel=kernel, dropout_p=dropout_p,
+                                                 dropout_seed=dropout_seed, dropout_offset=dropout_offset))
 
 
 @_forward_op.register_fake
-def _(q, k, v, mask, keep, scale, softcap, causal, window_left, window_right, threads, kernel):
+def _(q, k, v, mask, keep, scale, softcap, causal, window_left, window_right, threads, kernel, dropout_p, dropout_seed,
+      dropout_offset):
     # The same allocation as _api._forward4: fresh C-contiguous buffers.
     B, Hq, Nq, _ = q.shape
     return q.new_empty((B, Hq, Nq, v.shape[3])), q.new_empty((B, Hq, Nq))
@@ -56,24 +61,30 @@ def _(q, k, v, mask, keep, scale, softcap, causal, window_left, window_right, th
 def _backward_op(q: _torch.Tensor, k: _torch.Tensor, v: _torch.Tensor, out: _torch.Tensor, lse: _torch.Tensor,
                  dout: _torch.Tensor, mask: _Optional[_torch.Tensor], keep: _Optional[_torch.Tensor],
                  scale: _Optional[float], softcap: _Optional[float], causal: str, window_left: int, window_right: int,
-                 threads: int, kernel: str) -> _Tuple[_torch.Tensor, _torch.Tensor, _torch.Tensor]:
-    """dq, dk, dv = sdpa::backward(...): shaped (and, where dense, laid out) like q, k, v."""
+                 threads: int, kernel: str, dropout_p: float, dropout_seed: int,
+                 dropout_offset: int) -> _Tuple[_torch.Tensor, _torch.Tensor, _torch.Tensor]:
+    """dq, dk, dv = sdpa::backward(...): shaped (and, where dense, laid out) like q, k, v; with dropout, the
+    forward's mask regenerated from the same seed and offset."""
     return _api._backward4("torch", q, k, v, out, lse, dout,
                            dict(mask=mask, keep=keep, scale=scale, softcap=softcap, causal=causal,
-                                window_left=window_left, window_right=window_right, threads=threads, kernel=kernel))
+                                window_left=window_left, window_right=window_right, threads=threads, kernel=kernel,
+                                dropout_p=dropout_p, dropout_seed=dropout_seed, dropout_offset=dropout_offset))
 
 
 @_backward_op.register_fake
-def _(q, k, v, out, lse, dout, mask, keep, scale, softcap, causal, window_left, window_right, threads, kernel):
+def _(q, k, v, out, lse, dout, mask, keep, scale, softcap, causal, window_left, window_right, threads, kernel,
+      dropout_p, dropout_seed, dropout_offset):
     return _torch.empty_like(q), _torch.empty_like(k), _torch.empty_like(v)
 
 
-_OPTION_NAMES = ("mask", "keep", "scale", "softcap", "causal", "window_left", "window_right", "threads", "kernel")
+_OPTION_NAMES = ("mask", "keep", "scale", "softcap", "causal", "window_left", "window_right", "threads", "kernel",
+                 "dropout_p", "dropout_seed", "dropout_offset")
 
 
 def _setup_context(ctx, inputs, output):
-    # Saves q, k, v, out and lse: the backward recomputes the probabilities from lse, so
-    # nothing of size Nq x Nk is kept. lse is an output but not differentiable.
+    # Saves q, k, v, out and lse: the backward recomputes the probabilities from lse (and the
+    # dropout mask from the seed and offset among the options), so nothing of size Nq x Nk is
+    # kept. lse is an output but not differentiable.
     q, k, v, mask, keep = inputs[:5]
     out, lse = output
     ctx.save_for_backward(q, k, v, out, lse, mask, keep)
@@ -105,18 +116,19 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     value [..., Hkv, S, Ev] with up to two leading dimensions (rank 2 to 4); attn_mask bool (True
     takes part) or float (added), broadcastable to [..., Hq, L, S]; is_causal is the top-left
     alignment (key j visible to query i iff j <= i); scale defaults to 1/sqrt(E); enable_gqa lets
-    Hq be a multiple of Hkv. Differentiable in query, key and value (not in attn_mask).
+    Hq be a multiple of Hkv. Differentiable in query, key and value (not in attn_mask). dropout_p
+    drops each attention probability with that probability and scales the kept ones by
+    1/(1 - dropout_p), as PyTorch does; the mask comes from sdpa's own generator (Philox) keyed by
+    a seed drawn from torch's default CPU generator, so torch.manual_seed makes a call repeatable
+    (the bits differ from PyTorch's own dropout mask) and the backward regenerates the same mask.
 
-    Differences: float32 CPU tensors only (TypeError/ValueError otherwise); dropout_p must be 0 (sdpa
-    computes exact attention); a query whose keys are all masked gets output 0 rather than NaN;
-    is_causal may be combined with attn_mask (both apply) where PyTorch refuses the pair.
+    Differences: float32 CPU tensors only (TypeError/ValueError otherwise); a query whose keys are
+    all masked gets output 0 rather than NaN; is_causal may be combined with attn_mask (both apply)
+    where PyTorch refuses the pair.
     """
     for name, x in (("query", query), ("key", key), ("value", value)):
         if not isinstance(x, _torch.Tensor):
             raise TypeError(f"{name}: expected a torch.Tensor, got {type(x).__module__}.{type(x).__name__}")
-    if dropout_p != 0.0:
-        raise ValueError(f"dropout_p: sdpa computes exact attention without dropout, got dropout_p={dropout_p}; "
-                         f"pass 0.0 (e.g. dropout_p if self.training else 0.0 only while evaluating)")
     if not isinstance(is_causal, bool):
         raise TypeError(f"is_causal: expected a bool, got {is_causal!r}")
     if not isinstance(enable_gqa, bool):
@@ -144,7 +156,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         raise TypeError(f"attn_mask: expected a torch.Tensor or None, got {type(attn_mask).__name__}")
     try:
         return _api.attention(query, key, value, scale=scale, causal="top-left" if is_causal else None,
-                              mask=attn_mask)
+                              mask=attn_mask, dropout_p=dropout_p)
     except (TypeError, ValueError) as e:
         raise _renamed(e, _TORCH_NAMES) from None
 

@@ -62,12 +62,11 @@ def attention_forward(module, query, key, value, attention_mask: Optional["_torc
                       softcap: Optional[float] = None, is_causal: Optional[bool] = None, **kwargs):
     """transformers' attention signature: query (B, Hq, Nq, D), key/value (B, Hkv, Nk, D) -> ((B, Nq, Hq, Dv), None).
 
-    Raises ValueError for what sdpa does not compute (dropout during training, position biases, attention
-    sinks) and TypeError for a model not in float32, each naming the argument.
+    dropout: the module's attention dropout, which transformers passes only in training mode (sdpa's
+    dropout_p, seeded from torch's default generator).
+    Raises ValueError for what sdpa does not compute (position biases, attention sinks) and TypeError
+    for a model not in float32, each naming the argument.
     """
-    if dropout:
-        raise ValueError(f"dropout: sdpa computes exact attention without dropout, got {dropout}; set the config's "
-                         f"attention dropout to 0.0 or call model.eval()")
     for unsupported in ("position_bias", "s_aux"):
         if kwargs.get(unsupported) is not None:
             raise ValueError(f"{unsupported}: not supported by the {NAME!r} attention backend; use "
@@ -93,13 +92,13 @@ def attention_forward(module, query, key, value, attention_mask: Optional["_torc
                 window = (sliding_window - 1, 0)  # transformers: key visible iff q_idx - kv_idx < sliding_window
     try:
         out = _st._api.attention(query, key, value, scale=scaling, causal=causal, window=window, softcap=softcap,
-                                 mask=mask)
+                                 mask=mask, dropout_p=dropout)
     except (TypeError, ValueError) as e:
         raise _st._renamed(e, _NAMES) from None
     return out.transpose(1, 2), None
 
 
-_NAMES = (("q:", "query:"), ("k:", "key:"), ("v:", "value:"), ("mask:", "attention_mask:"), ("keep:", "attention_mask:"))
+_NAMES = (("dropout_p:", "dropout:"), ("q:", "query:"), ("k:", "key:"), ("v:", "value:"), ("mask:", "attention_mask:"), ("keep:", "attention_mask:"))
 
 
 AttentionInterface.register(NAME, attention_forward)

@@ -64,7 +64,7 @@ sdpa::Kernel parse_kernel(const std::string& s) {
 // into arrays the caller keeps alive for the duration of the call.
 sdpa::Options options(std::optional<double> scale, std::optional<double> softcap, const std::string& causal,
                       std::int64_t window_left, std::int64_t window_right, const In4& mask, const Keep4& keep,
-                      int threads, const std::string& kernel) {
+                      int threads, const std::string& kernel, sdpa::Dropout dropout = {}) {
   sdpa::Options opt;
   opt.scale = scale;
   opt.softcap = softcap;
@@ -74,13 +74,17 @@ sdpa::Options options(std::optional<double> scale, std::optional<double> softcap
   if (keep.is_valid()) opt.keep = view_of<const std::uint8_t, 4>(keep);
   opt.threads = threads;
   opt.kernel = parse_kernel(kernel);
+  opt.dropout = dropout;
   return opt;
 }
 
+// dropout_p, dropout_seed, dropout_offset: sdpa::Dropout (the library checks p).
 void forward(In4 q, In4 k, In4 v, Out4 out, Out3 lse, std::optional<double> scale, std::optional<double> softcap,
              const std::string& causal, std::int64_t window_left, std::int64_t window_right, In4 mask, Keep4 keep,
-             int threads, const std::string& kernel) {
-  const sdpa::Options opt = options(scale, softcap, causal, window_left, window_right, mask, keep, threads, kernel);
+             int threads, const std::string& kernel, double dropout_p, std::uint64_t dropout_seed,
+             std::uint64_t dropout_offset) {
+  const sdpa::Options opt = options(scale, softcap, causal, window_left, window_right, mask, keep, threads, kernel,
+                                    {dropout_p, dropout_seed, dropout_offset});
   const auto lse_view = lse.is_valid() ? view_of<float, 3>(lse) : sdpa::View3<float>{};
   nb::gil_scoped_release unlocked;
   sdpa::forward(view_of<const float, 4>(q), view_of<const float, 4>(k), view_of<const float, 4>(v),
@@ -89,8 +93,10 @@ void forward(In4 q, In4 k, In4 v, Out4 out, Out3 lse, std::optional<double> scal
 
 void backward(In4 q, In4 k, In4 v, In4 out, In3 lse, In4 dout, Out4 dq, Out4 dk, Out4 dv, std::optional<double> scale,
               std::optional<double> softcap, const std::string& causal, std::int64_t window_left,
-              std::int64_t window_right, In4 mask, Keep4 keep, int threads, const std::string& kernel) {
-  const sdpa::Options opt = options(scale, softcap, causal, window_left, window_right, mask, keep, threads, kernel);
+              std::int64_t window_right, In4 mask, Keep4 keep, int threads, const std::string& kernel,
+              double dropout_p, std::uint64_t dropout_seed, std::uint64_t dropout_offset) {
+  const sdpa::Options opt = options(scale, softcap, causal, window_left, window_right, mask, keep, threads, kernel,
+                                    {dropout_p, dropout_seed, dropout_offset});
   nb::gil_scoped_release unlocked;
   sdpa::backward(view_of<const float, 4>(q), view_of<const float, 4>(k), view_of<const float, 4>(v),
                  view_of<const float, 4>(out), view_of<const float, 3>(lse), view_of<const float, 4>(dout),
@@ -107,8 +113,10 @@ using Offsets = nb::ndarray<const I, nb::ndim<1>, cpu>;
 template <class I>
 void forward_varlen(In3 q, In3 k, In3 v, Offsets<I> cu_q, Offsets<I> cu_k, Out3 out, Lse2 lse, std::optional<double> scale,
                     std::optional<double> softcap, const std::string& causal, std::int64_t window_left,
-                    std::int64_t window_right, In4 mask, Keep4 keep, int threads, const std::string& kernel) {
-  const sdpa::Options opt = options(scale, softcap, causal, window_left, window_right, mask, keep, threads, kernel);
+                    std::int64_t window_right, In4 mask, Keep4 keep, int threads, const std::string& kernel,
+                    double dropout_p, std::uint64_t dropout_seed, std::uint64_t dropout_offset) {
+  const sdpa::Options opt = options(scale, softcap, causal, window_left, window_right, mask, keep, threads, kernel,
+                                    {dropout_p, dropout_seed, dropout_offset});
   nb::gil_scoped_release unlocked;
   sdpa::forward_varlen(view_of<const float, 3>(q), view_of<const float, 3>(k), view_of<const float, 3>(v),
                        view_of<const I, 1>(cu_q), view_of<const I, 1>(cu_k), view_of<float, 3>(out),
@@ -119,8 +127,10 @@ template <class I>
 void backward_varlen(In3 q, In3 k, In3 v, Offsets<I> cu_q, Offsets<I> cu_k, In3 out, LseIn2 lse, In3 dout, Out3 dq,
                      Out3 dk, Out3 dv, std::optional<double> scale, std::optional<double> softcap,
                      const std::string& causal, std::int64_t window_left, std::int64_t window_right, In4 mask,
-                     Keep4 keep, int threads, const std::string& kernel) {
-  const sdpa::Options opt = options(scale, softcap, causal, window_left, window_right, mask, keep, threads, kernel);
+                     Keep4 keep, int threads, const std::string& kernel, double dropout_p, std::uint64_t dropout_seed,
+                     std::uint64_t dropout_offset) {
+  const sdpa::Options opt = options(scale, softcap, causal, window_left, window_right, mask, keep, threads, kernel,
+                                    {dropout_p, dropout_seed, dropout_offset});
   nb::gil_scoped_release unlocked;
   sdpa::backward_varlen(view_of<const float, 3>(q), view_of<const float, 3>(k), view_of<const float, 3>(v),
                         view_of<const I, 1>(cu_q), view_of<const I, 1>(cu_k), view_of<const float, 3>(out),
@@ -134,14 +144,16 @@ void def_varlen(nb::module_& m) {
         nb::arg("v").noconvert(), nb::arg("cu_seqlens_q").noconvert(), nb::arg("cu_seqlens_k").noconvert(),
         nb::arg("out").noconvert(), nb::arg("lse").noconvert(), nb::arg("scale").none(), nb::arg("softcap").none(),
         nb::arg("causal"), nb::arg("window_left"), nb::arg("window_right"), nb::arg("mask").noconvert().none(),
-        nb::arg("keep").noconvert().none(), nb::arg("threads"), nb::arg("kernel"),
+        nb::arg("keep").noconvert().none(), nb::arg("threads"), nb::arg("kernel"), nb::arg("dropout_p") = 0.0,
+        nb::arg("dropout_seed") = 0, nb::arg("dropout_offset") = 0,
         "sdpa::forward_varlen into preallocated out (Tq, Hq, Dv) and lse (Hq, Tq).");
   m.def("backward_varlen", &backward_varlen<I>, nb::arg("q").noconvert(), nb::arg("k").noconvert(),
         nb::arg("v").noconvert(), nb::arg("cu_seqlens_q").noconvert(), nb::arg("cu_seqlens_k").noconvert(),
         nb::arg("out").noconvert(), nb::arg("lse").noconvert(), nb::arg("dout").noconvert(), nb::arg("dq").noconvert(),
         nb::arg("dk").noconvert(), nb::arg("dv").noconvert(), nb::arg("scale").none(), nb::arg("softcap").none(),
         nb::arg("causal"), nb::arg("window_left"), nb::arg("window_right"), nb::arg("mask").noconvert().none(),
-        nb::arg("keep").noconvert().none(), nb::arg("threads"), nb::arg("kernel"),
+        nb::arg("keep").noconvert().none(), nb::arg("threads"), nb::arg("kernel"), nb::arg("dropout_p") = 0.0,
+        nb::arg("dropout_seed") = 0, nb::arg("dropout_offset") = 0,
         "sdpa::backward_varlen into preallocated dq, dk, dv.");
 }
 
@@ -303,13 +315,14 @@ NB_MODULE(_ext, m) {
         nb::arg("out").noconvert(), nb::arg("lse").noconvert().none(), nb::arg("scale").none(),
         nb::arg("softcap").none(), nb::arg("causal"), nb::arg("window_left"), nb::arg("window_right"),
         nb::arg("mask").noconvert().none(), nb::arg("keep").noconvert().none(), nb::arg("threads"), nb::arg("kernel"),
+        nb::arg("dropout_p") = 0.0, nb::arg("dropout_seed") = 0, nb::arg("dropout_offset") = 0,
         "sdpa::forward into preallocated out (and lse, unless None).");
   m.def("backward", &backward, nb::arg("q").noconvert(), nb::arg("k").noconvert(), nb::arg("v").noconvert(),
         nb::arg("out").noconvert(), nb::arg("lse").noconvert(), nb::arg("dout").noconvert(), nb::arg("dq").noconvert(),
         nb::arg("dk").noconvert(), nb::arg("dv").noconvert(), nb::arg("scale").none(), nb::arg("softcap").none(),
         nb::arg("causal"), nb::arg("window_left"), nb::arg("window_right"), nb::arg("mask").noconvert().none(),
-        nb::arg("keep").noconvert().none(), nb::arg("threads"), nb::arg("kernel"),
-        "sdpa::backward into preallocated dq, dk, dv.");
+        nb::arg("keep").noconvert().none(), nb::arg("threads"), nb::arg("kernel"), nb::arg("dropout_p") = 0.0,
+        nb::arg("dropout_seed") = 0, nb::arg("dropout_offset") = 0, "sdpa::backward into preallocated dq, dk, dv.");
   def_varlen<std::int32_t>(m);  // the offsets' two dtypes: one overload each, tried in turn
   def_varlen<std::int64_t>(m);
   m.def("inspect", &inspect, nb::arg("a").noconvert(),

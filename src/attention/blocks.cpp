@@ -52,6 +52,8 @@ View4<T> block_mask(View4<T> m, const BlockPos& pos, const char* name) {
 
 Options block_options(const Options& whole, const BlockPos& pos) {
   check_pos(pos);
+  if (whole.dropout.p != 0.0)  // its positions would be the block's, so the mask would not be the sequence's
+    throw Error("block_options: dropout is not supported on blocks (its mask follows the block's own positions)");
   Options o = whole;
   o.mask = block_mask(whole.mask, pos, "mask");
   o.keep = block_mask(whole.keep, pos, "keep");

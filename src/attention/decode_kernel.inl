@@ -175,9 +175,11 @@ inline void pv_tile(const float* V, i64 ldv, i64 bc, i64 Dv, const float* P, con
   if (Ops::any_nan(chk)) pv_skip_zero<NL>(V, ldv, bc, Dv, P, al, Oo, On, ldo);
 }
 
-// Whether an item takes this path: few lanes, unit-stride K and V rows, no explicit mask.
+// Whether an item takes this path: few lanes, unit-stride K and V rows, no explicit mask, no
+// dropout (those go to forward_few_lanes).
 inline bool applies(const Problem& p, const Tensors& t, i64 n) {
-  return n <= kFewLanes && t.k.stride[3] == 1 && t.v.stride[3] == 1 && !explicit_mask(p) && p.Nk < (i64{1} << 30);
+  return n <= kFewLanes && t.k.stride[3] == 1 && t.v.stride[3] == 1 && !explicit_mask(p) && !p.has_dropout &&
+         p.Nk < (i64{1} << 30);
 }
 
 // One item's buffers; `slots` is its lanes rounded up to whole groups (at most kFewLanes).

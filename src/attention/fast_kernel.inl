@@ -248,13 +248,14 @@ struct OnlineRows {
 
 // The part of a key tile both loops share, between their Sᵀ (bc keys × np lanes, row
 // stride np) and their P·V: scale and soft-cap, the masks, the online softmax (Sᵀ becomes
-// P), and O's rows rescaled by the change of their lane's max.
+// P), dropout (Sᵀ becomes P∘M, M = keep/(1 - p), in the layout of Sᵀ: the buffer `drop`),
+// and O's rows rescaled by the change of their lane's max.
 inline void forward_tile_softmax(const Problem& p, const ItemLanes& lanes, i64 b, i64 j0, i64 bc, float* ST,
-                                 const OnlineRows& rows, i64 dvp) {
+                                 float* drop, const OnlineRows& rows, i64 dvp) {
   const i64 np = lanes.np;
+  const auto lane_at = [&](i64 r) { return LaneRow{lanes.h[r], lanes.i[r]}; };
   scale_softcap(p, ST, np, bc, np, nullptr);
-  if (tile_needs_mask(p, lanes.i_min, lanes.i_max, j0, bc))
-    mask_tile(p, ST, 1, np, lanes.n, b, j0, bc, [&](i64 r) { return LaneRow{lanes.h[r], lanes.i[r]}; });
+  if (tile_needs_mask(p, lanes.i_min, lanes.i_max, j0, bc)) mask_tile(p, ST, 1, np, lanes.n, b, j0, bc, lane_at);
   for (i64 rv = 0; rv < np; rv += W) {  // W lanes at a time, down the key rows
     R m = Vec::load(rows.row_max + rv), l = Vec::load(rows.row_sum + rv);
     const R alpha = online_softmax_step(
@@ -263,6 +264,10 @@ inline void forward_tile_softmax(const Problem& p, const ItemLanes& lanes, i64 b
     Vec::store(rows.alpha + rv, alpha);
     Vec::store(rows.row_sum + rv, l);
     Vec::store(rows.row_max + rv, m);
+  }
+  if (p.has_dropout) {  // after the row sums: they, and so lse, are those of the undropped P
+    dropout_tile(p, drop, 1, np, lanes.n, b, j0, bc, lane_at);
+    mul_tile(ST, np, drop, np, bc, round_up(lanes.n, W));
   }
   for (i64 r = 0; r < lanes.n; ++r)
     if (rows.alpha[r] != 1.0f) {
@@ -275,11 +280,13 @@ struct TiledForwardScratch {
   float* QT;      // (Dk, np)   packed queries, lanes along rows
   float* ST;      // (bc, np)   scores, then probabilities
   float* V_rows;  // (bc, dvp)  V rows, when not rows_in_place
+  float* drop;    // (bc, np)   dropout multipliers, with dropout
   OnlineRows rows;
   static TiledForwardScratch carve(const Problem& p, Arena& arena) {
     TiledForwardScratch s;
     s.QT = arena.take(p.Dk * kTileRows);
     s.ST = arena.take(kTileCols * kTileRows);
+    s.drop = arena.take(p.has_dropout ? kTileCols * kTileRows : 0);
     s.V_rows = arena.take(kTileCols * round_up(p.Dv, kPad));
     s.rows = OnlineRows::carve(p, arena, kTileRows);
     return s;
@@ -301,7 +308,7 @@ void forward_tiled(const Problem& p, const Tensors& t, const ForwardItem& it, co
     const i64 bc = imin(kTileCols, p.Nk - j0);
     // Sᵀ = K Qᵀ, K rows read in place.
     gemm<false, false>(bc, np, Dk, t.k.data + off(t.k, b, g, j0, 0), t.k.stride[2], t.k.stride[3], s.QT, np, s.ST, np);
-    forward_tile_softmax(p, lanes, b, j0, bc, s.ST, s.rows, dvp);
+    forward_tile_softmax(p, lanes, b, j0, bc, s.ST, s.drop, s.rows, dvp);
     // O += P V, P read down its columns (A[r][c] = ST[c·np + r]).
     const RowsOperand V = rows_operand(t.v, b, g, j0, bc, Dv, s.V_rows, /*scan_in_place=*/true);
     gemm_acc_skip_zero(V.finite, n, V.cols, bc, s.ST, 1, np, V.data, V.ld, s.rows.O, dvp, nullptr);
@@ -383,6 +390,7 @@ struct FewLaneForwardScratch {
   float* ST;       // (bc, np)   scores, then probabilities
   float* V_rows;   // (bc, dvp)  V rows, when not rows_in_place
   float* O_saved;  // (n, dvp)   O before a tile's P·V (gemm_acc_skip_zero)
+  float* drop;     // (bc, np)   dropout multipliers, with dropout
   OnlineRows rows;
   static FewLaneForwardScratch carve(const Problem& p, Arena& arena) {
     const i64 dvp = round_up(p.Dv, kPad), lanes_padded = round_up(kFewLanes, kPad);
@@ -391,6 +399,7 @@ struct FewLaneForwardScratch {
     s.ST = arena.take(kFewTileCols * lanes_padded);
     s.V_rows = arena.take(kFewTileCols * dvp);
     s.O_saved = arena.take(kFewLanes * dvp);
+    s.drop = arena.take(p.has_dropout ? kFewTileCols * lanes_padded : 0);
     s.rows = OnlineRows::carve(p, arena, lanes_padded);
     return s;
   }
@@ -413,7 +422,7 @@ void forward_few_lanes(const Problem& p, const Tensors& t, const ForwardItem& it
       if (v_in_place) prefetch_rows(t.v.data + off(t.v, b, g, jp, 0), t.v.stride[2], rp, Dv);
     }
     scores_few_lanes(t.k.data + off(t.k, b, g, j0, 0), t.k.stride[2], bc, Dk, s.Q_rows, Dk, n, s.ST, np);
-    forward_tile_softmax(p, lanes, b, j0, bc, s.ST, s.rows, dvp);
+    forward_tile_softmax(p, lanes, b, j0, bc, s.ST, s.drop, s.rows, dvp);
     // O += P V. V read in place is read once, by the GEMM itself: no scan first.
     const RowsOperand V = rows_operand(t.v, b, g, j0, bc, Dv, s.V_rows, /*scan_in_place=*/false);
     gemm_acc_skip_zero(V.finite, n, V.cols, bc, s.ST, 1, np, V.data, V.ld, s.rows.O, dvp, s.O_saved);
@@ -444,6 +453,10 @@ i64 forward_scratch(const Problem& p) {
 // Backward. With P recomputed from lse and delta_i = Σ_e dout_ie out_ie:
 //   dS = P ∘ (dout Vᵀ − delta) (0 where P = 0),  dX = β (1 − t²) dS  (t: soft-cap tanh)
 //   dV = Pᵀ dout,  dK = dXᵀ Q,  dQ = dX K
+// With dropout the forward's out = (P∘M) V, M = keep/(1 − p) regenerated by dropout_tile, so
+//   dV = (P∘M)ᵀ dout,  dP = M ∘ (dout Vᵀ)  (the gradient reaching P through the mask),
+// and the softmax backward dS = P ∘ (dP − rowsum(P∘dP)) keeps delta: rowsum(P∘dP)_i =
+// Σ_j P_ij M_ij (dout_i·v_j) = dout_i · Σ_j (P∘M)_ij v_j = dout_i · out_i = delta_i.
 // Two schedules, picked by api.cpp (same bits either way, see backward_item):
 //   one pass   one item = (b, kv head g): per key tile, the five GEMMs (S, dP, dV, dK, dQ)
 //              over the group's query tiles, dQ summed in the item's own buffer;
@@ -503,6 +516,7 @@ struct KvTileScratch {
   float* dV;         // (bc, dvp)
   float* row_lse;    // (br)
   float* row_delta;  // (br)
+  float* drop;       // (br, bcp)  dropout multipliers, with dropout
   static KvTileScratch carve(const Problem& p, Arena& arena) {
     const i64 dkp = round_up(p.Dk, kPad), dvp = round_up(p.Dv, kPad);
     KvTileScratch s;
@@ -518,6 +532,7 @@ struct KvTileScratch {
     s.dV = arena.take(kTileCols * dvp);
     s.row_lse = arena.take(kTileRows);
     s.row_delta = arena.take(kTileRows);
+    s.drop = arena.take(p.has_dropout ? kTileRows * kTileCols : 0);
     return s;
   }
 };
@@ -559,7 +574,12 @@ void kv_tile(const Problem& p, const Tensors& t, const float* delta, i64 b, i64 
       }
       gemm<false, false>(br, bcp, Dv, t.dout.data + off(t.dout, b, h, i0, 0), t.dout.stride[2], t.dout.stride[3], s.VT,
                          bcp, s.dP, bcp);
+      if (p.has_dropout) {  // dP through the mask; P becomes P∘M for dV once dX is made
+        dropout_tile(p, s.drop, bcp, 1, br, b, j0, bcp, [&](i64 r) { return LaneRow{h, i0 + r}; });
+        mul_tile(s.dP, bcp, s.drop, bcp, br, bcp);
+      }
       ds_from_p<true>(p, s.S, s.dP, s.T, s.row_delta, bcp, br, bcp);
+      if (p.has_dropout) mul_tile(s.S, bcp, s.drop, bcp, br, bcp);
       // dV += Pᵀ dout and dK += dXᵀ Q: A[c][r] = tile[r·bcp + c].
       const RowsOperand dout_op = rows_operand(t.dout, b, h, i0, br, Dv, s.dout_rows, /*scan_in_place=*/true);
       gemm_acc_skip_zero(dout_op.finite, bc, dout_op.cols, br, s.S, 1, bcp, dout_op.data, dout_op.ld, s.dV, dvp,
@@ -623,6 +643,7 @@ struct QTileScratch {
   float* dQ;         // (br, dkp)
   float* row_lse;    // (brp)
   float* row_delta;  // (brp)
+  float* drop;       // (bc, brp)  dropout multipliers, with dropout
   static QTileScratch carve(const Problem& p, Arena& arena) {
     const i64 dkp = round_up(p.Dk, kPad);
     QTileScratch s;
@@ -635,6 +656,7 @@ struct QTileScratch {
     s.dQ = arena.take(kTileRows * dkp);
     s.row_lse = arena.take(kTileRows);
     s.row_delta = arena.take(kTileRows);
+    s.drop = arena.take(p.has_dropout ? kTileCols * kTileRows : 0);
     return s;
   }
 };
@@ -664,6 +686,10 @@ void backward_q_tile(const Problem& p, const Tensors& t, const float* delta, i64
         Vec::store(s.ST + c * brp + r, Vec::exp(Vec::sub(Vec::load(s.ST + c * brp + r), Vec::load(s.row_lse + r))));
     gemm<false, false>(bc, brp, Dv, t.v.data + off(t.v, b, g, j0, 0), t.v.stride[2], t.v.stride[3], s.doutT, brp, s.dPT,
                        brp);
+    if (p.has_dropout) {  // dP through the mask, as pass A (same multipliers, same product)
+      dropout_tile(p, s.drop, 1, brp, br, b, j0, bc, [&](i64 r) { return LaneRow{h, i0 + r}; });
+      mul_tile(s.dPT, brp, s.drop, brp, bc, round_up(br, W));
+    }
     ds_from_p<false>(p, s.ST, s.dPT, s.TT, s.row_delta, brp, bc, brp);
     // dQ += dX K: A[r][c] = dXᵀ[c·brp + r].
     const RowsOperand k_op = rows_operand(t.k, b, g, j0, bc, Dk, s.K_rows, /*scan_in_place=*/true);

@@ -101,6 +101,53 @@ inline void mask_tile(const Problem& p, float* S, i64 rs, i64 cs, i64 lanes, i64
 }
 
 // ---------------------------------------------------------------------------------------
+// Dropout multipliers of a tile: M(r, c) = 1/(1 - p) where p_ij of lane r, key j = j0 + c
+// survives, else 0, stored at M[r·rs + c·cs] (mask_tile's layouts). The decision is
+// sdpa/philox.hpp's dropout_keep4 — the reference kernel's own code — instantiated on this
+// ISA's Words: W lanes side by side, one Philox block per vector lane, each block deciding
+// four neighbouring keys of its lane (as FlashAttention's dropout.h spends one Philox call
+// on several elements; it splits the 128 bits into 16 bytes against an 8-bit threshold,
+// here they stay four 32-bit words against round(p·2^32), so p is not quantised to 1/256).
+// So the mask is the same in the forward and both backward schedules, for any tile order
+// and thread. j0 must be a multiple of 4 (tiles start at multiples of 32). With rs = 1
+// (lanes along a vector) whole vectors are stored: M needs room for round_up(lanes, W)
+// lanes; otherwise (keys along a vector) each block's four vectors are transposed through a
+// small buffer.
+template <class LaneAt>
+inline void dropout_tile(const Problem& p, float* M, i64 rs, i64 cs, i64 lanes, i64 b, i64 j0, i64 cols,
+                         LaneAt lane_at) {
+  const R scale = Vec::set1(p.dropout_scale);
+  alignas(64) std::uint32_t row[W], batch_head[W];
+  alignas(64) float kept[4][W];
+  for (i64 r0 = 0; r0 < lanes; r0 += W) {
+    for (int x = 0; x < W; ++x) {
+      const LaneRow lane = lane_at(imin(r0 + x, lanes - 1));  // lanes past the last repeat it
+      row[x] = static_cast<std::uint32_t>(lane.i);
+      batch_head[x] = static_cast<std::uint32_t>((p.dropout.batch0 + b) * p.Hq + lane.h);
+    }
+    const typename Words::Word rows = Words::load(row), heads = Words::load(batch_head);
+    for (i64 c = 0; c < cols; c += 4) {
+      const DropoutKeep4<Words> k =
+          dropout_keep4<Words>(p.dropout_stream, Words::set1(static_cast<std::uint32_t>((j0 + c) >> 2)), rows, heads);
+      const i64 words = imin(4, cols - c);
+      if (rs == 1) {
+        for (i64 w = 0; w < words; ++w) Vec::store(M + (c + w) * cs + r0, Words::select(k.keep[w], scale));
+        continue;
+      }
+      for (i64 w = 0; w < words; ++w) Vec::store(kept[w], Words::select(k.keep[w], scale));
+      for (i64 x = 0; x < imin(W, lanes - r0); ++x)
+        for (i64 w = 0; w < words; ++w) M[(r0 + x) * rs + (c + w) * cs] = kept[w][x];
+    }
+  }
+}
+
+// X(r, c) *= M(r, c) over rows × cols (cols a multiple of W): dropout applied to a tile.
+inline void mul_tile(float* X, i64 ldx, const float* M, i64 ldm, i64 rows, i64 cols) {
+  for (i64 r = 0; r < rows; ++r)
+    for (i64 c = 0; c < cols; c += W) Vec::store(X + r * ldx + c, Vec::mul(Vec::load(X + r * ldx + c), Vec::load(M + r * ldm + c)));
+}
+
+// ---------------------------------------------------------------------------------------
 // One step of the online softmax (FlashAttention-2) for the W lanes of a vector: over a
 // tile of `count` score vectors score(k), each lane's running max m and running sum l move
 // on, each score becomes its unnormalised probability exp(s - m_new), handed to put(k, e),

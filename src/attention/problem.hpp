@@ -30,9 +30,13 @@ struct Problem {
   i64 diag_offset = 0;
   i64 window_left = -1, window_right = -1;  // -1: unbounded
 
-  // Dropout (reference kernel): p_ij kept iff dropout.keep(b, h, Hq, i, j), scaled by 1/(1 - p).
+  // Dropout: p_ij kept iff dropout.keep(b, h, Hq, i, j), scaled by 1/(1 - p). The fast
+  // kernel reads the stream and the scale resolved here (it calls no inline code shared
+  // with other objects; kernel_common.inl, dropout_tile).
   Dropout dropout{};
   bool has_dropout = false;
+  DropoutStream dropout_stream{};
+  float dropout_scale = 1.0f;  // 1/(1 - p) in fp32
 
   // Explicit masks, shape (B, Hq, Nq, Nk) with stride 0 on broadcast dims; empty = none.
   View4<const float> mask{};

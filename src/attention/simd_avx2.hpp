@@ -49,4 +49,25 @@ struct Vec {
     return _mm_cvtss_f32(s);
   }
 };
+// 8 lanes of 32-bit words: dropout's Philox (sdpa/philox.hpp's `Ops`), one block per lane.
+struct Words {
+  using Word = __m256i;
+  using Mask = __m256;  // all ones where kept
+  static Word set1(std::uint32_t x) { return _mm256_set1_epi32(static_cast<int>(x)); }
+  static Word load(const std::uint32_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+  static Word bxor(Word a, Word b) { return _mm256_xor_si256(a, b); }
+  // m·x as 64-bit products: the low halves by one multiply, the high halves of the even and
+  // of the odd lanes by two 32×32→64 multiplies (vpmuludq reads the even lanes only).
+  static void mulhilo(std::uint32_t m, Word x, Word& hi, Word& lo) {
+    const Word mv = set1(m);
+    lo = _mm256_mullo_epi32(x, mv);
+    const Word even = _mm256_mul_epu32(x, mv), odd = _mm256_mul_epu32(_mm256_srli_epi64(x, 32), mv);
+    hi = _mm256_blend_epi32(_mm256_srli_epi64(even, 32), odd, 0xAA);
+  }
+  // x >= t unsigned: max(x, t) == x (AVX2 has no unsigned compare).
+  static Mask at_least(Word x, std::uint32_t t) {
+    return _mm256_castsi256_ps(_mm256_cmpeq_epi32(_mm256_max_epu32(x, set1(t)), x));
+  }
+  static __m256 select(Mask keep, __m256 x) { return _mm256_and_ps(keep, x); }  // x where kept, else 0
+};
 #include "attention/simd_math.inl"

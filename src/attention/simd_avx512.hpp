@@ -36,4 +36,22 @@ struct Vec {
   static R tanh(R x);                                               // simd_math.inl
   static float hsum(R x) { return _mm512_reduce_add_ps(x); }
 };
+// 16 lanes of 32-bit words: dropout's Philox (sdpa/philox.hpp's `Ops`), one block per lane.
+struct Words {
+  using Word = __m512i;
+  using Mask = __mmask16;
+  static Word set1(std::uint32_t x) { return _mm512_set1_epi32(static_cast<int>(x)); }
+  static Word load(const std::uint32_t* p) { return _mm512_loadu_si512(p); }
+  static Word bxor(Word a, Word b) { return _mm512_xor_si512(a, b); }
+  // m·x as 64-bit products: the low halves by one multiply, the high halves of the even and
+  // of the odd lanes by two 32×32→64 multiplies (vpmuludq reads the even lanes only).
+  static void mulhilo(std::uint32_t m, Word x, Word& hi, Word& lo) {
+    const Word mv = set1(m);
+    lo = _mm512_mullo_epi32(x, mv);
+    const Word even = _mm512_mul_epu32(x, mv), odd = _mm512_mul_epu32(_mm512_srli_epi64(x, 32), mv);
+    hi = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64(even, 32), odd);
+  }
+  static Mask at_least(Word x, std::uint32_t t) { return _mm512_cmpge_epu32_mask(x, set1(t)); }
+  static __m512 select(Mask keep, __m512 x) { return _mm512_maskz_mov_ps(keep, x); }  // x where kept, else 0
+};
 #include "attention/simd_math.inl"

@@ -26,3 +26,17 @@ struct Vec {
   static R tanh(R x) { return __builtin_tanhf(x); }
   static float hsum(R x) { return x; }
 };
+// One 32-bit word: dropout's Philox (sdpa/philox.hpp's `Ops`), one block.
+struct Words {
+  using Word = std::uint32_t;
+  using Mask = bool;
+  static Word set1(std::uint32_t x) { return x; }
+  static Word load(const std::uint32_t* p) { return *p; }
+  static Word bxor(Word a, Word b) { return a ^ b; }
+  static void mulhilo(std::uint32_t m, Word x, Word& hi, Word& lo) {
+    const std::uint64_t prod = static_cast<std::uint64_t>(m) * x;
+    hi = static_cast<Word>(prod >> 32), lo = static_cast<Word>(prod);
+  }
+  static Mask at_least(Word x, std::uint32_t t) { return x >= t; }
+  static float select(Mask keep, float x) { return keep ? x : 0.0f; }
+};

@@ -166,10 +166,11 @@ void check_options(const Options& opt, Problem& p) {
   check_mask("keep", p.keep, p);
   if (!(opt.dropout.p >= 0.0 && opt.dropout.p < 1.0))
     fail("dropout: p must be in [0, 1), got " + std::to_string(opt.dropout.p));
+  if (opt.dropout.batch0 < 0) fail("dropout: batch0 must be >= 0, got " + std::to_string(opt.dropout.batch0));
   p.dropout = opt.dropout;
   p.has_dropout = opt.dropout.p > 0.0;
-  if (p.has_dropout && opt.kernel == Kernel::fast)
-    fail("dropout: the fast kernel does not implement dropout yet; use Kernel::reference");
+  p.dropout_stream = opt.dropout.stream();
+  p.dropout_scale = static_cast<float>(opt.dropout.keep_scale());
   if (opt.kernel == Kernel::fast && opt.isa != Isa::automatic && !isa_supported(opt.isa))
     fail(std::string("isa: this CPU cannot run the ") + isa_name(opt.isa) + " kernel");
 }

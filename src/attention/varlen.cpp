@@ -83,8 +83,6 @@ void check_rank3(const char* name, const std::array<i64, 3>& shape, const char* 
 }
 
 void check_options(const Options& opt) {
-  // Each sequence runs as batch 0: its dropout positions would repeat from sequence to sequence.
-  if (opt.dropout.p != 0.0) fail("dropout: not supported with packed sequences (cu_seqlens) yet");
   if (!opt.mask.empty() || !opt.keep.empty())
     fail(std::string(!opt.mask.empty() ? "mask" : "keep") +
          ": explicit masks are not supported with packed sequences (cu_seqlens); use causal or window");
@@ -159,6 +157,7 @@ void forward_varlen(View3<const float> q, View3<const float> k, View3<const floa
     }
     Options o_s = opt;
     o_s.threads = threads;
+    o_s.dropout.batch0 += static_cast<i64>(s);  // sequence s draws batch s's mask (as when padded)
     forward(rows(q, sq.q0, sq.Lq), rows(k, sq.k0, sq.Lk), rows(v, sq.k0, sq.Lk), o, l, o_s);
   });
 }
@@ -205,6 +204,7 @@ void backward_varlen(View3<const float> q, View3<const float> k, View3<const flo
     }
     Options o_s = opt;
     o_s.threads = threads;
+    o_s.dropout.batch0 += static_cast<i64>(s);
     backward(rows(q, sq.q0, sq.Lq), rows(k, sq.k0, sq.Lk), rows(v, sq.k0, sq.Lk), rows(out, sq.q0, sq.Lq),
              lse_rows(lse, sq.q0, sq.Lq), rows(dout, sq.q0, sq.Lq), rows(dq, sq.q0, sq.Lq), rows(dk, sq.k0, sq.Lk),
              rows(dv, sq.k0, sq.Lk), o_s);

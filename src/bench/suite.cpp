@@ -55,6 +55,8 @@ void run_fast(Row& r, Buffers& x, const TimerRule& rule, Isa isa) {
   opt.causal = r.c.causal;
   opt.threads = r.c.threads;
   opt.isa = isa;
+  Options undropped = opt;
+  opt.dropout = {r.c.dropout, 1, 0};
   const auto Q = contiguous<const float>(x.q.data(), {s.B, s.Hq, s.Nq, s.Dk});
   const auto K = contiguous<const float>(x.k.data(), {s.B, s.Hkv, s.Nk, s.Dk});
   const auto V = contiguous<const float>(x.v.data(), {s.B, s.Hkv, s.Nk, s.Dv});
@@ -67,10 +69,16 @@ void run_fast(Row& r, Buffers& x, const TimerRule& rule, Isa isa) {
     const auto dQ = contiguous(x.dq.data(), {s.B, s.Hq, s.Nq, s.Dk});
     const auto dK = contiguous(x.dk.data(), {s.B, s.Hkv, s.Nk, s.Dk});
     const auto dV = contiguous(x.dv.data(), {s.B, s.Hkv, s.Nk, s.Dv});
-    r.sdpa = time_median(rule, [&] { backward(Q, K, V, O, L, dO, dQ, dK, dV, opt); });
+    auto bwd = [&](const Options& o) { return [&, o] { backward(Q, K, V, O, L, dO, dQ, dK, dV, o); }; };
+    if (r.c.dropout > 0)
+      std::tie(r.sdpa, r.undropped) = time_alternating(rule, bwd(opt), bwd(undropped));
+    else
+      r.sdpa = time_median(rule, bwd(opt));
   } else if (decoding(r.c)) {
     const peak::Span kv[2] = {{x.k.data(), static_cast<i64>(x.k.size())}, {x.v.data(), static_cast<i64>(x.v.size())}};
     std::tie(r.sdpa, r.read) = time_alternating(rule, fwd, [&] { peak::read_seconds(kv, 2, r.c.threads); });
+  } else if (r.c.dropout > 0) {
+    std::tie(r.sdpa, r.undropped) = time_alternating(rule, fwd, [&] { forward(Q, K, V, O, L, undropped); });
   } else {
     r.sdpa = time_median(rule, fwd);
   }
@@ -91,6 +99,10 @@ void run_blas(Row& r, Buffers& x, const TimerRule& rule) {
   }
   if (r.c.causal == Causal::bottom_right) {
     r.blas_note = "skipped: the BLAS baseline has no bottom-right causal mask";
+    return;
+  }
+  if (r.c.dropout > 0) {
+    r.blas_note = "skipped: the BLAS baseline has no dropout";
     return;
   }
   const BlasShape b{
@@ -125,6 +137,7 @@ std::vector<Case> default_suite(int threads) {
     for (i64 d : {64, 128}) rows.push_back({square(n, d), Causal::none, Pass::backward, threads});
   for (i64 nk : {4096, 32768}) rows.push_back({Shape{1, 32, 8, 1, nk, 128, 128}, Causal::none, Pass::forward, threads});
   for (i64 n : {1024, 4096}) rows.push_back({square(n, 64), Causal::none, Pass::forward, 1});  // per-core efficiency
+  for (Pass pass : {Pass::forward, Pass::backward}) rows.push_back({square(1024, 64), Causal::none, pass, threads, 0.1});
   return rows;
 }
 
@@ -139,7 +152,8 @@ std::string label(const Shape& s) {
 std::string pass_name(const Case& c) {
   if (decoding(c)) return "decode";
   const char* mask = c.causal == Causal::top_left ? "causal " : c.causal == Causal::bottom_right ? "causal-br " : "";
-  return std::string(mask) + (c.pass == Pass::backward ? "bwd" : "fwd");
+  const std::string dropout = c.dropout > 0 ? fmt::format(" p={:g}", c.dropout) : "";
+  return std::string(mask) + (c.pass == Pass::backward ? "bwd" : "fwd") + dropout;
 }
 
 double Row::gflops() const { return over(flops(c.shape, c.causal, c.pass), sdpa.median_seconds) / 1e9; }
@@ -147,6 +161,7 @@ double Row::gbytes_per_s() const { return over(kv_bytes(c.shape), sdpa.median_se
 double Row::read_gbytes_per_s() const { return over(kv_bytes(c.shape), read.median_seconds) / 1e9; }
 double Row::speedup_vs_blas() const { return over(blas.median_seconds, sdpa.median_seconds); }
 double Row::speedup_vs_torch() const { return over(torch.median_seconds, sdpa.median_seconds); }
+double Row::dropout_cost() const { return over(sdpa.median_seconds, undropped.median_seconds); }
 
 SuiteResult run_suite(const SuiteOptions& o) {
   o.rule.validate();

@@ -23,6 +23,7 @@ struct Case {
   Causal causal = Causal::none;  // none or top_left (PyTorch's is_causal) in the suite
   Pass pass = Pass::forward;
   int threads = 1;
+  double dropout = 0.0;  // attention dropout p (fixed seed); > 0: timed alternating with p = 0
 };
 
 /// A decoding row: a forward with so few query rows that reading K and V bounds its time
@@ -31,19 +32,22 @@ bool decoding(const Case& c);
 
 /// The standard table (`sdpa bench --suite default`): forward, causal forward and
 /// backward at N ∈ {1024, 4096}, D ∈ {64, 128} (B = 1, H = 8); two decoding rows
-/// (Hq = 32, Hkv = 8, Nq = 1, Nk ∈ {4096, 32768}, D = 128); and two forward rows on one
-/// thread for per-core efficiency. `threads` for all but those.
+/// (Hq = 32, Hkv = 8, Nq = 1, Nk ∈ {4096, 32768}, D = 128); two forward rows on one
+/// thread for per-core efficiency; and forward and backward at N = 1024, D = 64 with
+/// dropout p = 0.1 (against p = 0 and PyTorch's dropout_p = 0.1). `threads` for all but
+/// the one-thread rows.
 std::vector<Case> default_suite(int threads);
 
 /// "B=1 H=8 N=1024 D=64", "B=1 H=32/8 Nq=1 Nk=4096 D=128", …
 std::string label(const Shape& s);
-/// "fwd", "bwd", "causal fwd", "causal bwd" or "decode".
+/// "fwd", "bwd", "causal fwd", "causal bwd" or "decode"; " p=0.1" after it with dropout.
 std::string pass_name(const Case& c);
 
 struct Row {
   Case c;
   Timing sdpa;               // the fast kernel
   Timing read;               // decoding rows: a plain read of the same K and V, alternating with the kernel
+  Timing undropped;          // dropout rows: the same call at p = 0, alternating with the kernel
   Timing blas, torch;        // median_seconds 0: not measured (torch: SuiteResult::torch_about says why)
   std::string blas_note;     // why the BLAS baseline skipped this row, when it was asked for
   double peak_gflops = 0;    // FMA peak for c.threads (the larger of before and after)
@@ -55,6 +59,8 @@ struct Row {
   /// their median over ours (above 1: sdpa is faster); 0 when not measured
   double speedup_vs_blas() const;
   double speedup_vs_torch() const;
+  /// dropout rows: our median over the same call's at p = 0 (what dropout costs); 0 otherwise
+  double dropout_cost() const;
 };
 
 struct SuiteOptions {

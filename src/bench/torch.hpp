@@ -3,7 +3,7 @@
 // io::data_file) reads one JSON request on stdin and answers one JSON reply on stdout.
 //
 //   request: {"threads": T, "rule": {"warmup_runs", "min_runs", "min_seconds", "max_runs"},
-//             "rows": [{"B", "Hq", "Hkv", "Nq", "Nk", "Dk", "Dv", "causal", "backward"}, …]}
+//             "rows": [{"B", "Hq", "Hkv", "Nq", "Nk", "Dk", "Dv", "causal", "backward", "dropout_p"}, …]}
 //   reply:   {"torch": version, "rows": [{"median_seconds": s, "runs": n}, …]}
 //            or {"error": "why"} when torch cannot be imported
 //

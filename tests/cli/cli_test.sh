@@ -125,6 +125,28 @@ case $case in
     expect_error "go together" "$sdpa" attention --q q.npy --k k.npy --v v.npy --out o.npy --cu-seqlens-q cq.npy
     "$tool" make q4.npy f32 1 1 30 4 8
     expect_error "rank" "$sdpa" attention --q q4.npy --k k.npy --v v.npy --out o.npy --cu-seqlens-q cq.npy --cu-seqlens-k ck.npy ;;
+  dropout)
+    # The fast and the reference kernel drop the same probabilities for the same --seed and
+    # --offset (forward, and the backward regenerating the mask); another seed or offset, or
+    # no dropout, gives another output; bad p: an error naming --dropout, nothing written.
+    "$tool" make q.npy f32 1 2 40 8; "$tool" make k.npy f32 2 2 50 8; "$tool" make v.npy f32 3 2 50 8
+    "$tool" make g.npy f32 4 2 40 8
+    for kern in fast reference; do
+      "$sdpa" attention --q q.npy --k k.npy --v v.npy --out o_$kern.npy --lse l_$kern.npy --kernel $kern \
+        --dropout 0.3 --seed 7 --offset 2 --causal bottom-right --grad-out g.npy --dq dq_$kern.npy --dk dk_$kern.npy --dv dv_$kern.npy
+    done
+    for t in o l dq dk dv; do close ${t}_fast.npy ${t}_reference.npy 1e-4; done
+    "$sdpa" attention --q q.npy --k k.npy --v v.npy --out none.npy --lse l_none.npy --causal bottom-right
+    close l_none.npy l_fast.npy 1e-6  # lse is that of the undropped scores
+    for other in "--dropout 0.3 --seed 8 --offset 2" "--dropout 0.3 --seed 7 --offset 3" ""; do
+      "$sdpa" attention --q q.npy --k k.npy --v v.npy --out x.npy --causal bottom-right $other
+      d=$("$tool" maxdiff x.npy o_fast.npy)
+      awk -v d="$d" 'BEGIN { exit !(d > 1e-2) }' || fail "'$other' gave the same output as seed 7, offset 2 (max diff $d)"
+    done
+    echo "ok: another seed, offset or none changes the output"
+    base=(attention --q q.npy --k k.npy --v v.npy --out e.npy)
+    expect_error "--dropout" "$sdpa" "${base[@]}" --dropout 1
+    expect_error "--dropout" "$sdpa" "${base[@]}" --dropout -0.5 ;;
   isa_environment)
     [ "$(SDPA_ISA=scalar "$sdpa" --version)" = "$("$sdpa" --version | sed 's/(isa: .*)/(isa: scalar)/')" ] || fail "SDPA_ISA=scalar"
     "$tool" make q.npy f32 1 40 8; "$tool" make k.npy f32 2 40 8; "$tool" make v.npy f32 3 40 8
@@ -237,7 +259,7 @@ PY
     cat > "$fake/torch/nn/functional.py" <<'PY'
 import time
 import torch
-def scaled_dot_product_attention(q, k, v, is_causal=False, enable_gqa=False):
+def scaled_dot_product_attention(q, k, v, is_causal=False, enable_gqa=False, dropout_p=0.0):
     time.sleep(0.001)
     return torch.Tensor()
 PY

@@ -1,6 +1,8 @@
 // test_dropout.cpp — the Philox4x32-10 generator against Random123's known answers, the keep
 // rate by a binomial test, and the reference kernel's dropout forward and backward against a
 // direct computation and finite differences with the same mask.
+#include <cstring>
+
 #include "util.hpp"
 
 namespace sdpa::test {
@@ -127,30 +129,126 @@ TEST(Dropout, ArgumentsAreChecked) {
   const Small s;
   Buf<float> q = s.q.cast<float>(), k = s.k.cast<float>(), v = s.v.cast<float>(), out({1, 2, 6, 3});
   Buf3<float> lse({1, 2, 6});
-  Options o = s.opt;
-  o.kernel = Kernel::fast;
-  EXPECT_THROW(
-      {
-        try {
-          forward(q.cview(), k.cview(), v.cview(), out.view(), lse.view(), o);
-        } catch (const Error& e) {
-          EXPECT_NE(std::string(e.what()).find("dropout: the fast kernel does not implement dropout yet"), std::string::npos);
-          throw;
-        }
-      },
-      Error);
-  o.kernel = Kernel::reference;
-  for (double bad : {-0.1, 1.0, static_cast<double>(NAN)}) {
-    o.dropout.p = bad;
-    EXPECT_THROW(forward(q.cview(), k.cview(), v.cview(), out.view(), lse.view(), o), Error) << bad;
+  for (Kernel kernel : {Kernel::fast, Kernel::reference}) {
+    Options o = s.opt;
+    o.kernel = kernel;
+    for (double bad : {-0.1, 1.0, 1.5, static_cast<double>(NAN)}) {
+      o.dropout.p = bad;
+      EXPECT_THROW(
+          {
+            try {
+              forward(q.cview(), k.cview(), v.cview(), out.view(), lse.view(), o);
+            } catch (const Error& e) {
+              EXPECT_NE(std::string(e.what()).find("dropout: p must be in [0, 1)"), std::string::npos) << e.what();
+              throw;
+            }
+          },
+          Error)
+          << bad;
+    }
   }
-  // p = 0 is no dropout, bit for bit.
-  o.dropout.p = 0;
-  Buf<float> plain({1, 2, 6, 3});
-  forward(q.cview(), k.cview(), v.cview(), out.view(), lse.view(), o);
-  o.dropout = {};
-  forward(q.cview(), k.cview(), v.cview(), plain.view(), lse.view(), o);
-  EXPECT_EQ(out.data, plain.data);
+}
+
+// p = 0 is no dropout, bit for bit, forward and backward, on both kernels and every ISA.
+TEST(Dropout, ZeroIsNoDropout) {
+  const Small s;
+  Buf<float> q = s.q.cast<float>(), k = s.k.cast<float>(), v = s.v.cast<float>(), dout = s.dout.cast<float>();
+  std::vector<Options> runs;
+  for (Isa isa : runnable_isas()) {
+    Options o = s.opt;
+    o.kernel = Kernel::fast, o.isa = isa;
+    runs.push_back(o);
+  }
+  runs.push_back(s.opt);  // the reference
+  for (Options o : runs) {
+    SCOPED_TRACE(std::string(o.kernel == Kernel::fast ? isa_name(o.isa) : "reference"));
+    std::vector<float> with[2];
+    for (int pass = 0; pass < 2; ++pass) {
+      o.dropout = pass == 0 ? Dropout{0.0, 99, 5} : Dropout{};
+      Buf<float> out({1, 2, 6, 3}), dq(q.shape), dk(k.shape), dv(v.shape);
+      Buf3<float> lse({1, 2, 6});
+      forward(q.cview(), k.cview(), v.cview(), out.view(), lse.view(), o);
+      backward(q.cview(), k.cview(), v.cview(), out.cview(), lse.cview(), dout.cview(), dq.view(), dk.view(), dv.view(),
+               o);
+      for (auto* b : {&out.data, &lse.data, &dq.data, &dk.data, &dv.data}) with[pass].insert(with[pass].end(), b->begin(), b->end());
+    }
+    EXPECT_EQ(std::memcmp(with[0].data(), with[1].data(), with[0].size() * sizeof(float)), 0);
+  }
+}
+
+// The fast kernel's own mask, read back from its outputs: with q = 0 every score is 0, so
+// P = 1/Nk exactly (Nk a power of 2), and with v_j = e_j (Dv = Nk) out_ie = keep_ie/(1 - p)/Nk;
+// with dout_i = e_i (Nq <= Dv), dv_je = Σ_i P̃_ij dout_ie = keep_ej/(1 - p)/Nk is the mask
+// the backward regenerated. Both must be Dropout::keep at every position (the same function
+// as the reference's), and the number kept Binomial(N, 1 - p) (the z rule of KeepRateIsBinomial).
+// Threads 1 and 16 against B·Hkv = 4 items: the one-pass and the two-pass backward.
+TEST(Dropout, FastKernelMaskIsTheReferenceMaskAndBinomial) {
+  constexpr i64 B = 2, H = 2, Nq = 96, Nk = 256;  // 2·2·96·256 = 98304 positions
+  Buf<float> q({B, H, Nq, 16}), k({B, H, Nk, 16}), v({B, H, Nk, Nk}), dout({B, H, Nq, Nk});
+  std::mt19937_64 rng(5);
+  fill_normal(k.data, rng);  // q = 0: the scores are 0 whatever k is
+  for (i64 b = 0; b < B; ++b)
+    for (i64 h = 0; h < H; ++h) {
+      for (i64 j = 0; j < Nk; ++j) v.at(b, h, j, j) = 1.0f;
+      for (i64 i = 0; i < Nq; ++i) dout.at(b, h, i, i) = 1.0f;
+    }
+  for (Isa isa : runnable_isas())
+    for (double p : {0.1, 0.5})
+      for (int threads : {1, 16}) {
+        SCOPED_TRACE(std::string(isa_name(isa)) + " p " + std::to_string(p) + " threads " + std::to_string(threads));
+        Options o;
+        o.isa = isa, o.threads = threads, o.dropout = {p, 0xfeedfacecafebeefull, 41};
+        Buf<float> out({B, H, Nq, Nk}), dq(q.shape), dk(k.shape), dv(v.shape);
+        Buf3<float> lse({B, H, Nq});
+        forward(q.cview(), k.cview(), v.cview(), out.view(), lse.view(), o);
+        backward(q.cview(), k.cview(), v.cview(), out.cview(), lse.cview(), dout.cview(), dq.view(), dk.view(), dv.view(),
+                 o);
+        const double unit = (1.0 - p) * Nk;  // out·unit is keep, 0 or 1
+        i64 kept = 0, wrong_fwd = 0, wrong_bwd = 0;
+        for (i64 b = 0; b < B; ++b)
+          for (i64 h = 0; h < H; ++h)
+            for (i64 i = 0; i < Nq; ++i)
+              for (i64 j = 0; j < Nk; ++j) {
+                const bool want = o.dropout.keep(b, h, H, i, j);
+                const double fwd = out.at(b, h, i, j) * unit, bwd = dv.at(b, h, j, i) * unit;
+                wrong_fwd += std::abs(fwd - (want ? 1.0 : 0.0)) > 1e-5;
+                wrong_bwd += std::abs(bwd - (want ? 1.0 : 0.0)) > 1e-5;
+                kept += fwd > 0.5;
+              }
+        EXPECT_EQ(wrong_fwd, 0) << "forward mask differs from Dropout::keep";
+        EXPECT_EQ(wrong_bwd, 0) << "backward mask differs from Dropout::keep";
+        const double n = B * H * Nq * Nk, z = (kept - n * (1 - p)) / std::sqrt(n * p * (1 - p));
+        EXPECT_LE(std::abs(z), 5.0) << "kept " << kept << " of " << n;
+      }
+}
+
+// Same bits for 1, 2 and 7 threads, dropout on: B·Hkv = 4 items, so 1 and 2 threads take the
+// one-pass backward and 7 the two passes (api.cpp); GQA, causal, soft-cap, odd sizes.
+TEST(Dropout, FastSameBitsForThreadsAndSchedules) {
+  for (Isa isa : runnable_isas()) {
+    SCOPED_TRACE(isa_name(isa));
+    std::vector<std::vector<float>> results;
+    for (int threads : {1, 2, 7}) {
+      constexpr i64 B = 2, Hq = 4, Hkv = 2, Nq = 150, Nk = 171, Dk = 40, Dv = 24;
+      Buf<float> q({B, Hq, Nq, Dk}), k({B, Hkv, Nk, Dk}), v({B, Hkv, Nk, Dv}), dout({B, Hq, Nq, Dv});
+      std::mt19937_64 rng(7);
+      for (auto* x : {&q, &k, &v, &dout}) fill_normal(x->data, rng);
+      Options o;
+      o.isa = isa, o.threads = threads, o.causal = Causal::bottom_right, o.softcap = 20.0;
+      o.dropout = {0.3, 1234, 99};
+      Buf<float> out({B, Hq, Nq, Dv}), dq(q.shape), dk(k.shape), dv(v.shape);
+      Buf3<float> lse({B, Hq, Nq});
+      forward(q.cview(), k.cview(), v.cview(), out.view(), lse.view(), o);
+      backward(q.cview(), k.cview(), v.cview(), out.cview(), lse.cview(), dout.cview(), dq.view(), dk.view(), dv.view(),
+               o);
+      std::vector<float> all;
+      for (auto* b : {&out.data, &lse.data, &dq.data, &dk.data, &dv.data}) all.insert(all.end(), b->begin(), b->end());
+      results.push_back(std::move(all));
+    }
+    for (std::size_t r = 1; r < results.size(); ++r)
+      EXPECT_EQ(std::memcmp(results[r].data(), results[0].data(), results[0].size() * sizeof(float)), 0)
+          << "thread count or backward schedule changed the bits";
+  }
 }
 
 }  // namespace

@@ -20,6 +20,7 @@ struct Case {
   // Whether the forward must take the fused decoding loop (decode_kernel.inl) on each SIMD
   // ISA: at most kFewLanes lanes per kv head, unit-stride K and V rows, no explicit mask.
   bool fused_decode = false;
+  double dropout = 0.0;  // p; the seed and offset are fixed (make_inputs)
 };
 
 std::ostream& operator<<(std::ostream& os, const Case& c) { return os << c.name; }
@@ -46,6 +47,7 @@ Inputs make_inputs(const Case& c) {
   in.opt.window = c.window;
   in.opt.scale = c.scale;
   in.opt.softcap = c.softcap;
+  if (c.dropout > 0) in.opt.dropout = {c.dropout, 0x5eed0123456789abull, (std::uint64_t{3} << 32) | 17};
   std::uniform_real_distribution<double> u(0, 1);
   switch (c.mask) {
     case MaskKind::none: break;
@@ -110,8 +112,14 @@ TEST_P(Grid, FastMatchesReference) {
 
   // Floors (src/common/tolerance.hpp): the error any fp32 kernel must make.
   const double beta = std::abs(resolve_scale(opt, c.Dk));
-  const auto fl = floors(in.q.data, in.k.data, in.v.data, in.dout.data, c.Dk, c.Dv, beta, c.softcap.value_or(0.0),
-                         max_abs(in.mask.data), max_abs(lse64.data), max_abs(dv64.data));
+  auto fl = floors(in.q.data, in.k.data, in.v.data, in.dout.data, c.Dk, c.Dv, beta, c.softcap.value_or(0.0),
+                   max_abs(in.mask.data), max_abs(lse64.data), max_abs(dv64.data));
+  // Dropout: the fast kernel and the references drop the same p_ij (one generator,
+  // sdpa/philox.hpp), so the rule stays the fp32 one; only the kept weights grow by
+  // 1/(1 - p), and with them every term the floors of out, dq and dk bound (dv's is taken
+  // from max|dv| itself, which already holds the factor).
+  const double keep_scale = opt.dropout.keep_scale();
+  fl.out *= keep_scale, fl.dq *= keep_scale, fl.dk *= keep_scale;
 
   for (Isa isa : runnable_isas()) {
     SCOPED_TRACE(std::string("isa ") + isa_name(isa));
@@ -229,6 +237,29 @@ std::vector<Case> feature_grid() {
       if (hq == 7) c.causal = Causal::bottom_right, c.window = {100, -1};
       if (hq == 3) c.softcap = 5.0, c.q_std = 4.0;
     });
+  // Dropout at p = 0.1 and 0.5 through every loop: the tiled forward, the few-lane one (and
+  // split-KV), both backward schedules (B·Hkv items against the thread count, api.cpp), with
+  // GQA, masks, windows, soft-cap, [B, N, H, D] strides, Nk not a multiple of 4 (a Philox
+  // block's last keys past the end) and the keys past a 64-key tile.
+  for (double p : {0.1, 0.5}) {
+    const std::string ps = p == 0.1 ? "p10" : "p50";
+    add("dropout_" + ps + "_plain", [p](Case& c) { c.Nq = 130, c.Nk = 131, c.Dk = c.Dv = 32, c.dropout = p; });
+    add("dropout_" + ps + "_gqa_causal", [p](Case& c) {
+      c.B = 2, c.Hq = 4, c.Hkv = 2, c.Nq = 70, c.Nk = 97, c.Dk = 24, c.Dv = 40, c.causal = Causal::bottom_right;
+      c.dropout = p;
+    });
+    add("dropout_" + ps + "_window_softcap", [p](Case& c) {
+      c.Hq = c.Hkv = 1;  // one item: the two-pass backward wherever there are 2 threads or more
+      c.Nq = 150, c.Nk = 200, c.window = {40, 5}, c.causal = Causal::top_left, c.softcap = 5.0, c.dropout = p;
+    });
+    add("dropout_" + ps + "_mask", [p](Case& c) { c.B = 2, c.Nq = 80, c.Nk = 141, c.mask = MaskKind::keep_full, c.dropout = p; });
+    add("dropout_" + ps + "_additive_bnhd", [p](Case& c) {
+      c.B = 2, c.Hq = 4, c.Hkv = 1, c.Nq = 33, c.Nk = 66, c.mask = MaskKind::additive_rows, c.bnhd = true, c.dropout = p;
+    });
+    add("dropout_" + ps + "_decode_split", [p](Case& c) {
+      c.Hq = 8, c.Hkv = 2, c.Nq = 1, c.Nk = 4500, c.Dk = 64, c.Dv = 48, c.dropout = p;
+    });
+  }
   // [B, N, H, D] buffers through strides, with GQA and a mask.
   add("bnhd_layout", [](Case& c) {
     c.B = 2, c.Hq = 4, c.Hkv = 2, c.Nq = 77, c.Nk = 99, c.Dk = 20, c.Dv = 36, c.bnhd = true, c.mask = MaskKind::padding;

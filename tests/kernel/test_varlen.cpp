@@ -53,7 +53,8 @@ Result run_varlen(const Packed& p, const Options& opt, bool with_backward = true
 
 // The reference in precision T on each sequence alone, as a (1, H, L, D) problem copied out of
 // the packed tensors, its results copied back into packed buffers. A sequence without keys
-// gets the contract's empty rows (out 0, lse -inf, zero gradients).
+// gets the contract's empty rows (out 0, lse -inf, zero gradients). With dropout, sequence s
+// draws batch s's mask (Dropout::batch0 = s), as it would padded into a (batch, H, L, D) call.
 template <class T>
 struct PerSequence {
   std::vector<T> out, lse, dq, dk, dv;
@@ -82,9 +83,11 @@ struct PerSequence {
              dout = take(p.dout, q0, Lq, p.Hq, p.Dv);
       Buf<T> o({1, p.Hq, Lq, p.Dv}), gq(q.shape), gk(k.shape), gv(v.shape);
       Buf3<T> l({1, p.Hq, Lq});
-      reference::forward<T, double>(q.cview(), k.cview(), v.cview(), o.view(), l.view(), opt);
+      Options o_s = opt;
+      o_s.dropout.batch0 += static_cast<i64>(s);
+      reference::forward<T, double>(q.cview(), k.cview(), v.cview(), o.view(), l.view(), o_s);
       reference::backward<T, double>(q.cview(), k.cview(), v.cview(), o.cview(), l.cview(), dout.cview(), gq.view(),
-                                     gk.view(), gv.view(), opt);
+                                     gk.view(), gv.view(), o_s);
       put(o, out, q0), put(gq, dq, q0), put(gk, dk, k0), put(gv, dv, k0);
       for (i64 h = 0; h < p.Hq; ++h)
         for (i64 i = 0; i < Lq; ++i) lse[static_cast<std::size_t>(h * p.Tq() + q0 + i)] = l.data[static_cast<std::size_t>(h * Lq + i)];
@@ -98,7 +101,7 @@ struct VarlenCase {
 };
 
 std::vector<VarlenCase> varlen_cases() {
-  std::vector<VarlenCase> c(6);
+  std::vector<VarlenCase> c(7);
   c[0].name = "plain";
   c[1].name = "causal_top_left", c[1].opt.causal = Causal::top_left;
   c[2].name = "causal_bottom_right", c[2].opt.causal = Causal::bottom_right;
@@ -106,6 +109,7 @@ std::vector<VarlenCase> varlen_cases() {
   c[4].name = "causal_window_softcap", c[4].opt.causal = Causal::bottom_right, c[4].opt.window = {9, -1},
   c[4].opt.softcap = 2.0;
   c[5].name = "scale", c[5].opt.scale = 0.7;
+  c[6].name = "dropout_causal", c[6].opt.causal = Causal::bottom_right, c[6].opt.dropout = {0.3, 77, 1};
   return c;
 }
 
@@ -123,8 +127,10 @@ TEST(Varlen, MatchesTheReferenceOnEachSequence) {
     const PerSequence<double> gold(p, vc.opt);
     const PerSequence<float> naive(p, vc.opt);
     const double beta = std::abs(resolve_scale(vc.opt, p.Dk));
-    const auto fl = floors(p.q, p.k, p.v, p.dout, p.Dk, p.Dv, beta, vc.opt.softcap.value_or(0.0), 0.0,
-                           max_abs(gold.lse), max_abs(gold.dv));
+    auto fl = floors(p.q, p.k, p.v, p.dout, p.Dk, p.Dv, beta, vc.opt.softcap.value_or(0.0), 0.0, max_abs(gold.lse),
+                     max_abs(gold.dv));
+    const double keep_scale = vc.opt.dropout.keep_scale();  // kept weights grow by 1/(1 - p) (test_grid.cpp)
+    fl.out *= keep_scale, fl.dq *= keep_scale, fl.dk *= keep_scale;
     for (Isa isa : runnable_isas()) {
       SCOPED_TRACE(isa_name(isa));
       Options o = vc.opt;

@@ -284,8 +284,10 @@ def test_errors_name_torch_arguments():
         st.scaled_dot_product_attention(q.double(), k, v)
     with pytest.raises(ValueError, match=r"^key: tensor is on device 'meta'"):
         st.scaled_dot_product_attention(q, torch.empty(k.shape, device="meta"), v)
-    with pytest.raises(ValueError, match=r"^dropout_p:"):
-        st.scaled_dot_product_attention(q, k, v, dropout_p=0.1)
+    with pytest.raises(ValueError, match=r"^dropout_p: must be in \[0, 1\), got 1.0"):
+        st.scaled_dot_product_attention(q, k, v, dropout_p=1.0)
+    with pytest.raises(ValueError, match=r"^dropout_p: must be in \[0, 1\), got -0.1"):
+        st.scaled_dot_product_attention(q, k, v, dropout_p=-0.1)
     with pytest.raises(ValueError, match=r"^key: 2 heads differ from query's 4; pass enable_gqa=True"):
         st.scaled_dot_product_attention(q, k[:, :2], v[:, :2])
     with pytest.raises(ValueError, match=r"^attn_mask: requires grad"):
@@ -298,3 +300,89 @@ def test_errors_name_torch_arguments():
         st.scaled_dot_product_attention(q, k.numpy(), v)
     with pytest.raises(TypeError, match=r"^k: a NumPy array while q is a PyTorch tensor"):
         sdpa.attention(q, k.numpy(), v)
+
+
+# ---- dropout -----------------------------------------------------------------------------------------------
+def _seed_after(manual_seed):
+    """The seed sdpa.torch draws for one call right after torch.manual_seed(manual_seed) (sdpa._api)."""
+    torch.manual_seed(manual_seed)
+    return int(torch.randint(0, 2 ** 63 - 1, (), dtype=torch.int64))
+
+
+def test_dropout_follows_torch_manual_seed_and_the_reference():
+    """torch.manual_seed makes a call repeatable; the next call draws a fresh mask; the result is the reference
+    kernel's (fp64 accumulation) given the seed drawn from torch's generator, within the fp32 rule's floor."""
+    q, k, v = tensors(21, Hq=4, Hkv=2)
+    kw = dict(dropout_p=0.3, is_causal=True, enable_gqa=True)
+    torch.manual_seed(3)
+    a = st.scaled_dot_product_attention(q, k, v, **kw)
+    fresh = st.scaled_dot_product_attention(q, k, v, **kw)
+    torch.manual_seed(3)
+    b = st.scaled_dot_product_attention(q, k, v, **kw)
+    assert torch.equal(a, b)
+    assert (fresh - a).abs().max() > 0.05, "a second call reused the mask"
+    plain = st.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+    assert (plain - a).abs().max() > 0.05, "dropout_p had no effect"
+    ref = sdpa.reference_attention(q, k, v, causal="top-left", dropout_p=0.3, dropout_seed=_seed_after(3))
+    qn, kn, vn = (x.numpy() for x in (q, k, v))
+    floor = 8 * EPS32 * (1 + smax(qn, kn)) * np.abs(vn).max() / (1 - 0.3)  # kept weights grow by 1/(1 - p)
+    assert (a - ref).abs().max().item() <= floor
+
+
+def test_dropout_keep_rate_through_torch():
+    """The mask read back through the drop-in: q = 0 makes every probability 1/S exactly (S a power of 2), and
+    v = identity (Ev = S) puts keep_ij / (1 - p) / S in out[i, j]. Every entry is then 0 or 1 after scaling, and
+    the number kept is Binomial(n, 1 - p): |z| <= 5 fails a fair generator with probability 6e-7."""
+    B, H, L, S, p = 2, 4, 64, 128, 0.25
+    q = torch.zeros(B, H, L, 8)
+    k = torch.randn(B, H, S, 8, generator=torch.Generator().manual_seed(1))
+    v = torch.eye(S).expand(B, H, S, S).contiguous()
+    torch.manual_seed(0)
+    keep = st.scaled_dot_product_attention(q, k, v, dropout_p=p) * ((1 - p) * S)
+    assert torch.all((keep - keep.round()).abs() < 1e-5) and set(keep.round().unique().tolist()) <= {0.0, 1.0}
+    n = keep.numel()
+    z = (keep.round().sum().item() - n * (1 - p)) / math.sqrt(n * p * (1 - p))
+    assert abs(z) <= 5, f"kept {keep.round().sum().item()} of {n} at p = {p}: z = {z:.2f}"
+
+
+def test_dropout_gradcheck_with_a_fixed_seed():
+    """The backward regenerates the forward's mask: with the generator reseeded before every call the function is
+    deterministic, and its finite differences are the analytical gradient. The tolerance is test_gradcheck's,
+    scaled by 1/(1 - p): every term of it (the forward's error, the derivatives) grows with the kept weights."""
+    p = 0.3
+    q, k, v = (x.requires_grad_() for x in tensors(4, B=1, Hq=2, Hkv=2, L=5, S=6, E=4, Ev=3))
+    eps, atol = _gradcheck_tolerance(q, k, v)
+    atol /= 1 - p
+
+    def dropped(q, k, v):
+        torch.manual_seed(17)
+        return st.scaled_dot_product_attention(q, k, v, dropout_p=p)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # fp32: accounted for in the tolerance
+        assert torch.autograd.gradcheck(dropped, (q, k, v), eps=eps, atol=atol, rtol=0)
+
+        def other_mask_in_backward(q, k, v):  # the same forward, a backward with another seed's mask: must fail
+            torch.manual_seed(17)
+            seed = int(torch.randint(0, 2 ** 63 - 1, (), dtype=torch.int64))
+            out, lse = sdpa.attention(q.detach(), k.detach(), v.detach(), dropout_p=p, dropout_seed=seed,
+                                      return_lse=True)
+            return _WrongMask.apply(q, k, v, out, lse, seed)
+
+        assert not torch.autograd.gradcheck(other_mask_in_backward, (q, k, v), eps=eps, atol=atol, rtol=0,
+                                            raise_exception=False)
+
+
+class _WrongMask(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, out, lse, seed):
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.seed = seed
+        return out.clone()
+
+    @staticmethod
+    def backward(ctx, dout):
+        q, k, v, out, lse = ctx.saved_tensors
+        grads = sdpa.attention_backward(q, k, v, out, lse, dout.contiguous(), dropout_p=0.3, dropout_seed=ctx.seed + 1)
+        return grads + (None, None, None)
+

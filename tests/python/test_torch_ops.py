@@ -32,9 +32,9 @@ def _inputs(seed, B=2, Hq=4, Hkv=2, L=7, S=9, E=8, Ev=6, grad=False):
 
 def _options(**kw):
     """The op's trailing arguments (mask, keep, scale, softcap, causal, window_left, window_right, threads,
-    kernel), the defaults of sdpa.attention overridden by kw."""
+    kernel, dropout_p, dropout_seed, dropout_offset), the defaults of sdpa.attention overridden by kw."""
     o = dict(mask=None, keep=None, scale=None, softcap=None, causal="none", window_left=-1, window_right=-1,
-             threads=0, kernel="fast")
+             threads=0, kernel="fast", dropout_p=0.0, dropout_seed=0, dropout_offset=0)
     o.update(kw)
     return tuple(o.values())
 
@@ -45,6 +45,7 @@ OPCHECK_CASES = {
     "softcap-scale": dict(softcap=5.0, scale=0.3),
     "float-mask": "float",
     "bool-mask": "bool",
+    "dropout": dict(dropout_p=0.3, dropout_seed=2 ** 62 + 5, dropout_offset=7, causal="top-left"),
 }
 
 

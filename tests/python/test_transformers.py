@@ -205,8 +205,8 @@ def test_set_attn_implementation_and_errors():
     with pytest.raises(TypeError, match=r"^query: dtype torch.float64 is not supported"), torch.no_grad():
         ours.double()(ids)
     q = torch.zeros(1, 4, 3, 16)
-    with pytest.raises(ValueError, match=r"^dropout: .*exact attention"):
-        sht.attention_forward(ours, q, q, q, None, dropout=0.1)
+    with pytest.raises(ValueError, match=r"^dropout: must be in \[0, 1\), got 1.5"):
+        sht.attention_forward(ours, q, q, q, None, dropout=1.5)
     with pytest.raises(ValueError, match=r"^attention_mask: shape \[1, 1, 4, 3\] does not broadcast"):
         sht.attention_forward(ours, q, q, q, torch.ones(1, 1, 4, 3, dtype=torch.bool))
     with pytest.raises(ValueError, match=r"^query: tensor is on device 'meta'"):
@@ -238,3 +238,25 @@ def test_lazy_attributes_are_their_own_modules():
     assert sdpa.transformers.NAME == "exact_cpu"
     assert sdpa.torch.__name__ == "sdpa.torch"
     assert sdpa.distributed.__name__ == "sdpa.distributed"
+
+
+def test_attention_dropout_in_training_mode():
+    """transformers passes the module's attention dropout only in training mode: the backend applies it (sdpa's
+    dropout_p, seeded from torch's generator), so torch.manual_seed repeats a training step, eval mode is exact,
+    and the backward runs through the same mask."""
+    cfg = LlamaConfig(**SMALL, num_key_value_heads=2, max_position_embeddings=128, attention_dropout=0.3)
+    ours, _, _ = _models(cfg)
+    ids = _ids(3, 2, 12)
+    ours.train()
+    torch.manual_seed(1)
+    a = ours(ids).logits
+    a.square().mean().backward()
+    assert all(torch.isfinite(p.grad).all() for p in ours.parameters() if p.grad is not None)
+    torch.manual_seed(1)
+    with torch.no_grad():
+        b = ours(ids).logits
+    assert torch.equal(a.detach(), b)
+    ours.eval()
+    with torch.no_grad():
+        c = ours(ids).logits
+    assert (c - b).abs().max() > 1e-3, "training mode applied no dropout"

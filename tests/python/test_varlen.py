@@ -99,3 +99,68 @@ def test_bad_arguments_name_themselves():
         sdpa.attention_varlen(q[None], k[None], v[None], cq, ck)
     with pytest.raises(ValueError, match="cu_seqlens_q: rank 2"):
         sdpa.attention_varlen(q, k, v, cq[None], ck)
+
+
+def padded(x, c, L):
+    """Packed rows (T, H, D) -> (batch, H, L, D), zero past each sequence's length."""
+    out = np.zeros((len(c) - 1, x.shape[1], L, x.shape[2]), np.float32)
+    for s in range(len(c) - 1):
+        out[s, :, :c[s + 1] - c[s]] = x[c[s]:c[s + 1]].transpose(1, 0, 2)
+    return out
+
+
+def test_dropout_packed_is_the_padded_batch():
+    """Sequence s draws the mask batch s draws in the padded (batch, H, L, D) call with the same seed and
+    offset (the padding keys masked): the packed and the padded results agree within the fp32 floor of the
+    dropped weights, 8 eps (1 + smax) max|v| / (1 - p), forward and, with the same mask regenerated, backward
+    (through torch autograd; the gradients' floors scaled alike)."""
+    torch = pytest.importorskip("torch")
+    p, seed, offset = 0.3, 1234, 5
+    q, k, v, dout, cq, ck = packed(5)
+    Lq, Lk = max(LQ), max(LK)
+    keep = np.zeros((len(LQ), 1, 1, Lk), bool)
+    for s, n in enumerate(LK):
+        keep[s, ..., :n] = True
+    tq, tk, tv = (torch.tensor(x, requires_grad=True) for x in (q, k, v))
+    out = sdpa.attention_varlen(tq, tk, tv, torch.tensor(cq), torch.tensor(ck), dropout_p=p, dropout_seed=seed,
+                                dropout_offset=offset)
+    out.backward(torch.tensor(dout))
+    pq, pk, pv, pdo = (torch.tensor(padded(x, c, L), requires_grad=x is not dout)
+                       for x, c, L in ((q, cq, Lq), (k, ck, Lk), (v, ck, Lk), (dout, cq, Lq)))
+    pout = sdpa.attention(pq, pk, pv, mask=torch.tensor(keep), dropout_p=p, dropout_seed=seed, dropout_offset=offset)
+    pout.backward(pdo)
+    as4 = lambda x: x.transpose(1, 0, 2)[None]
+    f_out = forward_floors(as4(q), as4(k), as4(v), np.zeros(1))[0] / (1 - p)
+    dv_scale = as4(tv.grad.numpy())  # max|dv| sets dv's floor (tolerance.hpp); it holds the 1/(1 - p) already
+    f_dq, f_dk = (f / (1 - p) for f in backward_floors(as4(q), as4(k), as4(v), as4(dout), dv_scale)[:2])
+    f_dv = backward_floors(as4(q), as4(k), as4(v), as4(dout), dv_scale)[2]
+    assert np.abs(out.detach().numpy() - padded_back(pout.detach().numpy(), cq)).max() <= f_out
+    assert np.abs(tq.grad.numpy() - padded_back(pq.grad.numpy(), cq)).max() <= f_dq
+    assert np.abs(tk.grad.numpy() - padded_back(pk.grad.numpy(), ck)).max() <= f_dk
+    assert np.abs(tv.grad.numpy() - padded_back(pv.grad.numpy(), ck)).max() <= f_dv
+    plain = sdpa.attention_varlen(q, k, v, cq, ck)
+    assert np.abs(plain - out.detach().numpy()).max() > 0.05, "dropout_p had no effect"
+
+
+def padded_back(x, c):
+    """(batch, H, L, D) -> packed rows (T, H, D)."""
+    return np.concatenate([x[s, :, :c[s + 1] - c[s]].transpose(1, 0, 2) for s in range(len(c) - 1)])
+
+
+@pytest.mark.parametrize("dropout_p", [0.0, 0.3])
+def test_custom_ops_opcheck(dropout_p):
+    """sdpa::forward_varlen / sdpa::backward_varlen are well-formed custom ops: schema, fake (meta)
+    implementations, autograd registration, AOT dispatch (torch.library.opcheck); the drop-in calls them."""
+    torch = pytest.importorskip("torch")
+    q, k, v, dout, cq, ck = packed(6, np.int64)
+    tq, tk, tv = (torch.tensor(x, requires_grad=True) for x in (q, k, v))
+    tcq, tck = torch.tensor(cq), torch.tensor(ck)
+    out = sdpa.attention_varlen(tq, tk, tv, tcq, tck, causal="bottom-right", dropout_p=dropout_p, dropout_seed=9)
+    assert out.grad_fn is not None  # differentiable through the op's autograd registration
+    opts = (None, None, "bottom-right", -1, -1, 0, "fast", dropout_p, 9, 0)
+    torch.library.opcheck(torch.ops.sdpa.forward_varlen.default, (tq, tk, tv, tcq, tck) + opts)
+    with torch.no_grad():
+        o, lse = torch.ops.sdpa.forward_varlen(tq, tk, tv, tcq, tck, *opts)
+    assert torch.equal(o, out.detach())
+    torch.library.opcheck(torch.ops.sdpa.backward_varlen.default,
+                          (tq.detach(), tk.detach(), tv.detach(), tcq, tck, o, lse, torch.tensor(dout)) + opts)
