@@ -29,6 +29,7 @@
 
 namespace sdpa::detail::avx512 {
 
+constexpr Isa kIsa = Isa::avx512;  // the converters of 16-bit tensors (kernel_common.inl)
 #include "attention/simd_avx512.hpp"
 #include "attention/kernel_common.inl"
 
@@ -211,9 +212,10 @@ inline void pv_tile(const float* V, i64 ldv, i64 bc, i64 Dv, const float* P, con
   if (_mm512_cmp_ps_mask(chk, chk, _CMP_UNORD_Q) != 0) pv_skip_zero<NL>(V, ldv, bc, Dv, P, al, Oo, On, ldo);
 }
 
-// Whether an item takes this path: few lanes, unit-stride K and V rows, no explicit mask.
+// Whether an item takes this path: fp32 (16-bit K and V take forward_few_lanes, which
+// converts them on load), few lanes, unit-stride K and V rows, no explicit mask.
 inline bool applies(const Problem& p, const Tensors& t, i64 n) {
-  return n <= kFewLanes && t.k.stride[3] == 1 && t.v.stride[3] == 1 && !explicit_mask(p) && p.Nk < (i64{1} << 30);
+  return p.dtype == Dtype::f32 && n <= kFewLanes && t.k.stride[3] == 1 && t.v.stride[3] == 1 && !explicit_mask(p) && p.Nk < (i64{1} << 30);
 }
 
 // One item's buffers; `slots` is its lanes rounded up to whole groups (at most kFewLanes).
