@@ -3,7 +3,7 @@
 
 ``import sdpa`` does not need PyTorch; this module does, and says so when it is missing.
 The forward and the backward are the library's own (sdpa::forward, sdpa::backward) on
-CPU float32 tensors, read and written in place through their strides.
+CPU float32, float16 or bfloat16 tensors, read and written in place through their strides.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def _forward_op(q: _torch.Tensor, k: _torch.Tensor, v: _torch.Tensor, mask: _Opt
 def _(q, k, v, mask, keep, scale, softcap, causal, window_left, window_right, threads, kernel):
     # The same allocation as _api._forward4: fresh C-contiguous buffers.
     B, Hq, Nq, _ = q.shape
-    return q.new_empty((B, Hq, Nq, v.shape[3])), q.new_empty((B, Hq, Nq))
+    return q.new_empty((B, Hq, Nq, v.shape[3])), q.new_empty((B, Hq, Nq), dtype=_torch.float32)
 
 
 @_torch.library.custom_op("sdpa::backward", mutates_args=())
@@ -83,8 +83,8 @@ def _setup_context(ctx, inputs, output):
 
 def _backward(ctx, dout, _dlse):
     q, k, v, out, lse, mask, keep = ctx.saved_tensors
-    if dout.dtype != _torch.float32:  # e.g. a float64 loss upstream
-        dout = dout.float()
+    if dout.dtype != q.dtype:  # e.g. a float32 or float64 loss upstream of a 16-bit out
+        dout = dout.to(q.dtype)
     dq, dk, dv = _backward_op(q, k, v, out, lse, dout, mask, keep, *ctx.options)
     return (dq, dk, dv) + (None,) * (len(_OPTION_NAMES))
 
@@ -107,7 +107,9 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     alignment (key j visible to query i iff j <= i); scale defaults to 1/sqrt(E); enable_gqa lets
     Hq be a multiple of Hkv. Differentiable in query, key and value (not in attn_mask).
 
-    Differences: float32 CPU tensors only (TypeError/ValueError otherwise); dropout_p must be 0 (sdpa
+    Differences: CPU tensors of float32, float16 or bfloat16 only, one dtype for query, key and value
+    (TypeError/ValueError otherwise; float16/bfloat16 are computed in float32 and rounded once, and
+    their gradients come back in the same dtype); dropout_p must be 0 (sdpa
     computes exact attention); a query whose keys are all masked gets output 0 rather than NaN;
     is_causal may be combined with attn_mask (both apply) where PyTorch refuses the pair.
     """
@@ -121,7 +123,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         raise TypeError(f"is_causal: expected a bool, got {is_causal!r}")
     if not isinstance(enable_gqa, bool):
         raise TypeError(f"enable_gqa: expected a bool, got {enable_gqa!r}")
-    _api._check_tensors({"query": query, "key": key, "value": value}, "query")
+    _api._check_tensors({"query": query, "key": key, "value": value}, "query", half_ok=True)
     if query.ndim >= 3:
         lead_q, lead_k, lead_v = query.shape[:-3], key.shape[:-3], value.shape[:-3]
         if lead_k != lead_q or lead_v != lead_q:
