@@ -23,6 +23,7 @@ struct Case {
   Causal causal = Causal::none;  // none or top_left (PyTorch's is_causal) in the suite
   Pass pass = Pass::forward;
   int threads = 1;
+  Dtype dtype = Dtype::f32;  // of q, k, v, out (and dout, dq, dk, dv); PyTorch runs the same
 };
 
 /// A decoding row: a forward with so few query rows that reading K and V bounds its time
@@ -31,13 +32,15 @@ bool decoding(const Case& c);
 
 /// The standard table (`sdpa bench --suite default`): forward, causal forward and
 /// backward at N ∈ {1024, 4096}, D ∈ {64, 128} (B = 1, H = 8); two decoding rows
-/// (Hq = 32, Hkv = 8, Nq = 1, Nk ∈ {4096, 32768}, D = 128); and two forward rows on one
-/// thread for per-core efficiency. `threads` for all but those.
+/// (Hq = 32, Hkv = 8, Nq = 1, Nk ∈ {4096, 32768}, D = 128); two forward rows on one
+/// thread for per-core efficiency; and in bf16 and fp16 each, forward and backward at
+/// N ∈ {1024, 4096}, D = 64, and the Nk = 32768 decoding row. `threads` for all but the
+/// one-thread rows.
 std::vector<Case> default_suite(int threads);
 
 /// "B=1 H=8 N=1024 D=64", "B=1 H=32/8 Nq=1 Nk=4096 D=128", …
 std::string label(const Shape& s);
-/// "fwd", "bwd", "causal fwd", "causal bwd" or "decode".
+/// "fwd", "bwd", "causal fwd", "causal bwd" or "decode", then " bf16" / " fp16" for 16-bit rows.
 std::string pass_name(const Case& c);
 
 struct Row {

@@ -30,7 +30,8 @@ json request(const std::vector<Case>& cases, const TimerRule& rule) {
                     {"Dk", s.Dk},
                     {"Dv", s.Dv},
                     {"causal", c.causal == Causal::top_left},
-                    {"backward", c.pass == Pass::backward}});
+                    {"backward", c.pass == Pass::backward},
+                    {"dtype", dtype_name(c.dtype)}});
   }
   return {{"threads", cases.empty() ? 1 : cases[0].threads},
           {"rule",
