@@ -63,7 +63,7 @@ def attention_forward(module, query, key, value, attention_mask: Optional["_torc
     """transformers' attention signature: query (B, Hq, Nq, D), key/value (B, Hkv, Nk, D) -> ((B, Nq, Hq, Dv), None).
 
     Raises ValueError for what sdpa does not compute (dropout during training, position biases, attention
-    sinks) and TypeError for a model not in float32, each naming the argument.
+    sinks) and TypeError for a model in a dtype the kernel does not take (float64), each naming the argument.
     """
     if dropout:
         raise ValueError(f"dropout: sdpa computes exact attention without dropout, got {dropout}; set the config's "

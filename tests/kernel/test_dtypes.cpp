@@ -176,6 +176,56 @@ TEST(Dtypes, ReferenceKernelRoundsTheOracle) {
   SDPA_EXPECT_WITHIN("dv", rule.dv(widen(r.dv)));
 }
 
+// Rows with a non-unit stride along D (every other element of a wider buffer) are widened
+// and rounded element by element (load_row / store_row's strided branch): the same bits as
+// the contiguous call, forward and backward, inputs and outputs strided alike.
+TEST(Dtypes, StridedRowsGiveTheContiguousBits) {
+  const i64 B = 1, H = 2, N = 37, D = 24;
+  std::mt19937_64 rng(11);
+  std::normal_distribution<float> normal;
+  const auto filled = [&](std::vector<fp16>& x) {
+    for (auto& e : x) e = fp16(normal(rng));
+  };
+  std::vector<fp16> q(B * H * N * D), k(q.size()), v(q.size()), dout(q.size());
+  for (auto* x : {&q, &k, &v, &dout}) filled(*x);
+  const std::array<i64, 4> shape{B, H, N, D}, wide{B, H, N, 2 * D};
+  // The strided copies: element d of a row at 2·d of a row twice as long.
+  const auto spread = [&](const std::vector<fp16>& x) {
+    std::vector<fp16> w(x.size() * 2, fp16(0.0f));
+    for (std::size_t e = 0; e < x.size(); ++e) w[2 * e] = x[e];
+    return w;
+  };
+  const auto strided = [&](auto* data) {
+    auto view = contiguous(data, wide);
+    view.shape = shape, view.stride[3] = 2;
+    return view;
+  };
+  const std::vector<fp16> qw = spread(q), kw = spread(k), vw = spread(v), dw = spread(dout);
+  for (Isa isa : runnable_isas()) {
+    SCOPED_TRACE(isa_name(isa));
+    Options o;
+    o.isa = isa, o.causal = Causal::top_left;
+    std::vector<fp16> out(q.size()), dq(q.size()), dk(q.size()), dv(q.size());
+    std::vector<float> lse(B * H * N), lse_w(lse.size());
+    forward(contiguous<const fp16>(q.data(), shape), contiguous<const fp16>(k.data(), shape),
+            contiguous<const fp16>(v.data(), shape), contiguous(out.data(), shape), contiguous(lse.data(), {B, H, N}), o);
+    backward(contiguous<const fp16>(q.data(), shape), contiguous<const fp16>(k.data(), shape),
+             contiguous<const fp16>(v.data(), shape), contiguous<const fp16>(out.data(), shape),
+             contiguous<const float>(lse.data(), {B, H, N}), contiguous<const fp16>(dout.data(), shape),
+             contiguous(dq.data(), shape), contiguous(dk.data(), shape), contiguous(dv.data(), shape), o);
+    std::vector<fp16> out_w(2 * q.size()), dq_w(2 * q.size()), dk_w(2 * q.size()), dv_w(2 * q.size());
+    forward(strided(static_cast<const fp16*>(qw.data())), strided(static_cast<const fp16*>(kw.data())),
+            strided(static_cast<const fp16*>(vw.data())), strided(out_w.data()), contiguous(lse_w.data(), {B, H, N}), o);
+    backward(strided(static_cast<const fp16*>(qw.data())), strided(static_cast<const fp16*>(kw.data())),
+             strided(static_cast<const fp16*>(vw.data())), strided(static_cast<const fp16*>(out_w.data())),
+             contiguous<const float>(lse_w.data(), {B, H, N}), strided(static_cast<const fp16*>(dw.data())),
+             strided(dq_w.data()), strided(dk_w.data()), strided(dv_w.data()), o);
+    EXPECT_EQ(0, std::memcmp(lse.data(), lse_w.data(), lse.size() * sizeof(float)));
+    for (const auto& [dense, wide_buf] : {std::pair{&out, &out_w}, {&dq, &dq_w}, {&dk, &dk_w}, {&dv, &dv_w}})
+      for (std::size_t e = 0; e < dense->size(); ++e) ASSERT_EQ((*dense)[e].bits, (*wide_buf)[2 * e].bits) << e;
+  }
+}
+
 // Errors in a 16-bit call name the argument, as in fp32, and nothing is written.
 TEST(Dtypes, BadShapesNameTheArgument) {
   std::vector<bf16> q(1 * 2 * 8 * 16, bf16(1.0f)), kv(1 * 2 * 8 * 8, bf16(1.0f)), out(1 * 2 * 8 * 16, bf16(7.0f));
