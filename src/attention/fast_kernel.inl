@@ -179,18 +179,20 @@ inline void pack_transposed(const InView& x, i64 b, i64 g, i64 j0, i64 bc, i64 D
 }
 // Packs rows [j0, j0+n) of (b, g) as rows of ld floats, zero-padded; returns whether all finite.
 inline bool pack_rows(const InView& x, i64 b, i64 g, i64 j0, i64 n, i64 D, float* out, i64 ld) {
+  if (x.dtype != Dtype::f32) {  // widened by the vector converters, then one vector scan
+    for (i64 c = 0; c < n; ++c) {
+      load_row(x, off(x, b, g, j0 + c, 0), D, out + c * ld, 1);
+      for (i64 d = D; d < ld; ++d) out[c * ld + d] = 0.0f;
+    }
+    return rows_finite(out, ld, n, D);
+  }
   bool finite = true;
   for (i64 c = 0; c < n; ++c) {
     float* o = out + c * ld;
-    if (x.dtype == Dtype::f32) {
-      for (i64 d = 0; d < D; ++d) {
-        const float val = x.data[off(x, b, g, j0 + c, d)];
-        finite &= is_finite(val);
-        o[d] = val;
-      }
-    } else {
-      load_row(x, off(x, b, g, j0 + c, 0), D, o, 1);
-      for (i64 d = 0; d < D; ++d) finite &= is_finite(o[d]);
+    for (i64 d = 0; d < D; ++d) {
+      const float val = x.data[off(x, b, g, j0 + c, d)];
+      finite &= is_finite(val);
+      o[d] = val;
     }
     for (i64 d = D; d < ld; ++d) o[d] = 0.0f;
   }
