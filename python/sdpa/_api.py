@@ -290,7 +290,8 @@ def attention(q, k, v, *, scale=None, causal=None, window=None, softcap=None, ma
 def reference_attention(q, k, v, *, scale=None, causal=None, window=None, softcap=None, mask=None,
                         return_lse=False, threads=None):
     """sdpa.attention computed by the readable reference kernel: it materialises each head's score
-    matrix and accumulates in float64 (results are float32). The oracle the fast kernel is tested
+    matrix and accumulates in float64 (results in the inputs' dtype: float32, or 16-bit inputs widened
+    and the results rounded once). The oracle the fast kernel is tested
     against; slow and O(Nq * Nk) memory per head. Same arguments and results as sdpa.attention."""
     return _attention(q, k, v, scale=scale, causal=causal, window=window, softcap=softcap, mask=mask,
                       return_lse=return_lse, threads=threads, kernel="reference")
