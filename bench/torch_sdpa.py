@@ -5,13 +5,14 @@ src/bench/torch.hpp, which states the request and the reply). Reads one JSON req
 stdin and prints one JSON reply on stdout:
 
   request: {"threads": T, "rule": {"warmup_runs", "min_runs", "min_seconds", "max_runs"},
-            "rows": [{"B", "Hq", "Hkv", "Nq", "Nk", "Dk", "Dv", "causal", "backward", "dropout_p"}, ...]}
+            "rows": [{"B", "Hq", "Hkv", "Nq", "Nk", "Dk", "Dv", "causal", "backward", "dtype", "dropout_p"}, ...]}
   reply:   {"torch": version, "rows": [{"median_seconds": s, "runs": n}, ...]}
            or {"error": "..."} when torch cannot be imported
 
 Each row is timed by the rule sdpa is timed by (src/bench/timer.hpp; docs/performance.md,
-"Method"): `time_by_rule` below is that loop, nothing else. Inputs are float32 standard
-normal; `causal` is torch's is_causal (top-left), `dropout_p` its dropout_p (absent: 0); a backward row times
+"Method"): `time_by_rule` below is that loop, nothing else. Inputs are standard normal in
+the row's dtype ("float32", "bfloat16" or "float16"; float32 when absent); `causal` is torch's
+is_causal (top-left), `dropout_p` its dropout_p (absent: 0); a backward row times
 torch.autograd.grad of a fresh forward, the forward outside the timer.
 """
 import json
@@ -59,8 +60,10 @@ def main():
     gen = torch.Generator().manual_seed(1)
     rows = []
     for r in request["rows"]:
+        dtype = getattr(torch, r.get("dtype", "float32"))
+
         def make(h, n, d):
-            return torch.randn(r["B"], h, n, d, generator=gen, dtype=torch.float32)
+            return torch.randn(r["B"], h, n, d, generator=gen, dtype=torch.float32).to(dtype)
 
         q, k, v = make(r["Hq"], r["Nq"], r["Dk"]), make(r["Hkv"], r["Nk"], r["Dk"]), make(r["Hkv"], r["Nk"], r["Dv"])
         gqa = r["Hq"] != r["Hkv"]

@@ -2,6 +2,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <type_traits>
 
 #include "commands.hpp"
 #include "common.hpp"
@@ -88,6 +89,62 @@ std::vector<i64> file_shape(const Tensor& like, i64 n, i64 d) {
   return s;
 }
 
+// The tensors of a file in the element type the library is called with: float32 (from float32
+// or float64 files) or float16; and the .npy bytes of a result in the dtype the outputs keep.
+template <class T>
+View4<const T> view_of(const Tensor& t) {
+  if constexpr (std::is_same_v<T, fp16>)
+    return t.half_view();
+  else
+    return t.view();
+}
+template <class T>
+std::vector<unsigned char> out_bytes(const std::vector<T>& x, const std::vector<i64>& shape, io::DType dtype) {
+  if constexpr (std::is_same_v<T, fp16>)
+    return npy_bytes(x, shape);
+  else
+    return npy_bytes(x, shape, dtype);
+}
+
+// [B, H, N, D] tensors (rank 2 to 4 files): out and the gradients in the inputs' dtype; lse in
+// the inputs' dtype too, except float32 for float16 inputs (the library's lse is fp32).
+template <class T>
+int run_dense(const Args& a, const Tensor& q, const Tensor& k, const Tensor& v, const Options& opt,
+              bool want_backward) {
+  const i64 B = q.shape[0], Hq = q.shape[1], Nq = q.shape[2], Dv = v.shape[3];
+  std::vector<T> out(static_cast<std::size_t>(B * Hq * Nq * Dv));
+  std::vector<float> lse(static_cast<std::size_t>(B * Hq * Nq));
+  const auto out_view = contiguous(out.data(), {B, Hq, Nq, Dv});
+  const auto lse_view = contiguous(lse.data(), {B, Hq, Nq});
+  forward(view_of<T>(q), view_of<T>(k), view_of<T>(v), out_view, lse_view, opt);
+
+  io::OutputSet files;  // nothing lands unless everything succeeds
+  files.add(a.out, out_bytes(out, file_shape(q, Nq, Dv), q.dtype));
+  if (!a.lse.empty()) {
+    std::vector<i64> s(q.file_shape.begin(), q.file_shape.end() - 1);
+    files.add(a.lse, npy_bytes(lse, s, q.dtype == io::DType::f16 ? io::DType::f32 : q.dtype));
+  }
+  if (want_backward) {
+    const Tensor dout = load_tensor(a.grad_out, "--grad-out", true);
+    if (dout.dtype != q.dtype)
+      throw Error("--grad-out: dtype " + std::string(io::dtype_name(dout.dtype)) + " differs from --q's " +
+                  io::dtype_name(q.dtype));
+    if (dout.shape != std::array<i64, 4>{B, Hq, Nq, Dv})
+      throw Error("--grad-out: shape must equal the output's, " + shape_str(std::array<i64, 4>{B, Hq, Nq, Dv}) +
+                  " (promoted to rank 4), got " + shape_str(dout.shape));
+    const auto numel = [](const Tensor& t) { return static_cast<std::size_t>(t.shape[0] * t.shape[1] * t.shape[2] * t.shape[3]); };
+    std::vector<T> dq(numel(q)), dk(numel(k)), dv(numel(v));
+    backward(view_of<T>(q), view_of<T>(k), view_of<T>(v), View4<const T>(out_view), View3<const float>(lse_view),
+             view_of<T>(dout), contiguous(dq.data(), q.shape), contiguous(dk.data(), k.shape),
+             contiguous(dv.data(), v.shape), opt);
+    files.add(a.dq, out_bytes(dq, q.file_shape, q.dtype));
+    files.add(a.dk, out_bytes(dk, k.file_shape, q.dtype));
+    files.add(a.dv, out_bytes(dv, v.file_shape, q.dtype));
+  }
+  files.commit();
+  return 0;
+}
+
 Options options_of(const Args& a) {
   Options opt;
   opt.scale = a.scale;
@@ -116,7 +173,7 @@ int run(const Args& a) {
     return run_ring_attention({a.q, a.k, a.v, a.out, a.lse, a.grad_out, a.dq, a.dk, a.dv, a.mask, a.layout},
                               options_of(a));
   }
-  const Tensor q = load_tensor(a.q, "--q"), k = load_tensor(a.k, "--k"), v = load_tensor(a.v, "--v");
+  const Tensor q = load_tensor(a.q, "--q", true), k = load_tensor(a.k, "--k", true), v = load_tensor(a.v, "--v", true);
   for (const Tensor* t : {&k, &v}) {
     if (t->dtype != q.dtype)
       throw Error(t->name + ": dtype " + io::dtype_name(t->dtype) + " differs from --q's " + io::dtype_name(q.dtype));
@@ -125,40 +182,19 @@ int run(const Args& a) {
                   std::to_string(q.file_shape.size()));
   }
   Options opt = options_of(a);
-  if (!a.cu_seqlens_q.empty() || !a.cu_seqlens_k.empty()) return run_varlen(a, q, k, v, opt, want_backward);
+  if (!a.cu_seqlens_q.empty() || !a.cu_seqlens_k.empty()) {
+    if (q.dtype == io::DType::f16)
+      throw Error("--q: float16 is not supported with packed sequences (--cu-seqlens-q/k); use float32");
+    return run_varlen(a, q, k, v, opt, want_backward);
+  }
   Mask mask;
   if (!a.mask.empty()) {
     mask = load_mask(a.mask);  // rank promoted to 4; the library broadcasts size-1 dimensions
     use_mask(mask, opt);
   }
 
-  const i64 B = q.shape[0], Hq = q.shape[1], Nq = q.shape[2], Dv = v.shape[3];
-  std::vector<float> out(static_cast<std::size_t>(B * Hq * Nq * Dv)), lse(static_cast<std::size_t>(B * Hq * Nq));
-  const auto out_view = contiguous(out.data(), {B, Hq, Nq, Dv});
-  const auto lse_view = contiguous(lse.data(), {B, Hq, Nq});
-  forward(q.view(), k.view(), v.view(), out_view, lse_view, opt);
-
-  io::OutputSet files;  // nothing lands unless everything succeeds
-  files.add(a.out, npy_bytes(out, file_shape(q, Nq, Dv), q.dtype));
-  if (!a.lse.empty()) {
-    std::vector<i64> s(q.file_shape.begin(), q.file_shape.end() - 1);
-    files.add(a.lse, npy_bytes(lse, s, q.dtype));
-  }
-  if (want_backward) {
-    const Tensor dout = load_tensor(a.grad_out, "--grad-out");
-    if (dout.dtype != q.dtype) throw Error("--grad-out: dtype differs from --q's");
-    if (dout.shape != std::array<i64, 4>{B, Hq, Nq, Dv})
-      throw Error("--grad-out: shape must equal the output's, " + shape_str(std::array<i64, 4>{B, Hq, Nq, Dv}) +
-                  " (promoted to rank 4), got " + shape_str(dout.shape));
-    std::vector<float> dq(q.data.size()), dk(k.data.size()), dv(v.data.size());
-    backward(q.view(), k.view(), v.view(), out_view, lse_view, dout.view(), contiguous(dq.data(), q.shape),
-             contiguous(dk.data(), k.shape), contiguous(dv.data(), v.shape), opt);
-    files.add(a.dq, npy_bytes(dq, q.file_shape, q.dtype));
-    files.add(a.dk, npy_bytes(dk, k.file_shape, q.dtype));
-    files.add(a.dv, npy_bytes(dv, v.file_shape, q.dtype));
-  }
-  files.commit();
-  return 0;
+  if (q.dtype == io::DType::f16) return run_dense<fp16>(a, q, k, v, opt, want_backward);
+  return run_dense<float>(a, q, k, v, opt, want_backward);
 }
 
 }  // namespace
@@ -168,8 +204,10 @@ Command add_attention(CLI::App& parent) {
   CLI::App* c = parent.add_subcommand(
       "attention",
       "Attention on .npy files: out = softmax(β·q·kᵀ + mask)·v, optionally with the backward pass.\n"
-      "Arrays: float32 or float64, shape [B,H,N,D], [H,N,D] or [N,D]; outputs keep the inputs' dtype and rank.\n"
-      "float64 inputs are computed in float32 by the fast kernel (the reference kernel accumulates in fp64).");
+      "Arrays: float16, float32 or float64 (one dtype for q, k, v and --grad-out), shape [B,H,N,D], [H,N,D] or\n"
+      "[N,D]; outputs keep the inputs' dtype and rank (lse is float32 for float16 inputs). float64 inputs are\n"
+      "computed in float32 by the fast kernel (the reference kernel accumulates in fp64); float16 ones are\n"
+      "converted on load, accumulated in float32 and rounded once on store. NumPy has no bfloat16: use Python.");
   c->add_option("--q", a->q, "Queries [B,Hq,Nq,Dk]")->required();
   c->add_option("--k", a->k, "Keys [B,Hkv,Nk,Dk]")->required();
   c->add_option("--v", a->v, "Values [B,Hkv,Nk,Dv]")->required();

@@ -4,6 +4,7 @@
 // its rows as a table or JSON.
 #include <algorithm>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,7 @@ struct Args {
   ShapeOptions shape;
   bench::TimerRule rule;
   bool causal = false, backward = false, no_torch = false, no_blas = false;
+  std::string dtype = "float32";
   int threads = 0;
   double dropout = 0.0;
   std::string suite, format = "table", isa = "auto";
@@ -45,6 +47,7 @@ nlohmann::ordered_json json_row(const bench::SuiteResult& res, const bench::Row&
           {"dim_v", s.Dv},
           {"causal", r.c.causal != Causal::none},
           {"backward", r.c.pass == bench::Pass::backward},
+          {"dtype", dtype_name(r.c.dtype)},
           {"threads", r.c.threads},
           {"isa", isa_name(res.isa)},
           {"seconds_median", r.sdpa.median_seconds},
@@ -81,7 +84,7 @@ void print_json(const bench::SuiteResult& res) {
 void print_table(const Args& a, const bench::SuiteResult& res) {
   const auto& rule = a.rule;
   fmt::print(
-      "sdpa bench: fp32, isa {}, medians after {} warm-up of >= {} runs adding up to >= {} s (at most {} runs); peaks "
+      "sdpa bench: fp32 (bf16/fp16 where the pass says so), isa {}, medians after {} warm-up of >= {} runs adding up to >= {} s (at most {} runs); peaks "
       "measured in this run (before and after the timings, the larger kept)\n",
       isa_name(res.isa), rule.warmup_runs, rule.min_runs, rule.min_seconds, std::max(rule.max_runs, rule.min_runs));
   for (auto [t, gf] : res.peaks.fma_gflops)
@@ -99,7 +102,7 @@ void print_table(const Args& a, const bench::SuiteResult& res) {
   fmt::print("  BLAS       {} (matmul, softmax, matmul; scores materialised)\n",
              a.no_blas ? "not run" : bench::blas_name());
   fmt::print("  {}\n\n", res.torch_about);
-  fmt::print("{:<9} {:<28} {:>3} {:>10} {:>9} {:>7} {:>7} {:>7} {:>9} {:>9}\n", "pass", "shape", "thr", "median ms",
+  fmt::print("{:<11} {:<28} {:>3} {:>10} {:>9} {:>7} {:>7} {:>7} {:>9} {:>9}\n", "pass", "shape", "thr", "median ms",
              "GFLOP/s", "% peak", "% read", "% bw", "x torch", "x BLAS");
   auto pct = [](bool on, double x, double of) {
     return on && of > 0 ? fmt::format("{:.1f}%", 100 * x / of) : std::string("-");
@@ -112,7 +115,7 @@ void print_table(const Args& a, const bench::SuiteResult& res) {
   for (const bench::Row* row : order) {
     const auto& r = *row;
     const bool dec = bench::decoding(r.c);
-    fmt::print("{:<9} {:<28} {:>3} {:>10.3f} {:>9.1f} {:>6.1f}% {:>7} {:>7} {:>9} {:>9}\n", bench::pass_name(r.c),
+    fmt::print("{:<11} {:<28} {:>3} {:>10.3f} {:>9.1f} {:>6.1f}% {:>7} {:>7} {:>9} {:>9}\n", bench::pass_name(r.c),
                bench::label(r.c.shape), r.c.threads, 1e3 * r.sdpa.median_seconds, r.gflops(),
                r.peak_gflops > 0 ? 100 * r.gflops() / r.peak_gflops : 0.0,
                pct(dec, r.gbytes_per_s(), r.read_gbytes_per_s()), pct(dec, r.gbytes_per_s(), r.bandwidth_gbs),
@@ -175,11 +178,15 @@ int run(const Args& a) {
     o.varlen = {bench::default_varlen(threads)};
   } else {
     const auto z = a.shape.resolve();
+    std::optional<Dtype> dtype;
+    for (Dtype t : {Dtype::f32, Dtype::bf16, Dtype::fp16})
+      if (a.dtype == dtype_name(t)) dtype = t;
+    if (!dtype) throw Error("--dtype: expected float32, bfloat16 or float16, got '" + a.dtype + "'");
     o.cases.push_back({{z.B, z.Hq, z.Hkv, z.Nq, z.Nk, z.Dk, z.Dv},
                        a.causal ? Causal::top_left : Causal::none,
                        a.backward ? bench::Pass::backward : bench::Pass::forward,
                        threads,
-                       a.dropout});
+                       *dtype, a.dropout});
   }
   const bool tty = stderr_is_terminal();
   if (tty) o.progress = [](const std::string& m) { fmt::print(stderr, "\r\033[Ksdpa bench: {}", m); };
@@ -206,6 +213,8 @@ Command add_bench(CLI::App& parent) {
   c->add_flag("--backward", a->backward, "Time the backward pass instead of the forward");
   c->add_option("--dropout", a->dropout,
                 "Attention dropout p in [0, 1): timed alternating with p = 0, PyTorch with the same dropout_p")
+      ->capture_default_str();
+  c->add_option("--dtype", a->dtype, "float32 | bfloat16 | float16 (q, k, v, out and gradients; PyTorch the same)")
       ->capture_default_str();
   c->add_option("--threads", a->threads, "Threads (0 = all)")->capture_default_str();
   add_timer_options(*c, a->rule);

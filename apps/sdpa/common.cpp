@@ -26,14 +26,16 @@ std::string shape_text(const std::vector<i64>& s) {
 
 }  // namespace
 
-Tensor load_tensor(const std::string& path, const std::string& name) {
+Tensor load_tensor(const std::string& path, const std::string& name, bool allow_f16) {
   io::NpyArray a = io::read_npy(path);
   Tensor t;
   t.name = name;
   t.dtype = a.dtype;
   t.file_shape = a.shape;
-  if (a.dtype != io::DType::f32 && a.dtype != io::DType::f64)
-    throw Error(name + " (" + path + "): expected float32 or float64 data, got " + io::dtype_name(a.dtype));
+  const bool f16 = a.dtype == io::DType::f16 && allow_f16;
+  if (a.dtype != io::DType::f32 && a.dtype != io::DType::f64 && !f16)
+    throw Error(name + " (" + path + "): expected float32 or float64" + (allow_f16 ? " or float16" : "") +
+                " data, got " + io::dtype_name(a.dtype));
   if (a.shape.size() < 2 || a.shape.size() > 4)
     throw Error(name + " (" + path + "): expected a [N, D], [H, N, D] or [B, H, N, D] array, got shape " +
                 shape_text(a.shape));
@@ -42,6 +44,11 @@ Tensor load_tensor(const std::string& path, const std::string& name) {
   t.shape = {1, 1, 1, 1};
   std::copy(a.shape.begin(), a.shape.end(), t.shape.begin() + static_cast<long>(4 - a.shape.size()));
   const auto n = static_cast<std::size_t>(a.numel());
+  if (f16) {
+    t.half.resize(n);
+    std::memcpy(t.half.data(), a.f16(), n * sizeof(fp16));
+    return t;
+  }
   t.data.resize(n);
   if (a.dtype == io::DType::f32) {
     std::memcpy(t.data.data(), a.f32(), n * sizeof(float));
@@ -64,6 +71,8 @@ Mask load_mask(const std::string& path) {
   if (a.shape.size() > 4) throw Error("mask (" + path + "): rank " + std::to_string(a.shape.size()) + " > 4");
   for (auto d : a.shape)
     if (d == 0) throw Error("mask (" + path + "): shape " + shape_text(a.shape) + " has a zero-size dimension");
+  if (a.dtype != io::DType::u8 && a.dtype != io::DType::f32 && a.dtype != io::DType::f64)
+    throw Error("mask (" + path + "): expected bool, uint8, float32 or float64 data, got " + io::dtype_name(a.dtype));
   Mask m;
   std::copy(a.shape.begin(), a.shape.end(), m.shape.begin() + static_cast<long>(4 - a.shape.size()));
   const auto n = static_cast<std::size_t>(a.numel());
@@ -83,6 +92,10 @@ std::vector<unsigned char> npy_bytes(const std::vector<float>& data, const std::
   if (dtype == io::DType::f32) return io::serialize_npy(io::DType::f32, shape, data.data());
   std::vector<double> d(data.begin(), data.end());
   return io::serialize_npy(io::DType::f64, shape, d.data());
+}
+
+std::vector<unsigned char> npy_bytes(const std::vector<fp16>& data, const std::vector<i64>& shape) {
+  return io::serialize_npy(io::DType::f16, shape, data.data());
 }
 
 Causal parse_causal(const std::string& s) {

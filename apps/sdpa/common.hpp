@@ -32,19 +32,23 @@ struct ShapeOptions {
   Sizes resolve() const;
 };
 
-/// A float32 tensor read from a .npy file, promoted to rank 4 ([N,D] -> [1,1,N,D]).
+/// A tensor read from a .npy file, promoted to rank 4 ([N,D] -> [1,1,N,D]): float32 (from a
+/// float32 or float64 file), or float16 kept as it is.
 struct Tensor {
   std::string name;  // the option it came from, for messages
   io::DType dtype;   // what the file held
   std::vector<i64> file_shape;
   std::array<i64, 4> shape;  // rank-4 shape
-  std::vector<float> data;   // contiguous float32
+  std::vector<float> data;   // contiguous float32 (empty for a float16 file)
+  std::vector<fp16> half;    // contiguous float16 (only for a float16 file)
 
   View4<const float> view() const { return contiguous(data.data(), shape); }
+  View4<const fp16> half_view() const { return contiguous(half.data(), shape); }
 };
 
-/// Reads a float32/float64 array of rank 2, 3 or 4 with no zero-size dimension.
-Tensor load_tensor(const std::string& path, const std::string& name);
+/// Reads a float32/float64 array (and float16 where `allow_f16`) of rank 2, 3 or 4 with no
+/// zero-size dimension.
+Tensor load_tensor(const std::string& path, const std::string& name, bool allow_f16 = false);
 
 /// A mask file: float -> additive mask, bool/uint8 -> keep-mask; rank <= 4, broadcast
 /// NumPy-style (right-aligned) to [B, Hq, Nq, Nk] by giving size-1 dimensions stride 0.
@@ -58,8 +62,10 @@ Mask load_mask(const std::string& path);
 /// Points opt.mask (additive) or opt.keep (boolean) at m's data; m must outlive opt's use.
 void use_mask(const Mask& m, Options& opt);
 
-/// The .npy bytes of float32 data, stored as `dtype` (f32 or f64).
+/// The .npy bytes of float32 data, stored as `dtype` (f32 or f64) ...
 std::vector<unsigned char> npy_bytes(const std::vector<float>& data, const std::vector<i64>& shape, io::DType dtype);
+/// ... and of float16 data ('<f2').
+std::vector<unsigned char> npy_bytes(const std::vector<fp16>& data, const std::vector<i64>& shape);
 
 Causal parse_causal(const std::string& s);  // none | top-left | bottom-right
 Window parse_window(const std::string& s);  // "L,R", -1 = unbounded

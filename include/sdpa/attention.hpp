@@ -19,6 +19,7 @@
 #include <optional>
 
 #include "sdpa/error.hpp"
+#include "sdpa/half.hpp"
 #include "sdpa/philox.hpp"
 #include "sdpa/tensor.hpp"
 
@@ -76,6 +77,20 @@ void forward(View4<const float> q, View4<const float> k, View4<const float> v, V
 /// thread count.
 void backward(View4<const float> q, View4<const float> k, View4<const float> v, View4<const float> out,
               View3<const float> lse, View4<const float> dout, View4<float> dq, View4<float> dk, View4<float> dv,
+              const Options& opt = {});
+
+/// The same in bf16 or fp16, one dtype per call: q, k, v, out (and dout, dq, dk, dv) in the
+/// dtype, lse in fp32. The arithmetic is fp32 (inputs widened on load, products accumulated in
+/// fp32, P kept in fp32), each output rounded once, to nearest even, on store.
+void forward(View4<const bf16> q, View4<const bf16> k, View4<const bf16> v, View4<bf16> out, View3<float> lse,
+             const Options& opt = {});
+void forward(View4<const fp16> q, View4<const fp16> k, View4<const fp16> v, View4<fp16> out, View3<float> lse,
+             const Options& opt = {});
+void backward(View4<const bf16> q, View4<const bf16> k, View4<const bf16> v, View4<const bf16> out,
+              View3<const float> lse, View4<const bf16> dout, View4<bf16> dq, View4<bf16> dk, View4<bf16> dv,
+              const Options& opt = {});
+void backward(View4<const fp16> q, View4<const fp16> k, View4<const fp16> v, View4<const fp16> out,
+              View3<const float> lse, View4<const fp16> dout, View4<fp16> dq, View4<fp16> dk, View4<fp16> dv,
               const Options& opt = {});
 
 /// Packed variable-length batches (FlashAttention's varlen convention). Sequence s holds the

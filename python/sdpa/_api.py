@@ -2,7 +2,8 @@
 
 Everything that can be said about an argument in Python is checked here, so that the
 error names the argument and says what to do; the extension module itself only takes
-arrays that already fit (float32, CPU, fixed rank) and never copies one.
+arrays that already fit (float32, or float16/bfloat16 for attention; CPU, fixed rank) and never
+copies one.
 """
 
 from __future__ import annotations
@@ -56,7 +57,24 @@ def _check_layout(name: str, x, kind: str) -> None:
                          f"(make a copy with numpy.ascontiguousarray({name}))")
 
 
-def _check_float32(name: str, x, kind: str) -> None:
+def _half_dtypes(kind: str) -> tuple:
+    """The 16-bit dtypes the kernel takes (one dtype per call): NumPy has float16 only."""
+    if kind == "torch":
+        t = _torch_module()
+        return (t.float16, t.bfloat16)
+    return (np.dtype(np.float16),)
+
+
+def _check_float32(name: str, x, kind: str, half_ok: bool = False) -> None:
+    is_f32 = x.dtype == (_torch_module().float32 if kind == "torch" else np.float32)
+    if is_f32 or (half_ok and x.dtype in _half_dtypes(kind)):
+        return
+    if half_ok:
+        if kind == "torch":
+            raise TypeError(f"{name}: dtype {x.dtype} is not supported; sdpa takes float32, float16 or bfloat16 "
+                            f"(convert with {name}.float(); a float64 tensor is not downcast silently)")
+        raise TypeError(f"{name}: dtype {x.dtype} is not supported; sdpa takes float32 or float16 (convert with "
+                        f"{name}.astype(numpy.float32); a float64 array is not downcast silently)")
     if kind == "torch":
         t = _torch_module()
         if x.dtype != t.float32:
@@ -67,8 +85,9 @@ def _check_float32(name: str, x, kind: str) -> None:
                         f"(convert with {name}.astype(numpy.float32); a float64 array is not downcast silently)")
 
 
-def _check_tensors(named: dict, first: str) -> str:
-    """q, k, v (or more) under their argument names: one kind, float32, CPU, one rank in 2..4."""
+def _check_tensors(named: dict, first: str, half_ok: bool = False) -> str:
+    """q, k, v (or more) under their argument names: one kind, float32 (or with half_ok one dtype of
+    float32, float16, bfloat16 for all), CPU, one rank in 2..4."""
     kind = _kind(first, named[first])
     rank = named[first].ndim
     for name, x in named.items():
@@ -77,7 +96,10 @@ def _check_tensors(named: dict, first: str) -> str:
             raise TypeError(f"{name}: a {'PyTorch tensor' if kx == 'torch' else 'NumPy array'} while {first} is a "
                             f"{'PyTorch tensor' if kind == 'torch' else 'NumPy array'}; pass the same kind for all")
         _check_layout(name, x, kind)
-        _check_float32(name, x, kind)
+        _check_float32(name, x, kind, half_ok)
+        if x.dtype != named[first].dtype:
+            raise TypeError(f"{name}: dtype {x.dtype} differs from {first}'s {named[first].dtype}; one dtype per call "
+                            f"(convert with .astype() or .to())")
         if x.ndim != rank:
             raise ValueError(f"{name}: rank {x.ndim} (shape {tuple(x.shape)}) differs from {first}'s rank {rank} "
                              f"(shape {tuple(named[first].shape)})")
@@ -106,15 +128,16 @@ def _from4(x, ndim: int, rank: int = 4):
     return x[(0,) * (rank - ndim)] if ndim < rank else x
 
 
-def _empty(kind: str, shape):
+def _empty(kind: str, shape, dtype=None):
+    """A fresh C-contiguous buffer, float32 unless dtype (of the caller's kind) is given."""
     if kind == "torch":
         t = _torch_module()
-        return t.empty(shape, dtype=t.float32)
-    return np.empty(shape, dtype=np.float32)
+        return t.empty(shape, dtype=t.float32 if dtype is None else dtype)
+    return np.empty(shape, dtype=np.float32 if dtype is None else dtype)
 
 
 def _empty_like(kind: str, x):
-    """A fresh float32 buffer shaped like x, in x's memory order where x is dense (so a gradient has its
+    """A fresh buffer of x's dtype shaped like x, in x's memory order where x is dense (so a gradient has its
     input's layout: a [B, N, H, D] buffer's view gets a [B, N, H, D] gradient)."""
     if kind == "torch":
         return _torch_module().empty_like(x)
@@ -144,13 +167,17 @@ def _mask_arrays(mask):
             return None, m.view(t.uint8)
         if mask.dtype == t.float32:
             return m, None
+        if mask.dtype in (t.float16, t.bfloat16):  # a 16-bit model's mask: widened (exactly), a copy of the mask only
+            return m.float(), None
     else:
         if mask.dtype == np.bool_:
             return None, m.view(np.uint8)
         if mask.dtype == np.float32:
             return m, None
+        if mask.dtype == np.float16:
+            return m.astype(np.float32), None
     raise TypeError(f"mask: dtype {mask.dtype} is not supported; give bool (True keeps a key, as in PyTorch) "
-                    f"or float32 (added to the scores; -inf masks)")
+                    f"or float32 / float16 / bfloat16 (added to the scores; -inf masks)")
 
 
 _SEED_LIMIT = 2 ** 64  # Philox's key: seeds and offsets are unsigned 64-bit
@@ -220,9 +247,10 @@ def _dropout_seed(kind: str, dropout_p, dropout_seed):
 
 
 def _forward4(kind: str, q, k, v, opts: dict):
-    """out [B, Hq, Nq, Dv] and lse [B, Hq, Nq], freshly allocated, written by the kernel."""
+    """out [B, Hq, Nq, Dv] in q's dtype and lse [B, Hq, Nq] in float32, freshly allocated, written by
+    the kernel."""
     B, Hq, Nq, _ = q.shape
-    out = _empty(kind, (B, Hq, Nq, v.shape[3]))
+    out = _empty(kind, (B, Hq, Nq, v.shape[3]), q.dtype)
     lse = _empty(kind, (B, Hq, Nq))
     _ext.forward(_raw(q), _raw(k), _raw(v), out, lse, **opts)
     return out, lse
@@ -237,7 +265,7 @@ def _backward4(kind: str, q, k, v, out, lse, dout, opts: dict):
 
 def _attention(q, k, v, *, scale, causal, window, softcap, mask, return_lse, threads, kernel, dropout_p=0.0,
                dropout_seed=None, dropout_offset=0):
-    kind = _check_tensors({"q": q, "k": k, "v": v}, "q")
+    kind = _check_tensors({"q": q, "k": k, "v": v}, "q", half_ok=True)
     opts = _options(scale=scale, causal=causal, window=window, softcap=softcap, mask=mask, threads=threads,
                     kernel=kernel, dropout_p=dropout_p, dropout_seed=_dropout_seed(kind, dropout_p, dropout_seed),
                     dropout_offset=dropout_offset)
@@ -258,7 +286,8 @@ def attention(q, k, v, *, scale=None, causal=None, window=None, softcap=None, ma
     """Exact scaled dot-product attention, ``softmax(scale * q @ k^T + mask) @ v``, by the fast kernel.
 
     q: [B, Hq, Nq, Dk], k: [B, Hkv, Nk, Dk], v: [B, Hkv, Nk, Dv] — NumPy arrays or PyTorch CPU
-    tensors (all the same kind), float32, any strides: a transposed view of a [B, N, H, D] buffer is
+    tensors (all the same kind), float32, float16 or (torch) bfloat16, one dtype for all; any strides:
+    a transposed view of a [B, N, H, D] buffer is
     read in place, never copied. [H, N, D] and [N, D] are accepted too. Hq % Hkv == 0 gives
     grouped-query attention (query head h reads kv head h // (Hq // Hkv)).
 
@@ -268,7 +297,8 @@ def attention(q, k, v, *, scale=None, causal=None, window=None, softcap=None, ma
     window:  (left, right): key j visible iff d_i - left <= j <= d_i + right around query i's
              diagonal d_i; -1 or None leaves a side unbounded.
     softcap: c > 0 turns scores s into c * tanh(s / c).
-    mask:    bool (True keeps a key, as in PyTorch) or float32 (added to the scores; -inf masks),
+    mask:    bool (True keeps a key, as in PyTorch) or float (added to the scores; -inf masks; a
+             float16/bfloat16 mask is widened to float32, a copy of the mask only),
              broadcast NumPy-style to [B, Hq, Nq, Nk] (size-1 dimensions are read with stride 0).
     return_lse: also return the log-sum-exp of each query's scores, shaped like out without its
              last dimension (-inf for a query that sees no key; such a query's output is 0).
@@ -280,11 +310,13 @@ def attention(q, k, v, *, scale=None, causal=None, window=None, softcap=None, ma
              drawn from torch's default generator for tensors (torch.manual_seed repeats a run),
              required for NumPy arrays.
 
-    Returns out [B, Hq, Nq, Dv] (and lse [B, Hq, Nq]) in the caller's array type. With PyTorch
-    tensors that require grad, the result is differentiable (the library's backward runs).
-    Raises TypeError for a wrong type or dtype (only float32 is computed: convert float64 with
-    .astype(numpy.float32) or .float()), ValueError (sdpa.Error) for wrong shapes, devices,
-    strides or options, each naming the argument.
+    Returns out [B, Hq, Nq, Dv] in q's dtype (and lse [B, Hq, Nq], always float32) in the caller's
+    array type. 16-bit inputs are widened on load, every product is accumulated in float32 and out
+    is rounded once. With PyTorch tensors that require grad, the result is differentiable (the
+    library's backward runs; gradients in the inputs' dtype).
+    Raises TypeError for a wrong type or dtype (float64 is not downcast: convert with
+    .astype(numpy.float32) or .float()) or for mixed dtypes, ValueError (sdpa.Error) for wrong
+    shapes, devices, strides or options, each naming the argument.
     """
     return _attention(q, k, v, scale=scale, causal=causal, window=window, softcap=softcap, mask=mask,
                       return_lse=return_lse, threads=threads, kernel="fast", dropout_p=dropout_p,
@@ -294,7 +326,8 @@ def attention(q, k, v, *, scale=None, causal=None, window=None, softcap=None, ma
 def reference_attention(q, k, v, *, scale=None, causal=None, window=None, softcap=None, mask=None,
                         return_lse=False, threads=None, dropout_p=0.0, dropout_seed=None, dropout_offset=0):
     """sdpa.attention computed by the readable reference kernel: it materialises each head's score
-    matrix and accumulates in float64 (results are float32). The oracle the fast kernel is tested
+    matrix and accumulates in float64 (results in the inputs' dtype: float32, or 16-bit inputs widened
+    and the results rounded once). The oracle the fast kernel is tested
     against; slow and O(Nq * Nk) memory per head. Same arguments and results as sdpa.attention."""
     return _attention(q, k, v, scale=scale, causal=causal, window=window, softcap=softcap, mask=mask,
                       return_lse=return_lse, threads=threads, kernel="reference", dropout_p=dropout_p,
@@ -307,11 +340,12 @@ def attention_backward(q, k, v, out, lse, dout, *, scale=None, causal=None, wind
 
     out and lse must be what sdpa.attention(..., return_lse=True) returned for the same q, k, v and
     options (with dropout: the same dropout_p, dropout_seed and dropout_offset, which regenerate the
-    forward's mask). Arrays as in sdpa.attention (same kind, float32, any strides); dq, dk, dv have the shapes
-    of q, k, v (and their memory order, where dense). dk and dv sum over the query heads of a group.
+    forward's mask). Arrays as in sdpa.attention (same kind, one dtype of float32, float16, bfloat16,
+    any strides; lse float32); dq, dk, dv have the dtype and shapes of q, k, v (and their memory
+    order, where dense). dk and dv sum over the query heads of a group.
     Deterministic: the same bits for any thread count.
     """
-    kind = _check_tensors({"q": q, "k": k, "v": v, "out": out, "dout": dout}, "q")
+    kind = _check_tensors({"q": q, "k": k, "v": v, "out": out, "dout": dout}, "q", half_ok=True)
     if _kind("lse", lse) != kind:
         raise TypeError("lse: not the same kind of array as q; pass what sdpa.attention returned")
     _check_layout("lse", lse, kind)

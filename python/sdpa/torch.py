@@ -3,7 +3,7 @@
 
 ``import sdpa`` does not need PyTorch; this module does, and says so when it is missing.
 The forward and the backward are the library's own (sdpa::forward, sdpa::backward) on
-CPU float32 tensors, read and written in place through their strides.
+CPU float32, float16 or bfloat16 tensors, read and written in place through their strides.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def _(q, k, v, mask, keep, scale, softcap, causal, window_left, window_right, th
       dropout_offset):
     # The same allocation as _api._forward4: fresh C-contiguous buffers.
     B, Hq, Nq, _ = q.shape
-    return q.new_empty((B, Hq, Nq, v.shape[3])), q.new_empty((B, Hq, Nq))
+    return q.new_empty((B, Hq, Nq, v.shape[3])), q.new_empty((B, Hq, Nq), dtype=_torch.float32)
 
 
 @_torch.library.custom_op("sdpa::backward", mutates_args=())
@@ -94,8 +94,8 @@ def _setup_context(ctx, inputs, output):
 
 def _backward(ctx, dout, _dlse):
     q, k, v, out, lse, mask, keep = ctx.saved_tensors
-    if dout.dtype != _torch.float32:  # e.g. a float64 loss upstream
-        dout = dout.float()
+    if dout.dtype != q.dtype:  # e.g. a float32 or float64 loss upstream of a 16-bit out
+        dout = dout.to(q.dtype)
     dq, dk, dv = _backward_op(q, k, v, out, lse, dout, mask, keep, *ctx.options)
     return (dq, dk, dv) + (None,) * (len(_OPTION_NAMES))
 
@@ -122,9 +122,11 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     a seed drawn from torch's default CPU generator, so torch.manual_seed makes a call repeatable
     (the bits differ from PyTorch's own dropout mask) and the backward regenerates the same mask.
 
-    Differences: float32 CPU tensors only (TypeError/ValueError otherwise); a query whose keys are
-    all masked gets output 0 rather than NaN; is_causal may be combined with attn_mask (both apply)
-    where PyTorch refuses the pair.
+    Differences: CPU tensors of float32, float16 or bfloat16 only, one dtype for query, key and value
+    (TypeError/ValueError otherwise; float16/bfloat16 are computed in float32 and rounded once, and
+    their gradients come back in the same dtype); a query whose keys are all masked gets output 0
+    rather than NaN; is_causal may be combined with attn_mask (both apply) where PyTorch refuses the
+    pair.
     """
     for name, x in (("query", query), ("key", key), ("value", value)):
         if not isinstance(x, _torch.Tensor):
@@ -133,7 +135,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         raise TypeError(f"is_causal: expected a bool, got {is_causal!r}")
     if not isinstance(enable_gqa, bool):
         raise TypeError(f"enable_gqa: expected a bool, got {enable_gqa!r}")
-    _api._check_tensors({"query": query, "key": key, "value": value}, "query")
+    _api._check_tensors({"query": query, "key": key, "value": value}, "query", half_ok=True)
     if query.ndim >= 3:
         lead_q, lead_k, lead_v = query.shape[:-3], key.shape[:-3], value.shape[:-3]
         if lead_k != lead_q or lead_v != lead_q:

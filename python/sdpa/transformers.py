@@ -65,7 +65,7 @@ def attention_forward(module, query, key, value, attention_mask: Optional["_torc
     dropout: the module's attention dropout, which transformers passes only in training mode (sdpa's
     dropout_p, seeded from torch's default generator).
     Raises ValueError for what sdpa does not compute (position biases, attention sinks) and TypeError
-    for a model not in float32, each naming the argument.
+    for a model in a dtype the kernel does not take (float64), each naming the argument.
     """
     for unsupported in ("position_bias", "s_aux"):
         if kwargs.get(unsupported) is not None:

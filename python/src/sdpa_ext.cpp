@@ -1,7 +1,8 @@
 // sdpa_ext.cpp — the Python extension module sdpa._ext (nanobind).
 //
-// Deliberately thin: every array argument is a CPU float32 (or uint8 keep-mask)
-// ndarray of fixed rank, taken with .noconvert(), so nanobind never makes a copy to
+// Deliberately thin: every array argument is a CPU float32 (or uint8 keep-mask; q, k, v,
+// out, dout and the gradients of forward/backward may also be float16 or bfloat16, one
+// dtype per call) ndarray of fixed rank, taken with .noconvert(), so nanobind never makes a copy to
 // satisfy a constraint — an argument that does not fit is refused, and the friendly,
 // argument-naming checks live in python/sdpa/_api.py, which calls this module. The
 // arrays' own strides (in elements) become the views' strides: a transposed buffer
@@ -34,12 +35,15 @@ using In3 = nb::ndarray<const float, nb::ndim<3>, cpu>;
 using Out4 = nb::ndarray<float, nb::ndim<4>, cpu>;
 using Out3 = nb::ndarray<float, nb::ndim<3>, cpu>;
 using Keep4 = nb::ndarray<const std::uint8_t, nb::ndim<4>, cpu>;
+// float32, float16 or bfloat16 (checked by dtype_of): inputs read-only (a broadcast view is), outputs not.
+using AnyIn4 = nb::ndarray<nb::ro, nb::ndim<4>, cpu>;
+using AnyOut4 = nb::ndarray<nb::ndim<4>, cpu>;
 
 // The ndarray as a view: same pointer, same shape, same element strides.
 template <class T, std::size_t R, class A>
 sdpa::View<T, R> view_of(const A& a) {
   sdpa::View<T, R> v;
-  v.data = a.data();
+  v.data = static_cast<T*>(a.data());
   for (std::size_t d = 0; d < R; ++d) {
     v.shape[d] = static_cast<std::int64_t>(a.shape(d));
     v.stride[d] = a.stride(d);
@@ -78,29 +82,81 @@ sdpa::Options options(std::optional<double> scale, std::optional<double> softcap
   return opt;
 }
 
+// The one dtype of a call's tensors (named in order, the first sets it): float32, float16 or
+// bfloat16 (DLPack's codes), else sdpa.Error naming the argument.
+struct Named {
+  const char* name;
+  nb::dlpack::dtype dtype;
+};
+sdpa::Dtype dtype_of(std::initializer_list<Named> named) {
+  const auto of = [](const nb::dlpack::dtype d) -> std::optional<sdpa::Dtype> {
+    if (d == nb::dtype<float>()) return sdpa::Dtype::f32;
+    if (d.lanes == 1 && d.bits == 16 && d.code == static_cast<std::uint8_t>(nb::dlpack::dtype_code::Float))
+      return sdpa::Dtype::fp16;
+    if (d.lanes == 1 && d.bits == 16 && d.code == static_cast<std::uint8_t>(nb::dlpack::dtype_code::Bfloat))
+      return sdpa::Dtype::bf16;
+    return std::nullopt;
+  };
+  std::optional<sdpa::Dtype> first;
+  for (const auto& [name, dtype] : named) {
+    const auto t = of(dtype);
+    if (!t) throw sdpa::Error(std::string(name) + ": dtype not supported (float32, float16 or bfloat16)");
+    if (first && *t != *first)
+      throw sdpa::Error(std::string(name) + ": dtype " + sdpa::dtype_name(*t) + " differs from " +
+                        named.begin()->name + "'s " + sdpa::dtype_name(*first));
+    first = t;
+  }
+  return *first;
+}
+
+// Calls f with a value of the element type of dtype t: the one dtype dispatch of the bindings.
+template <class F>
+void with_element_type(sdpa::Dtype t, F f) {
+  switch (t) {
+    case sdpa::Dtype::bf16: return f(sdpa::bf16{});
+    case sdpa::Dtype::fp16: return f(sdpa::fp16{});
+    default: return f(float{});
+  }
+}
+
 // dropout_p, dropout_seed, dropout_offset: sdpa::Dropout (the library checks p).
-void forward(In4 q, In4 k, In4 v, Out4 out, Out3 lse, std::optional<double> scale, std::optional<double> softcap,
+void forward(AnyIn4 q, AnyIn4 k, AnyIn4 v, AnyOut4 out, Out3 lse, std::optional<double> scale, std::optional<double> softcap,
              const std::string& causal, std::int64_t window_left, std::int64_t window_right, In4 mask, Keep4 keep,
              int threads, const std::string& kernel, double dropout_p, std::uint64_t dropout_seed,
              std::uint64_t dropout_offset) {
   const sdpa::Options opt = options(scale, softcap, causal, window_left, window_right, mask, keep, threads, kernel,
                                     {dropout_p, dropout_seed, dropout_offset});
+  const sdpa::Dtype t = dtype_of({{"q", q.dtype()}, {"k", k.dtype()}, {"v", v.dtype()}, {"out", out.dtype()}});
   const auto lse_view = lse.is_valid() ? view_of<float, 3>(lse) : sdpa::View3<float>{};
   nb::gil_scoped_release unlocked;
-  sdpa::forward(view_of<const float, 4>(q), view_of<const float, 4>(k), view_of<const float, 4>(v),
-                view_of<float, 4>(out), lse_view, opt);
+  with_element_type(t, [&](auto element) {
+    using T = decltype(element);
+    sdpa::forward(view_of<const T, 4>(q), view_of<const T, 4>(k), view_of<const T, 4>(v), view_of<T, 4>(out),
+                  lse_view, opt);
+  });
 }
 
-void backward(In4 q, In4 k, In4 v, In4 out, In3 lse, In4 dout, Out4 dq, Out4 dk, Out4 dv, std::optional<double> scale,
-              std::optional<double> softcap, const std::string& causal, std::int64_t window_left,
-              std::int64_t window_right, In4 mask, Keep4 keep, int threads, const std::string& kernel,
-              double dropout_p, std::uint64_t dropout_seed, std::uint64_t dropout_offset) {
+void backward(AnyIn4 q, AnyIn4 k, AnyIn4 v, AnyIn4 out, In3 lse, AnyIn4 dout, AnyOut4 dq, AnyOut4 dk, AnyOut4 dv,
+              std::optional<double> scale, std::optional<double> softcap, const std::string& causal,
+              std::int64_t window_left, std::int64_t window_right, In4 mask, Keep4 keep, int threads,
+              const std::string& kernel, double dropout_p, std::uint64_t dropout_seed, std::uint64_t dropout_offset) {
   const sdpa::Options opt = options(scale, softcap, causal, window_left, window_right, mask, keep, threads, kernel,
                                     {dropout_p, dropout_seed, dropout_offset});
+  const sdpa::Dtype t = dtype_of({{"q", q.dtype()},
+                                  {"k", k.dtype()},
+                                  {"v", v.dtype()},
+                                  {"out", out.dtype()},
+                                  {"dout", dout.dtype()},
+                                  {"dq", dq.dtype()},
+                                  {"dk", dk.dtype()},
+                                  {"dv", dv.dtype()}});
   nb::gil_scoped_release unlocked;
-  sdpa::backward(view_of<const float, 4>(q), view_of<const float, 4>(k), view_of<const float, 4>(v),
-                 view_of<const float, 4>(out), view_of<const float, 3>(lse), view_of<const float, 4>(dout),
-                 view_of<float, 4>(dq), view_of<float, 4>(dk), view_of<float, 4>(dv), opt);
+  with_element_type(t, [&](auto element) {
+    using T = decltype(element);
+    sdpa::backward(view_of<const T, 4>(q), view_of<const T, 4>(k), view_of<const T, 4>(v), view_of<const T, 4>(out),
+                   view_of<const float, 3>(lse), view_of<const T, 4>(dout), view_of<T, 4>(dq), view_of<T, 4>(dk),
+                   view_of<T, 4>(dv), opt);
+  });
 }
 
 // Packed variable-length batches: q (Tq, Hq, Dk), k (Tk, Hkv, Dk), v (Tk, Hkv, Dv), out

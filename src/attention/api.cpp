@@ -58,6 +58,27 @@ class ScratchBlocks {
 
 i64 ceil_div(i64 a, i64 b) { return (a + b - 1) / b; }
 
+// Element offset of (a, b, c, d) in a view, and one element of a tensor in the call's dtype,
+// for the few places outside the kernel that touch single elements (delta, the split merge).
+template <class V>
+i64 off4(const V& v, i64 a, i64 b, i64 c, i64 d) {
+  return a * v.stride[0] + b * v.stride[1] + c * v.stride[2] + d * v.stride[3];
+}
+float load_at(const InView& x, i64 o) {
+  switch (x.dtype) {
+    case Dtype::bf16: return static_cast<float>(static_cast<const bf16*>(x.bits)[o]);
+    case Dtype::fp16: return static_cast<float>(static_cast<const fp16*>(x.bits)[o]);
+    default: return x.data[o];
+  }
+}
+void store_at(const OutView& x, i64 o, float value) {
+  switch (x.dtype) {
+    case Dtype::bf16: static_cast<bf16*>(x.bits)[o] = bf16(value); break;
+    case Dtype::fp16: static_cast<fp16*>(x.bits)[o] = fp16(value); break;
+    default: x.data[o] = value;
+  }
+}
+
 int workers_for(const Options& opt, i64 items) {
   const int t = resolve_threads(opt);
   return static_cast<int>(items < t ? items : t);
@@ -102,7 +123,7 @@ void merge_splits(const Problem& p, const Tensors& t, i64 splits, i64 lanes, con
     const float lse = merge_row(
         splits, p.Dv, [&](i64 s) { return part_lse[static_cast<std::size_t>(s * stride + row)]; },
         [&](i64 s, i64 e) { return part_out[static_cast<std::size_t>((s * stride + row) * p.Dv + e)]; },
-        [&](i64 e, float x) { t.out_w(b, h, i, e) = x; });
+        [&](i64 e, float x) { store_at(t.out_w, off4(t.out_w, b, h, i, e), x); });
     if (!t.lse_w.empty()) t.lse_w(b, h, i) = lse;
   }
 }
@@ -110,11 +131,74 @@ void merge_splits(const Problem& p, const Tensors& t, i64 splits, i64 lanes, con
 }  // namespace
 }  // namespace detail
 
-void forward(View4<const float> q, View4<const float> k, View4<const float> v, View4<float> out, View3<float> lse,
-             const Options& opt) {
-  if (opt.kernel == Kernel::reference) return reference::forward<float, double>(q, k, v, out, lse, opt);
-  using namespace detail;
-  const Problem p = validate_forward<float>(q, k, v, out, lse, opt);
+namespace detail {
+namespace {
+
+// A 16-bit tensor widened into an fp32 one of the same (contiguous) shape, and back (rounded):
+// the reference kernel on 16-bit calls, which runs the fp64 oracle on the widened inputs.
+template <class H>
+std::vector<float> widened(const View4<const H>& x) {
+  std::vector<float> f(static_cast<std::size_t>(x.numel()));
+  const auto [B, H_, N, D] = x.shape;
+  std::size_t at = 0;
+  for (i64 a = 0; a < B; ++a)
+    for (i64 h = 0; h < H_; ++h)
+      for (i64 n = 0; n < N; ++n)
+        for (i64 d = 0; d < D; ++d) f[at++] = static_cast<float>(x(a, h, n, d));
+  return f;
+}
+template <class H>
+void round_into(const std::vector<float>& f, const View4<H>& x) {
+  const auto [B, H_, N, D] = x.shape;
+  std::size_t at = 0;
+  for (i64 a = 0; a < B; ++a)
+    for (i64 h = 0; h < H_; ++h)
+      for (i64 n = 0; n < N; ++n)
+        for (i64 d = 0; d < D; ++d) x(a, h, n, d) = H(f[at++]);
+}
+
+template <class T>
+void forward_reference(View4<const T> q, View4<const T> k, View4<const T> v, View4<T> out, View3<float> lse,
+                       const Options& opt) {
+  if constexpr (std::is_same_v<T, float>) {
+    reference::forward<float, double>(q, k, v, out, lse, opt);
+  } else {
+    validate_forward<T>(q, k, v, out, lse, opt);  // every check on the caller's views, before anything is written
+    std::vector<float> qf = widened(q), kf = widened(k), vf = widened(v), of(static_cast<std::size_t>(out.numel()));
+    reference::forward<float, double>(contiguous(qf.data(), q.shape), contiguous(kf.data(), k.shape),
+                                      contiguous(vf.data(), v.shape), contiguous(of.data(), out.shape), lse, opt);
+    round_into(of, out);
+  }
+}
+
+template <class T>
+void backward_reference(View4<const T> q, View4<const T> k, View4<const T> v, View4<const T> out,
+                        View3<const float> lse, View4<const T> dout, View4<T> dq, View4<T> dk, View4<T> dv,
+                        const Options& opt) {
+  if constexpr (std::is_same_v<T, float>) {
+    reference::backward<float, double>(q, k, v, out, lse, dout, dq, dk, dv, opt);
+  } else {
+    validate_backward<T>(q, k, v, out, lse, dout, dq, dk, dv, opt);
+    std::vector<float> qf = widened(q), kf = widened(k), vf = widened(v), of = widened(out), df = widened(dout);
+    std::vector<float> dqf(static_cast<std::size_t>(dq.numel())), dkf(static_cast<std::size_t>(dk.numel())),
+        dvf(static_cast<std::size_t>(dv.numel()));
+    reference::backward<float, double>(contiguous(qf.data(), q.shape), contiguous(kf.data(), k.shape),
+                                       contiguous(vf.data(), v.shape), contiguous(of.data(), out.shape), lse,
+                                       contiguous(df.data(), dout.shape), contiguous(dqf.data(), dq.shape),
+                                       contiguous(dkf.data(), dk.shape), contiguous(dvf.data(), dv.shape), opt);
+    round_into(dqf, dq);
+    round_into(dkf, dk);
+    round_into(dvf, dv);
+  }
+}
+
+// The one forward for every dtype: T is float, bf16 or fp16; the kernel reads the dtype
+// from the Problem and the Tensors.
+template <class T>
+void forward_any(View4<const T> q, View4<const T> k, View4<const T> v, View4<T> out, View3<float> lse,
+                 const Options& opt) {
+  if (opt.kernel == Kernel::reference) return forward_reference<T>(q, k, v, out, lse, opt);
+  const Problem p = validate_forward<T>(q, k, v, out, lse, opt);
   const FastKernels& kern = kernels_for(opt);
   Tensors t;
   t.q = q, t.k = k, t.v = v, t.out_w = out, t.lse_w = lse;
@@ -145,13 +229,11 @@ void forward(View4<const float> q, View4<const float> k, View4<const float> v, V
   if (splits > 1) merge_splits(p, t, splits, lanes, part_out, part_lse, workers);
 }
 
-void backward(View4<const float> q, View4<const float> k, View4<const float> v, View4<const float> out,
-              View3<const float> lse, View4<const float> dout, View4<float> dq, View4<float> dk, View4<float> dv,
-              const Options& opt) {
-  if (opt.kernel == Kernel::reference)
-    return reference::backward<float, double>(q, k, v, out, lse, dout, dq, dk, dv, opt);
-  using namespace detail;
-  const Problem p = validate_backward<float>(q, k, v, out, lse, dout, dq, dk, dv, opt);
+template <class T>
+void backward_any(View4<const T> q, View4<const T> k, View4<const T> v, View4<const T> out, View3<const float> lse,
+                  View4<const T> dout, View4<T> dq, View4<T> dk, View4<T> dv, const Options& opt) {
+  if (opt.kernel == Kernel::reference) return backward_reference<T>(q, k, v, out, lse, dout, dq, dk, dv, opt);
+  const Problem p = validate_backward<T>(q, k, v, out, lse, dout, dq, dk, dv, opt);
   const FastKernels& kern = kernels_for(opt);
   Tensors t;
   t.q = q, t.k = k, t.v = v, t.out = out, t.lse_in = lse, t.dout = dout, t.dq = dq, t.dk = dk, t.dv = dv;
@@ -166,7 +248,8 @@ void backward(View4<const float> q, View4<const float> k, View4<const float> v, 
       const i64 b = row / (p.Hq * p.Nq), h = row / p.Nq % p.Hq, i = row % p.Nq;
       double acc = 0.0;
       for (i64 e = 0; e < p.Dv; ++e)
-        acc += static_cast<double>(dout(b, h, i, e)) * static_cast<double>(out(b, h, i, e));
+        acc += static_cast<double>(load_at(t.dout, off4(t.dout, b, h, i, e))) *
+               static_cast<double>(load_at(t.out, off4(t.out, b, h, i, e)));
       delta[static_cast<std::size_t>(row)] = static_cast<float>(acc);
     }
   }
@@ -196,6 +279,38 @@ void backward(View4<const float> q, View4<const float> k, View4<const float> v, 
     const i64 b = item / (p.Hq * q_tiles), h = item / q_tiles % p.Hq, i0 = item % q_tiles * kTileRows;
     kern.backward_q_tile(p, t, delta.data(), b, h, i0, s);
   });
+}
+
+}  // namespace
+}  // namespace detail
+
+void forward(View4<const float> q, View4<const float> k, View4<const float> v, View4<float> out, View3<float> lse,
+             const Options& opt) {
+  detail::forward_any<float>(q, k, v, out, lse, opt);
+}
+void forward(View4<const bf16> q, View4<const bf16> k, View4<const bf16> v, View4<bf16> out, View3<float> lse,
+             const Options& opt) {
+  detail::forward_any<bf16>(q, k, v, out, lse, opt);
+}
+void forward(View4<const fp16> q, View4<const fp16> k, View4<const fp16> v, View4<fp16> out, View3<float> lse,
+             const Options& opt) {
+  detail::forward_any<fp16>(q, k, v, out, lse, opt);
+}
+
+void backward(View4<const float> q, View4<const float> k, View4<const float> v, View4<const float> out,
+              View3<const float> lse, View4<const float> dout, View4<float> dq, View4<float> dk, View4<float> dv,
+              const Options& opt) {
+  detail::backward_any<float>(q, k, v, out, lse, dout, dq, dk, dv, opt);
+}
+void backward(View4<const bf16> q, View4<const bf16> k, View4<const bf16> v, View4<const bf16> out,
+              View3<const float> lse, View4<const bf16> dout, View4<bf16> dq, View4<bf16> dk, View4<bf16> dv,
+              const Options& opt) {
+  detail::backward_any<bf16>(q, k, v, out, lse, dout, dq, dk, dv, opt);
+}
+void backward(View4<const fp16> q, View4<const fp16> k, View4<const fp16> v, View4<const fp16> out,
+              View3<const float> lse, View4<const fp16> dout, View4<fp16> dq, View4<fp16> dk, View4<fp16> dv,
+              const Options& opt) {
+  detail::backward_any<fp16>(q, k, v, out, lse, dout, dq, dk, dv, opt);
 }
 
 }  // namespace sdpa

@@ -14,6 +14,7 @@
 
 namespace sdpa::detail::avx2 {
 
+constexpr Isa kIsa = Isa::avx2;  // the converters of 16-bit tensors (kernel_common.inl)
 #include "attention/simd_avx2.hpp"
 #include "attention/kernel_common.inl"
 

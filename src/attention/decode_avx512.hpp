@@ -14,6 +14,7 @@
 
 namespace sdpa::detail::avx512 {
 
+constexpr Isa kIsa = Isa::avx512;  // the converters of 16-bit tensors (kernel_common.inl)
 #include "attention/simd_avx512.hpp"
 #include "attention/kernel_common.inl"
 

@@ -175,10 +175,10 @@ inline void pv_tile(const float* V, i64 ldv, i64 bc, i64 Dv, const float* P, con
   if (Ops::any_nan(chk)) pv_skip_zero<NL>(V, ldv, bc, Dv, P, al, Oo, On, ldo);
 }
 
-// Whether an item takes this path: few lanes, unit-stride K and V rows, no explicit mask, no
-// dropout (those go to forward_few_lanes).
+// Whether an item takes this path: fp32, few lanes, unit-stride K and V rows, no explicit
+// mask, no dropout (the others go to forward_few_lanes, which converts 16-bit K and V on load).
 inline bool applies(const Problem& p, const Tensors& t, i64 n) {
-  return n <= kFewLanes && t.k.stride[3] == 1 && t.v.stride[3] == 1 && !explicit_mask(p) && !p.has_dropout &&
+  return p.dtype == Dtype::f32 && n <= kFewLanes && t.k.stride[3] == 1 && t.v.stride[3] == 1 && !explicit_mask(p) && !p.has_dropout &&
          p.Nk < (i64{1} << 30);
 }
 

@@ -12,6 +12,7 @@
 // result does not depend on how items are spread over threads.
 #pragma once
 
+#include "attention/convert.hpp"
 #include "attention/problem.hpp"
 
 namespace sdpa::detail {

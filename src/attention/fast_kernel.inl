@@ -163,7 +163,14 @@ inline void scale_softcap(const Problem& p, float* S, i64 ld, i64 rows, i64 cols
 }
 
 // Packs keys [j0, j0+bc) of (b, g) transposed: KT[d][c] (Dk × ld), zero columns up to ld.
-inline void pack_transposed(const View4<const float>& x, i64 b, i64 g, i64 j0, i64 bc, i64 D, float* out, i64 ld) {
+// 16-bit keys are widened row by row (load_row).
+inline void pack_transposed(const InView& x, i64 b, i64 g, i64 j0, i64 bc, i64 D, float* out, i64 ld) {
+  if (x.dtype != Dtype::f32) {
+    for (i64 c = 0; c < bc; ++c) load_row(x, off(x, b, g, j0 + c, 0), D, out + c, ld);
+    for (i64 d = 0; d < D; ++d)
+      for (i64 c = bc; c < ld; ++c) out[d * ld + c] = 0.0f;
+    return;
+  }
   for (i64 d = 0; d < D; ++d) {
     float* o = out + d * ld;
     for (i64 c = 0; c < bc; ++c) o[c] = x.data[off(x, b, g, j0 + c, d)];
@@ -171,7 +178,14 @@ inline void pack_transposed(const View4<const float>& x, i64 b, i64 g, i64 j0, i
   }
 }
 // Packs rows [j0, j0+n) of (b, g) as rows of ld floats, zero-padded; returns whether all finite.
-inline bool pack_rows(const View4<const float>& x, i64 b, i64 g, i64 j0, i64 n, i64 D, float* out, i64 ld) {
+inline bool pack_rows(const InView& x, i64 b, i64 g, i64 j0, i64 n, i64 D, float* out, i64 ld) {
+  if (x.dtype != Dtype::f32) {  // widened by the vector converters, then one vector scan
+    for (i64 c = 0; c < n; ++c) {
+      load_row(x, off(x, b, g, j0 + c, 0), D, out + c * ld, 1);
+      for (i64 d = D; d < ld; ++d) out[c * ld + d] = 0.0f;
+    }
+    return rows_finite(out, ld, n, D);
+  }
   bool finite = true;
   for (i64 c = 0; c < n; ++c) {
     float* o = out + c * ld;
@@ -185,9 +199,9 @@ inline bool pack_rows(const View4<const float>& x, i64 b, i64 g, i64 j0, i64 n, 
   return finite;
 }
 
-// Whether rows of x (width D) can be a GEMM's B operand in place: unit stride along D, and
-// D a multiple of the vector width.
-inline bool rows_in_place(const View4<const float>& x, i64 D) { return x.stride[3] == 1 && D % W == 0; }
+// Whether rows of x (width D) can be a GEMM's B operand in place: fp32, unit stride along
+// D, and D a multiple of the vector width. 16-bit rows are always packed (widened).
+inline bool rows_in_place(const InView& x, i64 D) { return x.dtype == Dtype::f32 && x.stride[3] == 1 && D % W == 0; }
 
 // Rows [r0, r0 + n) of (b, h) as a B operand: in place when rows_in_place (ld = the
 // tensor's row stride, cols = D), else packed into buf (ld = cols = D padded to kPad).
@@ -198,7 +212,7 @@ struct RowsOperand {
   i64 ld, cols;
   Finite finite;
 };
-inline RowsOperand rows_operand(const View4<const float>& x, i64 b, i64 h, i64 r0, i64 n, i64 D, float* buf,
+inline RowsOperand rows_operand(const InView& x, i64 b, i64 h, i64 r0, i64 n, i64 D, float* buf,
                                 bool scan_in_place) {
   if (rows_in_place(x, D)) {
     const float* rows = x.data + off(x, b, h, r0, 0);
@@ -209,6 +223,22 @@ inline RowsOperand rows_operand(const View4<const float>& x, i64 b, i64 h, i64 r
   }
   const i64 ld = round_up(D, kPad);
   return {buf, ld, ld, pack_rows(x, b, h, r0, n, D, buf, ld) ? Finite::yes : Finite::no};
+}
+
+// Rows of (b, h) from r0 as a GEMM's A operand, element (r, d) at data[r·rs + d·cs]: fp32
+// rows in place at the tensor's own strides (a_in_place); 16-bit rows as rows_operand packed
+// them (a_rows), since the GEMM reads floats.
+struct AOperand {
+  const float* data;
+  i64 rs, cs;
+};
+inline AOperand a_in_place(const InView& x, i64 b, i64 h, i64 r0) {
+  return {x.data + off(x, b, h, r0, 0), x.stride[2], x.stride[3]};
+}
+inline AOperand a_rows(const RowsOperand& rows) { return {rows.data, rows.ld, 1}; }
+// The one choice between them, for rows that are also a B operand (rows_operand'ed).
+inline AOperand a_operand(const InView& x, i64 b, i64 h, i64 r0, const RowsOperand& rows) {
+  return x.dtype == Dtype::f32 ? a_in_place(x, b, h, r0) : a_rows(rows);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -279,6 +309,7 @@ inline void forward_tile_softmax(const Problem& p, const ItemLanes& lanes, i64 b
 struct TiledForwardScratch {
   float* QT;      // (Dk, np)   packed queries, lanes along rows
   float* ST;      // (bc, np)   scores, then probabilities
+  float* K_rows;  // (bc, dkp)  K rows widened, for 16-bit K
   float* V_rows;  // (bc, dvp)  V rows, when not rows_in_place
   float* drop;    // (bc, np)   dropout multipliers, with dropout
   OnlineRows rows;
@@ -286,6 +317,7 @@ struct TiledForwardScratch {
     TiledForwardScratch s;
     s.QT = arena.take(p.Dk * kTileRows);
     s.ST = arena.take(kTileCols * kTileRows);
+    s.K_rows = arena.take(p.dtype == Dtype::f32 ? 0 : kTileCols * round_up(p.Dk, kPad));
     s.drop = arena.take(p.has_dropout ? kTileCols * kTileRows : 0);
     s.V_rows = arena.take(kTileCols * round_up(p.Dv, kPad));
     s.rows = OnlineRows::carve(p, arena, kTileRows);
@@ -297,17 +329,18 @@ void forward_tiled(const Problem& p, const Tensors& t, const ForwardItem& it, co
                    WorkerScratch scratch) {
   const i64 b = it.b, g = it.g, Dk = p.Dk, Dv = p.Dv, dvp = round_up(Dv, kPad), n = lanes.n, np = lanes.np;
   const auto s = carve_scratch<TiledForwardScratch>(p, scratch);
-  for (i64 d = 0; d < Dk; ++d) {
-    float* o = s.QT + d * np;
-    for (i64 r = 0; r < n; ++r) o[r] = t.q.data[off(t.q, b, lanes.h[r], lanes.i[r], d)];
-    for (i64 r = n; r < np; ++r) o[r] = 0.0f;
-  }
+  for (i64 r = 0; r < n; ++r) load_row(t.q, off(t.q, b, lanes.h[r], lanes.i[r], 0), Dk, s.QT + r, np);
+  for (i64 d = 0; d < Dk; ++d)
+    for (i64 r = n; r < np; ++r) s.QT[d * np + r] = 0.0f;
   s.rows.start(lanes, dvp);
   const KeyRange keys = visible_keys(p, lanes.i_min, lanes.i_max, it.j_begin, it.j_end);
   for (i64 j0 = keys.first / kTileCols * kTileCols; j0 <= keys.last; j0 += kTileCols) {
     const i64 bc = imin(kTileCols, p.Nk - j0);
-    // Sᵀ = K Qᵀ, K rows read in place.
-    gemm<false, false>(bc, np, Dk, t.k.data + off(t.k, b, g, j0, 0), t.k.stride[2], t.k.stride[3], s.QT, np, s.ST, np);
+    // Sᵀ = K Qᵀ, K rows read in place (16-bit: widened first).
+    const AOperand K = t.k.dtype == Dtype::f32
+                           ? a_in_place(t.k, b, g, j0)
+                           : a_rows(rows_operand(t.k, b, g, j0, bc, Dk, s.K_rows, /*scan_in_place=*/false));
+    gemm<false, false>(bc, np, Dk, K.data, K.rs, K.cs, s.QT, np, s.ST, np);
     forward_tile_softmax(p, lanes, b, j0, bc, s.ST, s.drop, s.rows, dvp);
     // O += P V, P read down its columns (A[r][c] = ST[c·np + r]).
     const RowsOperand V = rows_operand(t.v, b, g, j0, bc, Dv, s.V_rows, /*scan_in_place=*/true);
@@ -321,9 +354,13 @@ void forward_tiled(const Problem& p, const Tensors& t, const ForwardItem& it, co
 // The GEMM form would spend a broadcast and a full-width FMA per (key, element) with most
 // lanes idle. Q_rows: the n lanes' queries as rows of ldq floats. Needs unit-stride keys.
 // dk_vec: Dk rounded down to whole vectors; the rest of each product is dot_tail's.
-inline void prefetch_rows(const float* x, i64 ld, i64 rows, i64 D) {
+// Rows [j, j + rows) of (b, g), D elements each, prefetched into L2, one line (64 bytes) at a time.
+inline void prefetch_rows(const InView& x, i64 b, i64 g, i64 j, i64 rows, i64 D) {
+  const i64 size = x.dtype == Dtype::f32 ? 4 : 2;  // bytes per element
+  const char* first = static_cast<const char*>(x.dtype == Dtype::f32 ? static_cast<const void*>(x.data) : x.bits) +
+                      off(x, b, g, j, 0) * size;
   for (i64 r = 0; r < rows; ++r)
-    for (i64 e = 0; e < D; e += 16) __builtin_prefetch(x + r * ld + e, 0, 2);
+    for (i64 e = 0; e < D * size; e += 64) __builtin_prefetch(first + (r * x.stride[2]) * size + e, 0, 2);
 }
 inline float dot_tail(const float* k, const float* q, i64 dk_vec, i64 Dk) {
   float x = 0.0f;
@@ -388,6 +425,7 @@ inline void scores_few_lanes(const float* K, i64 ldk, i64 bc, i64 Dk, const floa
 struct FewLaneForwardScratch {
   float* Q_rows;   // (n, Dk)    the lanes' queries as rows
   float* ST;       // (bc, np)   scores, then probabilities
+  float* K_rows;   // (bc, dkp)  K rows widened, for 16-bit K
   float* V_rows;   // (bc, dvp)  V rows, when not rows_in_place
   float* O_saved;  // (n, dvp)   O before a tile's P·V (gemm_acc_skip_zero)
   float* drop;     // (bc, np)   dropout multipliers, with dropout
@@ -397,6 +435,7 @@ struct FewLaneForwardScratch {
     FewLaneForwardScratch s;
     s.Q_rows = arena.take(kFewLanes * p.Dk);
     s.ST = arena.take(kFewTileCols * lanes_padded);
+    s.K_rows = arena.take(p.dtype == Dtype::f32 ? 0 : kFewTileCols * round_up(p.Dk, kPad));
     s.V_rows = arena.take(kFewTileCols * dvp);
     s.O_saved = arena.take(kFewLanes * dvp);
     s.drop = arena.take(p.has_dropout ? kFewTileCols * lanes_padded : 0);
@@ -409,19 +448,22 @@ void forward_few_lanes(const Problem& p, const Tensors& t, const ForwardItem& it
                        WorkerScratch scratch) {
   const i64 b = it.b, g = it.g, Dk = p.Dk, Dv = p.Dv, dvp = round_up(Dv, kPad), n = lanes.n, np = lanes.np;
   const auto s = carve_scratch<FewLaneForwardScratch>(p, scratch);
-  for (i64 r = 0; r < n; ++r)
-    for (i64 d = 0; d < Dk; ++d) s.Q_rows[r * Dk + d] = t.q.data[off(t.q, b, lanes.h[r], lanes.i[r], d)];
+  for (i64 r = 0; r < n; ++r) load_row(t.q, off(t.q, b, lanes.h[r], lanes.i[r], 0), Dk, s.Q_rows + r * Dk, 1);
   s.rows.start(lanes, dvp);
   const KeyRange keys = visible_keys(p, lanes.i_min, lanes.i_max, it.j_begin, it.j_end);
-  const bool v_in_place = rows_in_place(t.v, Dv);
+  const bool v_read = rows_in_place(t.v, Dv) || t.v.dtype != Dtype::f32;  // in place, or widened from the tensor
   for (i64 j0 = keys.first / kFewTileCols * kFewTileCols; j0 <= keys.last; j0 += kFewTileCols) {
     const i64 bc = imin(kFewTileCols, p.Nk - j0);
     if (j0 + kFewPrefetchKeys <= keys.last) {
       const i64 jp = j0 + kFewPrefetchKeys, rp = imin(kFewTileCols, keys.last + 1 - jp);
-      prefetch_rows(t.k.data + off(t.k, b, g, jp, 0), t.k.stride[2], rp, Dk);
-      if (v_in_place) prefetch_rows(t.v.data + off(t.v, b, g, jp, 0), t.v.stride[2], rp, Dv);
+      prefetch_rows(t.k, b, g, jp, rp, Dk);
+      if (v_read) prefetch_rows(t.v, b, g, jp, rp, Dv);
     }
-    scores_few_lanes(t.k.data + off(t.k, b, g, j0, 0), t.k.stride[2], bc, Dk, s.Q_rows, Dk, n, s.ST, np);
+    // K rows in place (unit stride: forward_item), 16-bit ones widened first.
+    const AOperand K = t.k.dtype == Dtype::f32
+                           ? a_in_place(t.k, b, g, j0)
+                           : a_rows(rows_operand(t.k, b, g, j0, bc, Dk, s.K_rows, /*scan_in_place=*/false));
+    scores_few_lanes(K.data, K.rs, bc, Dk, s.Q_rows, Dk, n, s.ST, np);
     forward_tile_softmax(p, lanes, b, j0, bc, s.ST, s.drop, s.rows, dvp);
     // O += P V. V read in place is read once, by the GEMM itself: no scan first.
     const RowsOperand V = rows_operand(t.v, b, g, j0, bc, Dv, s.V_rows, /*scan_in_place=*/false);
@@ -561,9 +603,11 @@ void kv_tile(const Problem& p, const Tensors& t, const float* delta, i64 b, i64 
       const KeyRange keys = visible_keys(p, i0, i0 + br - 1, j0, j0 + bc);
       if (keys.last < keys.first) continue;  // tile fully masked
       load_row_constants(p, t, delta, b, h, i0, br, br, s.row_lse, s.row_delta);
-      // S = Q Kᵀ and dP = dout Vᵀ, Q and dout rows broadcast in place.
-      gemm<false, false>(br, bcp, Dk, t.q.data + off(t.q, b, h, i0, 0), t.q.stride[2], t.q.stride[3], s.KT, bcp, s.S,
-                         bcp);
+      const RowsOperand q_op = rows_operand(t.q, b, h, i0, br, Dk, s.Q_rows, /*scan_in_place=*/true);
+      const RowsOperand dout_op = rows_operand(t.dout, b, h, i0, br, Dv, s.dout_rows, /*scan_in_place=*/true);
+      // S = Q Kᵀ and dP = dout Vᵀ, Q and dout rows broadcast in place (16-bit: widened).
+      const AOperand q_a = a_operand(t.q, b, h, i0, q_op), dout_a = a_operand(t.dout, b, h, i0, dout_op);
+      gemm<false, false>(br, bcp, Dk, q_a.data, q_a.rs, q_a.cs, s.KT, bcp, s.S, bcp);
       scale_softcap(p, s.S, bcp, br, bcp, s.T);
       if (tile_needs_mask(p, i0, i0 + br - 1, j0, bcp))  // padding columns past bc included
         mask_tile(p, s.S, bcp, 1, br, b, j0, bcp, [&](i64 r) { return LaneRow{h, i0 + r}; });
@@ -572,8 +616,7 @@ void kv_tile(const Problem& p, const Tensors& t, const float* delta, i64 b, i64 
         for (i64 c = 0; c < bcp; c += W)
           Vec::store(s.S + r * bcp + c, Vec::exp(Vec::sub(Vec::load(s.S + r * bcp + c), Lr)));
       }
-      gemm<false, false>(br, bcp, Dv, t.dout.data + off(t.dout, b, h, i0, 0), t.dout.stride[2], t.dout.stride[3], s.VT,
-                         bcp, s.dP, bcp);
+      gemm<false, false>(br, bcp, Dv, dout_a.data, dout_a.rs, dout_a.cs, s.VT, bcp, s.dP, bcp);
       if (p.has_dropout) {  // dP through the mask; P becomes P∘M for dV once dX is made
         dropout_tile(p, s.drop, bcp, 1, br, b, j0, bcp, [&](i64 r) { return LaneRow{h, i0 + r}; });
         mul_tile(s.dP, bcp, s.drop, bcp, br, bcp);
@@ -581,19 +624,17 @@ void kv_tile(const Problem& p, const Tensors& t, const float* delta, i64 b, i64 
       ds_from_p<true>(p, s.S, s.dP, s.T, s.row_delta, bcp, br, bcp);
       if (p.has_dropout) mul_tile(s.S, bcp, s.drop, bcp, br, bcp);
       // dV += Pᵀ dout and dK += dXᵀ Q: A[c][r] = tile[r·bcp + c].
-      const RowsOperand dout_op = rows_operand(t.dout, b, h, i0, br, Dv, s.dout_rows, /*scan_in_place=*/true);
       gemm_acc_skip_zero(dout_op.finite, bc, dout_op.cols, br, s.S, 1, bcp, dout_op.data, dout_op.ld, s.dV, dvp,
                          nullptr);
-      const RowsOperand q_op = rows_operand(t.q, b, h, i0, br, Dk, s.Q_rows, /*scan_in_place=*/true);
       gemm_acc_skip_zero(q_op.finite, bc, q_op.cols, br, s.dP, 1, bcp, q_op.data, q_op.ld, s.dK, dkp, nullptr);
       if (dQ != nullptr)  // dQ += dX K: A[r][c] = tile[r·bcp + c]
         gemm_acc_skip_zero(k_op.finite, br, k_op.cols, bc, s.dP, bcp, 1, k_op.data, k_op.ld,
                            dQ + ((h - g * p.group) * p.Nq + i0) * dkp, dkp, nullptr);
     }
 
-  for (i64 c = 0; c < bc; ++c) {
-    for (i64 d = 0; d < Dk; ++d) t.dk.data[off(t.dk, b, g, j0 + c, d)] = s.dK[c * dkp + d];
-    for (i64 e = 0; e < Dv; ++e) t.dv.data[off(t.dv, b, g, j0 + c, e)] = s.dV[c * dvp + e];
+  for (i64 c = 0; c < bc; ++c) {  // rounded once, here, for 16-bit dk and dv
+    store_row(t.dk, off(t.dk, b, g, j0 + c, 0), Dk, s.dK + c * dkp);
+    store_row(t.dv, off(t.dv, b, g, j0 + c, 0), Dv, s.dV + c * dvp);
   }
 }
 
@@ -625,7 +666,7 @@ void backward_item(const Problem& p, const Tensors& t, const float* delta, i64 b
   for (i64 j0 = 0; j0 < p.Nk; j0 += kTileCols) kv_tile(p, t, delta, b, g, j0, s.tile, s.dQ);
   for (i64 l = 0; l < rows; ++l) {
     const i64 h = g * p.group + l / p.Nq, i = l % p.Nq;
-    for (i64 d = 0; d < p.Dk; ++d) t.dq.data[off(t.dq, b, h, i, d)] = s.dQ[l * dkp + d];
+    store_row(t.dq, off(t.dq, b, h, i, 0), p.Dk, s.dQ + l * dkp);
   }
 }
 
@@ -637,6 +678,7 @@ struct QTileScratch {
   float* QT;         // (Dk, brp)
   float* doutT;      // (Dv, brp)
   float* K_rows;     // (bc, dkp)  K rows, when not rows_in_place
+  float* V_rows;     // (bc, dvp)  V rows widened, for 16-bit V
   float* ST;         // (bc, brp)  P transposed
   float* TT;         // (bc, brp)  soft-cap tanh, transposed
   float* dPT;        // (bc, brp)  dP, then dX, transposed
@@ -650,6 +692,7 @@ struct QTileScratch {
     s.QT = arena.take(p.Dk * kTileRows);
     s.doutT = arena.take(p.Dv * kTileRows);
     s.K_rows = arena.take(kTileCols * dkp);
+    s.V_rows = arena.take(p.dtype == Dtype::f32 ? 0 : kTileCols * round_up(p.Dv, kPad));
     s.ST = arena.take(kTileCols * kTileRows);
     s.TT = arena.take(kTileCols * kTileRows);
     s.dPT = arena.take(kTileCols * kTileRows);
@@ -676,28 +719,29 @@ void backward_q_tile(const Problem& p, const Tensors& t, const float* delta, i64
   const KeyRange keys = visible_keys(p, i0, i0 + br - 1, 0, p.Nk);
   for (i64 j0 = keys.first / BC * BC; j0 <= keys.last; j0 += BC) {
     const i64 bc = imin(BC, p.Nk - j0);
-    gemm<false, false>(bc, brp, Dk, t.k.data + off(t.k, b, g, j0, 0), t.k.stride[2], t.k.stride[3], s.QT, brp, s.ST,
-                       brp);
+    const RowsOperand k_op = rows_operand(t.k, b, g, j0, bc, Dk, s.K_rows, /*scan_in_place=*/true);
+    const AOperand k_a = a_operand(t.k, b, g, j0, k_op);
+    gemm<false, false>(bc, brp, Dk, k_a.data, k_a.rs, k_a.cs, s.QT, brp, s.ST, brp);
     scale_softcap(p, s.ST, brp, bc, brp, s.TT);
     if (tile_needs_mask(p, i0, i0 + br - 1, j0, bc))
       mask_tile(p, s.ST, 1, brp, br, b, j0, bc, [&](i64 r) { return LaneRow{h, i0 + r}; });
     for (i64 c = 0; c < bc; ++c)  // P = exp(s - lse), lse along the lanes (+inf on padding lanes)
       for (i64 r = 0; r < brp; r += W)
         Vec::store(s.ST + c * brp + r, Vec::exp(Vec::sub(Vec::load(s.ST + c * brp + r), Vec::load(s.row_lse + r))));
-    gemm<false, false>(bc, brp, Dv, t.v.data + off(t.v, b, g, j0, 0), t.v.stride[2], t.v.stride[3], s.doutT, brp, s.dPT,
-                       brp);
+    const AOperand v_a = t.v.dtype == Dtype::f32
+                             ? a_in_place(t.v, b, g, j0)
+                             : a_rows(rows_operand(t.v, b, g, j0, bc, Dv, s.V_rows, /*scan_in_place=*/false));
+    gemm<false, false>(bc, brp, Dv, v_a.data, v_a.rs, v_a.cs, s.doutT, brp, s.dPT, brp);
     if (p.has_dropout) {  // dP through the mask, as pass A (same multipliers, same product)
       dropout_tile(p, s.drop, 1, brp, br, b, j0, bc, [&](i64 r) { return LaneRow{h, i0 + r}; });
       mul_tile(s.dPT, brp, s.drop, brp, bc, round_up(br, W));
     }
     ds_from_p<false>(p, s.ST, s.dPT, s.TT, s.row_delta, brp, bc, brp);
     // dQ += dX K: A[r][c] = dXᵀ[c·brp + r].
-    const RowsOperand k_op = rows_operand(t.k, b, g, j0, bc, Dk, s.K_rows, /*scan_in_place=*/true);
     gemm_acc_skip_zero(k_op.finite, br, k_op.cols, bc, s.dPT, 1, brp, k_op.data, k_op.ld, s.dQ, dkp, nullptr);
   }
 
-  for (i64 r = 0; r < br; ++r)
-    for (i64 d = 0; d < Dk; ++d) t.dq.data[off(t.dq, b, h, i0 + r, d)] = s.dQ[r * dkp + d];
+  for (i64 r = 0; r < br; ++r) store_row(t.dq, off(t.dq, b, h, i0 + r, 0), Dk, s.dQ + r * dkp);
 }
 
 // Floats per worker: the larger of the two passes' layouts (one block serves both) ...

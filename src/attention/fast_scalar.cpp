@@ -2,6 +2,7 @@
 #include "attention/fast.hpp"
 
 namespace sdpa::detail::scalar {
+constexpr Isa kIsa = Isa::scalar;  // the converters of 16-bit tensors (kernel_common.inl)
 #include "attention/simd_scalar.hpp"
 #include "attention/kernel_common.inl"
 #include "attention/fast_kernel.inl"

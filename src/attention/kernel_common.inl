@@ -35,6 +35,55 @@ inline i64 off(const View3<T>& v, i64 a, i64 b, i64 c) {
 }
 
 // ---------------------------------------------------------------------------------------
+// 16-bit tensors (Problem::dtype bf16 or fp16) are widened to fp32 on load and rounded to
+// their dtype once on store, by this ISA's bulk converters (convert.hpp: F16C on AVX2); fp32
+// tensors are read and written in place. kIsa is set by the including fast_<isa>.cpp.
+inline const ConvertKernels& converters() { return convert_kernels(kIsa); }
+
+// Row `o` of x (D elements, one every x.stride[3]) as floats at dst[d·dst_step].
+inline void load_row(const InView& x, i64 o, i64 D, float* dst, i64 dst_step) {
+  const i64 step = x.stride[3];
+  if (x.dtype == Dtype::f32) {
+    for (i64 d = 0; d < D; ++d) dst[d * dst_step] = x.data[o + d * step];
+    return;
+  }
+  const ConvertKernels& cv = converters();
+  const auto widen = [&](i64 e, i64 n, float* to) {  // n elements from e, unit stride
+    if (x.dtype == Dtype::bf16) return cv.bf16_to_float(static_cast<const bf16*>(x.bits) + o + e, to, n);
+    cv.fp16_to_float(static_cast<const fp16*>(x.bits) + o + e, to, n);
+  };
+  if (step == 1 && dst_step == 1) return widen(0, D, dst);
+  constexpr i64 kChunk = 64;
+  float chunk[kChunk];
+  for (i64 d0 = 0; d0 < D; d0 += kChunk) {
+    const i64 n = imin(kChunk, D - d0);
+    if (step == 1) {
+      widen(d0, n, chunk);
+    } else {
+      for (i64 d = 0; d < n; ++d) widen((d0 + d) * step, 1, chunk + d);
+    }
+    for (i64 d = 0; d < n; ++d) dst[(d0 + d) * dst_step] = chunk[d];
+  }
+}
+
+// D floats from src stored as row `o` of x (one every x.stride[3]), rounded to x's dtype.
+inline void store_row(const OutView& x, i64 o, i64 D, const float* src) {
+  const i64 step = x.stride[3];
+  if (x.dtype == Dtype::f32) {
+    for (i64 d = 0; d < D; ++d) x.data[o + d * step] = src[d];
+    return;
+  }
+  const ConvertKernels& cv = converters();
+  const i64 runs = step == 1 ? 1 : D, run = step == 1 ? D : 1;  // unit stride: one run of D
+  for (i64 r = 0; r < runs; ++r) {
+    if (x.dtype == Dtype::bf16)
+      cv.float_to_bf16(src + r, static_cast<bf16*>(x.bits) + o + r * step, run);
+    else
+      cv.float_to_fp16(src + r, static_cast<fp16*>(x.bits) + o + r * step, run);
+  }
+}
+
+// ---------------------------------------------------------------------------------------
 // Visible keys. Query row i sees keys [row_lo(i), row_hi(i)] under the structural mask
 // (causal, window); with none, [0, Nk - 1]. Mirrors Problem::lo/hi, redefined here so the
 // ISA namespaces share no inline code. Both bounds grow with i.
@@ -252,6 +301,16 @@ inline void finish_row(const Problem& p, const Tensors& t, const ForwardItem& it
     it.part_lse[it.l0 + r] = lse;
     return;
   }
-  for (i64 e = 0; e < Dv; ++e) t.out_w.data[off(t.out_w, b, h, i, e)] = empty_row ? 0.0f : O[e] * inv;
+  if (t.out_w.dtype == Dtype::f32) {
+    for (i64 e = 0; e < Dv; ++e) t.out_w.data[off(t.out_w, b, h, i, e)] = empty_row ? 0.0f : O[e] * inv;
+  } else {  // normalised in chunks, each rounded once on store
+    constexpr i64 kChunk = 64;
+    float chunk[kChunk];
+    for (i64 e0 = 0; e0 < Dv; e0 += kChunk) {
+      const i64 n = imin(kChunk, Dv - e0);
+      for (i64 e = 0; e < n; ++e) chunk[e] = empty_row ? 0.0f : O[e0 + e] * inv;
+      store_row(t.out_w, off(t.out_w, b, h, i, e0), n, chunk);
+    }
+  }
   if (t.lse_w.data != nullptr) t.lse_w.data[off(t.lse_w, b, h, i)] = lse;
 }

@@ -9,8 +9,10 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 
 #include "sdpa/attention.hpp"
+#include "sdpa/half.hpp"
 
 namespace sdpa::detail {
 
@@ -19,6 +21,7 @@ using i64 = std::int64_t;
 struct Problem {
   i64 B = 0, Hq = 0, Hkv = 0, Nq = 0, Nk = 0, Dk = 0, Dv = 0;
   i64 group = 1;  // Hq / Hkv: query head h reads kv head h / group
+  Dtype dtype = Dtype::f32;  // of q, k, v, out, dout, dq, dk, dv (lse is always fp32)
 
   double scale = 1.0;    // β
   double softcap = 0.0;  // c; 0 = no soft-cap
@@ -68,21 +71,45 @@ struct Problem {
   }
 };
 
-/// The float tensors of one call; views not used by a pass are empty.
+/// A (B, H, N, D) tensor of one call in the call's dtype. fp32: the View4 part, read and
+/// written in place. bf16 / fp16: `data` is null (so a path that forgot the dtype fails at
+/// once) and `bits` holds the 16-bit elements at the same element strides; the kernel widens
+/// them on load and rounds once on store (convert on load: issue 15).
+template <class F>  // const float (inputs) or float (outputs)
+struct DtypeView : View4<F> {
+  std::conditional_t<std::is_const_v<F>, const void*, void*> bits = nullptr;
+  Dtype dtype = Dtype::f32;
+
+  DtypeView() = default;
+  DtypeView(View4<F> v) : View4<F>(v) {}  // NOLINT: an fp32 view converts
+  template <class H>
+    requires(std::is_same_v<std::remove_const_t<H>, bf16> || std::is_same_v<std::remove_const_t<H>, fp16>)
+  DtypeView(View4<H> v)  // NOLINT: a 16-bit view converts
+      : View4<F>{nullptr, v.shape, v.stride}, bits(v.data), dtype(dtype_of<std::remove_const_t<H>>()) {}
+};
+using InView = DtypeView<const float>;
+using OutView = DtypeView<float>;
+
+/// The tensors of one call; views not used by a pass are empty. All of q, k, v, out, dout,
+/// dq, dk, dv have Problem::dtype; lse is fp32.
 struct Tensors {
-  View4<const float> q, k, v, out, dout;
+  InView q, k, v, out, dout;
   View3<const float> lse_in;
-  View4<float> out_w, dq, dk, dv;
+  OutView out_w, dq, dk, dv;
   View3<float> lse_w;
 };
 
+/// lse's element type for a call in T: fp32 for the 16-bit types, else T.
+template <class T>
+using LseOf = std::conditional_t<sizeof(T) == 2, float, T>;
+
 template <class T>
 Problem validate_forward(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v, const View4<T>& out,
-                         const View3<T>& lse, const Options& opt);
+                         const View3<LseOf<T>>& lse, const Options& opt);
 
 template <class T>
 Problem validate_backward(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
-                          const View4<const T>& out, const View3<const T>& lse, const View4<const T>& dout,
+                          const View4<const T>& out, const View3<const LseOf<T>>& lse, const View4<const T>& dout,
                           const View4<T>& dq, const View4<T>& dk, const View4<T>& dv, const Options& opt);
 
 /// Number of worker threads for these options.

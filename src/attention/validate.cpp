@@ -200,6 +200,7 @@ Problem common(const View4<const T>& q, const View4<const T>& k, const View4<con
     fail("k: query heads Hq = " + std::to_string(p.Hq) +
          " is not a multiple of kv heads Hkv = " + std::to_string(p.Hkv) + ctx);
   p.group = p.Hq / p.Hkv;
+  if constexpr (sizeof(T) == 2) p.dtype = dtype_of<T>();
   check_options(opt, p);
   inputs = {dq, dk, dv};
   if (!p.mask.empty()) inputs.push_back(desc("mask", opt.mask, "BHQK"));
@@ -211,7 +212,7 @@ Problem common(const View4<const T>& q, const View4<const T>& k, const View4<con
 
 template <class T>
 Problem validate_forward(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v, const View4<T>& out,
-                         const View3<T>& lse, const Options& opt) {
+                         const View3<LseOf<T>>& lse, const Options& opt) {
   std::vector<Desc> inputs;
   Problem p = common(q, k, v, opt, inputs);
   const std::string ctx = " (q " + shape_str(q.shape) + ", v " + shape_str(v.shape) + ")";
@@ -234,7 +235,7 @@ Problem validate_forward(const View4<const T>& q, const View4<const T>& k, const
 
 template <class T>
 Problem validate_backward(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
-                          const View4<const T>& out, const View3<const T>& lse, const View4<const T>& dout,
+                          const View4<const T>& out, const View3<const LseOf<T>>& lse, const View4<const T>& dout,
                           const View4<T>& dq, const View4<T>& dk, const View4<T>& dv, const Options& opt) {
   std::vector<Desc> inputs;
   Problem p = common(q, k, v, opt, inputs);
@@ -274,6 +275,16 @@ template Problem validate_backward<double>(const View4<const double>&, const Vie
                                            const View4<const double>&, const View4<const double>&,
                                            const View3<const double>&, const View4<const double>&, const View4<double>&,
                                            const View4<double>&, const View4<double>&, const Options&);
+
+#define SDPA_VALIDATE_INSTANTIATE_16(T)                                                                              \
+  template Problem validate_forward<T>(const View4<const T>&, const View4<const T>&, const View4<const T>&,          \
+                                       const View4<T>&, const View3<float>&, const Options&);                         \
+  template Problem validate_backward<T>(const View4<const T>&, const View4<const T>&, const View4<const T>&,         \
+                                        const View4<const T>&, const View3<const float>&, const View4<const T>&,      \
+                                        const View4<T>&, const View4<T>&, const View4<T>&, const Options&);
+SDPA_VALIDATE_INSTANTIATE_16(bf16)
+SDPA_VALIDATE_INSTANTIATE_16(fp16)
+#undef SDPA_VALIDATE_INSTANTIATE_16
 
 double resolve_scale_impl(const Options& opt, i64 dk) {
   if (opt.scale) {

@@ -29,8 +29,8 @@ double flops(const Shape& s, Causal causal, Pass pass) {
   return pass == Pass::backward ? 2.5 * forward : forward;
 }
 
-double kv_bytes(const Shape& s) {
-  return double(sizeof(float)) * double(s.B) * double(s.Hkv) * double(s.Nk) * double(s.Dk + s.Dv);
+double kv_bytes(const Shape& s, Dtype t) {
+  return (t == Dtype::f32 ? 4.0 : 2.0) * double(s.B) * double(s.Hkv) * double(s.Nk) * double(s.Dk + s.Dv);
 }
 
 bool is_decoding(const Shape& s) { return s.Nq <= 16; }

@@ -18,7 +18,7 @@
 // Dk = Dv (for Dk ≠ Dv the five products cost 3·Dk + 2·Dv per pair, not 2.5·(Dk + Dv)).
 //
 // Decoding rows (Nq ≤ 16) are bound by memory, not FLOPs: they read K and V once,
-// kv_bytes = 4·B·Hkv·Nk·(Dk + Dv) bytes of fp32.
+// kv_bytes = size·B·Hkv·Nk·(Dk + Dv) bytes, size 4 for fp32 and 2 for bf16/fp16.
 #pragma once
 
 #include <cstdint>
@@ -42,8 +42,8 @@ double visible_pairs(const Shape& s, Causal causal);
 /// FLOPs of one call: the count above.
 double flops(const Shape& s, Causal causal, Pass pass);
 
-/// Bytes of K and V (fp32), what a decoding call must read at least once.
-double kv_bytes(const Shape& s);
+/// Bytes of K and V in dtype t, what a decoding call must read at least once.
+double kv_bytes(const Shape& s, Dtype t = Dtype::f32);
 
 /// A decoding shape: so few query rows that reading K and V bounds the time.
 bool is_decoding(const Shape& s);

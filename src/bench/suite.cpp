@@ -5,6 +5,7 @@
 #include <cmath>
 #include <random>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 
 #include <fmt/core.h>
@@ -49,7 +50,8 @@ struct Buffers {
   }
 };
 
-void run_fast(Row& r, Buffers& x, const TimerRule& rule, Isa isa) {
+template <class T>
+void run_fast_as(Row& r, Buffers& x, const TimerRule& rule, Isa isa) {
   const Shape& s = r.c.shape;
   Options opt;
   opt.causal = r.c.causal;
@@ -57,30 +59,57 @@ void run_fast(Row& r, Buffers& x, const TimerRule& rule, Isa isa) {
   opt.isa = isa;
   Options undropped = opt;
   opt.dropout = {r.c.dropout, 1, 0};
-  const auto Q = contiguous<const float>(x.q.data(), {s.B, s.Hq, s.Nq, s.Dk});
-  const auto K = contiguous<const float>(x.k.data(), {s.B, s.Hkv, s.Nk, s.Dk});
-  const auto V = contiguous<const float>(x.v.data(), {s.B, s.Hkv, s.Nk, s.Dv});
-  const auto O = contiguous(x.out.data(), {s.B, s.Hq, s.Nq, s.Dv});
+  // q, k, v, out, dout, dq, dk, dv in T: x's own buffers for fp32, else copies rounded to T
+  // (made once, before any timing).
+  std::vector<float>* f32[8] = {&x.q, &x.k, &x.v, &x.out, &x.dout, &x.dq, &x.dk, &x.dv};
+  std::vector<T> rounded[8];
+  std::vector<T>* t[8];
+  for (int i = 0; i < 8; ++i) {
+    if constexpr (std::is_same_v<T, float>) {
+      t[i] = f32[i];
+    } else {
+      rounded[i].reserve(f32[i]->size());
+      for (float e : *f32[i]) rounded[i].push_back(T(e));
+      t[i] = &rounded[i];
+    }
+  }
+  const auto Q = contiguous<const T>(t[0]->data(), {s.B, s.Hq, s.Nq, s.Dk});
+  const auto K = contiguous<const T>(t[1]->data(), {s.B, s.Hkv, s.Nk, s.Dk});
+  const auto V = contiguous<const T>(t[2]->data(), {s.B, s.Hkv, s.Nk, s.Dv});
+  const auto O = contiguous(t[3]->data(), {s.B, s.Hq, s.Nq, s.Dv});
   const auto L = contiguous(x.lse.data(), {s.B, s.Hq, s.Nq});
   auto fwd = [&] { forward(Q, K, V, O, L, opt); };
   if (r.c.pass == Pass::backward) {
     fwd();  // the backward's inputs O and L
-    const auto dO = contiguous<const float>(x.dout.data(), {s.B, s.Hq, s.Nq, s.Dv});
-    const auto dQ = contiguous(x.dq.data(), {s.B, s.Hq, s.Nq, s.Dk});
-    const auto dK = contiguous(x.dk.data(), {s.B, s.Hkv, s.Nk, s.Dk});
-    const auto dV = contiguous(x.dv.data(), {s.B, s.Hkv, s.Nk, s.Dv});
-    auto bwd = [&](const Options& o) { return [&, o] { backward(Q, K, V, O, L, dO, dQ, dK, dV, o); }; };
+    const auto dO = contiguous<const T>(t[4]->data(), {s.B, s.Hq, s.Nq, s.Dv});
+    const auto dQ = contiguous(t[5]->data(), {s.B, s.Hq, s.Nq, s.Dk});
+    const auto dK = contiguous(t[6]->data(), {s.B, s.Hkv, s.Nk, s.Dk});
+    const auto dV = contiguous(t[7]->data(), {s.B, s.Hkv, s.Nk, s.Dv});
+    auto bwd = [&](const Options& o) {
+      return [&, o] { backward(Q, K, V, View4<const T>(O), View3<const float>(L), dO, dQ, dK, dV, o); };
+    };
     if (r.c.dropout > 0)
       std::tie(r.sdpa, r.undropped) = time_alternating(rule, bwd(opt), bwd(undropped));
     else
       r.sdpa = time_median(rule, bwd(opt));
   } else if (decoding(r.c)) {
-    const peak::Span kv[2] = {{x.k.data(), static_cast<i64>(x.k.size())}, {x.v.data(), static_cast<i64>(x.v.size())}};
+    // The plain read of the same K and V bytes (a 16-bit buffer read as half as many floats).
+    const auto floats = [](const std::vector<T>& b) { return static_cast<i64>(b.size() * sizeof(T) / sizeof(float)); };
+    const peak::Span kv[2] = {{reinterpret_cast<const float*>(t[1]->data()), floats(*t[1])},
+                              {reinterpret_cast<const float*>(t[2]->data()), floats(*t[2])}};
     std::tie(r.sdpa, r.read) = time_alternating(rule, fwd, [&] { peak::read_seconds(kv, 2, r.c.threads); });
   } else if (r.c.dropout > 0) {
     std::tie(r.sdpa, r.undropped) = time_alternating(rule, fwd, [&] { forward(Q, K, V, O, L, undropped); });
   } else {
     r.sdpa = time_median(rule, fwd);
+  }
+}
+
+void run_fast(Row& r, Buffers& x, const TimerRule& rule, Isa isa) {
+  switch (r.c.dtype) {
+    case Dtype::bf16: return run_fast_as<bf16>(r, x, rule, isa);
+    case Dtype::fp16: return run_fast_as<fp16>(r, x, rule, isa);
+    default: return run_fast_as<float>(r, x, rule, isa);
   }
 }
 
@@ -91,6 +120,10 @@ void run_blas(Row& r, Buffers& x, const TimerRule& rule) {
   const double need = 4.0 * double(s.Nq) * double(s.Nk) * threads * (bwd ? 2 : 1);
   if (!blas_available()) {
     r.blas_note = "not built: no BLAS was found when sdpa was configured";
+    return;
+  }
+  if (r.c.dtype != Dtype::f32) {
+    r.blas_note = "skipped: the BLAS baseline is fp32 only";
     return;
   }
   if (need > kBlasMaxBytes) {
@@ -137,7 +170,13 @@ std::vector<Case> default_suite(int threads) {
     for (i64 d : {64, 128}) rows.push_back({square(n, d), Causal::none, Pass::backward, threads});
   for (i64 nk : {4096, 32768}) rows.push_back({Shape{1, 32, 8, 1, nk, 128, 128}, Causal::none, Pass::forward, threads});
   for (i64 n : {1024, 4096}) rows.push_back({square(n, 64), Causal::none, Pass::forward, 1});  // per-core efficiency
-  for (Pass pass : {Pass::forward, Pass::backward}) rows.push_back({square(1024, 64), Causal::none, pass, threads, 0.1});
+  for (Pass pass : {Pass::forward, Pass::backward})
+    rows.push_back({square(1024, 64), Causal::none, pass, threads, Dtype::f32, 0.1});
+  for (Dtype t : {Dtype::bf16, Dtype::fp16}) {  // 16-bit rows, against PyTorch in the same dtype
+    for (Pass pass : {Pass::forward, Pass::backward})
+      for (i64 n : {1024, 4096}) rows.push_back({square(n, 64), Causal::none, pass, threads, t});
+    rows.push_back({Shape{1, 32, 8, 1, 32768, 128, 128}, Causal::none, Pass::forward, threads, t});
+  }
   return rows;
 }
 
@@ -150,15 +189,16 @@ std::string label(const Shape& s) {
 }
 
 std::string pass_name(const Case& c) {
-  if (decoding(c)) return "decode";
+  const std::string dtype = c.dtype == Dtype::bf16 ? " bf16" : c.dtype == Dtype::fp16 ? " fp16" : "";
+  if (decoding(c)) return "decode" + dtype;
   const char* mask = c.causal == Causal::top_left ? "causal " : c.causal == Causal::bottom_right ? "causal-br " : "";
   const std::string dropout = c.dropout > 0 ? fmt::format(" p={:g}", c.dropout) : "";
-  return std::string(mask) + (c.pass == Pass::backward ? "bwd" : "fwd") + dropout;
+  return std::string(mask) + (c.pass == Pass::backward ? "bwd" : "fwd") + dtype + dropout;
 }
 
 double Row::gflops() const { return over(flops(c.shape, c.causal, c.pass), sdpa.median_seconds) / 1e9; }
-double Row::gbytes_per_s() const { return over(kv_bytes(c.shape), sdpa.median_seconds) / 1e9; }
-double Row::read_gbytes_per_s() const { return over(kv_bytes(c.shape), read.median_seconds) / 1e9; }
+double Row::gbytes_per_s() const { return over(kv_bytes(c.shape, c.dtype), sdpa.median_seconds) / 1e9; }
+double Row::read_gbytes_per_s() const { return over(kv_bytes(c.shape, c.dtype), read.median_seconds) / 1e9; }
 double Row::speedup_vs_blas() const { return over(blas.median_seconds, sdpa.median_seconds); }
 double Row::speedup_vs_torch() const { return over(torch.median_seconds, sdpa.median_seconds); }
 double Row::dropout_cost() const { return over(sdpa.median_seconds, undropped.median_seconds); }

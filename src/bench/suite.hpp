@@ -23,7 +23,8 @@ struct Case {
   Causal causal = Causal::none;  // none or top_left (PyTorch's is_causal) in the suite
   Pass pass = Pass::forward;
   int threads = 1;
-  double dropout = 0.0;  // attention dropout p (fixed seed); > 0: timed alternating with p = 0
+  Dtype dtype = Dtype::f32;  // of q, k, v, out (and dout, dq, dk, dv); PyTorch runs the same
+  double dropout = 0.0;      // attention dropout p (fixed seed); > 0: timed alternating with p = 0
 };
 
 /// A decoding row: a forward with so few query rows that reading K and V bounds its time
@@ -33,14 +34,16 @@ bool decoding(const Case& c);
 /// The standard table (`sdpa bench --suite default`): forward, causal forward and
 /// backward at N ∈ {1024, 4096}, D ∈ {64, 128} (B = 1, H = 8); two decoding rows
 /// (Hq = 32, Hkv = 8, Nq = 1, Nk ∈ {4096, 32768}, D = 128); two forward rows on one
-/// thread for per-core efficiency; and forward and backward at N = 1024, D = 64 with
-/// dropout p = 0.1 (against p = 0 and PyTorch's dropout_p = 0.1). `threads` for all but
-/// the one-thread rows.
+/// thread for per-core efficiency; forward and backward at N = 1024, D = 64 with dropout
+/// p = 0.1 (against p = 0 and PyTorch's dropout_p = 0.1); and in bf16 and fp16 each, forward
+/// and backward at N ∈ {1024, 4096}, D = 64, and the Nk = 32768 decoding row. `threads` for
+/// all but the one-thread rows.
 std::vector<Case> default_suite(int threads);
 
 /// "B=1 H=8 N=1024 D=64", "B=1 H=32/8 Nq=1 Nk=4096 D=128", …
 std::string label(const Shape& s);
-/// "fwd", "bwd", "causal fwd", "causal bwd" or "decode"; " p=0.1" after it with dropout.
+/// "fwd", "bwd", "causal fwd", "causal bwd" or "decode", then " bf16" / " fp16" for 16-bit
+/// rows and " p=0.1" with dropout.
 std::string pass_name(const Case& c);
 
 struct Row {

@@ -31,6 +31,7 @@ json request(const std::vector<Case>& cases, const TimerRule& rule) {
                     {"Dv", s.Dv},
                     {"causal", c.causal == Causal::top_left},
                     {"backward", c.pass == Pass::backward},
+                    {"dtype", dtype_name(c.dtype)},
                     {"dropout_p", c.dropout}});
   }
   return {{"threads", cases.empty() ? 1 : cases[0].threads},

@@ -275,6 +275,7 @@ class HeaderParser {
 };
 
 DType parse_descr(const std::string& d, const std::string& what) {
+  if (d == "<f2") return DType::f16;
   if (d == "<f4") return DType::f32;
   if (d == "<f8") return DType::f64;
   if (d == "|b1" || d == "|u1") return DType::u8;
@@ -282,10 +283,11 @@ DType parse_descr(const std::string& d, const std::string& what) {
   if (d == "<i8") return DType::i64;
   if (!d.empty() && d[0] == '>')
     fail(what, "big-endian dtype '" + d + "' is not supported; save little-endian data (e.g. a.astype('<f4'))");
-  if (d == "=f4" || d == "=f8")
+  if (d == "=f2" || d == "=f4" || d == "=f8")
     fail(what, "native-order dtype '" + d + "' is not supported; write the byte order explicitly ('<f4', '<f8')");
   fail(what, "dtype '" + d +
-                 "' is not supported (float32 '<f4', float64 '<f8', bool '|b1', uint8 '|u1', int32 '<i4', int64 '<i8')");
+                 "' is not supported (float16 '<f2', float32 '<f4', float64 '<f8', bool '|b1', uint8 '|u1', int32 "
+                 "'<i4', int64 '<i8')");
 }
 
 // Element count and byte count of a shape, or a message saying why they do not fit.
@@ -321,6 +323,7 @@ std::size_t itemsize(DType t) {
     case DType::i32: return 4;
     case DType::f64:
     case DType::i64: return 8;
+    case DType::f16: return 2;
     default: return 1;
   }
 }
@@ -330,6 +333,7 @@ const char* dtype_name(DType t) {
     case DType::f64: return "float64";
     case DType::i32: return "int32";
     case DType::i64: return "int64";
+    case DType::f16: return "float16";
     default: return "bool/uint8";
   }
 }
@@ -366,6 +370,10 @@ const std::int32_t* NpyArray::i32() const {
 const std::int64_t* NpyArray::i64() const {
   check_dtype(dtype, DType::i64);
   return reinterpret_cast<const std::int64_t*>(bytes.data());
+}
+const std::uint16_t* NpyArray::f16() const {
+  check_dtype(dtype, DType::f16);
+  return reinterpret_cast<const std::uint16_t*>(bytes.data());
 }
 float* NpyArray::f32() { return const_cast<float*>(std::as_const(*this).f32()); }
 double* NpyArray::f64() { return const_cast<double*>(std::as_const(*this).f64()); }
@@ -447,6 +455,7 @@ std::vector<unsigned char> serialize_npy(DType dtype, const std::vector<std::int
   if (sz.nbytes > 0 && data == nullptr) fail(name, "no data for shape " + shape_text(shape));
 
   const char* descr = dtype == DType::f32   ? "<f4"
+                      : dtype == DType::f16 ? "<f2"
                       : dtype == DType::f64 ? "<f8"
                       : dtype == DType::i32 ? "<i4"
                       : dtype == DType::i64 ? "<i8"

@@ -1,6 +1,6 @@
 // npy.hpp — reading and writing NumPy .npy files (format versions 1.0, 2.0, 3.0).
 //
-// Accepted descr strings, exactly: '<f4' (float32), '<f8' (float64), '<i4' (int32),
+// Accepted descr strings, exactly: '<f2' (float16), '<f4' (float32), '<f8' (float64), '<i4' (int32),
 // '<i8' (int64), '|b1' (bool) and '|u1' (uint8); both of the last two read as DType::u8
 // and are written back as '|u1'. Native-order '=f4'/'=f8' are refused: NumPy itself never writes '=', and a
 // file's meaning must not depend on the machine that wrote it. Also refused, each
@@ -11,7 +11,7 @@
 // header length running past the end, and data shorter or longer than the shape.
 //
 // Error messages are one line: "<what>: <problem>", e.g.
-//   "q.npy: dtype '<f2' is not supported (float32 '<f4', float64 '<f8', ...)".
+//   "q.npy: dtype '<c8' is not supported (float16 '<f2', float32 '<f4', ...)".
 //
 // The parser never allocates more than the input's own size (the data length is
 // checked against the shape before anything is copied) and never reads outside it;
@@ -25,11 +25,11 @@
 
 namespace sdpa::io {
 
-enum class DType { f32, f64, u8, i32, i64 };  // i32, i64: the offsets of packed batches
+enum class DType { f32, f64, u8, i32, i64, f16 };  // i32, i64: the offsets of packed batches; f16: IEEE binary16
 
-/// Bytes per element: 4, 8, 1, 4, 8.
+/// Bytes per element: 4, 8, 1, 4, 8, 2.
 std::size_t itemsize(DType t);
-/// "float32", "float64", "bool/uint8", "int32", "int64".
+/// "float32", "float64", "bool/uint8", "int32", "int64", "float16".
 const char* dtype_name(DType t);
 
 /// Most dimensions a shape may have (NumPy 2's own limit).
@@ -50,6 +50,7 @@ struct NpyArray {
   const unsigned char* u8() const;
   const std::int32_t* i32() const;
   const std::int64_t* i64() const;
+  const std::uint16_t* f16() const;  // the binary16 bits
   float* f32();
   double* f64();
   unsigned char* u8();

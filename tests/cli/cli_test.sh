@@ -56,6 +56,30 @@ case $case in
     "$sdpa" attention --q q.npy --k k.npy --v v.npy --out r.npy --scale 0.5 --softcap 3 --kernel reference
     [ "$("$tool" info o.npy)" = "float64 [2, 40, 4]" ] || fail "out: $("$tool" info o.npy)"
     close o.npy r.npy 1e-5 ;;
+  float16)
+    # q, k, v, dout in float16 (GQA, causal): out and the gradients come back float16, lse float32.
+    "$tool" make q.npy f16 1 2 4 40 16; "$tool" make k.npy f16 2 2 2 50 16; "$tool" make v.npy f16 3 2 2 50 16
+    "$tool" make g.npy f16 4 2 4 40 16
+    for kernel in fast reference; do
+      "$sdpa" attention --q q.npy --k k.npy --v v.npy --out o_$kernel.npy --lse l_$kernel.npy --causal bottom-right \
+        --grad-out g.npy --dq dq_$kernel.npy --dk dk_$kernel.npy --dv dv_$kernel.npy --kernel $kernel
+    done
+    [ "$("$tool" info o_fast.npy)" = "float16 [2, 4, 40, 16]" ] || fail "out: $("$tool" info o_fast.npy)"
+    [ "$("$tool" info l_fast.npy)" = "float32 [2, 4, 40]" ] || fail "lse: $("$tool" info l_fast.npy)"
+    [ "$("$tool" info dk_fast.npy)" = "float16 [2, 2, 50, 16]" ] || fail "dk: $("$tool" info dk_fast.npy)"
+    # Both kernels round their fp32 / fp64 result once to float16: they may differ by one ulp
+    # of the largest value, 2^-10·max|x|, with |out| < 4 and gradients below 16 on N(0, 1)
+    # inputs: 4e-3 and 1.6e-2 (the fp32 arithmetic's own error is far below).
+    close o_fast.npy o_reference.npy 4e-3; close l_fast.npy l_reference.npy 1e-4
+    for g in dq dk dv; do close ${g}_fast.npy ${g}_reference.npy 1.6e-2; done
+    # One dtype per call: a float32 tensor among float16 ones is named, nothing is written.
+    "$tool" make k32.npy f32 2 2 2 50 16; "$tool" make g32.npy f32 4 2 4 40 16
+    expect_error "--k: dtype float32 differs from --q's float16" "$sdpa" attention --q q.npy --k k32.npy --v v.npy --out x.npy
+    expect_error "--grad-out: dtype float32 differs from --q's float16" "$sdpa" attention --q q.npy --k k.npy --v v.npy \
+      --out x.npy --grad-out g32.npy --dq a.npy --dk b.npy --dv c.npy
+    "$tool" offsets cq.npy i32 0 40; "$tool" make q3.npy f16 1 40 4 16; "$tool" make k3.npy f16 2 50 2 16
+    expect_error "float16 is not supported with packed sequences" "$sdpa" attention --q q3.npy --k k3.npy --v k3.npy \
+      --out x.npy --cu-seqlens-q cq.npy --cu-seqlens-k cq.npy ;;
   backward)
     "$tool" make q.npy f32 1 1 4 30 8; "$tool" make k.npy f32 2 1 2 30 8; "$tool" make v.npy f32 3 1 2 30 8
     "$tool" make g.npy f32 4 1 4 30 8; "$tool" make m.npy bool 5 30 30
@@ -245,6 +269,7 @@ class Generator:
 class Tensor:
     def clone(self): return Tensor()
     def requires_grad_(self, flag=True): return self
+    def to(self, dtype): return self
 def randn(*shape, generator=None, dtype=None): return Tensor()
 class no_grad:
     def __enter__(self): return self

@@ -1,5 +1,6 @@
 // npy_tool.cpp — fixtures for the CLI tests without NumPy:
-//   npy_tool make PATH f32|f64|bool SEED D0 [D1 ...]   seeded standard-normal data (bool: ~70% true)
+//   npy_tool make PATH f32|f64|f16|bool SEED D0 ...    seeded standard-normal data (bool: ~70% true;
+//                                                      f16: the f32 values rounded to float16)
 //   npy_tool offsets PATH i32|i64 V0 [V1 ...]          a 1-D int array of the given values
 //   npy_tool info PATH                                 prints "float32 [2, 3]"
 //   npy_tool maxdiff A B                               prints max |a - b| (as float64)
@@ -13,13 +14,17 @@
 #include "io/atomic_file.hpp"
 #include "io/npy.hpp"
 #include "sdpa/error.hpp"
+#include "sdpa/half.hpp"
 
 using namespace sdpa::io;
 
 static std::vector<double> as_f64(const NpyArray& a) {
   std::vector<double> out(static_cast<std::size_t>(a.numel()));
   for (std::size_t i = 0; i < out.size(); ++i)
-    out[i] = a.dtype == DType::f32 ? a.f32()[i] : a.dtype == DType::f64 ? a.f64()[i] : a.u8()[i];
+    out[i] = a.dtype == DType::f32   ? a.f32()[i]
+             : a.dtype == DType::f64 ? a.f64()[i]
+             : a.dtype == DType::f16 ? static_cast<float>(sdpa::fp16::from_bits(a.f16()[i]))
+                                     : a.u8()[i];
   return out;
 }
 
@@ -43,6 +48,11 @@ int main(int argc, char** argv) try {
       write_npy_atomic(argv[2], DType::f64, shape, d.data());
     else if (type == "bool")
       write_npy_atomic(argv[2], DType::u8, shape, b.data());
+    else if (type == "f16") {
+      std::vector<sdpa::fp16> h(n);
+      for (std::int64_t i = 0; i < n; ++i) h[i] = sdpa::fp16(f[i]);
+      write_npy_atomic(argv[2], DType::f16, shape, h.data());
+    }
     else
       return 2;
     return 0;
@@ -65,7 +75,7 @@ int main(int argc, char** argv) try {
     const NpyArray a = read_npy(argv[2]);
     std::string s = "[";
     for (std::size_t i = 0; i < a.shape.size(); ++i) s += (i ? ", " : "") + std::to_string(a.shape[i]);
-    std::printf("%s %s]\n", a.dtype == DType::f32 ? "float32" : a.dtype == DType::f64 ? "float64" : "uint8", s.c_str());
+    std::printf("%s %s]\n", a.dtype == DType::u8 ? "uint8" : dtype_name(a.dtype), s.c_str());
     return 0;
   }
   if (mode == "maxdiff" && argc == 4) {
@@ -76,7 +86,7 @@ int main(int argc, char** argv) try {
     std::printf("%.3e\n", m);
     return 0;
   }
-  std::fprintf(stderr, "usage: npy_tool make PATH f32|f64|bool SEED DIMS... | info PATH | maxdiff A B\n");
+  std::fprintf(stderr, "usage: npy_tool make PATH f32|f64|f16|bool SEED DIMS... | info PATH | maxdiff A B\n");
   return 2;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "npy_tool: %s\n", e.what());

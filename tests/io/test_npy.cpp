@@ -64,7 +64,7 @@ void reject(const Bytes& b, std::initializer_list<std::string> fragments) {
 
 TEST(Npy, RoundTripEveryDtypeAndRank) {
   const std::vector<Shape> shapes = {{}, {5}, {2, 3}, {2, 3, 4}, {1, 2, 3, 4}, {3, 0}, {0}, {2, 1, 1, 1, 3}};
-  for (DType t : {DType::f32, DType::f64, DType::u8})
+  for (DType t : {DType::f32, DType::f64, DType::u8, DType::f16})
     for (const Shape& shape : shapes) {
       std::int64_t n = 1;
       for (auto d : shape) n *= d;
@@ -171,10 +171,12 @@ TEST(Npy, RefusesBigEndianAndNativeOrder) {
   reject(make_file(1, hdr(">f8", "(2,)"), 16), {"big-endian", "'>f8'"});
   reject(make_file(1, hdr("=f4", "(2,)"), 8), {"native-order", "'=f4'"});
   reject(make_file(1, hdr("=f8", "(2,)"), 16), {"native-order", "'=f8'"});
+  reject(make_file(1, hdr("=f2", "(2,)"), 4), {"native-order", "'=f2'"});
+  reject(make_file(1, hdr(">f2", "(2,)"), 4), {"big-endian", "'>f2'"});
 }
 
 TEST(Npy, RefusesOtherDtypes) {
-  for (const char* dt : {"<f2", ">i4", "<u4", "|i1", "<u1", "<c8", "<c16", "|S3", "<U1", "|O", "<M8[ns]", "f4", ""})
+  for (const char* dt : {">i4", "<u4", "|i1", "<u1", "<c8", "<c16", "|S3", "<U1", "|O", "<M8[ns]", "f4", ""})
     reject(make_file(1, hdr(dt, "(1,)"), 8), {"dtype '" + std::string(dt) + "' is not supported", "'<f4'"});
   reject(make_file(1, "{'descr': [('a', '<f4'), ('b', '<i4')], 'fortran_order': False, 'shape': (1,), }", 8),
          {"structured"});
