@@ -108,22 +108,8 @@ case $case in
     grid=(--d-model 16 --layers 1 --seq 8 --batch 4 --steps 200 --warmup 2 --eval-size 8 --log-every 50
           --policies inv_sqrt_dk inv_dk adaptive --seeds 1 2 --d-head 8 --widths 8 16)
     same() {  # same A B: sweep.json A equals B but for timings and how the work was spread
-      /usr/bin/python3 - "$1" "$2" <<'PY' || fail "$1 differs from $2"
-import json, sys
-def strip(path):
-    d = json.load(open(path))
-    for k in ("seconds", "train_seconds", "table", "runs_from_store", "jobs", "threads", "ranks"):
-        d.pop(k)
-    for run in d["runs"]:
-        for k in ("seconds", "tokens_per_s"):
-            run["final"].pop(k)
-        for row in run["log"]:
-            row.pop("tokens_per_s"); row.pop("elapsed_s")
-    return d
-a, b = strip(sys.argv[1]), strip(sys.argv[2])
-assert len(a["runs"]) == 12, len(a["runs"])
-assert a == b, [k for k in a if a[k] != b[k]]
-PY
+      /usr/bin/python3 "$(dirname "${BASH_SOURCE[0]}")/../sweep_json_same.py" "$1" "$2" --spread --runs 12 ||
+        fail "$1 differs from $2"
       echo "ok: $1 equals $2"
     }
     "$sdpa" sweep "${grid[@]}" --jobs 1 --threads 1 --out one > /dev/null 2> one.err
