@@ -218,11 +218,7 @@ void idle_barrier(MPI_Comm comm) {
 void ring_forward(MPI_Comm comm, View4<const float> q, View4<const float> k, View4<const float> v, View4<float> out,
                   View3<float> lse, const Options& opt, const RingOptions& ring, RingStats* stats) {
   RingSetup setup(comm, q, k, v, opt, ring);
-  const Ring& r = setup.r;
-  const KvLayout& kv = setup.kv;
-  const std::vector<i64>& kv_len = setup.kv_len;
-  const std::vector<Segment>& qsegs = setup.qsegs;
-  auto& buf = setup.buf;
+  auto& [t_start, r, kv, kv_len, buf, qsegs] = setup;
   RingStats st;
   const i64 B = q.shape[0], Hq = q.shape[1], Dv = v.shape[3];
   i64 max_qseg = 0;
@@ -272,7 +268,7 @@ void ring_forward(MPI_Comm comm, View4<const float> q, View4<const float> k, Vie
     st.compute_s += t1 - t0, st.wait_s += t2 - t1;
     cur = 1 - cur;
   }
-  st.total_s = now() - setup.t_start;
+  st.total_s = now() - t_start;
   if (stats) *stats = st;
 }
 
@@ -280,11 +276,7 @@ void ring_backward(MPI_Comm comm, View4<const float> q, View4<const float> k, Vi
                    View4<const float> out, View3<const float> lse, View4<const float> dout, View4<float> dq,
                    View4<float> dk, View4<float> dv, const Options& opt, const RingOptions& ring, RingStats* stats) {
   RingSetup setup(comm, q, k, v, opt, ring);
-  const Ring& r = setup.r;
-  const KvLayout& kv = setup.kv;
-  const std::vector<i64>& kv_len = setup.kv_len;
-  const std::vector<Segment>& qsegs = setup.qsegs;
-  auto& kvbuf = setup.buf;
+  auto& [t_start, r, kv, kv_len, kvbuf, qsegs] = setup;
   RingStats st;
   const std::size_t n_floats = kvbuf[0].size();
   // dK, dV of the block held: `mine` is this rank's share; grad[·] the running sums that
@@ -364,7 +356,7 @@ void ring_backward(MPI_Comm comm, View4<const float> q, View4<const float> k, Vi
     copy4(kv.k(const_cast<float*>(home), n_mine), dk);
     copy4(kv.v(const_cast<float*>(home), n_mine), dv);
   }
-  st.total_s = now() - setup.t_start;
+  st.total_s = now() - t_start;
   if (stats) *stats = st;
 }
 
