@@ -17,6 +17,7 @@ namespace sdpa::detail::avx2 {
 constexpr Isa kIsa = Isa::avx2;  // the converters of 16-bit tensors (kernel_common.inl)
 #include "attention/simd_avx2.hpp"
 #include "attention/kernel_common.inl"
+#include "attention/half_avx2.hpp"
 
 namespace decode {
 
@@ -29,7 +30,29 @@ struct Ops {
   static Mask part_mask(i64 n) {  // the first n floats, 0 < n < 8
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
   }
+  // The element loads (decode_kernel.inl's one seam for K and V): 8 elements of the call's
+  // dtype as 8 floats, whole or the first under m (zeros past them), and one as a float.
+  static __m256 load(const float* x) { return _mm256_loadu_ps(x); }
+  static __m256 load(const bf16* x) { return load8_bf16(x); }  // half_avx2.hpp
+  static __m256 load(const fp16* x) { return load8_fp16(x); }
   static __m256 load_part(const float* x, Mask m) { return _mm256_maskload_ps(x, m); }
+  // bf16, fp16: AVX2 has no 16-bit masked load, so a partial vector (a row's tail) goes
+  // through a zeroed copy. The P·V loop passes its last vector under a full mask when Dv is
+  // whole vectors: that one is loaded directly (through the copy, the store-to-load
+  // forwarding stall made the loop 2x slower).
+  template <class E>
+  static __m256 load_part(const E* x, Mask m) {
+    const unsigned bits = static_cast<unsigned>(_mm256_movemask_ps(_mm256_castsi256_ps(m)));
+    if (bits == 0xFF) return load(x);
+    const int n = __builtin_popcount(bits);
+    E tail[8];
+    __builtin_memset(tail, 0, sizeof tail);
+    __builtin_memcpy(tail, x, static_cast<unsigned>(n) * sizeof(E));
+    return load(tail);
+  }
+  static float to_float(float x) { return x; }
+  static float to_float(bf16 x) { return __builtin_bit_cast(float, static_cast<unsigned>(x.bits) << 16); }
+  static float to_float(fp16 x) { return _cvtsh_ss(x.bits); }
 
   // a[0..7] -> one vector whose element e is the sum of a[e]'s elements: 14 shuffles and
   // 7 adds, where 8 horizontal sums take 8 × 5.

@@ -17,6 +17,7 @@ namespace sdpa::detail::avx512 {
 constexpr Isa kIsa = Isa::avx512;  // the converters of 16-bit tensors (kernel_common.inl)
 #include "attention/simd_avx512.hpp"
 #include "attention/kernel_common.inl"
+#include "attention/half_avx512.hpp"
 
 namespace decode {
 
@@ -27,7 +28,21 @@ struct Ops {
 
   static Mask full_mask() { return 0xFFFF; }
   static Mask part_mask(i64 n) { return static_cast<Mask>((1u << n) - 1); }  // the first n floats, 0 < n < 16
+  // The element loads (decode_kernel.inl's one seam for K and V): 16 elements of the
+  // call's dtype as 16 floats, whole or the first under m (zeros past them), and one as a float.
+  static __m512 load(const float* x) { return _mm512_loadu_ps(x); }
+  static __m512 load(const bf16* x) { return load16_bf16(x); }  // half_avx512.hpp
+  static __m512 load(const fp16* x) { return load16_fp16(x); }
   static __m512 load_part(const float* x, Mask m) { return _mm512_maskz_loadu_ps(m, x); }
+  static __m512 load_part(const bf16* x, Mask m) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, x)), 16));
+  }
+  static __m512 load_part(const fp16* x, Mask m) { return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, x)); }
+  static float to_float(float x) { return x; }
+  static float to_float(bf16 x) { return __builtin_bit_cast(float, static_cast<unsigned>(x.bits) << 16); }
+  static float to_float(fp16 x) {  // _cvtsh_ss needs -mf16c, which the AVX-512 flags leave out
+    return _mm512_cvtss_f32(_mm512_cvtph_ps(_mm256_castsi128_si256(_mm_cvtsi32_si128(x.bits))));
+  }
 
   // a[0..15] -> one vector whose element e is the sum of a[e]'s elements.
   static __m512 reduce_all(const __m512* a) {

@@ -2,9 +2,14 @@
 // online softmax and P·V fused per tile of keys, the lanes taken in groups that share
 // every K and V load. forward_item (fast_kernel.inl) sends it the items `decode::applies`
 // to; the scalar build keeps forward_few_lanes. Written once against `Vec` and a small
-// per-ISA set of primitives `Ops` (decode_avx512.hpp, decode_avx2.hpp: a masked load, the
-// W-into-1 reduction, the per-group max and sum, the lane mask test, pin), and included
+// per-ISA set of primitives `Ops` (decode_avx512.hpp, decode_avx2.hpp: the element loads,
+// the W-into-1 reduction, the per-group max and sum, the lane mask test, pin), and included
 // inside namespace decode of each SIMD ISA by those headers.
+//
+// K and V are read in the call's dtype E (float, bf16 or fp16): every K and V element goes
+// through Ops::load / Ops::load_part / Ops::to_float (the one seam: fp32 as is, fp16 by
+// F16C's vcvtph2ps, bf16 by zero-extend and shift 16), so a 16-bit KV cache is read once at
+// half the bytes of fp32 and widened in registers; Q, P, O and the arithmetic stay fp32.
 //
 // Why a path of its own (docs/performance.md, "Decoding"): with 4 lanes the general loop
 // padded them to a 16-lane tile, so the softmax ran 4× the exps it needed, each (key,
@@ -33,10 +38,19 @@ static_assert(kKeys % W == 0 && kMaxGroups * kGroupLanes == kFewLanes && W / kGr
 // the item's mask test need not look at the split (tile_needs_mask in item below).
 static_assert(kTileCols % kKeys == 0);
 
-// One score block: KB keys (rows k[c]) × NL lanes (q rows of ldq floats, zero past Dk).
+// The elements of a (B, H, N, D) input in its dtype E (DtypeView: fp32 in data, 16-bit in bits).
+template <class E>
+inline const E* elements(const InView& x) {
+  if constexpr (std::is_same_v<E, float>)
+    return x.data;
+  else
+    return static_cast<const E*>(x.bits);
+}
+
+// One score block: KB keys (rows k[c] of E) × NL lanes (q rows of ldq floats, zero past Dk).
 // pf_k: K rows to prefetch (null: none).
-template <int NL>
-inline R score_block(const float* const* k, const float* q, i64 ldq, i64 Dk, const float* const* pf_k) {
+template <int NL, class E>
+inline R score_block(const E* const* k, const float* q, i64 ldq, i64 Dk, const E* const* pf_k) {
   constexpr int KB = W / NL;
   R a[W];
   SDPA_UNROLL
@@ -53,7 +67,7 @@ inline R score_block(const float* const* k, const float* q, i64 ldq, i64 Dk, con
     for (int l = 0; l < NL; ++l) qv[l] = Ops::pin(Vec::load(q + l * ldq + d));  // q is zero-padded
     SDPA_UNROLL
     for (int c = 0; c < KB; ++c) {
-      const R kv = Ops::pin(decltype(part)::value ? Ops::load_part(k[c] + d, m) : Vec::load(k[c] + d));
+      const R kv = Ops::pin(decltype(part)::value ? Ops::load_part(k[c] + d, m) : Ops::load(k[c] + d));
       SDPA_UNROLL
       for (int l = 0; l < NL; ++l) a[l * KB + c] = Vec::fma(kv, qv[l], a[l * KB + c]);
     }
@@ -68,9 +82,9 @@ inline R score_block(const float* const* k, const float* q, i64 ldq, i64 Dk, con
 // out as V (null: none). Returns the sum of O·0 over the chunk: NaN iff some output is not
 // finite. (In registers, CV short chains: as a reference argument GCC kept it in memory,
 // one load-FMA-store chain through all NL·CV outputs.)
-template <int NL, int CV>
-inline R pv_chunk(const float* V, i64 ldv, i64 bc, const float* P, const float* al, const float* Oo, float* On,
-                  i64 ldo, i64 e0, Mask last, const float* pf) {
+template <int NL, int CV, class E>
+inline R pv_chunk(const E* V, i64 ldv, i64 bc, const float* P, const float* al, const float* Oo, float* On, i64 ldo,
+                  i64 e0, Mask last, const E* pf) {
   constexpr int KB = W / NL;
   R acc[NL][CV];
   SDPA_UNROLL
@@ -80,10 +94,10 @@ inline R pv_chunk(const float* V, i64 ldv, i64 bc, const float* P, const float* 
     for (int v = 0; v < CV; ++v) acc[l][v] = Vec::mul(Vec::load(Oo + l * ldo + e0 + v * W), av);
   }
   for (i64 c = 0; c < bc; ++c) {
-    const float* vr = V + c * ldv + e0;
+    const E* vr = V + c * ldv + e0;
     R vv[CV];
     SDPA_UNROLL
-    for (int v = 0; v < CV; ++v) vv[v] = Ops::pin(v == CV - 1 ? Ops::load_part(vr + v * W, last) : Vec::load(vr + v * W));
+    for (int v = 0; v < CV; ++v) vv[v] = Ops::pin(v == CV - 1 ? Ops::load_part(vr + v * W, last) : Ops::load(vr + v * W));
     if (pf != nullptr) {
       SDPA_UNROLL
       for (int v = 0; v < CV; ++v) __builtin_prefetch(pf + c * ldv + e0 + v * W, 0, 2);
@@ -116,8 +130,8 @@ inline R pv_chunk(const float* V, i64 ldv, i64 bc, const float* P, const float* 
 // The same with zero weights skipped, so a zero weight never multiplies an inf or NaN in V
 // (what the general path computes when V is not finite). Rare: a tile whose fast result
 // came out non-finite is redone with it.
-template <int NL>
-inline void pv_skip_zero(const float* V, i64 ldv, i64 bc, i64 Dv, const float* P, const float* al, const float* Oo,
+template <int NL, class E>
+inline void pv_skip_zero(const E* V, i64 ldv, i64 bc, i64 Dv, const float* P, const float* al, const float* Oo,
                          float* On, i64 ldo) {
   constexpr int KB = W / NL;
   for (int l = 0; l < NL; ++l) {
@@ -126,7 +140,7 @@ inline void pv_skip_zero(const float* V, i64 ldv, i64 bc, i64 Dv, const float* P
       const float w = P[(c / KB) * W + c % KB + l * KB];
       if (w == 0.0f) continue;
       for (i64 e = 0; e < Dv; ++e)
-        On[l * ldo + e] = __builtin_fmaf(w, V[c * ldv + e], On[l * ldo + e]);  // as the FMAs above
+        On[l * ldo + e] = __builtin_fmaf(w, Ops::to_float(V[c * ldv + e]), On[l * ldo + e]);  // as the FMAs above
     }
   }
 }
@@ -134,16 +148,16 @@ inline void pv_skip_zero(const float* V, i64 ldv, i64 bc, i64 Dv, const float* P
 // P·V for one lane group over the whole head dimension, CVMAX vectors at a time: NL·CVMAX
 // accumulators, as many as the ISA's registers hold next to the V vectors of a key, and
 // at most half of them for one lane so its V vectors fit too.
-template <int NL>
-inline void pv_tile(const float* V, i64 ldv, i64 bc, i64 Dv, const float* P, const float* al, const float* Oo,
-                    float* On, i64 ldo, const float* pf) {
+template <int NL, class E>
+inline void pv_tile(const E* V, i64 ldv, i64 bc, i64 Dv, const float* P, const float* al, const float* Oo, float* On,
+                    i64 ldo, const E* pf) {
   constexpr int CVMAX = NL == 1 ? Ops::kPvAccumulators / 2 : Ops::kPvAccumulators / NL;
   const i64 nvec = (Dv + W - 1) / W;
   const Mask full = Ops::full_mask();
   const Mask tail = Dv % W == 0 ? full : Ops::part_mask(Dv % W);
   R chk = Vec::zero();
   auto chunk = [&](auto cv, i64 e0, Mask m) {  // cv: the vector count, as a type
-    chk = Vec::add(chk, pv_chunk<NL, decltype(cv)::value>(V, ldv, bc, P, al, Oo, On, ldo, e0, m, pf));
+    chk = Vec::add(chk, pv_chunk<NL, decltype(cv)::value, E>(V, ldv, bc, P, al, Oo, On, ldo, e0, m, pf));
   };
   i64 v0 = 0;
   for (; v0 + CVMAX <= nvec; v0 += CVMAX)
@@ -172,13 +186,13 @@ inline void pv_tile(const float* V, i64 ldv, i64 bc, i64 Dv, const float* P, con
     default: break;
   }
   static_assert(CVMAX <= 8);
-  if (Ops::any_nan(chk)) pv_skip_zero<NL>(V, ldv, bc, Dv, P, al, Oo, On, ldo);
+  if (Ops::any_nan(chk)) pv_skip_zero<NL, E>(V, ldv, bc, Dv, P, al, Oo, On, ldo);
 }
 
-// Whether an item takes this path: fp32, few lanes, unit-stride K and V rows, no explicit
-// mask, no dropout (the others go to forward_few_lanes, which converts 16-bit K and V on load).
+// Whether an item takes this path: any dtype (fp32, bf16, fp16), few lanes, unit-stride K and
+// V rows, no explicit mask, no dropout (the others go to forward_few_lanes).
 inline bool applies(const Problem& p, const Tensors& t, i64 n) {
-  return p.dtype == Dtype::f32 && n <= kFewLanes && t.k.stride[3] == 1 && t.v.stride[3] == 1 && !explicit_mask(p) && !p.has_dropout &&
+  return n <= kFewLanes && t.k.stride[3] == 1 && t.v.stride[3] == 1 && !explicit_mask(p) && !p.has_dropout &&
          p.Nk < (i64{1} << 30);
 }
 
@@ -198,9 +212,9 @@ struct Scratch {
   }
 };
 
-// The item, its lanes in groups of NL. Writes out and lse (or the split's partial
-// results), as the other forward loops do.
-template <int NL>
+// The item, its lanes in groups of NL, K and V read as E. Writes out and lse (or the
+// split's partial results), as the other forward loops do.
+template <int NL, class E>
 void item(const Problem& p, const Tensors& t, const ForwardItem& it, const ItemLanes& lanes, WorkerScratch scratch) {
   constexpr int KB = W / NL;
   constexpr i64 blocks = kKeys / KB;
@@ -214,8 +228,7 @@ void item(const Problem& p, const Tensors& t, const ForwardItem& it, const ItemL
   alignas(64) float al[max_groups][W];  // each group's rescale factors (score-vector layout)
 
   for (i64 x = 0; x < slots * dkp; ++x) Q[x] = 0.0f;
-  for (i64 r = 0; r < n; ++r)
-    for (i64 d = 0; d < Dk; ++d) Q[r * dkp + d] = t.q.data[off(t.q, b, lanes.h[r], lanes.i[r], d)];
+  for (i64 r = 0; r < n; ++r) load_row(t.q, off(t.q, b, lanes.h[r], lanes.i[r], 0), Dk, Q + r * dkp, 1);
   for (i64 x = 0; x < slots * dvp; ++x) O[0][x] = 0.0f;
 
   // Each lane's visible keys [lo, hi] within this item's split; padding slots copy lane 0.
@@ -239,8 +252,8 @@ void item(const Problem& p, const Tensors& t, const ForwardItem& it, const ItemL
   R m[max_groups], l[max_groups];  // running max (per lane, in all its elements), partial sums
   for (i64 gi = 0; gi < groups; ++gi) m[gi] = neg_inf, l[gi] = zero;
 
-  const float* Kb = t.k.data + off(t.k, b, g, 0, 0);
-  const float* Vb = t.v.data + off(t.v, b, g, 0, 0);
+  const E* Kb = elements<E>(t.k) + off(t.k, b, g, 0, 0);
+  const E* Vb = elements<E>(t.v) + off(t.v, b, g, 0, 0);
   const i64 ldk = t.k.stride[2], ldv = t.v.stride[2];
   int cur = 0;
   for (i64 j0 = first / kKeys * kKeys; j0 <= last; j0 += kKeys) {
@@ -251,13 +264,13 @@ void item(const Problem& p, const Tensors& t, const ForwardItem& it, const ItemL
       R sc[blocks];  // the tile's score vectors
       for (i64 kb = 0; kb < blocks; ++kb) {
         const i64 jb = j0 + kb * KB;
-        const float* kr[KB];
-        const float* pk[KB] = {};
+        const E* kr[KB];
+        const E* pk[KB] = {};
         for (int c = 0; c < KB; ++c) kr[c] = Kb + imin(jb + c, p.Nk - 1) * ldk;  // rows past Nk: masked below
         const bool pf = gi == 0 && jb + kPrefetchKeys + KB - 1 <= last;
         if (pf)
           for (int c = 0; c < KB; ++c) pk[c] = Kb + (jb + kPrefetchKeys + c) * ldk;
-        R x = Vec::mul(score_block<NL>(kr, Q + gi * NL * dkp, dkp, Dk, pf ? pk : nullptr), beta);
+        R x = Vec::mul(score_block<NL, E>(kr, Q + gi * NL * dkp, dkp, Dk, pf ? pk : nullptr), beta);
         if (p.has_softcap) x = Vec::mul(cap, Vec::tanh(Vec::mul(x, inv_cap)));
         if (mask) x = Ops::hide_outside(x, static_cast<int>(jb), c_e, lo_e[gi], hi_e[gi]);
         sc[kb] = x;
@@ -269,7 +282,7 @@ void item(const Problem& p, const Tensors& t, const ForwardItem& it, const ItemL
           [](R x) { return Ops::group_reduce<KB, true>(x); }, [&](i64 kb, R e) { Vec::store(Pg + kb * W, e); });
       Vec::store(al[gi], alpha);
       const bool pf = gi == 0 && j0 + kKeys - 1 + kPrefetchKeys <= last;
-      pv_tile<NL>(Vb + j0 * ldv, ldv, bc, Dv, Pg, al[gi], O[cur] + gi * NL * dvp, O[cur ^ 1] + gi * NL * dvp, dvp,
+      pv_tile<NL, E>(Vb + j0 * ldv, ldv, bc, Dv, Pg, al[gi], O[cur] + gi * NL * dvp, O[cur ^ 1] + gi * NL * dvp, dvp,
                   pf ? Vb + (j0 + kPrefetchKeys) * ldv : nullptr);
     }
     cur ^= 1;
@@ -285,11 +298,22 @@ void item(const Problem& p, const Tensors& t, const ForwardItem& it, const ItemL
                O[cur] + r * dvp);
 }
 
-// Runs the item with the widest lane group its lane count fills.
+// Runs the item with the widest lane group its lane count fills, K and V read as E.
+template <class E>
+void forward_as(const Problem& p, const Tensors& t, const ForwardItem& it, const ItemLanes& lanes,
+                WorkerScratch scratch) {
+  if (lanes.n == 1) return item<1, E>(p, t, it, lanes, scratch);
+  if (lanes.n == 2 || kGroupLanes == 2) return item<2, E>(p, t, it, lanes, scratch);
+  item<kGroupLanes, E>(p, t, it, lanes, scratch);
+}
+
+// The one dispatch on the call's dtype.
 inline void forward(const Problem& p, const Tensors& t, const ForwardItem& it, const ItemLanes& lanes,
                     WorkerScratch scratch) {
   note_fused_decode_item();
-  if (lanes.n == 1) return item<1>(p, t, it, lanes, scratch);
-  if (lanes.n == 2 || kGroupLanes == 2) return item<2>(p, t, it, lanes, scratch);
-  item<kGroupLanes>(p, t, it, lanes, scratch);
+  switch (p.dtype) {
+    case Dtype::f32: return forward_as<float>(p, t, it, lanes, scratch);
+    case Dtype::bf16: return forward_as<bf16>(p, t, it, lanes, scratch);
+    case Dtype::fp16: return forward_as<fp16>(p, t, it, lanes, scratch);
+  }
 }

@@ -19,6 +19,11 @@ struct Case {
   std::optional<double> softcap;
   bool additive_mask = false, keep_mask = false;
   bool bnhd = false;
+  double q_std = 1.0;  // scales the logits
+  double dropout = 0.0;  // p; the seed and offset are fixed (make_inputs)
+  // Whether the forward must take the fused decoding loop (decode_kernel.inl) on each SIMD
+  // ISA, K and V read in the dtype: at most kFewLanes lanes per kv head, no explicit mask, no dropout.
+  bool fused_decode = false;
 };
 
 std::ostream& operator<<(std::ostream& os, const Case& c) { return os << c.name; }
@@ -26,7 +31,9 @@ std::ostream& operator<<(std::ostream& os, const Case& c) { return os << c.name;
 // The cases cover what the kernel does differently per dtype: each of its loops (tiled
 // forward, few-lane decoding with and without split-KV, both backward schedules by thread
 // count), K/V packed where fp32 reads them in place, Dk not a multiple of the vector width,
-// and every mask kind, causal alignment, window, soft-cap and GQA.
+// and every mask kind, causal alignment, window, soft-cap and GQA; the grid's decoding cases
+// (test_grid.cpp: every lane-group remainder, head sizes that are no whole number of vectors,
+// so the 16-bit partial loads run); and dropout through the tiled, few-lane and split loops.
 const std::vector<Case>& cases() {
   static const std::vector<Case> all = [] {
     std::vector<Case> c;
@@ -42,9 +49,26 @@ const std::vector<Case>& cases() {
                  .softcap = 5.0,
                  .bnhd = true});
     c.push_back({.name = "masks_two_batches", .B = 2, .Nq = 33, .Nk = 65, .additive_mask = true, .keep_mask = true});
-    c.push_back({.name = "decode_mqa", .Hq = 4, .Hkv = 1, .Nq = 1, .Nk = 300, .Dk = 64, .Dv = 64});
+    c.push_back({.name = "decode_mqa", .Hq = 4, .Hkv = 1, .Nq = 1, .Nk = 300, .Dk = 64, .Dv = 64, .fused_decode = true});
     c.push_back({.name = "decode_split_kv", .Hq = 2, .Hkv = 1, .Nq = 1, .Nk = 4200, .Dk = 64, .Dv = 64,
-                 .causal = Causal::bottom_right});
+                 .causal = Causal::bottom_right, .fused_decode = true});
+    c.push_back({.name = "decode_gqa_Nq2_window", .Hq = 4, .Hkv = 2, .Nq = 2, .Nk = 5000, .Dk = 64, .Dv = 48,
+                 .causal = Causal::bottom_right, .window = {2500, -1}, .fused_decode = true});
+    for (i64 hq : {1, 2, 3, 5, 7, 8}) {
+      Case d{.name = "decode_lanes" + std::to_string(hq) + "_Dk36", .Hq = hq, .Hkv = 1, .Nq = 1, .Nk = 4500,
+             .Dk = 36, .Dv = 44, .fused_decode = true};
+      if (hq == 7) d.causal = Causal::bottom_right, d.window = {100, -1};
+      if (hq == 3) d.softcap = 5.0, d.q_std = 4.0;
+      c.push_back(d);
+    }
+    // Dropout in the dtype (FlashAttention trains with it in bf16): the kernel and the
+    // naive and fp64 references drop the same p_ij (one Philox generator, sdpa/philox.hpp).
+    c.push_back({.name = "dropout_p10_gqa_causal", .B = 2, .Hq = 4, .Hkv = 2, .Nq = 70, .Nk = 97, .Dk = 24, .Dv = 40,
+                 .causal = Causal::bottom_right, .dropout = 0.1});
+    c.push_back({.name = "dropout_p50_window_softcap_bnhd", .Hq = 1, .Hkv = 1, .Nq = 150, .Nk = 200,
+                 .causal = Causal::top_left, .window = {40, 5}, .softcap = 5.0, .bnhd = true, .dropout = 0.5});
+    c.push_back({.name = "dropout_p10_decode_split", .Hq = 8, .Hkv = 2, .Nq = 1, .Nk = 4500, .Dk = 64, .Dv = 48,
+                 .dropout = 0.1});
     return c;
   }();
   return all;
@@ -63,10 +87,11 @@ Inputs make_inputs(const Case& c, Dtype t) {
   in.q = Buf<float>({c.B, c.Hq, c.Nq, c.Dk}, c.bnhd), in.k = Buf<float>({c.B, c.Hkv, c.Nk, c.Dk}, c.bnhd);
   in.v = Buf<float>({c.B, c.Hkv, c.Nk, c.Dv}, c.bnhd), in.dout = Buf<float>({c.B, c.Hq, c.Nq, c.Dv}, c.bnhd);
   for (auto* b : {&in.q, &in.k, &in.v, &in.dout}) {
-    fill_normal(b->data, rng);
+    fill_normal(b->data, rng, b == &in.q ? c.q_std : 1.0);
     round_all(b->data, t);
   }
   in.opt.causal = c.causal, in.opt.window = c.window, in.opt.softcap = c.softcap;
+  if (c.dropout > 0) in.opt.dropout = {c.dropout, 0x5eed0123456789abull, (std::uint64_t{3} << 32) | 17};
   std::uniform_real_distribution<double> u(0, 1);
   if (c.additive_mask) {  // (1, 1, Nq, Nk), some -inf
     in.mask = Buf<float>({1, 1, c.Nq, c.Nk});
@@ -123,7 +148,10 @@ void check_case(const Case& c) {
     Options o = in.opt;
     o.isa = isa;
     o.threads = 2;
+    const i64 fused_before = detail::fused_decode_items();
     const Run16<H> r = run16<H>(c, in, q, k, v, dout, o);
+    if (c.fused_decode && isa != Isa::scalar)
+      EXPECT_GT(detail::fused_decode_items(), fused_before) << "the decoding case did not reach the fused loop";
     SDPA_EXPECT_WITHIN("out", rule.out(widen(r.out)));
     SDPA_EXPECT_WITHIN("lse", rule.lse(r.lse.data));
     SDPA_EXPECT_WITHIN("dq", rule.dq(widen(r.dq)));

@@ -105,8 +105,12 @@ struct DtypeYardstick {
     reference::backward_naive(t, q.cview(), k.cview(), v.cview(), outn.cview(), lsen.cview(), dout.cview(), dqn.view(),
                               dkn.view(), dvn.view(), opt);
     const double mask_max = opt.mask.empty() ? 0.0 : max_abs_mask(opt.mask);
-    const auto f32 = tolerance::floors(q.data, k.data, v.data, dout.data, Dk, Dv, std::abs(resolve_scale(opt, Dk)),
-                                       opt.softcap.value_or(0.0), mask_max, max_abs(lse64.data), max_abs(dv64.data));
+    auto f32 = tolerance::floors(q.data, k.data, v.data, dout.data, Dk, Dv, std::abs(resolve_scale(opt, Dk)),
+                                 opt.softcap.value_or(0.0), mask_max, max_abs(lse64.data), max_abs(dv64.data));
+    // Dropout (as test_grid.cpp): the kept weights grow by 1/(1 - p), and with them every term
+    // the floors of out, dq and dk bound (dv's is taken from max|dv|, which holds the factor).
+    const double keep_scale = opt.dropout.keep_scale();
+    f32.out *= keep_scale, f32.dq *= keep_scale, f32.dk *= keep_scale;
     fl = tolerance::with_output_rounding(f32, unit_roundoff(t), max_abs(out64.data), max_abs(dq64.data),
                                          max_abs(dk64.data), max_abs(dv64.data));
   }
