@@ -114,12 +114,23 @@ struct SeqOffsets {
 
 void forward_varlen(View3<const float> q, View3<const float> k, View3<const float> v, SeqOffsets cu_seqlens_q,
                     SeqOffsets cu_seqlens_k, View3<float> out, View<float, 2> lse, const Options& opt = {});
+/// The same in bf16 or fp16 (q, k, v, out; lse fp32), as forward's 16-bit overloads.
+void forward_varlen(View3<const bf16> q, View3<const bf16> k, View3<const bf16> v, SeqOffsets cu_seqlens_q,
+                    SeqOffsets cu_seqlens_k, View3<bf16> out, View<float, 2> lse, const Options& opt = {});
+void forward_varlen(View3<const fp16> q, View3<const fp16> k, View3<const fp16> v, SeqOffsets cu_seqlens_q,
+                    SeqOffsets cu_seqlens_k, View3<fp16> out, View<float, 2> lse, const Options& opt = {});
 
 /// Backward of forward_varlen: dq (Tq, Hq, Dk), dk (Tk, Hkv, Dk), dv (Tk, Hkv, Dv), overwritten.
 /// Deterministic, as backward is.
 void backward_varlen(View3<const float> q, View3<const float> k, View3<const float> v, SeqOffsets cu_seqlens_q,
                      SeqOffsets cu_seqlens_k, View3<const float> out, View<const float, 2> lse, View3<const float> dout,
                      View3<float> dq, View3<float> dk, View3<float> dv, const Options& opt = {});
+void backward_varlen(View3<const bf16> q, View3<const bf16> k, View3<const bf16> v, SeqOffsets cu_seqlens_q,
+                     SeqOffsets cu_seqlens_k, View3<const bf16> out, View<const float, 2> lse, View3<const bf16> dout,
+                     View3<bf16> dq, View3<bf16> dk, View3<bf16> dv, const Options& opt = {});
+void backward_varlen(View3<const fp16> q, View3<const fp16> k, View3<const fp16> v, SeqOffsets cu_seqlens_q,
+                     SeqOffsets cu_seqlens_k, View3<const fp16> out, View<const float, 2> lse, View3<const fp16> dout,
+                     View3<fp16> dq, View3<fp16> dk, View3<fp16> dv, const Options& opt = {});
 
 /// β for these options and key width: opt.scale, or 1/√dk.
 double resolve_scale(const Options& opt, std::int64_t dk);

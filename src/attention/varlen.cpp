@@ -118,10 +118,12 @@ void run_sequences(const std::vector<Seq>& seqs, const std::vector<i64>& items, 
 
 i64 tiles(i64 n, i64 tile) { return (n + tile - 1) / tile; }
 
-}  // namespace
-
-void forward_varlen(View3<const float> q, View3<const float> k, View3<const float> v, SeqOffsets cu_seqlens_q,
-                    SeqOffsets cu_seqlens_k, View3<float> out, View<float, 2> lse, const Options& opt) {
+// Both passes are written once for the element type T of q, k, v, out and the gradients
+// (float, bf16, fp16: each sequence is one sdpa::forward / backward call in T, which
+// converts on load); lse stays fp32. The public overloads below only pick T.
+template <class T>
+void forward_varlen_as(View3<const T> q, View3<const T> k, View3<const T> v, SeqOffsets cu_seqlens_q,
+                       SeqOffsets cu_seqlens_k, View3<T> out, View<float, 2> lse, const Options& opt) {
   check_rank3("q", q.shape, "THD");
   check_rank3("k", k.shape, "THD");
   check_rank3("v", v.shape, "THD");
@@ -134,7 +136,7 @@ void forward_varlen(View3<const float> q, View3<const float> k, View3<const floa
   if (want_lse && (lse.shape[0] != q.shape[1] || lse.shape[1] != q.shape[0]))
     fail("lse: shape " + shape_str(lse.shape) + " should be [Hq, Tq] = [" + std::to_string(q.shape[1]) + ", " +
          std::to_string(q.shape[0]) + "]");
-  const detail::Problem all = detail::validate_forward<float>(as_bhnd(q), as_bhnd(k), as_bhnd(v), as_bhnd(out), lse_all, opt);
+  const detail::Problem all = detail::validate_forward<T>(as_bhnd(q), as_bhnd(k), as_bhnd(v), as_bhnd(out), lse_all, opt);
 
   std::vector<i64> items(seqs.size());
   std::vector<double> cost(seqs.size());
@@ -145,12 +147,12 @@ void forward_varlen(View3<const float> q, View3<const float> k, View3<const floa
   run_sequences(seqs, items, cost, detail::resolve_threads(opt), [&](std::size_t s, int threads) {
     const Seq& sq = seqs[s];
     if (sq.Lq == 0) return;
-    const View4<float> o = rows(out, sq.q0, sq.Lq);
+    const View4<T> o = rows(out, sq.q0, sq.Lq);
     const View3<float> l = want_lse ? lse_rows(lse, sq.q0, sq.Lq) : View3<float>{};
     if (sq.Lk == 0) {  // no key to see: the contract's empty row
       for (i64 h = 0; h < all.Hq; ++h)
         for (i64 i = 0; i < sq.Lq; ++i) {
-          for (i64 e = 0; e < all.Dv; ++e) o(0, h, i, e) = 0.0f;
+          for (i64 e = 0; e < all.Dv; ++e) o(0, h, i, e) = T(0.0f);
           if (want_lse) l(0, h, i) = -std::numeric_limits<float>::infinity();
         }
       return;
@@ -162,9 +164,10 @@ void forward_varlen(View3<const float> q, View3<const float> k, View3<const floa
   });
 }
 
-void backward_varlen(View3<const float> q, View3<const float> k, View3<const float> v, SeqOffsets cu_seqlens_q,
-                     SeqOffsets cu_seqlens_k, View3<const float> out, View<const float, 2> lse, View3<const float> dout,
-                     View3<float> dq, View3<float> dk, View3<float> dv, const Options& opt) {
+template <class T>
+void backward_varlen_as(View3<const T> q, View3<const T> k, View3<const T> v, SeqOffsets cu_seqlens_q,
+                        SeqOffsets cu_seqlens_k, View3<const T> out, View<const float, 2> lse, View3<const T> dout,
+                        View3<T> dq, View3<T> dk, View3<T> dv, const Options& opt) {
   check_rank3("q", q.shape, "THD");
   check_rank3("k", k.shape, "THD");
   check_rank3("v", v.shape, "THD");
@@ -178,7 +181,7 @@ void backward_varlen(View3<const float> q, View3<const float> k, View3<const flo
   if (lse.shape[0] != q.shape[1] || lse.shape[1] != q.shape[0])
     fail("lse: shape " + shape_str(lse.shape) + " should be [Hq, Tq] = [" + std::to_string(q.shape[1]) + ", " +
          std::to_string(q.shape[0]) + "]");
-  const detail::Problem all = detail::validate_backward<float>(
+  const detail::Problem all = detail::validate_backward<T>(
       as_bhnd(q), as_bhnd(k), as_bhnd(v), as_bhnd(out), lse_rows(lse, 0, lse.shape[1]), as_bhnd(dout), as_bhnd(dq),
       as_bhnd(dk), as_bhnd(dv), opt);
 
@@ -192,10 +195,10 @@ void backward_varlen(View3<const float> q, View3<const float> k, View3<const flo
   run_sequences(seqs, items, cost, detail::resolve_threads(opt), [&](std::size_t s, int threads) {
     const Seq& sq = seqs[s];
     if (sq.Lq == 0 || sq.Lk == 0) {  // nothing attended: zero gradients for whichever rows exist
-      const auto zero = [](const View4<float>& g) {
+      const auto zero = [](const View4<T>& g) {
         for (i64 h = 0; h < g.shape[1]; ++h)
           for (i64 i = 0; i < g.shape[2]; ++i)
-            for (i64 e = 0; e < g.shape[3]; ++e) g(0, h, i, e) = 0.0f;
+            for (i64 e = 0; e < g.shape[3]; ++e) g(0, h, i, e) = T(0.0f);
       };
       zero(rows(dq, sq.q0, sq.Lq));
       zero(rows(dk, sq.k0, sq.Lk));
@@ -209,6 +212,37 @@ void backward_varlen(View3<const float> q, View3<const float> k, View3<const flo
              lse_rows(lse, sq.q0, sq.Lq), rows(dout, sq.q0, sq.Lq), rows(dq, sq.q0, sq.Lq), rows(dk, sq.k0, sq.Lk),
              rows(dv, sq.k0, sq.Lk), o_s);
   });
+}
+
+}  // namespace
+
+void forward_varlen(View3<const float> q, View3<const float> k, View3<const float> v, SeqOffsets cu_seqlens_q,
+                    SeqOffsets cu_seqlens_k, View3<float> out, View<float, 2> lse, const Options& opt) {
+  forward_varlen_as<float>(q, k, v, cu_seqlens_q, cu_seqlens_k, out, lse, opt);
+}
+void forward_varlen(View3<const bf16> q, View3<const bf16> k, View3<const bf16> v, SeqOffsets cu_seqlens_q,
+                    SeqOffsets cu_seqlens_k, View3<bf16> out, View<float, 2> lse, const Options& opt) {
+  forward_varlen_as<bf16>(q, k, v, cu_seqlens_q, cu_seqlens_k, out, lse, opt);
+}
+void forward_varlen(View3<const fp16> q, View3<const fp16> k, View3<const fp16> v, SeqOffsets cu_seqlens_q,
+                    SeqOffsets cu_seqlens_k, View3<fp16> out, View<float, 2> lse, const Options& opt) {
+  forward_varlen_as<fp16>(q, k, v, cu_seqlens_q, cu_seqlens_k, out, lse, opt);
+}
+
+void backward_varlen(View3<const float> q, View3<const float> k, View3<const float> v, SeqOffsets cu_seqlens_q,
+                     SeqOffsets cu_seqlens_k, View3<const float> out, View<const float, 2> lse, View3<const float> dout,
+                     View3<float> dq, View3<float> dk, View3<float> dv, const Options& opt) {
+  backward_varlen_as<float>(q, k, v, cu_seqlens_q, cu_seqlens_k, out, lse, dout, dq, dk, dv, opt);
+}
+void backward_varlen(View3<const bf16> q, View3<const bf16> k, View3<const bf16> v, SeqOffsets cu_seqlens_q,
+                     SeqOffsets cu_seqlens_k, View3<const bf16> out, View<const float, 2> lse, View3<const bf16> dout,
+                     View3<bf16> dq, View3<bf16> dk, View3<bf16> dv, const Options& opt) {
+  backward_varlen_as<bf16>(q, k, v, cu_seqlens_q, cu_seqlens_k, out, lse, dout, dq, dk, dv, opt);
+}
+void backward_varlen(View3<const fp16> q, View3<const fp16> k, View3<const fp16> v, SeqOffsets cu_seqlens_q,
+                     SeqOffsets cu_seqlens_k, View3<const fp16> out, View<const float, 2> lse, View3<const fp16> dout,
+                     View3<fp16> dq, View3<fp16> dk, View3<fp16> dv, const Options& opt) {
+  backward_varlen_as<fp16>(q, k, v, cu_seqlens_q, cu_seqlens_k, out, lse, dout, dq, dk, dv, opt);
 }
 
 }  // namespace sdpa

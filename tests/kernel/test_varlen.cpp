@@ -197,5 +197,103 @@ TEST(Varlen, BadOffsetsAreRefusedBeforeAnythingIsWritten) {
   expect_refused({0, 4, 10}, {0, 5, 10}, "mask: explicit masks are not supported", masked);
 }
 
+
+// bf16 and fp16 through the same packed entry points: each sequence is one sdpa::forward /
+// backward call in the dtype, so the packed result must be bit for bit the fixed-length
+// kernel's on each sequence alone (that kernel is judged by FlashAttention's rule in
+// test_dtypes.cpp), for any thread count; a sequence without keys gets out 0, lse -inf and
+// zero gradients. Causal bottom-right with dropout: masks, alignment and the Philox batch
+// index all per sequence.
+template <class H>
+void check_half_varlen() {
+  const Packed p(kLq, kLk, 5);
+  const auto narrow = [](const std::vector<float>& x) {
+    std::vector<H> h;
+    for (float e : x) h.push_back(H(e));
+    return h;
+  };
+  const std::vector<H> q = narrow(p.q), k = narrow(p.k), v = narrow(p.v), dout = narrow(p.dout);
+  const auto v3 = [](auto* data, i64 T, i64 Hh, i64 D) { return contiguous(data, {T, Hh, D}); };
+  for (Isa isa : runnable_isas()) {
+    SCOPED_TRACE(isa_name(isa));
+    Options o;
+    o.isa = isa, o.causal = Causal::bottom_right, o.dropout = {0.2, 91, 4};
+    struct Run {
+      std::vector<H> out, dq, dk, dv;
+      std::vector<float> lse;
+    };
+    const auto run = [&](int threads) {
+      Options ot = o;
+      ot.threads = threads;
+      Run r;
+      r.out.assign(static_cast<std::size_t>(p.Tq() * p.Hq * p.Dv), H::from_bits(0x7FC0));  // NaN: must be written
+      r.lse.assign(static_cast<std::size_t>(p.Hq * p.Tq()), kNaN);
+      forward_varlen(v3(static_cast<const H*>(q.data()), p.Tq(), p.Hq, p.Dk), v3(static_cast<const H*>(k.data()), p.Tk(), p.Hkv, p.Dk),
+                     v3(static_cast<const H*>(v.data()), p.Tk(), p.Hkv, p.Dv), p.cuq(), p.cuk(),
+                     v3(r.out.data(), p.Tq(), p.Hq, p.Dv), contiguous(r.lse.data(), {p.Hq, p.Tq()}), ot);
+      r.dq.assign(q.size(), H::from_bits(0x7FC0)), r.dk.assign(k.size(), H::from_bits(0x7FC0));
+      r.dv.assign(v.size(), H::from_bits(0x7FC0));
+      backward_varlen(v3(static_cast<const H*>(q.data()), p.Tq(), p.Hq, p.Dk), v3(static_cast<const H*>(k.data()), p.Tk(), p.Hkv, p.Dk),
+                      v3(static_cast<const H*>(v.data()), p.Tk(), p.Hkv, p.Dv), p.cuq(), p.cuk(),
+                      v3(static_cast<const H*>(r.out.data()), p.Tq(), p.Hq, p.Dv),
+                      contiguous<const float>(r.lse.data(), {p.Hq, p.Tq()}),
+                      v3(static_cast<const H*>(dout.data()), p.Tq(), p.Hq, p.Dv), v3(r.dq.data(), p.Tq(), p.Hq, p.Dk),
+                      v3(r.dk.data(), p.Tk(), p.Hkv, p.Dk), v3(r.dv.data(), p.Tk(), p.Hkv, p.Dv), ot);
+      return r;
+    };
+    const Run packed = run(2);
+    // Rows [r0, r0 + L) of a packed (T, Hh, D) buffer as a (1, Hh, L, D) view: no copy.
+    const auto rows = [](auto* data, i64 r0, i64 L, i64 Hh, i64 D) {
+      return View4<std::remove_pointer_t<decltype(data)>>{data + r0 * Hh * D, {1, Hh, L, D}, {0, D, Hh * D, 1}};
+    };
+    const auto bits = [](H x) { return x.bits; };
+    for (std::size_t s = 0; s < p.Lq.size(); ++s) {
+      SCOPED_TRACE("sequence " + std::to_string(s));
+      const i64 Lq = p.Lq[s], Lk = p.Lk[s], q0 = p.cq[s], k0 = p.ck[s];
+      std::vector<H> out(static_cast<std::size_t>(Lq * p.Hq * p.Dv)), dq(static_cast<std::size_t>(Lq * p.Hq * p.Dk)),
+          dk(static_cast<std::size_t>(Lk * p.Hkv * p.Dk)), dv(static_cast<std::size_t>(Lk * p.Hkv * p.Dv));
+      std::vector<float> lse(static_cast<std::size_t>(p.Hq * Lq));
+      if (Lq > 0 && Lk > 0) {
+        Options os = o;
+        os.dropout.batch0 += static_cast<i64>(s);
+        forward(rows(q.data(), q0, Lq, p.Hq, p.Dk), rows(k.data(), k0, Lk, p.Hkv, p.Dk), rows(v.data(), k0, Lk, p.Hkv, p.Dv),
+                rows(out.data(), 0, Lq, p.Hq, p.Dv), contiguous(lse.data(), {1, p.Hq, Lq}), os);
+        backward(rows(q.data(), q0, Lq, p.Hq, p.Dk), rows(k.data(), k0, Lk, p.Hkv, p.Dk),
+                 rows(v.data(), k0, Lk, p.Hkv, p.Dv), rows(static_cast<const H*>(out.data()), 0, Lq, p.Hq, p.Dv),
+                 contiguous<const float>(lse.data(), {1, p.Hq, Lq}), rows(dout.data(), q0, Lq, p.Hq, p.Dv),
+                 rows(dq.data(), 0, Lq, p.Hq, p.Dk), rows(dk.data(), 0, Lk, p.Hkv, p.Dk), rows(dv.data(), 0, Lk, p.Hkv, p.Dv), os);
+      } else {  // the contract's empty rows
+        std::fill(out.begin(), out.end(), H(0.0f)), std::fill(dq.begin(), dq.end(), H(0.0f));
+        std::fill(dk.begin(), dk.end(), H(0.0f)), std::fill(dv.begin(), dv.end(), H(0.0f));
+        std::fill(lse.begin(), lse.end(), Lq > 0 ? -kInf : 0.0f);
+      }
+      const auto same = [&](const std::vector<H>& whole, i64 r0, i64 Hh, i64 D, const std::vector<H>& alone) {
+        for (std::size_t e = 0; e < alone.size(); ++e)
+          if (bits(whole[static_cast<std::size_t>(r0 * Hh * D) + e]) != bits(alone[e])) return false;
+        return true;
+      };
+      EXPECT_TRUE(same(packed.out, q0, p.Hq, p.Dv, out)) << "out";
+      EXPECT_TRUE(same(packed.dq, q0, p.Hq, p.Dk, dq)) << "dq";
+      EXPECT_TRUE(same(packed.dk, k0, p.Hkv, p.Dk, dk)) << "dk";
+      EXPECT_TRUE(same(packed.dv, k0, p.Hkv, p.Dv, dv)) << "dv";
+      for (i64 h = 0; h < p.Hq; ++h)
+        for (i64 i = 0; i < Lq; ++i)
+          EXPECT_EQ(packed.lse[static_cast<std::size_t>(h * p.Tq() + q0 + i)], lse[static_cast<std::size_t>(h * Lq + i)]);
+    }
+    for (int threads : {1, 7}) {
+      const Run again = run(threads);
+      const auto same_all = [&](const std::vector<H>& a, const std::vector<H>& b) {
+        return std::equal(a.begin(), a.end(), b.begin(), [&](H x, H y) { return bits(x) == bits(y); });
+      };
+      EXPECT_TRUE(same_all(packed.out, again.out) && same_all(packed.dq, again.dq) && same_all(packed.dk, again.dk) &&
+                  same_all(packed.dv, again.dv))
+          << threads << " threads";
+    }
+  }
+}
+
+TEST(Varlen, Bf16IsTheFixedLengthKernelOnEachSequence) { check_half_varlen<bf16>(); }
+TEST(Varlen, Fp16IsTheFixedLengthKernelOnEachSequence) { check_half_varlen<fp16>(); }
+
 }  // namespace
 }  // namespace sdpa::test
