@@ -382,9 +382,9 @@ def _check_offsets(name: str, x, kind: str) -> None:
 
 
 def _forward_varlen(kind: str, q, k, v, cu_q, cu_k, opts: dict):
-    """out [Tq, Hq, Dv] and lse [Hq, Tq], freshly allocated, written by the kernel."""
+    """out [Tq, Hq, Dv] in q's dtype and lse [Hq, Tq] in float32, freshly allocated, written by the kernel."""
     Tq, Hq, _ = q.shape
-    out = _empty(kind, (Tq, Hq, v.shape[2]))
+    out = _empty(kind, (Tq, Hq, v.shape[2]), q.dtype)
     lse = _empty(kind, (Hq, Tq))
     _ext.forward_varlen(_raw(q), _raw(k), _raw(v), _raw(cu_q), _raw(cu_k), out, lse, **opts)
     return out, lse
@@ -392,7 +392,7 @@ def _forward_varlen(kind: str, q, k, v, cu_q, cu_k, opts: dict):
 
 def _backward_varlen(kind: str, q, k, v, cu_q, cu_k, out, lse, dout, opts: dict):
     q, k, v, cu_q, cu_k, out, lse, dout = (_raw(x) for x in (q, k, v, cu_q, cu_k, out, lse, dout))
-    dq, dk, dv = _empty(kind, tuple(q.shape)), _empty(kind, tuple(k.shape)), _empty(kind, tuple(v.shape))
+    dq, dk, dv = (_empty(kind, tuple(x.shape), x.dtype) for x in (q, k, v))
     _ext.backward_varlen(q, k, v, cu_q, cu_k, out, lse, dout, dq, dk, dv, **opts)
     return dq, dk, dv
 
@@ -406,14 +406,17 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=None, scale=
     The offsets (int32 or int64, batch + 1 of them) start at 0, never decrease and end at Tq (Tk).
     Each sequence attends only within itself, with causal, window, scale and softcap as in
     sdpa.attention applied per sequence; nothing is padded. NumPy arrays or PyTorch CPU tensors,
-    float32; with tensors that require grad the result is differentiable in q, k and v. dropout_p,
+    float32, float16 or (torch) bfloat16, one dtype for q, k and v (16-bit ones widened on load,
+    accumulated in float32, out rounded once; lse float32); with tensors that require grad the
+    result is differentiable in q, k and v (gradients in the inputs' dtype). dropout_p,
     dropout_seed, dropout_offset as in sdpa.attention; sequence s draws the mask batch s would draw
     padded into one [batch, H, L, D] call.
 
-    Returns out [Tq, Hq, Dv] (and lse [Hq, Tq] with return_lse). A sequence with no keys gets
-    out = 0 and lse = -inf. Raises TypeError / ValueError (sdpa.Error) naming the argument.
+    Returns out [Tq, Hq, Dv] in q's dtype (and lse [Hq, Tq] with return_lse). A sequence with no
+    keys gets out = 0 and lse = -inf. Raises TypeError / ValueError (sdpa.Error) naming the argument
+    (TypeError for mixed dtypes).
     """
-    kind = _check_tensors({"q": q, "k": k, "v": v}, "q")
+    kind = _check_tensors({"q": q, "k": k, "v": v}, "q", half_ok=True)
     for name, x in (("q", q), ("k", k), ("v", v)):
         if x.ndim != 3:
             raise ValueError(f"{name}: shape {tuple(x.shape)} has rank {x.ndim}; packed sequences are [T, H, D]")

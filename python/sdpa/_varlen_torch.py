@@ -40,7 +40,7 @@ def _forward_op(q: _torch.Tensor, k: _torch.Tensor, v: _torch.Tensor, cu_seqlens
 def _(q, k, v, cu_seqlens_q, cu_seqlens_k, *options):
     # The same allocation as _api._forward_varlen: fresh C-contiguous buffers.
     Tq, Hq, _ = q.shape
-    return q.new_empty((Tq, Hq, v.shape[2])), q.new_empty((Hq, Tq))
+    return q.new_empty((Tq, Hq, v.shape[2])), q.new_empty((Hq, Tq), dtype=_torch.float32)
 
 
 @_torch.library.custom_op("sdpa::backward_varlen", mutates_args=())
@@ -70,8 +70,8 @@ def _setup_context(ctx, inputs, output):
 
 def _backward(ctx, dout, _dlse):
     q, k, v, cu_q, cu_k, out, lse = ctx.saved_tensors
-    if dout.dtype != _torch.float32:  # e.g. a float64 loss upstream
-        dout = dout.float()
+    if dout.dtype != q.dtype:  # e.g. a float32 or float64 loss upstream of a 16-bit out
+        dout = dout.to(q.dtype)
     dq, dk, dv = _backward_op(q, k, v, cu_q, cu_k, out, lse, dout, *ctx.options)
     return (dq, dk, dv, None, None) + (None,) * len(_OPTION_NAMES)
 

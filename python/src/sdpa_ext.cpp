@@ -38,6 +38,8 @@ using Keep4 = nb::ndarray<const std::uint8_t, nb::ndim<4>, cpu>;
 // float32, float16 or bfloat16 (checked by dtype_of): inputs read-only (a broadcast view is), outputs not.
 using AnyIn4 = nb::ndarray<nb::ro, nb::ndim<4>, cpu>;
 using AnyOut4 = nb::ndarray<nb::ndim<4>, cpu>;
+using AnyIn3 = nb::ndarray<nb::ro, nb::ndim<3>, cpu>;
+using AnyOut3 = nb::ndarray<nb::ndim<3>, cpu>;
 
 // The ndarray as a view: same pointer, same shape, same element strides.
 template <class T, std::size_t R, class A>
@@ -167,31 +169,47 @@ template <class I>
 using Offsets = nb::ndarray<const I, nb::ndim<1>, cpu>;
 
 template <class I>
-void forward_varlen(In3 q, In3 k, In3 v, Offsets<I> cu_q, Offsets<I> cu_k, Out3 out, Lse2 lse, std::optional<double> scale,
+void forward_varlen(AnyIn3 q, AnyIn3 k, AnyIn3 v, Offsets<I> cu_q, Offsets<I> cu_k, AnyOut3 out, Lse2 lse,
+                    std::optional<double> scale,
                     std::optional<double> softcap, const std::string& causal, std::int64_t window_left,
                     std::int64_t window_right, In4 mask, Keep4 keep, int threads, const std::string& kernel,
                     double dropout_p, std::uint64_t dropout_seed, std::uint64_t dropout_offset) {
   const sdpa::Options opt = options(scale, softcap, causal, window_left, window_right, mask, keep, threads, kernel,
                                     {dropout_p, dropout_seed, dropout_offset});
+  const sdpa::Dtype t = dtype_of({{"q", q.dtype()}, {"k", k.dtype()}, {"v", v.dtype()}, {"out", out.dtype()}});
   nb::gil_scoped_release unlocked;
-  sdpa::forward_varlen(view_of<const float, 3>(q), view_of<const float, 3>(k), view_of<const float, 3>(v),
-                       view_of<const I, 1>(cu_q), view_of<const I, 1>(cu_k), view_of<float, 3>(out),
-                       view_of<float, 2>(lse), opt);
+  with_element_type(t, [&](auto element) {
+    using T = decltype(element);
+    sdpa::forward_varlen(view_of<const T, 3>(q), view_of<const T, 3>(k), view_of<const T, 3>(v),
+                         view_of<const I, 1>(cu_q), view_of<const I, 1>(cu_k), view_of<T, 3>(out),
+                         view_of<float, 2>(lse), opt);
+  });
 }
 
 template <class I>
-void backward_varlen(In3 q, In3 k, In3 v, Offsets<I> cu_q, Offsets<I> cu_k, In3 out, LseIn2 lse, In3 dout, Out3 dq,
-                     Out3 dk, Out3 dv, std::optional<double> scale, std::optional<double> softcap,
+void backward_varlen(AnyIn3 q, AnyIn3 k, AnyIn3 v, Offsets<I> cu_q, Offsets<I> cu_k, AnyIn3 out, LseIn2 lse,
+                     AnyIn3 dout, AnyOut3 dq, AnyOut3 dk, AnyOut3 dv, std::optional<double> scale, std::optional<double> softcap,
                      const std::string& causal, std::int64_t window_left, std::int64_t window_right, In4 mask,
                      Keep4 keep, int threads, const std::string& kernel, double dropout_p, std::uint64_t dropout_seed,
                      std::uint64_t dropout_offset) {
   const sdpa::Options opt = options(scale, softcap, causal, window_left, window_right, mask, keep, threads, kernel,
                                     {dropout_p, dropout_seed, dropout_offset});
+  const sdpa::Dtype t = dtype_of({{"q", q.dtype()},
+                                  {"k", k.dtype()},
+                                  {"v", v.dtype()},
+                                  {"out", out.dtype()},
+                                  {"dout", dout.dtype()},
+                                  {"dq", dq.dtype()},
+                                  {"dk", dk.dtype()},
+                                  {"dv", dv.dtype()}});
   nb::gil_scoped_release unlocked;
-  sdpa::backward_varlen(view_of<const float, 3>(q), view_of<const float, 3>(k), view_of<const float, 3>(v),
-                        view_of<const I, 1>(cu_q), view_of<const I, 1>(cu_k), view_of<const float, 3>(out),
-                        view_of<const float, 2>(lse), view_of<const float, 3>(dout), view_of<float, 3>(dq),
-                        view_of<float, 3>(dk), view_of<float, 3>(dv), opt);
+  with_element_type(t, [&](auto element) {
+    using T = decltype(element);
+    sdpa::backward_varlen(view_of<const T, 3>(q), view_of<const T, 3>(k), view_of<const T, 3>(v),
+                          view_of<const I, 1>(cu_q), view_of<const I, 1>(cu_k), view_of<const T, 3>(out),
+                          view_of<const float, 2>(lse), view_of<const T, 3>(dout), view_of<T, 3>(dq),
+                          view_of<T, 3>(dk), view_of<T, 3>(dv), opt);
+  });
 }
 
 template <class I>

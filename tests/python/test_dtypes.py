@@ -119,6 +119,62 @@ def test_mixed_dtypes_are_refused_naming_the_argument():
                                         r"or bfloat16"):
         sdpa.attention(tq.double(), tq.double(), tq.double())
     cu = np.array([0, 8], np.int32)
-    with pytest.raises(TypeError, match=r"^q: dtype float16 is not supported; sdpa computes in float32"):
-        sdpa.attention_varlen(np.zeros((8, 2, 16), np.float16), np.zeros((8, 2, 16), np.float16),
-                              np.zeros((8, 2, 16), np.float16), cu, cu)
+    x16 = np.zeros((8, 2, 16), np.float16)
+    with pytest.raises(TypeError, match=r"^v: dtype float32 differs from q's float16"):
+        sdpa.attention_varlen(x16, x16, x16.astype(np.float32), cu, cu)
+    with pytest.raises(TypeError, match=r"^k: dtype torch.float16 differs from q's torch.bfloat16"):
+        sdpa.attention_varlen(tq, tq.half(), tq, torch.tensor(cu), torch.tensor(cu))
+
+
+# Packed 16-bit batches: each sequence is one call of the fixed-length kernel in the dtype (judged by
+# the rule above), so sdpa.attention_varlen must give, bit for bit, sdpa.attention on each sequence
+# alone: out, and with torch tensors the gradients through autograd. A sequence without keys gets 0.
+VARLEN_LQ, VARLEN_LK = [5, 0, 40, 3, 1], [7, 3, 40, 0, 60]
+
+
+def per_sequence_dense(q, k, v, dout, cq, ck, causal):
+    """out, dq, dk, dv of sdpa.attention called on each sequence's rows as (H, L, D)."""
+    out, dq, dk, dv = (torch.zeros_like(x) for x in (dout, q, k, v))
+    for s in range(len(cq) - 1):
+        qs, ks = slice(cq[s], cq[s + 1]), slice(ck[s], ck[s + 1])
+        if cq[s] == cq[s + 1] or ck[s] == ck[s + 1]:
+            continue
+        qq, kk, vv = (x[r].transpose(0, 1).detach().clone().requires_grad_() for x, r in ((q, qs), (k, ks), (v, ks)))
+        o = sdpa.attention(qq, kk, vv, causal=causal)
+        o.backward(dout[qs].transpose(0, 1))
+        out[qs], dq[qs], dk[ks], dv[ks] = (x.detach().transpose(0, 1) for x in (o, qq.grad, kk.grad, vv.grad))
+    return out, dq, dk, dv
+
+
+@pytest.mark.parametrize("dt", [torch.bfloat16, torch.float16], ids=["bfloat16", "float16"])
+def test_torch_varlen_is_the_dense_kernel_per_sequence(dt):
+    g = torch.Generator().manual_seed(5)
+    Tq, Tk, Hq, Hkv, D = sum(VARLEN_LQ), sum(VARLEN_LK), 4, 2, 16
+    q, k, v, dout = (torch.randn(*sh, generator=g).to(dt) for sh in ((Tq, Hq, D), (Tk, Hkv, D), (Tk, Hkv, D), (Tq, Hq, D)))
+    cq, ck = (torch.tensor([0] + list(np.cumsum(L)), dtype=torch.int32) for L in (VARLEN_LQ, VARLEN_LK))
+    tq, tk, tv = (x.clone().requires_grad_() for x in (q, k, v))
+    out, lse = sdpa.attention_varlen(tq, tk, tv, cq, ck, causal="bottom-right", return_lse=True)
+    assert out.dtype == dt and lse.dtype == torch.float32
+    out.backward(dout)
+    assert tq.grad.dtype == tk.grad.dtype == tv.grad.dtype == dt
+    want = per_sequence_dense(q, k, v, dout, cq.tolist(), ck.tolist(), "bottom-right")
+    for name, ours, theirs in zip(("out", "dq", "dk", "dv"), (out.detach(), tq.grad, tk.grad, tv.grad), want):
+        assert torch.equal(ours.view(torch.int16), theirs.contiguous().view(torch.int16)), name
+
+
+def test_numpy_float16_varlen_is_the_dense_kernel_per_sequence():
+    rng = np.random.default_rng(6)
+    Tq, Tk = sum(VARLEN_LQ), sum(VARLEN_LK)
+    q, k, v = (rng.standard_normal(s).astype(np.float16) for s in ((Tq, 4, 16), (Tk, 2, 16), (Tk, 2, 16)))
+    cq, ck = (np.concatenate([[0], np.cumsum(L)]).astype(np.int64) for L in (VARLEN_LQ, VARLEN_LK))
+    out = sdpa.attention_varlen(q, k, v, cq, ck, causal="top-left")
+    assert out.dtype == np.float16
+    for s in range(len(VARLEN_LQ)):
+        qs, ks = slice(cq[s], cq[s + 1]), slice(ck[s], ck[s + 1])
+        if VARLEN_LQ[s] == 0:
+            continue
+        if VARLEN_LK[s] == 0:
+            assert np.all(out[qs] == 0)
+            continue
+        alone = sdpa.attention(*(x.transpose(1, 0, 2) for x in (q[qs], k[ks], v[ks])), causal="top-left")
+        assert np.array_equal(out[qs].view(np.uint16), alone.transpose(1, 0, 2).view(np.uint16)), s
