@@ -260,3 +260,46 @@ def test_attention_dropout_in_training_mode():
     with torch.no_grad():
         c = ours(ids).logits
     assert (c - b).abs().max() > 1e-3, "training mode applied no dropout"
+
+
+def test_bfloat16_model_against_torch_sdpa():
+    """A whole model in torch.bfloat16 (llama-gqa): sdpa as its attention against the same bf16 weights with
+    torch's own SDPA ("sdpa"), both judged against the model in float64 on those weights (eager).
+
+    The tolerance is FlashAttention's rule lifted to the model: outside attention both bf16 models run the same
+    torch ops on the same bf16 values and round every activation alike, so the only difference is the attention
+    kernel; sdpa's error against float64 must then be at most twice torch-SDPA-bf16's, plus rounding one bf16
+    result once (u·max|gold|, u = 2^-8), as for a single attention call (test_dtypes.py). Logits of a forward,
+    and every parameter's gradient after one backward step of the LM loss."""
+    cfg = CONFIGS["llama-gqa"]()
+    torch.manual_seed(0)
+    ours = AutoModelForCausalLM.from_config(copy.deepcopy(cfg), attn_implementation=sht.NAME).to(torch.bfloat16)
+    theirs = AutoModelForCausalLM.from_config(copy.deepcopy(cfg), attn_implementation="sdpa").to(torch.bfloat16)
+    theirs.load_state_dict(ours.state_dict())
+    gold = AutoModelForCausalLM.from_config(copy.deepcopy(cfg), attn_implementation="eager").double()
+    gold.load_state_dict(ours.state_dict())  # the bf16 weights, widened exactly
+    u = 2.0 ** -8
+    ids = _ids(7, 2, 24)
+
+    def rule(name, x, ref, g):
+        x, ref, g = (t.detach().double() for t in (x, ref, g))
+        err, err_ref = (x - g).abs().max().item(), (ref - g).abs().max().item()
+        bound = 2 * err_ref + u * g.abs().max().item()
+        assert err <= bound, f"{name}: error {err:.3g} > bound {bound:.3g} (torch SDPA bf16 error {err_ref:.3g})"
+
+    with torch.no_grad():
+        got = ours.eval()(ids).logits
+        assert got.dtype == torch.bfloat16
+        rule("logits", got, theirs.eval()(ids).logits, gold.eval()(ids).logits)
+
+    def grads(model):
+        model.train()
+        model.zero_grad()
+        model(ids, labels=ids).loss.backward()
+        return {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
+
+    g_ours, g_theirs, g_gold = grads(ours), grads(theirs), grads(gold)
+    assert g_ours.keys() == g_gold.keys() and len(g_ours) > 4
+    for n in g_gold:
+        assert g_ours[n].dtype == torch.bfloat16
+        rule(n, g_ours[n], g_theirs[n], g_gold[n])
