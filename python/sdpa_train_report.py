@@ -131,6 +131,62 @@ def paired_plot(doc):
             "within the noise of these seeds.</p>" + fig_to_img(fig, "paired differences"))
 
 
+def lr_section(doc):
+    """Held-out loss at the end against the peak learning rate: one panel per (width, d_k, init), one line per
+    policy, the 95 % interval over seeds as error bars; empty when the sweep has one learning rate."""
+    rows = [r for r in doc["summary"] if r.get("lr")]
+    if len({r["lr"] for r in rows}) < 2:
+        return ""
+    unit = 1 / math.log(2) if doc.get("task") == "text" else 1.0
+    panels = list(dict.fromkeys(group_of(r)[:3] for r in rows))
+    policies = list(dict.fromkeys(r["policy"] for r in rows))
+    cols = min(len(panels), 3)
+    nrows = (len(panels) + cols - 1) // cols
+    fig, axes = plt.subplots(nrows, cols, figsize=(6 * cols, 4 * nrows), squeeze=False)
+    best = []
+    for k, g in enumerate(panels):
+        ax = axes[k // cols][k % cols]
+        for i, p in enumerate(policies):
+            cells = sorted((r for r in rows if r["policy"] == p and group_of(r)[:3] == g), key=lambda r: r["lr"])
+            # a cell where a seed diverged is left out of the line (its mean covers only the others) and named
+            # in the label
+            finite = [r for r in cells if r.get("eval_loss_mean") is not None and math.isfinite(r["eval_loss_mean"])
+                      and not r.get("diverged")]
+            if not cells:
+                continue
+            lost = [f"{r.get('diverged')}/{r.get('runs')} at lr {r['lr']:g}" for r in cells if r not in finite]
+            label = p + (f" (diverged: {', '.join(lost)})" if lost else "")
+            xs = [r["lr"] for r in finite]
+            ys = [r["eval_loss_mean"] * unit for r in finite]
+            err = [(r.get("eval_loss_ci95") or 0.0) * unit for r in finite]
+            ax.errorbar(xs, ys, yerr=err, color=COLORS[i % len(COLORS)], marker="o", capsize=3, lw=1.5, label=label)
+            # the library names the best lr and pairs every other lr with it, seed by seed
+            for top in (r for r in cells if r.get("best_lr")):
+                ax.plot([top["lr"]], [top["eval_loss_mean"] * unit], "*", ms=14, color=COLORS[i % len(COLORS)])
+                others = "; ".join(f"{r['lr']:g}: {ci(r, 'vs_best_lr', unit)}" if r.get("vs_best_lr_n")
+                                   else f"{r['lr']:g}: –" for r in cells if r is not top)
+                best.append((group_title(g + (None,)), p, top["lr"], ci(top, "eval_loss", unit), others))
+        ax.set_xscale("log")
+        lrs = sorted({r["lr"] for r in rows})
+        ax.set_xticks(lrs, [f"{x:g}" for x in lrs])
+        ax.minorticks_off()
+        ax.set_title(f"held-out loss against lr, {group_title(g + (None,))}", fontsize=9)
+        ax.set_xlabel("peak learning rate")
+        ax.set_ylabel("held-out " + ("bits/char" if unit != 1.0 else "loss (nats)") + ", end of training")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8, loc="best")
+    for k in range(len(panels), nrows * cols):
+        axes[k // cols][k % cols].axis("off")
+    head = "".join(f"<th>{h}</th>" for h in ["configuration", "policy", "best lr", "its loss (95 %)",
+                                              "each other lr minus the best, same seed (95 %)"])
+    body = "".join(f"<tr><td>{html.escape(g)}</td><td>{html.escape(p)}</td><td>{lr:g}</td><td>{html.escape(v)}</td>"
+                   f"<td>{html.escape(o)}</td></tr>" for g, p, lr, v, o in best)
+    return ("<h2>Learning rate</h2><p>Points: mean over seeds; bars: 95 % interval; star: the policy's best lr "
+            "(lowest mean among the lrs where no seed diverged). Another lr is worse than the best only where its "
+            "paired difference (last column) excludes 0.</p>"
+            + fig_to_img(fig, "held-out loss against the learning rate") + f"<table><tr>{head}</tr>{body}</table>")
+
+
 def fmt(x, d=4):
     if x is None or (isinstance(x, float) and not math.isfinite(x)):
         return "–"
@@ -222,6 +278,7 @@ def main():
         "".join(f"<p>--budget: {html.escape(c)}</p>" for c in doc.get("budget_cuts", [])),
         "<h2>Paired differences against 1/√d_k</h2>", paired_plot(doc),
         f"<pre>{html.escape(doc['table'])}</pre>",
+        lr_section(doc),
         "<h2>Learning curves</h2>",
         panel_grid(doc, "eval_loss", "held-out loss", "cross-entropy (nats)", log=True),
         panel_grid(doc, "eval_accuracy", "held-out accuracy", "accuracy"),

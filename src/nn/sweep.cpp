@@ -575,6 +575,29 @@ SweepResult sweep(const SweepSpec& spec_in, const SweepProgress& progress, const
       cell.beta_mean = mean_of(beta);
       res.summary.push_back(cell);
     }
+  // Each policy's best learning rate per (width, head size, initialisation), and every other
+  // lr against it seed by seed: which lr is best only counts where those intervals exclude 0.
+  if (lrs_of(spec).size() > 1)
+    for (auto& c : res.summary) {
+      auto same_but_lr = [&c](const auto& x) {
+        return x.policy == c.policy && x.d_model == c.d_model && x.d_head == c.d_head && x.init == c.init;
+      };
+      const SweepCell* best = nullptr;
+      for (const auto& o : res.summary)
+        if (same_but_lr(o) && o.diverged == 0 && o.eval_loss.n > 0 && std::isfinite(o.eval_loss.mean) &&
+            (!best || o.eval_loss.mean < best->eval_loss.mean))
+          best = &o;
+      if (!best) continue;
+      c.best_lr = best == &c;
+      if (c.best_lr) continue;
+      std::vector<double> diff;
+      for (const auto& r : res.runs)
+        if (same_but_lr(r) && r.lr == c.lr && !r.summary.diverged)
+          for (const auto& b : res.runs)
+            if (same_but_lr(b) && b.lr == best->lr && b.seed == r.seed && !b.summary.diverged)
+              diff.push_back(r.summary.eval_loss - b.summary.eval_loss);
+      c.vs_best_lr = spread(diff);
+    }
   res.seconds = seconds_since(t_start);
   return res;
 }
@@ -597,22 +620,29 @@ std::string summary_table(const SweepResult& r) {
   std::string t = fmt::format(
       "sdpa sweep: task {} d_model {} layers {} seq {} steps {} batch {} lr {} init {} seeds {} ({:.0f} s)\n"
       "  {}: mean ± 95% interval over seeds; Δ: paired difference against inv_sqrt_dk, same seeds, ± 95%\n"
-      "{:<16} {:>7} {:>6}{}{} {:>18} {:>20} {:>18} {:>16} {:>9} {:>10}{}\n",
+      "{}"
+      "{:<16} {:>7} {:>6}{}{} {:>18} {:>20} {:>18} {:>16} {:>9} {:>10}{}{}\n",
       b.task, fmt::join(widths_of(r.spec), ","), b.layers, b.seq, b.steps, b.batch, fmt::join(lrs_of(r.spec), ","),
       fmt::join(inits_of(r.spec), ","), r.spec.seeds.size(), r.seconds, text ? "eval bits/char" : "eval loss (nats)",
+      several_lrs ? "  vs best lr: paired difference against the policy's best lr (*), same seeds, ± 95%\n" : "",
       "policy", "d_model", "d_k", several_inits ? fmt::format(" {:>11}", "init") : "",
       several_lrs ? fmt::format(" {:>8}", "lr") : "", text ? "eval bits/char" : "eval loss", "Δ vs inv_sqrt_dk",
       "eval accuracy ± sd", fmt::format("steps to {:.0f}%", 100 * b.threshold), "diverged", "final beta",
-      lengthgen ? fmt::format(" {:>18}", "accuracy at 2n") : "");
+      lengthgen ? fmt::format(" {:>18}", "accuracy at 2n") : "",
+      several_lrs ? fmt::format(" {:>20}", "vs best lr") : "");
   for (const auto& c : r.summary) {
     const std::string steps = c.reached ? fmt::format("{:.0f} ({}/{})", c.steps_to_threshold_mean, c.reached, c.runs)
                                         : fmt::format("- (0/{})", c.runs);
-    t += fmt::format("{:<16} {:>7} {:>6}{}{} {:>18} {:>20} {:>18} {:>16} {:>9} {:>10}{}\n", c.policy, c.d_model,
+    t += fmt::format("{:<16} {:>7} {:>6}{}{} {:>18} {:>20} {:>18} {:>16} {:>9} {:>10}{}{}\n", c.policy, c.d_model,
                      c.d_head ? c.d_head : c.d_model, several_inits ? fmt::format(" {:>11}", c.init) : "",
                      several_lrs ? fmt::format(" {:>8}", c.lr) : "", ci(c.eval_loss),
                      c.paired_difference.n ? ci(c.paired_difference) : "", pm(c.eval_accuracy), steps,
                      fmt::format("{}/{}", c.diverged, c.runs), fmt::format("{:.4g}", c.beta_mean),
-                     c.long_accuracy.n ? fmt::format(" {:>18}", pm(c.long_accuracy)) : "");
+                     c.long_accuracy.n ? fmt::format(" {:>18}", pm(c.long_accuracy)) : "",
+                     !several_lrs  ? ""
+                     : c.best_lr   ? fmt::format(" {:>20}", "*")
+                     : c.vs_best_lr.n ? fmt::format(" {:>20}", ci(c.vs_best_lr))
+                                      : fmt::format(" {:>20}", "-"));
   }
   if (!r.ensemble.empty()) {
     t += "ensemble rule (adaptive): inference beta of the best seed on the validation set, scored on a test set\n";
@@ -645,6 +675,10 @@ nlohmann::ordered_json to_json(const SweepResult& r) {
                        {"paired_difference_n", c.paired_difference.n},
                        {"paired_difference_mean", io::json_number(c.paired_difference.mean)},
                        {"paired_difference_ci95", io::json_number(c.paired_difference.ci95)},
+                       {"best_lr", c.best_lr},
+                       {"vs_best_lr_n", c.vs_best_lr.n},
+                       {"vs_best_lr_mean", io::json_number(c.vs_best_lr.mean)},
+                       {"vs_best_lr_ci95", io::json_number(c.vs_best_lr.ci95)},
                        {"eval_accuracy_mean", io::json_number(c.eval_accuracy.mean)},
                        {"eval_accuracy_sd", io::json_number(c.eval_accuracy.sd)},
                        {"reached", c.reached},

@@ -82,6 +82,12 @@ struct SweepCell {
   /// same initialisation stream and data order), over the seeds where neither diverged:
   /// a paired comparison. n = 0 when inv_sqrt_dk is not swept (or for itself).
   Spread paired_difference;
+  /// Learning-rate sweeps: whether this cell's lr gives its policy the lowest mean held-out
+  /// loss among the lrs of the same width, head size and initialisation, and its held-out
+  /// loss minus that best lr's with the same seed (n = 0 for the best lr itself, or with one lr).
+  /// Only lrs where no seed diverged can be best.
+  bool best_lr = false;
+  Spread vs_best_lr;
   double steps_to_threshold_mean = 0;  // over the runs that reached it (NaN: none)
   double beta_mean = 0;                // the final β averaged over heads and runs
 };

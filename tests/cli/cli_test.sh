@@ -506,6 +506,16 @@ PY
       || fail "sweep.json"
     [ -z "$(ls -A sw | grep -v -e '^index.html$' -e '^sweep.json$' -e '^runs$')" ] || fail "sweep left files: $(ls -A sw)"
     [ "$(ls sw/runs | grep -c '\.json$')" -eq 4 ] || fail "sweep should store its 4 runs: $(ls sw/runs)"
+    # A learning-rate sweep gets its plot (loss against lr, a line per policy) and a best-lr row per
+    # policy and configuration; a sweep at one lr has no such section.
+    ! grep -q '<h2>Learning rate</h2>' sw/index.html || fail "a one-lr sweep's page shows a learning-rate section"
+    "$sdpa" sweep --d-model 16 --layers 1 --seq 8 --batch 4 --steps 4 --warmup 2 --eval-size 8 --log-every 4 \
+      --policies inv_sqrt_dk qk_norm --seeds 1 2 --d-head 8 --lrs 1e-3 3e-3 --no-ensemble --out swlr > /dev/null 2>&1 \
+      || fail "lr sweep"
+    grep -q '<h2>Learning rate</h2>.*alt="held-out loss against the learning rate" src="data:image/png;base64' \
+      swlr/index.html || fail "the lr sweep's page lacks the plot against lr"
+    [ "$(grep -o '<tr><td>d_model 16, d_k 8, xavier</td><td>[a-z_]*</td><td>0.00[13]</td>' swlr/index.html | wc -l)" \
+      -eq 2 ] || fail "the lr sweep's page lacks a best lr per policy"
     # No shell between sdpa and the plotting script: paths with spaces, quotes and '$' pass whole.
     odd="it's a \"sweep\" \$HOME dir"
     mkdir "$odd data" && cp "$(dirname "$sdpa")/../share/sdpa/sdpa_train_report.py" "$odd data/"

@@ -300,6 +300,49 @@ TEST(Sweep, GridAxesAndPairedDifferences) {
   EXPECT_EQ(nn::sweep(s).runs.size(), 2u * 3);
 }
 
+// A learning-rate sweep names each policy's best lr (lowest mean held-out loss) per
+// configuration, and pairs every other lr with it seed by seed.
+TEST(Sweep, LearningRateSweepPairsEachLrWithThePolicysBest) {
+  nn::SweepSpec s = tiny_sweep();
+  s.lrs = {1e-3, 3e-3, 1e-2};
+  s.d_heads = {8};
+  s.policies = {"inv_sqrt_dk", "qk_norm"};
+  s.seeds = {1, 2, 3};
+  s.base.steps = 4;
+  const nn::SweepResult r = nn::sweep(s);
+  ASSERT_EQ(r.summary.size(), 2u * 3);
+  for (const std::string policy : {"inv_sqrt_dk", "qk_norm"}) {
+    std::vector<const nn::SweepCell*> cells;
+    for (const auto& c : r.summary)
+      if (c.policy == policy) cells.push_back(&c);
+    ASSERT_EQ(cells.size(), 3u);
+    const nn::SweepCell* best = cells[0];
+    for (const auto* c : cells)
+      if (c->eval_loss.mean < best->eval_loss.mean) best = c;
+    auto loss = [&](double lr, std::uint64_t seed) {
+      for (const auto& run : r.runs)
+        if (run.policy == policy && run.lr == lr && run.seed == seed) return run.summary.eval_loss;
+      ADD_FAILURE() << "no run";
+      return 0.0;
+    };
+    for (const auto* c : cells) {
+      EXPECT_EQ(c->best_lr, c == best) << policy << " lr " << c->lr;
+      if (c == best) {
+        EXPECT_EQ(c->vs_best_lr.n, 0);
+        continue;
+      }
+      std::vector<double> d;
+      for (std::uint64_t seed : {1, 2, 3}) d.push_back(loss(c->lr, seed) - loss(best->lr, seed));
+      EXPECT_EQ(c->vs_best_lr.n, 3);
+      EXPECT_DOUBLE_EQ(c->vs_best_lr.mean, nn::spread(d).mean);
+      EXPECT_GT(c->vs_best_lr.mean, 0) << "the best lr has the lowest mean";
+    }
+  }
+  EXPECT_NE(nn::summary_table(r).find("vs best lr"), std::string::npos);
+  s.lrs = {3e-3};  // one lr: nothing to compare
+  for (const auto& c : nn::sweep(s).summary) EXPECT_FALSE(c.best_lr || c.vs_best_lr.n);
+}
+
 // An interrupted sweep (here: its progress callback throws after two finished runs) keeps
 // the runs it stored; the re-run loads them, trains only the others, and gives the same
 // sweep.json as a sweep never interrupted.
