@@ -134,7 +134,10 @@ void print_table(const Args& a, const bench::SuiteResult& res) {
                  1e3 * r.undropped.median_seconds, r.dropout_cost(), r.sdpa.runs, r.undropped.runs);
   for (const auto& v : res.varlen) {
     std::string lengths;
-    for (auto L : v.lengths) lengths += (lengths.empty() ? "" : ",") + std::to_string(L);
+    for (auto L : v.lengths) {  // appended piecewise: "," + to_string(L) trips g++ 12's -Wrestrict
+      if (!lengths.empty()) lengths += ',';
+      lengths += std::to_string(L);
+    }
     fmt::print(
         "\nvarlen fwd H={} D={} lengths {} ({} threads): packed {:.3f} ms ({:.1f} GFLOP/s), padded to the longest "
         "{:.3f} ms: x{:.2f} (FLOPs ratio x{:.2f}); medians of {} and {} alternating runs\n",

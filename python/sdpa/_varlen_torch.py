@@ -15,6 +15,7 @@ from typing import Optional as _Optional, Tuple as _Tuple
 import torch as _torch
 
 from . import _api
+from .torch import _setup_context  # the dense op's: the same five tensors, then options
 
 # The op's options: _api._options' keys less the masks (packed sequences take none).
 _OPTION_NAMES = ("scale", "softcap", "causal", "window_left", "window_right", "threads", "kernel", "dropout_p",
@@ -58,14 +59,6 @@ def _backward_op(q: _torch.Tensor, k: _torch.Tensor, v: _torch.Tensor, cu_seqlen
 @_backward_op.register_fake
 def _(q, k, v, cu_seqlens_q, cu_seqlens_k, out, lse, dout, *options):
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
-
-
-def _setup_context(ctx, inputs, output):
-    q, k, v, cu_q, cu_k = inputs[:5]
-    out, lse = output
-    ctx.save_for_backward(q, k, v, cu_q, cu_k, out, lse)
-    ctx.options = inputs[5:]
-    ctx.mark_non_differentiable(lse)
 
 
 def _backward(ctx, dout, _dlse):

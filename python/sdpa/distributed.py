@@ -151,7 +151,8 @@ class _RingFunction(torch.autograd.Function):
                 pl = torch.empty(B, Hq, qn, dtype=torch.float32)
                 if _ext.forward_block(q[:, :, lq:lq + qn], kb[:, :, lk:lk + kn], vb[:, :, lk:lk + kn], po, pl, qs, ks,
                                       ring.nq, ring.nk, **ring.opts):
-                    _ext.merge_partial(out[:, :, lq:lq + qn], lse[:, :, lq:lq + qn], po, pl)
+                    _ext.merge_partial(out[:, :, lq:lq + qn], lse[:, :, lq:lq + qn], po, pl,
+                                       threads=ring.opts["threads"])
             for r in reqs:
                 r.wait()
             if reqs:

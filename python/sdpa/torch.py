@@ -82,18 +82,18 @@ _OPTION_NAMES = ("mask", "keep", "scale", "softcap", "causal", "window_left", "w
 
 
 def _setup_context(ctx, inputs, output):
-    # Saves q, k, v, out and lse: the backward recomputes the probabilities from lse (and the
-    # dropout mask from the seed and offset among the options), so nothing of size Nq x Nk is
-    # kept. lse is an output but not differentiable.
-    q, k, v, mask, keep = inputs[:5]
+    """The setup_context of both custom ops, dense and varlen (_varlen_torch.py): each op's first five inputs are
+    tensors (q, k, v and the masks, or the offsets), the rest its options. Saves those five and out, lse: the
+    backward recomputes the probabilities from lse (and the dropout mask from the seed and offset among the
+    options), so nothing of size Nq x Nk is kept. lse is an output but not differentiable."""
     out, lse = output
-    ctx.save_for_backward(q, k, v, out, lse, mask, keep)
+    ctx.save_for_backward(*inputs[:5], out, lse)
     ctx.options = inputs[5:]
     ctx.mark_non_differentiable(lse)
 
 
 def _backward(ctx, dout, _dlse):
-    q, k, v, out, lse, mask, keep = ctx.saved_tensors
+    q, k, v, mask, keep, out, lse = ctx.saved_tensors
     if dout.dtype != q.dtype:  # e.g. a float32 or float64 loss upstream of a 16-bit out
         dout = dout.to(q.dtype)
     dq, dk, dv = _backward_op(q, k, v, out, lse, dout, mask, keep, *ctx.options)

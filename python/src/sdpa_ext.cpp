@@ -363,10 +363,10 @@ void backward_block(In4 q, In4 k, In4 v, In4 out, In3 lse, In4 dout, Out4 dq, Ou
                             view_of<float, 4>(dq), view_of<float, 4>(dk), view_of<float, 4>(dv), o);
 }
 
-void merge_partial(Out4 out, Out3 lse, In4 part_out, In3 part_lse) {
+void merge_partial(Out4 out, Out3 lse, In4 part_out, In3 part_lse, int threads) {
   nb::gil_scoped_release unlocked;
   sdpa::merge_partial(view_of<float, 4>(out), view_of<float, 3>(lse), view_of<const float, 4>(part_out),
-                      view_of<const float, 3>(part_lse));
+                      view_of<const float, 3>(part_lse), threads);
 }
 
 std::vector<std::pair<std::int64_t, std::int64_t>> shard_segments(std::int64_t n, int ranks, int rank,
@@ -414,8 +414,9 @@ NB_MODULE(_ext, m) {
         nb::arg("window_right"), nb::arg("threads"),
         "Adds one block's dq, dk, dv (sdpa::backward_accumulate) given the merged out and lse.");
   m.def("merge_partial", &merge_partial, nb::arg("out").noconvert(), nb::arg("lse").noconvert(),
-        nb::arg("part_out").noconvert(), nb::arg("part_lse").noconvert(),
-        "(out, lse) <- their lse-merge with (part_out, part_lse), in that order.");
+        nb::arg("part_out").noconvert(), nb::arg("part_lse").noconvert(), nb::arg("threads") = 0,
+        "(out, lse) <- their lse-merge with (part_out, part_lse), in that order; threads as the library's "
+        "(0: all available).");
   m.def("shard_segments", &shard_segments, nb::arg("n"), nb::arg("ranks"), nb::arg("rank"), nb::arg("layout"),
         "[(start, length)] of a rank's shard of a length-n sequence: layout 'contiguous' or 'zigzag'.");
 

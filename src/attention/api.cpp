@@ -213,12 +213,17 @@ void forward_any(View4<const T> q, View4<const T> k, View4<const T> v, View4<T> 
     part_out.resize(static_cast<std::size_t>(splits * p.B * p.Hkv * lanes * p.Dv));
     part_lse.resize(static_cast<std::size_t>(splits * p.B * p.Hkv * lanes));
   }
+  // Under a causal mask without a left window a lane tile's keys grow with its rows: the
+  // threads take each head's tiles last row first, so the items left when the queue runs
+  // dry are the cheap ones, and no thread finishes one long tile while the others idle.
+  // Each item is still done whole by one thread: the bits do not depend on the order.
+  const bool longest_first = p.causal && p.window_left < 0;
   const int workers = workers_for(opt, items);
   const ScratchBlocks blocks(workers, kern.forward_scratch(p));
   parallel_items(items, workers, blocks, [&](i64 item, WorkerScratch s) {
     ForwardItem fi;
-    const i64 sp = item % splits, bg = item / splits / lane_tiles;
-    fi.b = bg / p.Hkv, fi.g = bg % p.Hkv, fi.l0 = item / splits % lane_tiles * kTileRows;
+    const i64 sp = item % splits, bg = item / splits / lane_tiles, tile = item / splits % lane_tiles;
+    fi.b = bg / p.Hkv, fi.g = bg % p.Hkv, fi.l0 = (longest_first ? lane_tiles - 1 - tile : tile) * kTileRows;
     fi.j_begin = sp * split_keys, fi.j_end = std::min(p.Nk, fi.j_begin + split_keys);
     if (splits > 1) {
       const i64 base = sp * p.B * p.Hkv + bg;

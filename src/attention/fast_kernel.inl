@@ -584,8 +584,12 @@ struct KvTileScratch {
 // dX K is summed in the order pass B sums it (key by key within a tile, tiles in
 // ascending order, from zero), with the scores and dX computed by the same operations in
 // the transposed layout, so both schedules give the same bits.
+// PLAIN: fp32 tensors and no dropout (the common call), known at compile time so the tile
+// loop carries no dtype or dropout test; chosen once per call by kv_tile_for.
+template <bool PLAIN>
 void kv_tile(const Problem& p, const Tensors& t, const float* delta, i64 b, i64 g, i64 j0, const KvTileScratch& s,
              float* dQ) {
+  const bool dropout = !PLAIN && p.has_dropout;
   const i64 Dk = p.Dk, Dv = p.Dv, dkp = round_up(Dk, kPad), dvp = round_up(Dv, kPad);
   const i64 bc = imin(kTileCols, p.Nk - j0), bcp = round_up(bc, kPad);
   constexpr i64 BR = kTileRows;
@@ -606,7 +610,8 @@ void kv_tile(const Problem& p, const Tensors& t, const float* delta, i64 b, i64 
       const RowsOperand q_op = rows_operand(t.q, b, h, i0, br, Dk, s.Q_rows, /*scan_in_place=*/true);
       const RowsOperand dout_op = rows_operand(t.dout, b, h, i0, br, Dv, s.dout_rows, /*scan_in_place=*/true);
       // S = Q Kᵀ and dP = dout Vᵀ, Q and dout rows broadcast in place (16-bit: widened).
-      const AOperand q_a = a_operand(t.q, b, h, i0, q_op), dout_a = a_operand(t.dout, b, h, i0, dout_op);
+      const AOperand q_a = PLAIN ? a_in_place(t.q, b, h, i0) : a_operand(t.q, b, h, i0, q_op);
+      const AOperand dout_a = PLAIN ? a_in_place(t.dout, b, h, i0) : a_operand(t.dout, b, h, i0, dout_op);
       gemm<false, false>(br, bcp, Dk, q_a.data, q_a.rs, q_a.cs, s.KT, bcp, s.S, bcp);
       scale_softcap(p, s.S, bcp, br, bcp, s.T);
       if (tile_needs_mask(p, i0, i0 + br - 1, j0, bcp))  // padding columns past bc included
@@ -617,12 +622,12 @@ void kv_tile(const Problem& p, const Tensors& t, const float* delta, i64 b, i64 
           Vec::store(s.S + r * bcp + c, Vec::exp(Vec::sub(Vec::load(s.S + r * bcp + c), Lr)));
       }
       gemm<false, false>(br, bcp, Dv, dout_a.data, dout_a.rs, dout_a.cs, s.VT, bcp, s.dP, bcp);
-      if (p.has_dropout) {  // dP through the mask; P becomes P∘M for dV once dX is made
+      if (dropout) {  // dP through the mask; P becomes P∘M for dV once dX is made
         dropout_tile(p, s.drop, bcp, 1, br, b, j0, bcp, [&](i64 r) { return LaneRow{h, i0 + r}; });
         mul_tile(s.dP, bcp, s.drop, bcp, br, bcp);
       }
       ds_from_p<true>(p, s.S, s.dP, s.T, s.row_delta, bcp, br, bcp);
-      if (p.has_dropout) mul_tile(s.S, bcp, s.drop, bcp, br, bcp);
+      if (dropout) mul_tile(s.S, bcp, s.drop, bcp, br, bcp);
       // dV += Pᵀ dout and dK += dXᵀ Q: A[c][r] = tile[r·bcp + c].
       gemm_acc_skip_zero(dout_op.finite, bc, dout_op.cols, br, s.S, 1, bcp, dout_op.data, dout_op.ld, s.dV, dvp,
                          nullptr);
@@ -638,9 +643,15 @@ void kv_tile(const Problem& p, const Tensors& t, const float* delta, i64 b, i64 
   }
 }
 
+// The one choice of kv_tile's instantiation, from the call's dtype and dropout.
+using KvTileFn = void (*)(const Problem&, const Tensors&, const float*, i64, i64, i64, const KvTileScratch&, float*);
+inline KvTileFn kv_tile_for(const Problem& p) {
+  return p.dtype == Dtype::f32 && !p.has_dropout ? kv_tile<true> : kv_tile<false>;
+}
+
 void backward_kv_tile(const Problem& p, const Tensors& t, const float* delta, i64 b, i64 g, i64 j0,
                       WorkerScratch scratch) {
-  kv_tile(p, t, delta, b, g, j0, carve_scratch<KvTileScratch>(p, scratch), nullptr);
+  kv_tile_for(p)(p, t, delta, b, g, j0, carve_scratch<KvTileScratch>(p, scratch), nullptr);
 }
 
 // The one pass: item (b, g) owns dk, dv of its keys and dq of its group's query rows, so
@@ -663,7 +674,8 @@ void backward_item(const Problem& p, const Tensors& t, const float* delta, i64 b
   const i64 dkp = round_up(p.Dk, kPad), rows = p.group * p.Nq;
   const auto s = carve_scratch<ItemBackwardScratch>(p, scratch);
   for (i64 x = 0; x < rows * dkp; ++x) s.dQ[x] = 0.0f;
-  for (i64 j0 = 0; j0 < p.Nk; j0 += kTileCols) kv_tile(p, t, delta, b, g, j0, s.tile, s.dQ);
+  const KvTileFn tile = kv_tile_for(p);
+  for (i64 j0 = 0; j0 < p.Nk; j0 += kTileCols) tile(p, t, delta, b, g, j0, s.tile, s.dQ);
   for (i64 l = 0; l < rows; ++l) {
     const i64 h = g * p.group + l / p.Nq, i = l % p.Nq;
     store_row(t.dq, off(t.dq, b, h, i, 0), p.Dk, s.dQ + l * dkp);

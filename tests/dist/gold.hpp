@@ -27,6 +27,8 @@ struct Case {
   std::shared_ptr<std::vector<std::uint8_t>> keep;
   double mask_max = 0;  // max |mask|
 };
+// gtest prints a parameter in the test's listing (ctest -N): the case's name, not its bytes.
+inline void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 
 struct Data {
   std::vector<float> q, k, v, dout;  // contiguous (B, H, N, D)

@@ -279,6 +279,8 @@ struct FdCase {
   std::optional<double> softcap;
   bool mask;
 };
+// gtest prints a parameter in the test's listing (ctest -N): the case's name, not its bytes.
+void PrintTo(const FdCase& c, std::ostream* os) { *os << c.name; }
 
 class FiniteDifferences : public ::testing::TestWithParam<FdCase> {};
 
