@@ -111,6 +111,20 @@ sdpa::Dtype dtype_of(std::initializer_list<Named> named) {
   return *first;
 }
 
+// The backward's one dtype: q, k, v, out, dout, dq, dk, dv (dense (B, H, N, D) or packed (T, H, D)).
+template <class In, class Out>
+sdpa::Dtype backward_dtype_of(const In& q, const In& k, const In& v, const In& out, const In& dout, const Out& dq,
+                              const Out& dk, const Out& dv) {
+  return dtype_of({{"q", q.dtype()},
+                   {"k", k.dtype()},
+                   {"v", v.dtype()},
+                   {"out", out.dtype()},
+                   {"dout", dout.dtype()},
+                   {"dq", dq.dtype()},
+                   {"dk", dk.dtype()},
+                   {"dv", dv.dtype()}});
+}
+
 // Calls f with a value of the element type of dtype t: the one dtype dispatch of the bindings.
 template <class F>
 void with_element_type(sdpa::Dtype t, F f) {
@@ -144,14 +158,7 @@ void backward(AnyIn4 q, AnyIn4 k, AnyIn4 v, AnyIn4 out, In3 lse, AnyIn4 dout, An
               const std::string& kernel, double dropout_p, std::uint64_t dropout_seed, std::uint64_t dropout_offset) {
   const sdpa::Options opt = options(scale, softcap, causal, window_left, window_right, mask, keep, threads, kernel,
                                     {dropout_p, dropout_seed, dropout_offset});
-  const sdpa::Dtype t = dtype_of({{"q", q.dtype()},
-                                  {"k", k.dtype()},
-                                  {"v", v.dtype()},
-                                  {"out", out.dtype()},
-                                  {"dout", dout.dtype()},
-                                  {"dq", dq.dtype()},
-                                  {"dk", dk.dtype()},
-                                  {"dv", dv.dtype()}});
+  const sdpa::Dtype t = backward_dtype_of(q, k, v, out, dout, dq, dk, dv);
   nb::gil_scoped_release unlocked;
   with_element_type(t, [&](auto element) {
     using T = decltype(element);
@@ -194,14 +201,7 @@ void backward_varlen(AnyIn3 q, AnyIn3 k, AnyIn3 v, Offsets<I> cu_q, Offsets<I> c
                      std::uint64_t dropout_offset) {
   const sdpa::Options opt = options(scale, softcap, causal, window_left, window_right, mask, keep, threads, kernel,
                                     {dropout_p, dropout_seed, dropout_offset});
-  const sdpa::Dtype t = dtype_of({{"q", q.dtype()},
-                                  {"k", k.dtype()},
-                                  {"v", v.dtype()},
-                                  {"out", out.dtype()},
-                                  {"dout", dout.dtype()},
-                                  {"dq", dq.dtype()},
-                                  {"dk", dk.dtype()},
-                                  {"dv", dv.dtype()}});
+  const sdpa::Dtype t = backward_dtype_of(q, k, v, out, dout, dq, dk, dv);
   nb::gil_scoped_release unlocked;
   with_element_type(t, [&](auto element) {
     using T = decltype(element);
