@@ -534,16 +534,21 @@ SweepResult sweep(const SweepSpec& spec_in, const SweepProgress& progress, const
   std::vector<std::string> groups;
   for (const auto& r : res.runs)
     if (std::find(groups.begin(), groups.end(), r.group()) == groups.end()) groups.push_back(r.group());
-  auto find_run = [&](const std::string& group, const std::string& policy, std::uint64_t seed) -> const SweepRun* {
+  // The one paired difference: for each run of `a` that did not diverge, its held-out loss
+  // minus that of the run of `b` with the same seed (skipped where that one diverged).
+  auto paired = [&](const auto& a, const auto& b) {
+    std::vector<double> diff;
     for (const auto& r : res.runs)
-      if (r.group() == group && r.policy == policy && r.seed == seed) return &r;
-    return nullptr;
+      if (a(r) && !r.summary.diverged)
+        for (const auto& o : res.runs)
+          if (b(o) && o.seed == r.seed && !o.summary.diverged) diff.push_back(r.summary.eval_loss - o.summary.eval_loss);
+    return spread(diff);
   };
   for (const auto& g : groups)
     for (const auto& p : spec.policies) {
       SweepCell cell;
       cell.policy = p;
-      std::vector<double> loss, acc, long_acc, steps_to, beta, diff;
+      std::vector<double> loss, acc, long_acc, steps_to, beta;
       for (const auto& r : res.runs) {
         if (r.policy != p || r.group() != g) continue;
         cell.d_head = r.d_head;
@@ -564,13 +569,14 @@ SweepResult sweep(const SweepSpec& spec_in, const SweepProgress& progress, const
           steps_to.push_back(static_cast<double>(s.steps_to_threshold));
         }
         beta.push_back(mean_of(s.beta));
-        const SweepRun* ref = p == "inv_sqrt_dk" ? nullptr : find_run(g, "inv_sqrt_dk", r.seed);
-        if (ref && !ref->summary.diverged) diff.push_back(s.eval_loss - ref->summary.eval_loss);
       }
       cell.eval_loss = spread(loss);
       cell.eval_accuracy = spread(acc);
       cell.long_accuracy = spread(long_acc);
-      cell.paired_difference = spread(diff);
+      // (inv_sqrt_dk against itself: no runs, an empty spread, as the table shows it)
+      cell.paired_difference =
+          paired([&](const SweepRun& r) { return p != "inv_sqrt_dk" && r.policy == p && r.group() == g; },
+                 [&](const SweepRun& r) { return r.policy == "inv_sqrt_dk" && r.group() == g; });
       cell.steps_to_threshold_mean = mean_of(steps_to);
       cell.beta_mean = mean_of(beta);
       res.summary.push_back(cell);
@@ -590,13 +596,9 @@ SweepResult sweep(const SweepSpec& spec_in, const SweepProgress& progress, const
       if (!best) continue;
       c.best_lr = best == &c;
       if (c.best_lr) continue;
-      std::vector<double> diff;
-      for (const auto& r : res.runs)
-        if (same_but_lr(r) && r.lr == c.lr && !r.summary.diverged)
-          for (const auto& b : res.runs)
-            if (same_but_lr(b) && b.lr == best->lr && b.seed == r.seed && !b.summary.diverged)
-              diff.push_back(r.summary.eval_loss - b.summary.eval_loss);
-      c.vs_best_lr = spread(diff);
+      const double best_lr = best->lr;
+      c.vs_best_lr = paired([&](const SweepRun& r) { return same_but_lr(r) && r.lr == c.lr; },
+                            [&](const SweepRun& r) { return same_but_lr(r) && r.lr == best_lr; });
     }
   res.seconds = seconds_since(t_start);
   return res;
