@@ -29,6 +29,7 @@ struct Args {
   int threads = 0;
   double dropout = 0.0;
   std::string suite, format = "table", isa = "auto";
+  std::string varlen;  // lengths "2048,1024,…": one packed-versus-padded row instead of a shape
   bool ring = false;  // under mpirun (cmd_ring.cpp)
   std::string layout = "zigzag";
 };
@@ -38,7 +39,8 @@ nlohmann::ordered_json json_row(const bench::SuiteResult& res, const bench::Row&
   const bool dec = bench::decoding(r.c);
   auto frac = [](double x, double of) { return of > 0 ? x / of : 0.0; };
   auto or_null = [](double x) { return x > 0 ? nlohmann::ordered_json(x) : nlohmann::ordered_json(nullptr); };
-  return {{"batch", s.B},
+  return {{"pass", bench::pass_name(r.c)},
+          {"batch", s.B},
           {"heads", s.Hq},
           {"kv_heads", s.Hkv},
           {"seq", s.Nq},
@@ -74,10 +76,33 @@ nlohmann::ordered_json json_row(const bench::SuiteResult& res, const bench::Row&
           {"dropout_cost", or_null(r.dropout_cost())}};
 }
 
+// A packed-versus-padded row: its own fields (lengths, both medians), "pass" telling it apart.
+nlohmann::ordered_json json_row(const bench::SuiteResult& res, const bench::VarlenRow& v) {
+  return {{"pass", v.pass_name()},
+          {"lengths", v.lengths},
+          {"heads", v.H},
+          {"dim", v.D},
+          {"causal", false},
+          {"dtype", dtype_name(v.dtype)},
+          {"threads", v.threads},
+          {"isa", isa_name(res.isa)},
+          {"seconds_median", v.packed.median_seconds},
+          {"runs", v.packed.runs},
+          {"gflops", v.packed_gflops()},
+          {"peak_gflops", v.peak_gflops},
+          {"fraction_of_peak", v.peak_gflops > 0 ? v.packed_gflops() / v.peak_gflops : 0.0},
+          {"padded_seconds_median", v.padded.median_seconds},
+          {"padded_runs", v.padded.runs},
+          {"speedup_vs_padded", v.speedup()},
+          {"flops_ratio_padded", v.ideal_speedup()}};
+}
+
 void print_json(const bench::SuiteResult& res) {
+  std::vector<nlohmann::ordered_json> rows;
+  for (const auto& r : res.rows) rows.push_back(json_row(res, r));
+  for (const auto& v : res.varlen) rows.push_back(json_row(res, v));
   fmt::print("[");  // one row per line
-  for (std::size_t i = 0; i < res.rows.size(); ++i)
-    fmt::print("{}\n {}", i ? "," : "", json_row(res, res.rows[i]).dump());
+  for (std::size_t i = 0; i < rows.size(); ++i) fmt::print("{}\n {}", i ? "," : "", rows[i].dump());
   fmt::print("\n]\n");
 }
 
@@ -132,18 +157,13 @@ void print_table(const Args& a, const bench::SuiteResult& res) {
                  "alternating runs\n",
                  bench::pass_name(r.c), bench::label(r.c.shape), r.c.threads, 1e3 * r.sdpa.median_seconds,
                  1e3 * r.undropped.median_seconds, r.dropout_cost(), r.sdpa.runs, r.undropped.runs);
-  for (const auto& v : res.varlen) {
-    std::string lengths;
-    for (auto L : v.lengths) {  // appended piecewise: "," + to_string(L) trips g++ 12's -Wrestrict
-      if (!lengths.empty()) lengths += ',';
-      lengths += std::to_string(L);
-    }
+  for (const auto& v : res.varlen)
     fmt::print(
-        "\nvarlen fwd H={} D={} lengths {} ({} threads): packed {:.3f} ms ({:.1f} GFLOP/s), padded to the longest "
-        "{:.3f} ms: x{:.2f} (FLOPs ratio x{:.2f}); medians of {} and {} alternating runs\n",
-        v.H, v.D, lengths, v.threads, 1e3 * v.packed.median_seconds, v.packed_gflops(), 1e3 * v.padded.median_seconds,
-        v.speedup(), v.ideal_speedup(), v.packed.runs, v.padded.runs);
-  }
+        "\n{} {} ({} threads): packed {:.3f} ms ({:.1f} GFLOP/s, {:.1f}% peak), padded to the longest {:.3f} ms: "
+        "x{:.2f} (FLOPs ratio x{:.2f}); medians of {} and {} alternating runs\n",
+        v.pass_name(), v.label(), v.threads, 1e3 * v.packed.median_seconds, v.packed_gflops(),
+        v.peak_gflops > 0 ? 100 * v.packed_gflops() / v.peak_gflops : 0.0, 1e3 * v.padded.median_seconds, v.speedup(),
+        v.ideal_speedup(), v.packed.runs, v.padded.runs);
   for (const auto& r : res.rows)
     if (!r.blas_note.empty() && r.blas.median_seconds == 0)
       fmt::print("BLAS {} {}: {}\n", bench::pass_name(r.c), bench::label(r.c.shape), r.blas_note);
@@ -175,16 +195,25 @@ int run(const Args& a) {
     opt.isa = o.isa;
     return run_ring_bench({a.shape.resolve(), opt, a.layout, a.backward, a.rule.min_runs});
   }
+  std::optional<Dtype> dtype;
+  for (Dtype t : {Dtype::f32, Dtype::bf16, Dtype::fp16})
+    if (a.dtype == dtype_name(t)) dtype = t;
+  if (!dtype) throw Error("--dtype: expected float32, bfloat16 or float16, got '" + a.dtype + "'");
   if (!a.suite.empty()) {
     if (a.suite != "default") throw Error("--suite: the only suite is 'default', got '" + a.suite + "'");
+    if (!a.varlen.empty()) throw Error("--varlen: not with --suite (the suite has its own varlen rows)");
     o.cases = bench::default_suite(threads);
-    o.varlen = {bench::default_varlen(threads)};
+    for (Dtype t : {Dtype::f32, Dtype::bf16, Dtype::fp16}) o.varlen.push_back(bench::default_varlen(threads, t));
+  } else if (!a.varlen.empty()) {
+    if (a.causal || a.backward || a.dropout > 0)
+      throw Error("--varlen: the packed-versus-padded row is a non-causal forward without dropout");
+    const auto z = a.shape.resolve();
+    bench::VarlenRow v = bench::default_varlen(threads, *dtype);
+    v.lengths = bench::parse_lengths(a.varlen, "--varlen");
+    v.H = z.Hq, v.D = z.Dk;
+    o.varlen.push_back(v);
   } else {
     const auto z = a.shape.resolve();
-    std::optional<Dtype> dtype;
-    for (Dtype t : {Dtype::f32, Dtype::bf16, Dtype::fp16})
-      if (a.dtype == dtype_name(t)) dtype = t;
-    if (!dtype) throw Error("--dtype: expected float32, bfloat16 or float16, got '" + a.dtype + "'");
     o.cases.push_back({{z.B, z.Hq, z.Hkv, z.Nq, z.Nk, z.Dk, z.Dv},
                        a.causal ? Causal::top_left : Causal::none,
                        a.backward ? bench::Pass::backward : bench::Pass::forward,
@@ -222,6 +251,9 @@ Command add_bench(CLI::App& parent) {
   c->add_option("--threads", a->threads, "Threads (0 = all)")->capture_default_str();
   add_timer_options(*c, a->rule);
   c->add_option("--suite", a->suite, "Run a standard table instead of one shape: default");
+  c->add_option("--varlen", a->varlen,
+                "Lengths L1,L2,…: time one packed batch of these sequences (heads and dim from --heads, --dim) "
+                "against the same batch padded to the longest, instead of one shape");
   c->add_option("--isa", a->isa, "auto | scalar | avx2 | avx512")->capture_default_str();
   c->add_flag("--no-torch", a->no_torch, "Skip the PyTorch comparison");
   c->add_flag("--no-blas", a->no_blas, "Skip the BLAS comparison");

@@ -229,6 +229,11 @@ SuiteResult run_suite(const SuiteOptions& o) {
       res.peaks.measure_read(c.threads);
     }
   }
+  for (const VarlenRow& v : o.varlen)
+    if (!res.peaks.fma_gflops.count(v.threads)) {
+      say(fmt::format("measuring the FMA peak ({} threads)", v.threads));
+      res.peaks.measure_fma(v.threads);
+    }
 
   const std::size_t n = o.cases.size();
   for (std::size_t i = 0; i < n; ++i) {
@@ -256,7 +261,7 @@ SuiteResult run_suite(const SuiteOptions& o) {
   }
 
   for (VarlenRow v : o.varlen) {
-    say(fmt::format("varlen: {} sequences packed against padded", v.lengths.size()));
+    say(fmt::format("{}: {} sequences packed against padded", v.pass_name(), v.lengths.size()));
     run_varlen(v, o.rule, o.isa);
     res.varlen.push_back(std::move(v));
   }
@@ -276,6 +281,7 @@ SuiteResult run_suite(const SuiteOptions& o) {
     r.peak_gflops = res.peaks.fma(r.c.threads);
     if (decoding(r.c)) r.bandwidth_gbs = res.peaks.read(r.c.threads);
   }
+  for (VarlenRow& v : res.varlen) v.peak_gflops = res.peaks.fma(v.threads);
   return res;
 }
 

@@ -219,6 +219,26 @@ for key in ["read_gbs", "fraction_of_read", "bandwidth_gbs", "fraction_of_bandwi
     assert row[key] > 0, key
 assert row["decoding"] is True, row
 PY
+    # The packed-versus-padded row, in a 16-bit dtype, in the JSON with its own fields; the
+    # FLOPs ratio is the hand count 3·300² / (300² + 129² + 64²) for lengths 300, 129, 64.
+    "$sdpa" bench --varlen 300,129,64 --heads 2 --dim 32 --dtype float16 --repeat 2 --min-seconds 0 --no-torch \
+      --no-blas --format json > v.json
+    /usr/bin/python3 - v.json <<'PY' || fail "varlen json"
+import json, sys
+rows = json.load(open(sys.argv[1]))
+assert len(rows) == 1, rows
+row = rows[0]
+assert row["pass"] == "varlen fwd fp16" and row["dtype"] == "float16" and row["lengths"] == [300, 129, 64], row
+for key in ["seconds_median", "padded_seconds_median", "gflops", "peak_gflops", "speedup_vs_padded"]:
+    assert row[key] > 0, key
+want = 3 * 300**2 / (300**2 + 129**2 + 64**2)
+assert abs(row["flops_ratio_padded"] - want) < 1e-12 * want, (row["flops_ratio_padded"], want)
+assert row["runs"] >= 2 and row["padded_runs"] >= 2, row
+PY
+    expect_error "--varlen" "$sdpa" bench --varlen 3,,4
+    expect_error "--varlen" "$sdpa" bench --varlen 0,5
+    expect_error "--varlen" "$sdpa" bench --varlen 5,4 --backward
+    expect_error "--varlen" "$sdpa" bench --varlen 5,4 --suite default
     expect_error "--suite" "$sdpa" bench --suite nope
     expect_error "--threads" "$sdpa" bench --threads -1
     expect_error "--kv-heads" "$sdpa" bench --heads 6 --kv-heads 4
