@@ -5,7 +5,7 @@
 namespace sdpa::test {
 namespace {
 
-enum class MaskKind { none, additive_full, additive_rows, padding, keep_full, keep_rows };
+enum class MaskKind { none, additive_full, additive_rows, padding, keep_full, keep_rows, additive_padding };
 
 struct Case {
   std::string name;
@@ -56,6 +56,14 @@ Inputs make_inputs(const Case& c) {
       // rows: (1, 1, Nq, Nk) broadcast over batch and heads; full: (B, Hq, Nq, Nk)
       const bool full = c.mask == MaskKind::additive_full;
       in.mask = Buf<float>({full ? c.B : 1, full ? c.Hq : 1, c.Nq, c.Nk});
+      fill_normal(in.mask.data, rng, 2.0);
+      for (auto& x : in.mask.data)
+        if (u(rng) < 0.2) x = -kInf;
+      in.opt.mask = in.mask.cview();
+      break;
+    }
+    case MaskKind::additive_padding: {  // (B, 1, 1, Nk): one bias per key, -inf for some
+      in.mask = Buf<float>({c.B, 1, 1, c.Nk});
       fill_normal(in.mask.data, rng, 2.0);
       for (auto& x : in.mask.data)
         if (u(rng) < 0.2) x = -kInf;
@@ -197,10 +205,19 @@ std::vector<Case> feature_grid() {
       });
   // Explicit masks, broadcast and full, with and without causal.
   for (MaskKind mk :
-       {MaskKind::additive_full, MaskKind::additive_rows, MaskKind::padding, MaskKind::keep_full, MaskKind::keep_rows})
+       {MaskKind::additive_full, MaskKind::additive_rows, MaskKind::padding, MaskKind::keep_full, MaskKind::keep_rows,
+        MaskKind::additive_padding})
     for (Causal cz : {Causal::none, Causal::top_left})
       add("mask" + std::to_string(int(mk)) + "_c" + std::to_string(int(cz)),
           [&](Case& c) { c.B = 2, c.Nq = 80, c.Nk = 140, c.mask = mk, c.causal = cz; });
+  // Key-padding masks (one bias per key: mask_tile's per-key path) on [B, N, H, D] buffers
+  // whose rows are whole vectors but H·D floats apart (packed as GEMM operands, not read in
+  // place), with GQA and a window.
+  for (MaskKind mk : {MaskKind::padding, MaskKind::additive_padding})
+    add("mask" + std::to_string(int(mk)) + "_bnhd_wide_rows", [&](Case& c) {
+      c.B = 2, c.Hq = 4, c.Hkv = 2, c.Nq = 100, c.Nk = 170, c.Dk = c.Dv = 32, c.mask = mk, c.bnhd = true;
+      c.causal = Causal::bottom_right, c.window = {60, -1};
+    });
   // Temperatures: unscaled (β = 1), μP (1/Dk), a tiny one, a negative one.
   for (double beta : {1.0, 1.0 / 64, 1e-3, -0.3})
     add("scale_" + std::to_string(beta), [&](Case& c) { c.Nq = c.Nk = 100, c.Dk = c.Dv = 64, c.scale = beta; });
