@@ -167,7 +167,6 @@ int run(const Args& a) {
   if (want_backward && (a.grad_out.empty() || a.dq.empty() || a.dk.empty() || a.dv.empty()))
     throw Error("--grad-out, --dq, --dk and --dv go together: give all four for the backward pass");
   if (a.ring) {
-    if (a.dropout != 0.0) throw Error("--dropout: not supported with --ring (a block's positions are its own)");
     if (!a.cu_seqlens_q.empty() || !a.cu_seqlens_k.empty())
       throw Error("--cu-seqlens-q/--cu-seqlens-k: not supported with --ring (packed sequences run on one process)");
     return run_ring_attention({a.q, a.k, a.v, a.out, a.lse, a.grad_out, a.dq, a.dk, a.dv, a.mask, a.layout},

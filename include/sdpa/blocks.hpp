@@ -53,8 +53,9 @@ struct BlockPos {
 /// `whole`'s options for one block: the same, with Options::diagonal moved so that the
 /// causal mask and the window of the block are those of the whole sequence, and explicit
 /// masks (mask, keep: the whole sequence's, (B or 1, H or 1, nq or 1, nk or 1)) cut to
-/// the block's rows and columns (a view, no copy). Dropout is refused (its mask would
-/// follow the block's own positions, not the sequence's). Throws sdpa::Error for a block
+/// the block's rows and columns (a view, no copy), and Dropout::row0, key0 moved by q0, k0
+/// so that the block draws the whole sequence's dropout mask at its positions (merged
+/// blocks then give the whole call's dropout attention). Throws sdpa::Error for a block
 /// outside the sequence or a mask whose last two dimensions are neither 1 nor nq, nk.
 Options block_options(const Options& whole, const BlockPos& pos);
 

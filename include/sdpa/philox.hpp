@@ -97,12 +97,15 @@ constexpr DropoutKeep4<Ops> dropout_keep4(const DropoutStream& s, typename Ops::
 
 /// Attention dropout, as PyTorch's dropout_p and FlashAttention's: each probability p_ij is
 /// dropped with probability p and the kept ones scaled by 1/(1 - p); lse stays that of the
-/// undropped scores. The mask is a function of (seed, offset) and the position alone:
+/// undropped scores. The mask is a function of (seed, offset) and the position alone — the
+/// position in the whole sequence, I = row0 + i and J = key0 + j for the call's query i and key j:
 ///   key     = (seed low 32 bits, seed high 32 bits + offset high 32 bits)
-///   counter = (j / 4, i, (batch0 + b)·Hq + h, offset low 32 bits),  word j % 4 of the block
+///   counter = (J / 4, I, (batch0 + b)·Hq + h, offset low 32 bits),  word J % 4 of the block
 ///   keep iff word >= threshold,  threshold = round(p · 2^32)
 /// so one block decides four neighbouring keys, and a caller that advances the offset per
-/// call (as PyTorch's generator does) gets a fresh mask each time.
+/// call (as PyTorch's generator does) gets a fresh mask each time. The counter words are 32
+/// bits: a call with dropout is refused unless row0 + Nq <= 2^32, key0 + Nk <= 2^34 and
+/// (batch0 + B)·Hq <= 2^32 (validation), so no two positions share a block.
 struct Dropout {
   double p = 0.0;  // drop probability in [0, 1); 0 = no dropout
   std::uint64_t seed = 0;
@@ -110,6 +113,12 @@ struct Dropout {
   // The batch index of the call's first batch: a call holding batches [batch0, batch0 + B) of
   // a larger one draws their masks (forward_varlen runs sequence s with batch0 = s).
   std::int64_t batch0 = 0;
+  // The position of the call's first query row and first key in a longer sequence: a call
+  // holding queries [row0, row0 + Nq) and keys [key0, key0 + Nk) of it draws their part of
+  // the sequence's mask (block_options sets them from a block's BlockPos, so attention cut
+  // into blocks — ring attention — drops what the whole call would). Any values >= 0; key0
+  // need not be a multiple of 4.
+  std::int64_t row0 = 0, key0 = 0;
 
   /// Words below this are dropped: p·2^32 rounded (p < 1 so it fits).
   constexpr std::uint32_t threshold() const {
@@ -122,11 +131,14 @@ struct Dropout {
             static_cast<std::uint32_t>(seed >> 32) + static_cast<std::uint32_t>(offset >> 32),
             static_cast<std::uint32_t>(offset), threshold()};
   }
-  /// Whether p_ij of batch b (of this call), query head h (of Hq) survives.
+  /// Whether p_ij of batch b, query head h (of Hq), query i and key j (all of this call)
+  /// survives: the decision at the sequence's position (row0 + i, key0 + j).
   constexpr bool keep(std::int64_t b, std::int64_t h, std::int64_t Hq, std::int64_t i, std::int64_t j) const {
-    return dropout_keep4<PhiloxScalar>(stream(), static_cast<std::uint32_t>(j >> 2), static_cast<std::uint32_t>(i),
+    const std::int64_t key = key0 + j;
+    return dropout_keep4<PhiloxScalar>(stream(), static_cast<std::uint32_t>(key >> 2),
+                                       static_cast<std::uint32_t>(row0 + i),
                                        static_cast<std::uint32_t>((batch0 + b) * Hq + h))
-        .keep[j & 3];
+        .keep[key & 3];
   }
   /// 1/(1 - p): the scale of a kept probability.
   constexpr double keep_scale() const { return 1.0 / (1.0 - p); }

@@ -21,7 +21,7 @@ import math
 import torch
 import torch.distributed as dist
 
-from . import _ext
+from . import _api, _ext
 
 __all__ = ["ring_attention", "shard", "unshard", "segments"]
 
@@ -75,16 +75,27 @@ def unshard(x: torch.Tensor, n: int, group=None, layout: str = "zigzag") -> torc
 class _Ring:
     """What both passes need: the ranks, the layouts' segments, the options."""
 
-    def __init__(self, q, k, v, group, layout, causal, scale, softcap, window, threads):
+    def __init__(self, q, k, v, group, layout, causal, scale, softcap, window, threads, dropout_p, dropout_seed,
+                 dropout_offset):
         self.group, self.layout = group, layout
+        # Checked as sdpa.attention checks them, before any collective; the block entry points
+        # take these keys.
+        checked = _api._options(scale=scale, causal=causal, window=window, softcap=softcap, mask=None, threads=threads,
+                                kernel="fast", dropout_p=dropout_p,
+                                dropout_seed=0 if dropout_seed is None else dropout_seed, dropout_offset=dropout_offset)
+        self.opts = {name: checked[name] for name in ("scale", "softcap", "causal", "window_left", "window_right",
+                                                      "threads", "dropout_p", "dropout_seed", "dropout_offset")}
         self.size, self.rank = _ranks(group)
         self.next, self.prev = _global(group, (self.rank + 1) % self.size), _global(group, (self.rank - 1) % self.size)
         lengths = torch.tensor([q.shape[2], k.shape[2]], dtype=torch.int64)
         dist.all_reduce(lengths, group=group)  # the whole sequence's lengths
         self.nq, self.nk = (int(x) for x in lengths)
-        left, right = (-1, -1) if window is None else (-1 if w is None else int(w) for w in window)
-        self.opts = dict(scale=scale, softcap=softcap, causal=_CAUSAL[causal], window_left=left, window_right=right,
-                         threads=threads)
+        if dropout_p and dropout_seed is None:
+            # Every rank draws from its own torch generator (so generators seeded alike stay
+            # alike) and all take rank 0's draw: one mask for the whole sequence.
+            drawn = torch.tensor(_api._dropout_seed("torch", dropout_p, None), dtype=torch.int64)
+            dist.broadcast(drawn, src=_global(group, 0), group=group)
+            self.opts["dropout_seed"] = int(drawn)
         # Every rank must pass the same options and shapes; all raise together if one differs.
         mine = repr((sorted(self.opts.items()), layout, q.shape[:2], q.shape[3], k.shape[:2], k.shape[3], v.shape[3]))
         every = [None] * self.size
@@ -213,14 +224,20 @@ class _RingFunction(torch.autograd.Function):
 
 def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, group=None, causal: str | None = None,
                    layout: str = "zigzag", scale: float | None = None, softcap: float | None = None, window=None,
-                   threads: int = 0) -> torch.Tensor:
+                   threads: int = 0, dropout_p: float = 0.0, dropout_seed: int | None = None,
+                   dropout_offset: int = 0) -> torch.Tensor:
     """Attention over a sequence sharded across the ranks of ``group``, with autograd.
 
     q ``[B, Hq, Nq_local, Dk]``, k ``[B, Hkv, Nk_local, Dk]``, v ``[B, Hkv, Nk_local, Dv]``: this rank's
     shards under ``layout`` (``shard`` cuts them). Returns this rank's shard of the output
     ``[B, Hq, Nq_local, Dv]``. ``causal`` is None, 'top-left' or 'bottom-right' of the *whole*
     sequence; ``window`` (left, right) likewise. Every rank must call it with the same options.
-    float32 CPU tensors only; the transport is torch.distributed (gloo for CPU tensors).
+    ``dropout_p``, ``dropout_seed``, ``dropout_offset`` as sdpa.attention's: the mask is the whole
+    sequence's (each block draws it at its own positions), so the result is single-process
+    ``sdpa.attention`` with the same seed and offset. With ``dropout_seed=None`` every rank draws a
+    seed from torch's default CPU generator and rank 0's is broadcast; an explicit seed must be the
+    same on every rank (checked with the other options). float32 CPU tensors only; the transport is
+    torch.distributed (gloo for CPU tensors).
     """
     _check_layout(layout)
     if causal not in _CAUSAL:
@@ -230,5 +247,6 @@ def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, group=N
             raise TypeError(f"{name}: expected a float32 CPU tensor [B, H, N_local, D]")
     if not dist.is_initialized():
         raise RuntimeError("ring_attention: torch.distributed is not initialised (init_process_group('gloo'))")
-    ring = _Ring(q, k, v, group, layout, causal, scale, softcap, window, threads)
+    ring = _Ring(q, k, v, group, layout, causal, scale, softcap, window, threads, dropout_p, dropout_seed,
+                 dropout_offset)
     return _RingFunction.apply(q, k, v, ring)

@@ -324,12 +324,14 @@ std::string train_sweep(const sdpa::nn::SweepSpec& spec) {
 // ---- blockwise attention: the building blocks of sdpa.distributed's ring ---------------
 
 // The block's options: `causal` etc. describe the whole sequence (nq queries, nk keys),
-// the block holds queries [q0, q0 + q.shape[2]) and keys [k0, k0 + k.shape[2]).
+// the block holds queries [q0, q0 + q.shape[2]) and keys [k0, k0 + k.shape[2]); dropout is
+// the whole sequence's, drawn at the block's positions (block_options).
 sdpa::Options block_opts(const In4& q, const In4& k, std::int64_t q0, std::int64_t k0, std::int64_t nq, std::int64_t nk,
                          std::optional<double> scale, std::optional<double> softcap, const std::string& causal,
-                         std::int64_t window_left, std::int64_t window_right, int threads) {
-  const sdpa::Options whole =
-      options(scale, softcap, causal, window_left, window_right, In4(), Keep4(), threads, "fast");
+                         std::int64_t window_left, std::int64_t window_right, int threads, double dropout_p,
+                         std::uint64_t dropout_seed, std::uint64_t dropout_offset) {
+  const sdpa::Options whole = options(scale, softcap, causal, window_left, window_right, In4(), Keep4(), threads, "fast",
+                                      {dropout_p, dropout_seed, dropout_offset});
   const sdpa::BlockPos pos{q0, k0, static_cast<std::int64_t>(q.shape(2)), static_cast<std::int64_t>(k.shape(2)),
                            nq, nk};
   if (!sdpa::block_visible(whole, pos)) return {};
@@ -341,8 +343,10 @@ sdpa::Options block_opts(const In4& q, const In4& k, std::int64_t q0, std::int64
 // Returns whether the block has a visible pair; only then are out and lse written.
 bool forward_block(In4 q, In4 k, In4 v, Out4 out, Out3 lse, std::int64_t q0, std::int64_t k0, std::int64_t nq,
                    std::int64_t nk, std::optional<double> scale, std::optional<double> softcap,
-                   const std::string& causal, std::int64_t window_left, std::int64_t window_right, int threads) {
-  const sdpa::Options o = block_opts(q, k, q0, k0, nq, nk, scale, softcap, causal, window_left, window_right, threads);
+                   const std::string& causal, std::int64_t window_left, std::int64_t window_right, int threads,
+                   double dropout_p, std::uint64_t dropout_seed, std::uint64_t dropout_offset) {
+  const sdpa::Options o = block_opts(q, k, q0, k0, nq, nk, scale, softcap, causal, window_left, window_right, threads,
+                                     dropout_p, dropout_seed, dropout_offset);
   if (!o.diagonal) return false;  // block_options always sets it; an invisible block does not
   nb::gil_scoped_release unlocked;
   sdpa::forward(view_of<const float, 4>(q), view_of<const float, 4>(k), view_of<const float, 4>(v),
@@ -354,8 +358,10 @@ bool forward_block(In4 q, In4 k, In4 v, Out4 out, Out3 lse, std::int64_t q0, std
 void backward_block(In4 q, In4 k, In4 v, In4 out, In3 lse, In4 dout, Out4 dq, Out4 dk, Out4 dv, std::int64_t q0,
                     std::int64_t k0, std::int64_t nq, std::int64_t nk, std::optional<double> scale,
                     std::optional<double> softcap, const std::string& causal, std::int64_t window_left,
-                    std::int64_t window_right, int threads) {
-  const sdpa::Options o = block_opts(q, k, q0, k0, nq, nk, scale, softcap, causal, window_left, window_right, threads);
+                    std::int64_t window_right, int threads, double dropout_p, std::uint64_t dropout_seed,
+                    std::uint64_t dropout_offset) {
+  const sdpa::Options o = block_opts(q, k, q0, k0, nq, nk, scale, softcap, causal, window_left, window_right, threads,
+                                     dropout_p, dropout_seed, dropout_offset);
   if (!o.diagonal) return;
   nb::gil_scoped_release unlocked;
   sdpa::backward_accumulate(view_of<const float, 4>(q), view_of<const float, 4>(k), view_of<const float, 4>(v),
@@ -404,14 +410,16 @@ NB_MODULE(_ext, m) {
   m.def("forward_block", &forward_block, nb::arg("q").noconvert(), nb::arg("k").noconvert(), nb::arg("v").noconvert(),
         nb::arg("out").noconvert(), nb::arg("lse").noconvert(), nb::arg("q0"), nb::arg("k0"), nb::arg("nq"),
         nb::arg("nk"), nb::arg("scale").none(), nb::arg("softcap").none(), nb::arg("causal"), nb::arg("window_left"),
-        nb::arg("window_right"), nb::arg("threads"),
+        nb::arg("window_right"), nb::arg("threads"), nb::arg("dropout_p") = 0.0, nb::arg("dropout_seed") = 0,
+        nb::arg("dropout_offset") = 0,
         "Attention of one (query shard, key block) pair of a longer sequence (sdpa/blocks.hpp); False, writing "
         "nothing, when no pair of the block is visible.");
   m.def("backward_block", &backward_block, nb::arg("q").noconvert(), nb::arg("k").noconvert(), nb::arg("v").noconvert(),
         nb::arg("out").noconvert(), nb::arg("lse").noconvert(), nb::arg("dout").noconvert(), nb::arg("dq").noconvert(),
         nb::arg("dk").noconvert(), nb::arg("dv").noconvert(), nb::arg("q0"), nb::arg("k0"), nb::arg("nq"),
         nb::arg("nk"), nb::arg("scale").none(), nb::arg("softcap").none(), nb::arg("causal"), nb::arg("window_left"),
-        nb::arg("window_right"), nb::arg("threads"),
+        nb::arg("window_right"), nb::arg("threads"), nb::arg("dropout_p") = 0.0, nb::arg("dropout_seed") = 0,
+        nb::arg("dropout_offset") = 0,
         "Adds one block's dq, dk, dv (sdpa::backward_accumulate) given the merged out and lse.");
   m.def("merge_partial", &merge_partial, nb::arg("out").noconvert(), nb::arg("lse").noconvert(),
         nb::arg("part_out").noconvert(), nb::arg("part_lse").noconvert(), nb::arg("threads") = 0,

@@ -52,9 +52,12 @@ View4<T> block_mask(View4<T> m, const BlockPos& pos, const char* name) {
 
 Options block_options(const Options& whole, const BlockPos& pos) {
   check_pos(pos);
-  if (whole.dropout.p != 0.0)  // its positions would be the block's, so the mask would not be the sequence's
-    throw Error("block_options: dropout is not supported on blocks (its mask follows the block's own positions)");
   Options o = whole;
+  // Dropout draws the mask at the sequence's positions: the block's query i is the
+  // sequence's q0 + i, its key j the sequence's k0 + j (on top of whole's own place, if the
+  // whole sequence is itself part of a longer one).
+  o.dropout.row0 = whole.dropout.row0 + pos.q0;
+  o.dropout.key0 = whole.dropout.key0 + pos.k0;
   o.mask = block_mask(whole.mask, pos, "mask");
   o.keep = block_mask(whole.keep, pos, "keep");
   // Global query q0 + i sees global key k0 + j iff k0 + j <= q0 + i + D (causal), i.e. the

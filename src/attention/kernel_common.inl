@@ -202,34 +202,39 @@ inline void mask_tile(const Problem& p, float* S, i64 rs, i64 cs, i64 lanes, i64
 // on several elements; it splits the 128 bits into 16 bytes against an 8-bit threshold,
 // here they stay four 32-bit words against round(p·2^32), so p is not quantised to 1/256).
 // So the mask is the same in the forward and both backward schedules, for any tile order
-// and thread. j0 must be a multiple of 4 (tiles start at multiples of 32). With rs = 1
-// (lanes along a vector) whole vectors are stored: M needs room for round_up(lanes, W)
-// lanes; otherwise (keys along a vector) each block's four vectors are transposed through a
-// small buffer.
+// and thread. Positions are the sequence's (Dropout::row0, key0): the tile's keys are
+// [g0, g0 + cols), g0 = key0 + j0, and since key0 (a block's start, e.g. a shard boundary)
+// need not be a multiple of 4, the loop runs over the key quads that overlap the tile and
+// stores the words of each that fall inside it — for an aligned g0 exactly the tile's own
+// quads. With rs = 1 (lanes along a vector) whole vectors are stored: M needs room for
+// round_up(lanes, W) lanes; otherwise (keys along a vector) each block's four vectors are
+// transposed through a small buffer.
 template <class LaneAt>
 inline void dropout_tile(const Problem& p, float* M, i64 rs, i64 cs, i64 lanes, i64 b, i64 j0, i64 cols,
                          LaneAt lane_at) {
   const R scale = Vec::set1(p.dropout_scale);
+  const i64 g0 = p.dropout.key0 + j0;  // the tile's first key in the sequence
   alignas(64) std::uint32_t row[W], batch_head[W];
   alignas(64) float kept[4][W];
   for (i64 r0 = 0; r0 < lanes; r0 += W) {
     for (int x = 0; x < W; ++x) {
       const LaneRow lane = lane_at(imin(r0 + x, lanes - 1));  // lanes past the last repeat it
-      row[x] = static_cast<std::uint32_t>(lane.i);
+      row[x] = static_cast<std::uint32_t>(p.dropout.row0 + lane.i);
       batch_head[x] = static_cast<std::uint32_t>((p.dropout.batch0 + b) * p.Hq + lane.h);
     }
     const typename Words::Word rows = Words::load(row), heads = Words::load(batch_head);
-    for (i64 c = 0; c < cols; c += 4) {
+    for (i64 quad = g0 >> 2; 4 * quad < g0 + cols; ++quad) {
       const DropoutKeep4<Words> k =
-          dropout_keep4<Words>(p.dropout_stream, Words::set1(static_cast<std::uint32_t>((j0 + c) >> 2)), rows, heads);
-      const i64 words = imin(4, cols - c);
+          dropout_keep4<Words>(p.dropout_stream, Words::set1(static_cast<std::uint32_t>(quad)), rows, heads);
+      const i64 c0 = 4 * quad - g0;  // the tile column of the quad's word 0, in [-3, cols)
+      const i64 w_lo = imax(0, -c0), w_hi = imin(4, cols - c0);  // the words inside the tile
       if (rs == 1) {
-        for (i64 w = 0; w < words; ++w) Vec::store(M + (c + w) * cs + r0, Words::select(k.keep[w], scale));
+        for (i64 w = w_lo; w < w_hi; ++w) Vec::store(M + (c0 + w) * cs + r0, Words::select(k.keep[w], scale));
         continue;
       }
-      for (i64 w = 0; w < words; ++w) Vec::store(kept[w], Words::select(k.keep[w], scale));
+      for (i64 w = w_lo; w < w_hi; ++w) Vec::store(kept[w], Words::select(k.keep[w], scale));
       for (i64 x = 0; x < imin(W, lanes - r0); ++x)
-        for (i64 w = 0; w < words; ++w) M[(r0 + x) * rs + (c + w) * cs] = kept[w][x];
+        for (i64 w = w_lo; w < w_hi; ++w) M[(r0 + x) * rs + (c0 + w) * cs] = kept[w][x];
     }
   }
 }

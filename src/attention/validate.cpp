@@ -1,6 +1,8 @@
 // validate.cpp — every argument check, in one place.
+#include <algorithm>
 #include <cmath>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <omp.h>
@@ -138,6 +140,27 @@ void check_mask(const char* name, View4<const T>& m, const Problem& p) {
   m.shape = full;
 }
 
+// The call's place in a longer sequence (Dropout::batch0, row0, key0): >= 0, and with
+// dropout every position it draws must fit its 32-bit counter word (philox.hpp), else two
+// positions would share a block — refused rather than wrapped.
+void check_dropout_positions(const Dropout& d, const Problem& p) {
+  const std::pair<const char*, i64> starts[] = {{"batch0", d.batch0}, {"row0", d.row0}, {"key0", d.key0}};
+  for (const auto& [name, start] : starts)
+    if (start < 0) fail(std::string("dropout: ") + name + " must be >= 0, got " + std::to_string(start));
+  if (!(d.p > 0.0)) return;
+  constexpr i64 kWord = i64{1} << 32;  // each counter word: row, batch·head and key / 4
+  auto fits = [](i64 start, i64 count, i64 limit) { return start <= limit && count <= limit - start; };
+  if (!fits(d.batch0, p.B, kWord / std::max<i64>(p.Hq, 1)))
+    fail("dropout: (batch0 + B)·Hq must be <= 2^32 (the counter's batch-head word), got batch0 " +
+         std::to_string(d.batch0) + ", B " + std::to_string(p.B) + ", Hq " + std::to_string(p.Hq));
+  if (!fits(d.row0, p.Nq, kWord))
+    fail("dropout: row0 + Nq must be <= 2^32 (the counter's query word), got row0 " + std::to_string(d.row0) +
+         ", Nq " + std::to_string(p.Nq));
+  if (!fits(d.key0, p.Nk, 4 * kWord))
+    fail("dropout: key0 + Nk must be <= 2^34 (the counter's key-quad word), got key0 " + std::to_string(d.key0) +
+         ", Nk " + std::to_string(p.Nk));
+}
+
 void check_options(const Options& opt, Problem& p) {
   p.scale = resolve_scale(opt, p.Dk);
   if (opt.softcap) {
@@ -166,7 +189,7 @@ void check_options(const Options& opt, Problem& p) {
   check_mask("keep", p.keep, p);
   if (!(opt.dropout.p >= 0.0 && opt.dropout.p < 1.0))
     fail("dropout: p must be in [0, 1), got " + std::to_string(opt.dropout.p));
-  if (opt.dropout.batch0 < 0) fail("dropout: batch0 must be >= 0, got " + std::to_string(opt.dropout.batch0));
+  check_dropout_positions(opt.dropout, p);
   p.dropout = opt.dropout;
   p.has_dropout = opt.dropout.p > 0.0;
   p.dropout_stream = opt.dropout.stream();

@@ -10,6 +10,8 @@
 #include <limits>
 #include <thread>
 
+#include <fmt/format.h>
+
 #include "sdpa/blocks.hpp"
 
 namespace sdpa::dist {
@@ -69,7 +71,11 @@ std::string options_text(const Options& o) {
   return "scale " + opt_num(o.scale) + ", softcap " + opt_num(o.softcap) + ", causal " +
          std::to_string(static_cast<int>(o.causal)) + ", diagonal " +
          (o.diagonal ? std::to_string(*o.diagonal) : std::string("-")) + ", window " + std::to_string(o.window.left) +
-         "," + std::to_string(o.window.right) + ", mask " + shape_str(o.mask.shape) + ", keep " + shape_str(o.keep.shape);
+         "," + std::to_string(o.window.right) + ", mask " + shape_str(o.mask.shape) + ", keep " + shape_str(o.keep.shape) +
+         // dropout: every rank must draw the same sequence's mask (block_options places each block
+         // in it); p in full ("{}": the shortest text that reads back the same double)
+         fmt::format(", dropout {} seed {} offset {} at {},{},{}", o.dropout.p, o.dropout.seed, o.dropout.offset,
+                     o.dropout.batch0, o.dropout.row0, o.dropout.key0);
 }
 
 // The collective checks every rank runs first: the same options, sizes and layout on

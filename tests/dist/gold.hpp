@@ -107,9 +107,19 @@ inline Gold make_gold(const Case& c, const Data& d, i64 parts) {
         mass = std::max(mass, s);
       }
   const double beta = std::abs(resolve_scale(c.opt, c.Dk)), cap = c.opt.softcap.value_or(0.0);
-  const auto fl = tolerance::floors(d.q, d.k, d.v, d.dout, c.Dk, c.Dv, beta, cap, c.mask_max,
-                                    tolerance::max_abs(g.lse), tolerance::max_abs(g.dv));
-  const auto ex = merge_extra(d.q, d.k, d.v, d.dout, c.Dk, c.Dv, c.Nk, beta, cap, parts, fl.lse, mass, c.mask_max);
+  auto fl = tolerance::floors(d.q, d.k, d.v, d.dout, c.Dk, c.Dv, beta, cap, c.mask_max, tolerance::max_abs(g.lse),
+                              tolerance::max_abs(g.dv));
+  auto ex = merge_extra(d.q, d.k, d.v, d.dout, c.Dk, c.Dv, c.Nk, beta, cap, parts, fl.lse, mass, c.mask_max);
+  // Dropout (the single-call rule of tests/kernel/test_grid.cpp): the kept weights grow by
+  // 1/(1 - p), and with them every term the floors of out, dq and dk bound (dv's is taken
+  // from max|dv|, which holds the factor). The merge's terms likewise, each once: a part's
+  // |out| is at most max|v|/(1 - p); |dP_ij·M_ij| and |delta_i| = |dout_i·out_i| at most
+  // dpmax/(1 - p), so |dS_ij| <= 2 p_ij dpmax/(1 - p) (dq, dk, with the undropped p_ij's
+  // row and column sums); dv_j = Σ_i p_ij M_ij dout_i, the dropped column mass at most
+  // C/(1 - p). lse is that of the undropped scores: unchanged.
+  const double keep_scale = c.opt.dropout.keep_scale();
+  fl.out *= keep_scale, fl.dq *= keep_scale, fl.dk *= keep_scale;
+  ex.out *= keep_scale, ex.dq *= keep_scale, ex.dk *= keep_scale, ex.dv *= keep_scale;
   using tolerance::max_abs_err;
   g.tol_out = 2 * max_abs_err(n.out, g.out) + fl.out + ex.out;
   g.tol_lse = 2 * max_abs_err(n.lse, g.lse) + fl.lse + ex.lse;
@@ -180,6 +190,12 @@ inline std::vector<Case> cases() {
       for (i64 j = 0; j < 41; ++j) (*c->keep)[static_cast<std::size_t>(i * 41 + j)] = i == j || (i * 7 + j * 3) % 5 != 0;
     c->opt.keep = contiguous<const std::uint8_t>(c->keep->data(), {1, 1, 41, 41});
   }
+  // Dropout of the whole sequence, which every block draws at its own place in it
+  // (block_options: Dropout::row0, key0); the cuts start blocks at keys that are not
+  // multiples of 4, so a block's first key quad is shared with the block before.
+  auto dropout = [](double p) { return Dropout{p, 0x5eed0123456789abull, (std::uint64_t{3} << 32) | 17}; };
+  add("dropout_gqa", 37, 37, Causal::none)->opt.dropout = dropout(0.2);
+  add("dropout_bottom_right_mqa", 29, 47, Causal::bottom_right, 1)->opt.dropout = dropout(0.5);
   return cs;
 }
 

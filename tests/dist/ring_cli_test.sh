@@ -56,10 +56,13 @@ case $case in
         done
       done
     done
-    # Windows and explicit masks (every rank reads the whole mask; each block its part).
+    # Windows and explicit masks (every rank reads the whole mask; each block its part), and
+    # dropout (each block draws the sequence's mask at its own positions).
     "$tool" make add.npy f32 10 4 37 41; "$tool" make keep.npy bool 11 37 41
     for spec in "3 zigzag --mask add.npy --causal bottom-right" "2 contiguous --mask keep.npy" \
-                "4 zigzag --window 5,3 --causal top-left" "3 contiguous --window 4,-1"; do
+                "4 zigzag --window 5,3 --causal top-left" "3 contiguous --window 4,-1" \
+                "2 zigzag --dropout 0.3 --seed 7 --offset 2 --causal bottom-right" \
+                "3 contiguous --dropout 0.2 --seed 11 --causal top-left"; do
       read -r np layout opts <<< "$spec"
       "$sdpa" attention --q q.npy --k k.npy --v v.npy --out o1.npy --lse l1.npy $opts \
         --grad-out g.npy --dq dq1.npy --dk dk1.npy --dv dv1.npy
@@ -72,6 +75,9 @@ case $case in
     # Options that differ between ranks.
     expect_fault "ranks disagree on options" 3 bash -c \
       'c=none; [ "$OMPI_COMM_WORLD_RANK" = 1 ] && c=top-left; exec "$0" attention --ring --q q.npy --k k.npy --v v.npy --out o.npy --causal $c' "$sdpa"
+    # Dropout seeds that differ between ranks (each would draw another mask).
+    expect_fault "ranks disagree on options" 2 bash -c \
+      's=7; [ "$OMPI_COMM_WORLD_RANK" = 1 ] && s=8; exec "$0" attention --ring --q q.npy --k k.npy --v v.npy --out o.npy --dropout 0.2 --seed $s' "$sdpa"
     # A rank that reads a different file.
     # A rank that reads a different mask.
     "$tool" make add.npy f32 10 4 37 41; "$tool" make add2.npy f32 12 4 37 41

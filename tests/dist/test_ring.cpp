@@ -132,6 +132,25 @@ TEST(RingErrors, MismatchedOptionsThrowOnEveryRank) {
       Error);
 }
 
+// Dropout's seed is part of the options every rank must agree on: with one rank's seed
+// different its blocks would draw another mask, so every rank throws instead.
+TEST(RingErrors, MismatchedDropoutSeedThrowsOnEveryRank) {
+  Case c;
+  c.name = "dropout_mismatch";
+  const Data d = make_data(c);
+  c.opt.dropout = {0.2, world_rank() == world_size() - 1 ? 8u : 7u, 0};
+  EXPECT_THROW(
+      {
+        try {
+          run_ring(c, d, Layout::zigzag);
+        } catch (const Error& e) {
+          EXPECT_NE(std::string(e.what()).find("ranks disagree on options"), std::string::npos) << e.what();
+          throw;
+        }
+      },
+      Error);
+}
+
 TEST(RingErrors, ShortSequencesAreRefused) {
   EXPECT_THROW(shard_segments(2 * world_size() - 1, world_size(), 0, Layout::zigzag), Error);
   EXPECT_THROW(parse_shard_layout("striped", "--layout"), Error);

@@ -179,11 +179,12 @@ TEST(Dropout, ZeroIsNoDropout) {
 // The fast kernel's own mask, read back from its outputs: with q = 0 every score is 0, so
 // P = 1/Nk exactly (Nk a power of 2), and with v_j = e_j (Dv = Nk) out_ie = keep_ie/(1 - p)/Nk;
 // with dout_i = e_i (Nq <= Dv), dv_je = Σ_i P̃_ij dout_ie = keep_ej/(1 - p)/Nk is the mask
-// the backward regenerated. Both must be Dropout::keep at every position (the same function
-// as the reference's), and the number kept Binomial(N, 1 - p) (the z rule of KeepRateIsBinomial).
-// Threads 1 and 16 against B·Hkv = 4 items: the one-pass and the two-pass backward.
-TEST(Dropout, FastKernelMaskIsTheReferenceMaskAndBinomial) {
-  constexpr i64 B = 2, H = 2, Nq = 96, Nk = 256;  // 2·2·96·256 = 98304 positions
+// the backward regenerated. Counts the positions where either differs from want(b, h, i, j).
+struct MaskReadBack {
+  i64 kept = 0, wrong_fwd = 0, wrong_bwd = 0;
+};
+template <class Want>
+MaskReadBack read_back_mask(const Options& o, i64 B, i64 H, i64 Nq, i64 Nk, Want want) {
   Buf<float> q({B, H, Nq, 16}), k({B, H, Nk, 16}), v({B, H, Nk, Nk}), dout({B, H, Nq, Nk});
   std::mt19937_64 rng(5);
   fill_normal(k.data, rng);  // q = 0: the scores are 0 whatever k is
@@ -192,34 +193,103 @@ TEST(Dropout, FastKernelMaskIsTheReferenceMaskAndBinomial) {
       for (i64 j = 0; j < Nk; ++j) v.at(b, h, j, j) = 1.0f;
       for (i64 i = 0; i < Nq; ++i) dout.at(b, h, i, i) = 1.0f;
     }
+  Buf<float> out({B, H, Nq, Nk}), dq(q.shape), dk(k.shape), dv(v.shape);
+  Buf3<float> lse({B, H, Nq});
+  forward(q.cview(), k.cview(), v.cview(), out.view(), lse.view(), o);
+  backward(q.cview(), k.cview(), v.cview(), out.cview(), lse.cview(), dout.cview(), dq.view(), dk.view(), dv.view(), o);
+  const double unit = (1.0 - o.dropout.p) * Nk;  // out·unit is keep, 0 or 1
+  MaskReadBack r;
+  for (i64 b = 0; b < B; ++b)
+    for (i64 h = 0; h < H; ++h)
+      for (i64 i = 0; i < Nq; ++i)
+        for (i64 j = 0; j < Nk; ++j) {
+          const bool w = want(b, h, i, j);
+          const double fwd = out.at(b, h, i, j) * unit, bwd = dv.at(b, h, j, i) * unit;
+          r.wrong_fwd += std::abs(fwd - (w ? 1.0 : 0.0)) > 1e-5;
+          r.wrong_bwd += std::abs(bwd - (w ? 1.0 : 0.0)) > 1e-5;
+          r.kept += fwd > 0.5;
+        }
+  return r;
+}
+
+// The mask must be Dropout::keep at every position (the same function as the reference's),
+// and the number kept Binomial(N, 1 - p) (the z rule of KeepRateIsBinomial). Threads 1 and
+// 16 against B·Hkv = 4 items: the one-pass and the two-pass backward.
+TEST(Dropout, FastKernelMaskIsTheReferenceMaskAndBinomial) {
+  constexpr i64 B = 2, H = 2, Nq = 96, Nk = 256;  // 2·2·96·256 = 98304 positions
   for (Isa isa : runnable_isas())
     for (double p : {0.1, 0.5})
       for (int threads : {1, 16}) {
         SCOPED_TRACE(std::string(isa_name(isa)) + " p " + std::to_string(p) + " threads " + std::to_string(threads));
         Options o;
         o.isa = isa, o.threads = threads, o.dropout = {p, 0xfeedfacecafebeefull, 41};
-        Buf<float> out({B, H, Nq, Nk}), dq(q.shape), dk(k.shape), dv(v.shape);
-        Buf3<float> lse({B, H, Nq});
-        forward(q.cview(), k.cview(), v.cview(), out.view(), lse.view(), o);
-        backward(q.cview(), k.cview(), v.cview(), out.cview(), lse.cview(), dout.cview(), dq.view(), dk.view(), dv.view(),
-                 o);
-        const double unit = (1.0 - p) * Nk;  // out·unit is keep, 0 or 1
-        i64 kept = 0, wrong_fwd = 0, wrong_bwd = 0;
-        for (i64 b = 0; b < B; ++b)
-          for (i64 h = 0; h < H; ++h)
-            for (i64 i = 0; i < Nq; ++i)
-              for (i64 j = 0; j < Nk; ++j) {
-                const bool want = o.dropout.keep(b, h, H, i, j);
-                const double fwd = out.at(b, h, i, j) * unit, bwd = dv.at(b, h, j, i) * unit;
-                wrong_fwd += std::abs(fwd - (want ? 1.0 : 0.0)) > 1e-5;
-                wrong_bwd += std::abs(bwd - (want ? 1.0 : 0.0)) > 1e-5;
-                kept += fwd > 0.5;
-              }
-        EXPECT_EQ(wrong_fwd, 0) << "forward mask differs from Dropout::keep";
-        EXPECT_EQ(wrong_bwd, 0) << "backward mask differs from Dropout::keep";
-        const double n = B * H * Nq * Nk, z = (kept - n * (1 - p)) / std::sqrt(n * p * (1 - p));
-        EXPECT_LE(std::abs(z), 5.0) << "kept " << kept << " of " << n;
+        const MaskReadBack r =
+            read_back_mask(o, B, H, Nq, Nk, [&](i64 b, i64 h, i64 i, i64 j) { return o.dropout.keep(b, h, H, i, j); });
+        EXPECT_EQ(r.wrong_fwd, 0) << "forward mask differs from Dropout::keep";
+        EXPECT_EQ(r.wrong_bwd, 0) << "backward mask differs from Dropout::keep";
+        const double n = B * H * Nq * Nk, z = (r.kept - n * (1 - p)) / std::sqrt(n * p * (1 - p));
+        EXPECT_LE(std::abs(z), 5.0) << "kept " << r.kept << " of " << n;
       }
+}
+
+// A call placed in a longer sequence (Dropout::row0, key0: a block of ring attention) draws
+// the sequence's mask at its positions: the kernel's mask at (i, j) is the whole sequence's
+// Dropout::keep at (row0 + i, key0 + j). key0 not a multiple of 4 (a key quad split between
+// two blocks), and the last positions the 32-bit counter words hold; the tiled and the
+// few-lane forward (Nq = 3), both backward schedules (threads 1, 16 against B·Hkv = 2).
+TEST(Dropout, FastKernelMaskAtSequencePositions) {
+  constexpr i64 B = 1, H = 2, Nk = 64;
+  const Dropout whole{0.3, 0x0123456789abcdefull, 5};  // row0 = key0 = 0: the sequence's own call
+  struct Place {
+    i64 row0, key0, Nq;
+  };
+  for (const Place at : {Place{37, 5, 45}, Place{6, 7, 3}, Place{(i64{1} << 32) - 45, (i64{1} << 34) - Nk - 3, 45}})
+    for (Isa isa : runnable_isas())
+      for (int threads : {1, 16}) {
+        SCOPED_TRACE(std::string(isa_name(isa)) + " row0 " + std::to_string(at.row0) + " key0 " +
+                     std::to_string(at.key0) + " threads " + std::to_string(threads));
+        Options o;
+        o.isa = isa, o.threads = threads, o.dropout = whole;
+        o.dropout.row0 = at.row0, o.dropout.key0 = at.key0;
+        const MaskReadBack r = read_back_mask(o, B, H, at.Nq, Nk, [&](i64 b, i64 h, i64 i, i64 j) {
+          return whole.keep(b, h, H, at.row0 + i, at.key0 + j);
+        });
+        EXPECT_EQ(r.wrong_fwd, 0) << "forward mask differs from the sequence's Dropout::keep";
+        EXPECT_EQ(r.wrong_bwd, 0) << "backward mask differs from the sequence's Dropout::keep";
+      }
+}
+
+// The call's place is checked: negative starts, and with dropout positions past the 32-bit
+// counter words, are refused on both kernels, naming the field.
+TEST(Dropout, PositionsAreChecked) {
+  const Small s;
+  Buf<float> q = s.q.cast<float>(), k = s.k.cast<float>(), v = s.v.cast<float>(), out({1, 2, 6, 3});
+  Buf3<float> lse({1, 2, 6});
+  struct Bad {
+    i64 batch0, row0, key0;
+    const char* says;
+  };
+  const Bad bad[] = {{-1, 0, 0, "dropout: batch0 must be >= 0"},
+                     {0, -1, 0, "dropout: row0 must be >= 0"},
+                     {0, 0, -3, "dropout: key0 must be >= 0"},
+                     {0, (i64{1} << 32) - 5, 0, "dropout: row0 + Nq must be <= 2^32"},
+                     {0, 0, (i64{1} << 34) - 3, "dropout: key0 + Nk must be <= 2^34"},
+                     {i64{1} << 31, 0, 0, "dropout: (batch0 + B)·Hq must be <= 2^32"}};
+  for (Kernel kernel : {Kernel::fast, Kernel::reference})
+    for (const Bad& b : bad) {
+      Options o = s.opt;
+      o.kernel = kernel;
+      o.dropout.batch0 = b.batch0, o.dropout.row0 = b.row0, o.dropout.key0 = b.key0;
+      try {
+        forward(q.cview(), k.cview(), v.cview(), out.view(), lse.view(), o);
+        ADD_FAILURE() << "accepted: " << b.says;
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find(b.says), std::string::npos) << e.what();
+      }
+    }
+  Options o = s.opt;  // the last positions that fit are accepted
+  o.dropout.row0 = (i64{1} << 32) - 6, o.dropout.key0 = (i64{1} << 34) - 7;
+  EXPECT_NO_THROW(forward(q.cview(), k.cview(), v.cview(), out.view(), lse.view(), o));
 }
 
 // Same bits for 1, 2 and 7 threads, dropout on: B·Hkv = 4 items, so 1 and 2 threads take the

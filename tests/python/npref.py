@@ -44,8 +44,11 @@ def _mask4(mask):
     return m.reshape((1,) * (4 - m.ndim) + m.shape)
 
 
-def attention_ref(q, k, v, *, dtype=np.float64, scale=None, causal=None, window=None, softcap=None, mask=None):
-    """(out, lse, cache) for [B, H, N, D] inputs; cache feeds backward_ref."""
+def attention_ref(q, k, v, *, dtype=np.float64, scale=None, causal=None, window=None, softcap=None, mask=None,
+                  dropout=None):
+    """(out, lse, cache) for [B, H, N, D] inputs; cache feeds backward_ref. dropout: the multipliers
+    M [B, Hq, Nq, Nk] (keep / (1 - p), else 0) applied to the probabilities before P V; lse stays the
+    undropped one."""
     q, k, v = (np.asarray(x).astype(dtype) for x in (q, k, v))
     B, Hq, Nq, Dk = q.shape
     Hkv, Nk = k.shape[1], k.shape[2]
@@ -74,9 +77,10 @@ def attention_ref(q, k, v, *, dtype=np.float64, scale=None, causal=None, window=
     e = np.where(vis, np.exp(s - np.where(empty, 0, mx)), 0).astype(dtype)
     den = e.sum(axis=-1, keepdims=True)
     p = np.where(empty, 0, e / np.where(empty, 1, den)).astype(dtype)
-    out = (p @ vr).astype(dtype)
+    m = None if dropout is None else np.asarray(dropout).astype(dtype)
+    out = ((p if m is None else p * m) @ vr).astype(dtype)
     lse = np.where(empty, -np.inf, mx + np.log(np.where(empty, 1, den)))[..., 0].astype(dtype)
-    cache = dict(q=q, kr=kr, vr=vr, p=p, beta=beta, t=t, g=g, out=out, dtype=dtype)
+    cache = dict(q=q, kr=kr, vr=vr, p=p, m=m, beta=beta, t=t, g=g, out=out, dtype=dtype)
     return out, lse, cache
 
 
@@ -85,7 +89,10 @@ def backward_ref(cache, dout):
     dt = cache["dtype"]
     dout = np.asarray(dout).astype(dt)
     p, kr, vr, q, out, beta = cache["p"], cache["kr"], cache["vr"], cache["q"], cache["out"], cache["beta"]
+    m = cache["m"]
     dP = dout @ np.swapaxes(vr, -1, -2)
+    if m is not None:  # out = (P∘M) V: dP is seen through the mask, and dV takes P∘M
+        dP = dP * m
     delta = (dout * out).sum(axis=-1, keepdims=True)
     dS = p * (dP - delta)
     if cache["t"] is not None:
@@ -93,7 +100,7 @@ def backward_ref(cache, dout):
     dX = (beta * dS).astype(dt)
     dq = dX @ kr
     dk_rep = np.swapaxes(dX, -1, -2) @ q
-    dv_rep = np.swapaxes(p, -1, -2) @ dout
+    dv_rep = np.swapaxes(p if m is None else p * m, -1, -2) @ dout
     B, Hq = q.shape[:2]
     g = cache["g"]
 
