@@ -72,7 +72,7 @@ struct SuiteOptions {
   Isa isa = Isa::automatic;
   bool blas = true, torch = true;
   std::function<void(const std::string&)> progress;  // what is running now; may be empty
-  std::vector<VarlenRow> varlen;  // packed-versus-padded rows (the default suite has one)
+  std::vector<VarlenRow> varlen;  // packed-versus-padded rows (the default suite: one per dtype)
 };
 
 struct SuiteResult {
