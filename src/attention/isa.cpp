@@ -11,10 +11,13 @@ bool isa_supported(Isa isa) {
   switch (isa) {
     case Isa::automatic:
     case Isa::scalar: return true;
-    case Isa::avx2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    // Exactly the extensions src/CMakeLists.txt compiles each path with (SDPA_*_FLAGS).
+    case Isa::avx2:
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
     case Isa::avx512:
       return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
-             __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("fma");
+             __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("fma") &&
+             __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
   }
   return false;
 }

@@ -192,13 +192,18 @@ TEST_P(AttentionGrad, MatchesFiniteDifferences) {
   EXPECT_GT(std::abs(dtheta[0]) + std::abs(dtheta[1]), 1e-6);
 }
 
+namespace sdpa::nn {
+// The transform's name, for the test's name and for gtest's GetParam() line (which would
+// print the enum's bytes without a PrintTo found by argument-dependent lookup).
+const char* transform_name(QkTransform t) {
+  return t == QkTransform::plain ? "plain" : t == QkTransform::normalize ? "normalize" : "log_n";
+}
+void PrintTo(QkTransform t, std::ostream* os) { *os << transform_name(t); }
+}  // namespace sdpa::nn
+
 INSTANTIATE_TEST_SUITE_P(Transforms, AttentionGrad,
                          ::testing::Values(nn::QkTransform::plain, nn::QkTransform::normalize, nn::QkTransform::log_n),
-                         [](const auto& info) {
-                           return info.param == nn::QkTransform::plain       ? std::string("plain")
-                                  : info.param == nn::QkTransform::normalize ? std::string("normalize")
-                                                                             : std::string("log_n");
-                         });
+                         [](const auto& info) { return std::string(nn::transform_name(info.param)); });
 
 // The whole model in fp64: loss against every parameter (sub-sampled), per policy.
 class ModelGrad : public ::testing::TestWithParam<const char*> {};
