@@ -77,7 +77,13 @@ def group_title(g):
     return f"d_model {d_model}, d_k {dk}" + (f", {init}" if init else "") + (f", lr {lr:g}" if lr else "")
 
 
-def panel_grid(doc, key, title, ylabel, log=False, reduce=flat_mean):
+def loss_unit(doc):
+    """(factor, unit): the text task's losses are shown in bits per character (the unit of its tables and of
+    docs/training.md), the others in nats."""
+    return (1 / math.log(2), "bits/char") if doc.get("task") == "text" else (1.0, "nats")
+
+
+def panel_grid(doc, key, title, ylabel, log=False, reduce=flat_mean, scale=1.0):
     groups = list(dict.fromkeys(group_of(r) for r in doc["runs"]))
     policies = list(dict.fromkeys(r["policy"] for r in doc["runs"]))
     cols = min(len(groups), 3)
@@ -90,6 +96,7 @@ def panel_grid(doc, key, title, ylabel, log=False, reduce=flat_mean):
             s, m, lo, hi = mean_curve(runs, key, reduce)
             if not s:
                 continue
+            m, lo, hi = ([y * scale for y in ys] for ys in (m, lo, hi))
             ax.plot(s, m, color=COLORS[i % len(COLORS)], label=p, lw=1.5)
             ax.fill_between(s, lo, hi, color=COLORS[i % len(COLORS)], alpha=0.15, lw=0)
         ax.set_title(f"{title}, {group_title(g)}", fontsize=9)
@@ -109,7 +116,7 @@ def paired_plot(doc):
     rows = [r for r in doc["summary"] if r.get("paired_difference_n")]
     if not rows:
         return "<p>No paired differences (they need inv_sqrt_dk in the sweep and a second policy).</p>"
-    unit = 1 / math.log(2) if doc.get("task") == "text" else 1.0
+    unit, unit_name = loss_unit(doc)
     groups = list(dict.fromkeys(group_of(r) for r in rows))
     fig, ax = plt.subplots(figsize=(10, 0.35 * len(rows) + 1.5))
     labels = []
@@ -125,7 +132,7 @@ def paired_plot(doc):
     ax.axvline(0, color="k", lw=0.8)
     ax.set_yticks(range(len(rows)))
     ax.set_yticklabels(labels, fontsize=8)
-    ax.set_xlabel("held-out " + ("bits/char" if unit != 1.0 else "loss (nats)") + " minus inv_sqrt_dk's, same seed")
+    ax.set_xlabel(f"held-out loss ({unit_name}) minus inv_sqrt_dk's, same seed")
     ax.grid(alpha=0.3, axis="x")
     return ("<p>An interval that excludes 0 is a difference the seeds agree on; one that contains 0 is "
             "within the noise of these seeds.</p>" + fig_to_img(fig, "paired differences"))
@@ -137,7 +144,7 @@ def lr_section(doc):
     rows = [r for r in doc["summary"] if r.get("lr")]
     if len({r["lr"] for r in rows}) < 2:
         return ""
-    unit = 1 / math.log(2) if doc.get("task") == "text" else 1.0
+    unit, unit_name = loss_unit(doc)
     panels = list(dict.fromkeys(group_of(r)[:3] for r in rows))
     policies = list(dict.fromkeys(r["policy"] for r in rows))
     cols = min(len(panels), 3)
@@ -172,7 +179,7 @@ def lr_section(doc):
         ax.minorticks_off()
         ax.set_title(f"held-out loss against lr, {group_title(g + (None,))}", fontsize=9)
         ax.set_xlabel("peak learning rate")
-        ax.set_ylabel("held-out " + ("bits/char" if unit != 1.0 else "loss (nats)") + ", end of training")
+        ax.set_ylabel(f"held-out loss ({unit_name}), end of training")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8, loc="best")
     for k in range(len(panels), nrows * cols):
@@ -208,8 +215,8 @@ def ci(r, key, unit=1.0):
 
 
 def summary_table(doc):
-    unit = 1 / math.log(2) if doc.get("task") == "text" else 1.0
-    name = "eval bits/char" if unit != 1.0 else "eval loss"
+    unit, unit_name = loss_unit(doc)
+    name = "eval bits/char" if unit_name == "bits/char" else "eval loss"
     cols = [("policy", lambda r: fmt(r.get("policy"))), ("d_model", lambda r: fmt(r.get("d_model"))),
             ("d_k", lambda r: fmt(r.get("d_head") or r.get("d_model"))), ("init", lambda r: fmt(r.get("init"))),
             ("lr", lambda r: fmt(r.get("lr"))),
@@ -280,7 +287,8 @@ def main():
         f"<pre>{html.escape(doc['table'])}</pre>",
         lr_section(doc),
         "<h2>Learning curves</h2>",
-        panel_grid(doc, "eval_loss", "held-out loss", "cross-entropy (nats)", log=True),
+        panel_grid(doc, "eval_loss", "held-out loss", f"cross-entropy ({loss_unit(doc)[1]})", log=True,
+                   scale=loss_unit(doc)[0]),
         panel_grid(doc, "eval_accuracy", "held-out accuracy", "accuracy"),
         "<h2>Temperature β and what the adaptive rules measure</h2>",
         "<p>β: mean over layers and heads. σ_X: std of the attention input (LayerNorm output); σ_Wq, σ_Wk: std of "
