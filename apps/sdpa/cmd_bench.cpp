@@ -30,7 +30,7 @@ struct Args {
   double dropout = 0.0;
   std::string suite, format = "table", isa = "auto";
   std::string varlen;  // lengths "2048,1024,…": one packed-versus-padded row instead of a shape
-  bool ring = false;  // under mpirun (cmd_ring.cpp)
+  bool ring = false;   // under mpirun (cmd_ring.cpp)
   std::string layout = "zigzag";
 };
 
@@ -109,7 +109,8 @@ void print_json(const bench::SuiteResult& res) {
 void print_table(const Args& a, const bench::SuiteResult& res) {
   const auto& rule = a.rule;
   fmt::print(
-      "sdpa bench: fp32 (bf16/fp16 where the pass says so), isa {}, medians after {} warm-up of >= {} runs adding up to >= {} s (at most {} runs); peaks "
+      "sdpa bench: fp32 (bf16/fp16 where the pass says so), isa {}, medians after {} warm-up of >= {} runs adding up "
+      "to >= {} s (at most {} runs); peaks "
       "measured in this run (before and after the timings, the larger kept)\n",
       isa_name(res.isa), rule.warmup_runs, rule.min_runs, rule.min_seconds, std::max(rule.max_runs, rule.min_runs));
   for (auto [t, gf] : res.peaks.fma_gflops)
@@ -153,10 +154,11 @@ void print_table(const Args& a, const bench::SuiteResult& res) {
       "bw').\n");
   for (const auto& r : res.rows)
     if (r.dropout_cost() > 0)
-      fmt::print("\ndropout {} {} ({} threads): {:.3f} ms against {:.3f} ms at p=0: x{:.2f} the time; medians of {} and {} "
-                 "alternating runs\n",
-                 bench::pass_name(r.c), bench::label(r.c.shape), r.c.threads, 1e3 * r.sdpa.median_seconds,
-                 1e3 * r.undropped.median_seconds, r.dropout_cost(), r.sdpa.runs, r.undropped.runs);
+      fmt::print(
+          "\ndropout {} {} ({} threads): {:.3f} ms against {:.3f} ms at p=0: x{:.2f} the time; medians of {} and {} "
+          "alternating runs\n",
+          bench::pass_name(r.c), bench::label(r.c.shape), r.c.threads, 1e3 * r.sdpa.median_seconds,
+          1e3 * r.undropped.median_seconds, r.dropout_cost(), r.sdpa.runs, r.undropped.runs);
   for (const auto& v : res.varlen)
     fmt::print(
         "\n{} {} ({} threads): packed {:.3f} ms ({:.1f} GFLOP/s, {:.1f}% peak), padded to the longest {:.3f} ms: "
@@ -180,7 +182,8 @@ int run(const Args& a) {
     throw Error("--format: expected table or json, got '" + a.format + "'");
   a.rule.validate();
   if (a.threads < 0) throw Error("--threads: must be >= 0, got " + std::to_string(a.threads));
-  if (!(a.dropout >= 0.0 && a.dropout < 1.0)) throw Error("--dropout: must be in [0, 1), got " + std::to_string(a.dropout));
+  if (!(a.dropout >= 0.0 && a.dropout < 1.0))
+    throw Error("--dropout: must be in [0, 1), got " + std::to_string(a.dropout));
   bench::SuiteOptions o;
   o.rule = a.rule;
   o.isa = parse_isa(a.isa.c_str(), "--isa");
@@ -218,7 +221,8 @@ int run(const Args& a) {
                        a.causal ? Causal::top_left : Causal::none,
                        a.backward ? bench::Pass::backward : bench::Pass::forward,
                        threads,
-                       *dtype, a.dropout});
+                       *dtype,
+                       a.dropout});
   }
   const bool tty = stderr_is_terminal();
   if (tty) o.progress = [](const std::string& m) { fmt::print(stderr, "\r\033[Ksdpa bench: {}", m); };

@@ -14,7 +14,6 @@
 #include "lab/registry.hpp"
 #include "sdpa/sdpa.hpp"
 
-
 #include <cstdio>
 
 namespace sdpa::cli {

@@ -65,10 +65,10 @@ int run_ring_attention(const RingFiles& f, const Options& opt_in) {
     if (!f.mask.empty()) {
       mask = load_mask(f.mask);
       use_mask(mask, opt);
-      const auto& bits = mask.keep ? std::string_view(reinterpret_cast<const char*>(mask.keep_bits.data()),
-                                                      mask.keep_bits.size())
-                                   : std::string_view(reinterpret_cast<const char*>(mask.additive.data()),
-                                                      mask.additive.size() * sizeof(float));
+      const auto& bits =
+          mask.keep ? std::string_view(reinterpret_cast<const char*>(mask.keep_bits.data()), mask.keep_bits.size())
+                    : std::string_view(reinterpret_cast<const char*>(mask.additive.data()),
+                                       mask.additive.size() * sizeof(float));
       dist::require_agreement(comm, "--mask (its shape and bytes)",
                               shape_str(mask.shape) + (mask.keep ? " keep " : " additive ") +
                                   std::to_string(std::hash<std::string_view>{}(bits)));

@@ -42,14 +42,16 @@ int sweep_on(SweepArgs& a, const nn::SweepShare& share) {
   const ReportDir dir(a.out);
   if (!a.no_store) a.spec.store = dir.path() + "/runs";
   const std::string script = io::data_file("sdpa_train_report.py");  // before the training, not after
-  const bool tty = stderr_is_terminal() && share.ranks == 1;  // lines updated in place do not mix across ranks
+  const bool tty = stderr_is_terminal() && share.ranks == 1;         // lines updated in place do not mix across ranks
   const auto& s = a.spec;
-  const std::string who = share.ranks > 1 ? fmt::format("sdpa sweep [rank {}/{}]", share.rank, share.ranks) : "sdpa sweep";
-  const std::size_t widths = std::max<std::size_t>(1, s.widths.size()), inits = std::max<std::size_t>(1, s.inits.size()),
-                    lrs = std::max<std::size_t>(1, s.lrs.size());
+  const std::string who =
+      share.ranks > 1 ? fmt::format("sdpa sweep [rank {}/{}]", share.rank, share.ranks) : "sdpa sweep";
+  const std::size_t widths = std::max<std::size_t>(1, s.widths.size()),
+                    inits = std::max<std::size_t>(1, s.inits.size()), lrs = std::max<std::size_t>(1, s.lrs.size());
   // The count is the grid's own: a --d-head 0 that equals another head size at a width is one run.
   if (share.rank == 0)
-    fmt::print(stderr, "sdpa sweep: {} runs ({} policies x {} widths x head sizes {} x {} inits x {} lrs x {} seeds){}{}\n",
+    fmt::print(stderr,
+               "sdpa sweep: {} runs ({} policies x {} widths x head sizes {} x {} inits x {} lrs x {} seeds){}{}\n",
                nn::grid_size(s), s.policies.size(), widths, fmt::join(s.d_heads, ","), inits, lrs, s.seeds.size(),
                share.ranks > 1 ? fmt::format(" over {} ranks", share.ranks) : "",
                s.budget_s > 0 ? fmt::format("; measuring the speed for --budget {}", duration(s.budget_s)) : "");
@@ -57,32 +59,37 @@ int sweep_on(SweepArgs& a, const nn::SweepShare& share) {
   double last_line = -1e9;
   // Progress: a line updated in place on a terminal; elsewhere (a log file) one line per
   // finished run and one every 30 s, so that a sweep left running can be followed with tail.
-  const nn::SweepResult result = nn::sweep(s, [&](const nn::SweepStatus& st) {
-    const nn::SweepRun& r = *st.run;
-    const std::string run = fmt::format("{} d_model={} d_k={} init={} lr={} seed={}", r.policy, r.d_model,
-                                        r.d_head ? r.d_head : r.d_model, r.init, r.lr, r.seed);
-    const std::string where = fmt::format("{}: {} {}/{} runs done{}, {} elapsed, ETA {}", who, st.stage, st.done,
-                                          st.total, st.stored ? fmt::format(" ({} stored before)", st.stored) : "",
-                                          duration(seconds_since(t0)), duration(st.eta_s));
-    if (st.finished) {
-      const std::string what =
-          st.stage == "training" ? fmt::format("finished {}: held-out loss {:.4f}{}", run, r.summary.eval_loss,
-                                               r.summary.diverged ? " (diverged)" : "")
-                                 : "evaluated " + run;
-      fmt::print(stderr, "{}{}; {}\n", tty ? "\r\033[K" : "", where, what);
-      last_line = now_seconds();
-    } else if (tty && now_seconds() - last_line > 0.5) {
-      fmt::print(stderr, "\r\033[K{}; step {}/{} of {}", where, st.step, st.steps, run);
-      last_line = now_seconds();
-    } else if (!tty && now_seconds() - last_line > 30) {
-      fmt::print(stderr, "{}; step {}/{} of {}\n", where, st.step, st.steps, run);
-      last_line = now_seconds();
-    }
-  }, share);
+  const nn::SweepResult result = nn::sweep(
+      s,
+      [&](const nn::SweepStatus& st) {
+        const nn::SweepRun& r = *st.run;
+        const std::string run = fmt::format("{} d_model={} d_k={} init={} lr={} seed={}", r.policy, r.d_model,
+                                            r.d_head ? r.d_head : r.d_model, r.init, r.lr, r.seed);
+        const std::string where = fmt::format("{}: {} {}/{} runs done{}, {} elapsed, ETA {}", who, st.stage, st.done,
+                                              st.total, st.stored ? fmt::format(" ({} stored before)", st.stored) : "",
+                                              duration(seconds_since(t0)), duration(st.eta_s));
+        if (st.finished) {
+          const std::string what = st.stage == "training"
+                                       ? fmt::format("finished {}: held-out loss {:.4f}{}", run, r.summary.eval_loss,
+                                                     r.summary.diverged ? " (diverged)" : "")
+                                       : "evaluated " + run;
+          fmt::print(stderr, "{}{}; {}\n", tty ? "\r\033[K" : "", where, what);
+          last_line = now_seconds();
+        } else if (tty && now_seconds() - last_line > 0.5) {
+          fmt::print(stderr, "\r\033[K{}; step {}/{} of {}", where, st.step, st.steps, run);
+          last_line = now_seconds();
+        } else if (!tty && now_seconds() - last_line > 30) {
+          fmt::print(stderr, "{}; step {}/{} of {}\n", where, st.step, st.steps, run);
+          last_line = now_seconds();
+        }
+      },
+      share);
   if (tty) fmt::print(stderr, "\r\033[K");
   if (!result.complete) return 0;  // rank 0 writes the report
-  for (const auto& c : result.cuts) fmt::print(stderr, "sdpa sweep: --budget: {}\n", c.rfind("the full", 0) == 0 ? c : "cut " + c);
-  if (s.budget_s > 0) fmt::print(stderr, "sdpa sweep: --budget: estimated {} for the runs kept\n", duration(result.estimate_s));
+  for (const auto& c : result.cuts)
+    fmt::print(stderr, "sdpa sweep: --budget: {}\n", c.rfind("the full", 0) == 0 ? c : "cut " + c);
+  if (s.budget_s > 0)
+    fmt::print(stderr, "sdpa sweep: --budget: estimated {} for the runs kept\n", duration(result.estimate_s));
   fmt::print(stderr, "sdpa sweep: {} at a time, {} thread(s) each{}\n", result.jobs, result.threads,
              result.ranks > 1 ? fmt::format(" (rank 0; {} ranks)", result.ranks) : "");
 
@@ -115,7 +122,8 @@ Command add_sweep(CLI::App& parent) {
   add_train_options(app, a->spec.base, false);
   app->add_option("--policies", a->spec.policies, "Temperature policies")->capture_default_str();
   app->add_option("--seeds", a->spec.seeds, "Seeds (one run each)")->capture_default_str();
-  app->add_option("--d-head", a->spec.d_heads, "Head sizes d_k (heads = d_model / d_k); 0: one head as wide as the model")
+  app->add_option("--d-head", a->spec.d_heads,
+                  "Head sizes d_k (heads = d_model / d_k); 0: one head as wide as the model")
       ->capture_default_str();
   app->add_option("--widths", a->spec.widths, "Model widths d_model to sweep (default: --d-model)");
   app->add_option("--inits", a->spec.inits, "Initialisations to sweep: xavier | normal:<sigma> (default: --init)");

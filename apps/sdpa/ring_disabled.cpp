@@ -12,8 +12,9 @@ int run_ring_bench(const RingBenchArgs&) {
 
 int run_sweep_ranks(const std::function<int(const nn::SweepShare&)>&) {
   // Else each rank would train the whole grid and write the same files.
-  throw Error("sweep: started by mpirun, but this sdpa was built without MPI (Debian: libopenmpi-dev; then "
-              "reconfigure); run it without mpirun");
+  throw Error(
+      "sweep: started by mpirun, but this sdpa was built without MPI (Debian: libopenmpi-dev; then "
+      "reconfigure); run it without mpirun");
 }
 
 }  // namespace sdpa::cli

@@ -72,16 +72,16 @@ struct SuiteOptions {
   Isa isa = Isa::automatic;
   bool blas = true, torch = true;
   std::function<void(const std::string&)> progress;  // what is running now; may be empty
-  std::vector<VarlenRow> varlen;  // packed-versus-padded rows (the default suite: one per dtype)
+  std::vector<VarlenRow> varlen;                     // packed-versus-padded rows (the default suite: one per dtype)
 };
 
 struct SuiteResult {
   std::vector<Row> rows;
   Peaks peaks;
-  Isa isa = Isa::automatic;  // the kernel's instruction set that ran (resolved)
-  std::string torch_about;   // which PyTorch ran, or why none did
-  double rss_sdpa_mib = 0;   // peak RSS after the fast kernel's runs (before the BLAS baseline's)
-  double tensors_mib = 0;    // the largest row's inputs, outputs and gradients
+  Isa isa = Isa::automatic;       // the kernel's instruction set that ran (resolved)
+  std::string torch_about;        // which PyTorch ran, or why none did
+  double rss_sdpa_mib = 0;        // peak RSS after the fast kernel's runs (before the BLAS baseline's)
+  double tensors_mib = 0;         // the largest row's inputs, outputs and gradients
   std::vector<VarlenRow> varlen;  // SuiteOptions::varlen, timed
 };
 

@@ -119,8 +119,8 @@ void run_varlen_as(VarlenRow& r, const TimerRule& rule, Isa isa) {
   const View<const std::int64_t, 1> offsets{cu.data(), {B + 1}, {1}};
   const auto packed = [&] {
     forward_varlen(contiguous<const T>(qt.data(), {tokens, H, D}), contiguous<const T>(kt.data(), {tokens, H, D}),
-                   contiguous<const T>(vt.data(), {tokens, H, D}), offsets, offsets, contiguous(outt.data(), {tokens, H, D}),
-                   contiguous(lse.data(), {H, tokens}), opt);
+                   contiguous<const T>(vt.data(), {tokens, H, D}), offsets, offsets,
+                   contiguous(outt.data(), {tokens, H, D}), contiguous(lse.data(), {H, tokens}), opt);
   };
   Options padded_opt = opt;
   padded_opt.keep = contiguous<const std::uint8_t>(keep.data(), {B, 1, 1, Lmax});

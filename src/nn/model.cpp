@@ -294,7 +294,7 @@ void Model<T>::backward(Stats* st) {
   dfcg_.resize(4 * RC);
   dqkv_.resize(3 * RC);
   std::vector<T>&dlogits = dlogits_, &dx = dx_, &dtmp = dtmp_, &dbranch = dbranch_, &dres = dres_, &datt = datt_,
-                 &dfc = dfc_, &dfcg = dfcg_, &dqkv = dqkv_;
+  &dfc = dfc_, &dfcg = dfcg_, &dqkv = dqkv_;
   crossentropy_backward(dlogits.data(), probs_.data(), tgt_.data(), R, V, counted_);
   linear_backward(dtmp.data(), g + layout.wlm, static_cast<T*>(nullptr), dlogits.data(), lnf_.data(), p + layout.wlm, R,
                   C, V);

@@ -88,7 +88,7 @@ class Model {
   std::vector<LayerActs> acts_;
   std::vector<T> xf_, lnf_, lnf_mean_, lnf_rstd_, logits_, probs_;
   // Work buffers of forward and backward, kept between steps so that a step allocates nothing.
-  std::vector<T> x_, tmp_;                                                      // (B, T, C)
+  std::vector<T> x_, tmp_;                                                          // (B, T, C)
   std::vector<T> dlogits_, dx_, dtmp_, dbranch_, dres_, datt_, dfc_, dfcg_, dqkv_;  // (B, T, V | C | 4C | 3C)
   i64 counted_ = 0;
   void compute_beta(i64 l, LayerActs& a, bool update_state, Stats* stats);

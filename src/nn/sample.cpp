@@ -42,8 +42,7 @@ std::string sample(const Checkpoint& ck, const SampleConfig& s) {
     throw Error("--resume: not a text-task checkpoint (task " + (f.count("task") ? f.at("task") : "?") +
                 "); only `sdpa train --task text` checkpoints can be sampled");
   if (s.tokens < 0) throw Error("--tokens: must be >= 0, got " + std::to_string(s.tokens));
-  if (!(s.temperature >= 0) || !std::isfinite(s.temperature))
-    throw Error("--temperature: must be a finite value >= 0");
+  if (!(s.temperature >= 0) || !std::isfinite(s.temperature)) throw Error("--temperature: must be a finite value >= 0");
   const std::vector<char32_t> alphabet = alphabet_from_hex(f.at("alphabet"), "--resume");
   const std::u32string prompt = decode_utf8(s.prompt, "--prompt");
   if (prompt.empty()) throw Error("--prompt: must hold at least one character");

@@ -44,9 +44,9 @@ double mean_of(const std::vector<double>& v) {
 // t(0.975, df): the two-sided 95 % Student-t quantile, df = 1..30 (standard tables), then
 // the normal's 1.96 (within 2 % of t for df > 30).
 double t975(i64 df) {
-  static const double t[] = {12.706, 4.303, 3.182,         2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
-                             2.201,  2.179, 2.160,         2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
-                             2.080,  2.074, 2.069,         2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042};
+  static const double t[] = {12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+                             2.201,  2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
+                             2.080,  2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042};
   return df <= 0 ? NAN : df <= 30 ? t[df - 1] : 1.96;
 }
 
@@ -56,8 +56,8 @@ struct Job {
   TrainHooks hooks;
   std::vector<StepRecord>* log = nullptr;  // logged steps, if wanted
   TrainSummary* summary = nullptr;
-  const SweepRun* run = nullptr;            // the grid cell (progress, errors)
-  std::function<void()> after;              // on success (storing the run)
+  const SweepRun* run = nullptr;  // the grid cell (progress, errors)
+  std::function<void()> after;    // on success (storing the run)
 };
 
 // Trains the jobs, `jobs` at a time on their own threads (each run's OpenMP team is its
@@ -230,7 +230,9 @@ Spread spread(const std::vector<double>& v) {
 
 namespace {
 
-std::vector<i64> widths_of(const SweepSpec& s) { return s.widths.empty() ? std::vector<i64>{s.base.d_model} : s.widths; }
+std::vector<i64> widths_of(const SweepSpec& s) {
+  return s.widths.empty() ? std::vector<i64>{s.base.d_model} : s.widths;
+}
 std::vector<std::string> inits_of(const SweepSpec& s) {
   return s.inits.empty() ? std::vector<std::string>{s.base.init} : s.inits;
 }
@@ -353,8 +355,7 @@ void fit_budget(SweepSpec& spec, SweepResult& res, const std::function<bool(cons
     res.cuts.push_back(cut);
     est = estimate();
   }
-  if (!res.cuts.empty())
-    res.cuts.insert(res.cuts.begin(), fmt::format("the full grid needed about {:.0f} s", full));
+  if (!res.cuts.empty()) res.cuts.insert(res.cuts.begin(), fmt::format("the full grid needed about {:.0f} s", full));
   res.estimate_s = est;
 }
 
@@ -384,7 +385,8 @@ void validate(const SweepSpec& spec) {
   }
   if (spec.jobs < 0) throw Error("--jobs: must be >= 0, got " + std::to_string(spec.jobs));
   if (spec.base.threads < 0) throw Error("--threads: must be >= 0, got " + std::to_string(spec.base.threads));
-  if (spec.budget_s < 0 || !std::isfinite(spec.budget_s)) throw Error("--budget: must be a finite number of seconds >= 0");
+  if (spec.budget_s < 0 || !std::isfinite(spec.budget_s))
+    throw Error("--budget: must be a finite number of seconds >= 0");
 }
 
 SweepResult sweep(const SweepSpec& spec_in, const SweepProgress& progress, const SweepShare& share) {
@@ -431,7 +433,9 @@ SweepResult sweep(const SweepSpec& spec_in, const SweepProgress& progress, const
   // ---- training (or loading what the store holds) -------------------------------------
   res.runs = grid(spec);
   // A shared sweep: rank `rank` takes every ranks-th run.
-  auto mine = [&](std::size_t i) { return i % static_cast<std::size_t>(share.ranks) == static_cast<std::size_t>(share.rank); };
+  auto mine = [&](std::size_t i) {
+    return i % static_cast<std::size_t>(share.ranks) == static_cast<std::size_t>(share.rank);
+  };
   // Final states kept: adaptive runs' for the ensemble rule, the sampled runs' for the samples.
   std::vector<Checkpoint> states(res.runs.size());
   const std::vector<std::size_t> sampled = sampled_runs(spec, res.runs);
@@ -440,8 +444,8 @@ SweepResult sweep(const SweepSpec& spec_in, const SweepProgress& progress, const
   for (std::size_t i = 0; i < res.runs.size(); ++i) {
     if (!mine(i)) continue;
     SweepRun& r = res.runs[i];
-    const bool keep_state = (ensemble && r.policy == "adaptive") ||
-                            std::find(sampled.begin(), sampled.end(), i) != sampled.end();
+    const bool keep_state =
+        (ensemble && r.policy == "adaptive") || std::find(sampled.begin(), sampled.end(), i) != sampled.end();
     if (!spec.store.empty() && load_run(spec.store, r, identity_of(r), keep_state ? &states[i] : nullptr)) {
       ++loaded;
       continue;
@@ -472,7 +476,8 @@ SweepResult sweep(const SweepSpec& spec_in, const SweepProgress& progress, const
     }
     std::size_t at = 0;  // rank p's runs are p, p + P, ..., in order
     for (int p = 0; p < share.ranks; ++p)
-      for (std::size_t i = static_cast<std::size_t>(p); i < res.runs.size(); i += static_cast<std::size_t>(share.ranks)) {
+      for (std::size_t i = static_cast<std::size_t>(p); i < res.runs.size();
+           i += static_cast<std::size_t>(share.ranks)) {
         if (at + 3 > all.size()) throw Error("sweep: rank " + std::to_string(p) + " sent fewer runs than its share");
         SweepRun& r = res.runs[i];
         if (p != 0) {
@@ -541,7 +546,8 @@ SweepResult sweep(const SweepSpec& spec_in, const SweepProgress& progress, const
     for (const auto& r : res.runs)
       if (a(r) && !r.summary.diverged)
         for (const auto& o : res.runs)
-          if (b(o) && o.seed == r.seed && !o.summary.diverged) diff.push_back(r.summary.eval_loss - o.summary.eval_loss);
+          if (b(o) && o.seed == r.seed && !o.summary.diverged)
+            diff.push_back(r.summary.eval_loss - o.summary.eval_loss);
     return spread(diff);
   };
   for (const auto& g : groups)
@@ -611,7 +617,8 @@ std::string summary_table(const SweepResult& r) {
   const double unit = text ? 1.0 / std::log(2.0) : 1.0;
   auto ci = [unit](const Spread& s) {  // "mean ± 95 % half-width"; the mean alone for one value
     if (s.n == 0) return std::string("-");
-    return s.n < 2 ? fmt::format("{:.4f}", unit * s.mean) : fmt::format("{:.4f} ± {:.4f}", unit * s.mean, unit * s.ci95);
+    return s.n < 2 ? fmt::format("{:.4f}", unit * s.mean)
+                   : fmt::format("{:.4f} ± {:.4f}", unit * s.mean, unit * s.ci95);
   };
   auto pm = [](const Spread& s) {  // "mean ± sd"
     if (s.n == 0) return std::string("-");
@@ -641,8 +648,8 @@ std::string summary_table(const SweepResult& r) {
                      c.paired_difference.n ? ci(c.paired_difference) : "", pm(c.eval_accuracy), steps,
                      fmt::format("{}/{}", c.diverged, c.runs), fmt::format("{:.4g}", c.beta_mean),
                      c.long_accuracy.n ? fmt::format(" {:>18}", pm(c.long_accuracy)) : "",
-                     !several_lrs  ? ""
-                     : c.best_lr   ? fmt::format(" {:>20}", "*")
+                     !several_lrs     ? ""
+                     : c.best_lr      ? fmt::format(" {:>20}", "*")
                      : c.vs_best_lr.n ? fmt::format(" {:>20}", ci(c.vs_best_lr))
                                       : fmt::format(" {:>20}", "-"));
   }
@@ -715,40 +722,42 @@ nlohmann::ordered_json to_json(const SweepResult& r) {
                     {"final", to_json(run.summary)},
                     {"log", log}});
   }
-  return {{"version", SDPA_VERSION_STRING},
-          {"task", b.task},
-          {"corpus", b.task == "text" ? nlohmann::ordered_json(b.corpus.empty() ? "shakespeare" : b.corpus)
-                                      : nlohmann::ordered_json(nullptr)},
-          {"d_model", b.d_model},
-          {"widths", widths_of(r.spec)},
-          {"inits", inits_of(r.spec)},
-          {"lrs", lrs_of(r.spec)},
-          {"layers", b.layers},
-          {"seq", b.seq},
-          {"steps", b.steps},
-          {"batch", b.batch},
-          {"lr", io::json_number(b.lr)},
-          {"warmup", b.warmup},
-          {"init", b.init},
-          {"threshold", io::json_number(b.threshold)},
-          {"jobs", r.jobs},
-          {"threads", r.threads},
-          {"ranks", r.ranks},
-          {"seconds", r.seconds},
-          {"train_seconds", r.train_seconds},
-          {"runs_from_store", std::count_if(r.runs.begin(), r.runs.end(), [](const SweepRun& x) { return x.from_store; })},
-          {"budget_s", io::json_number(r.spec.budget_s)},
-          {"budget_estimate_s", io::json_number(r.estimate_s)},
-          {"budget_cuts", r.cuts},
-          {"table", summary_table(r)},
-          {"summary", summary},
-          {"ensemble", ensemble},
-          {"sample", {{"prompt", r.spec.sample.prompt},
-                      {"tokens", r.spec.sample.tokens},
-                      {"temperature", io::json_number(r.spec.sample.temperature)},
-                      {"seed", r.spec.sample.seed}}},
-          {"samples", samples},
-          {"runs", runs}};
+  return {
+      {"version", SDPA_VERSION_STRING},
+      {"task", b.task},
+      {"corpus", b.task == "text" ? nlohmann::ordered_json(b.corpus.empty() ? "shakespeare" : b.corpus)
+                                  : nlohmann::ordered_json(nullptr)},
+      {"d_model", b.d_model},
+      {"widths", widths_of(r.spec)},
+      {"inits", inits_of(r.spec)},
+      {"lrs", lrs_of(r.spec)},
+      {"layers", b.layers},
+      {"seq", b.seq},
+      {"steps", b.steps},
+      {"batch", b.batch},
+      {"lr", io::json_number(b.lr)},
+      {"warmup", b.warmup},
+      {"init", b.init},
+      {"threshold", io::json_number(b.threshold)},
+      {"jobs", r.jobs},
+      {"threads", r.threads},
+      {"ranks", r.ranks},
+      {"seconds", r.seconds},
+      {"train_seconds", r.train_seconds},
+      {"runs_from_store", std::count_if(r.runs.begin(), r.runs.end(), [](const SweepRun& x) { return x.from_store; })},
+      {"budget_s", io::json_number(r.spec.budget_s)},
+      {"budget_estimate_s", io::json_number(r.estimate_s)},
+      {"budget_cuts", r.cuts},
+      {"table", summary_table(r)},
+      {"summary", summary},
+      {"ensemble", ensemble},
+      {"sample",
+       {{"prompt", r.spec.sample.prompt},
+        {"tokens", r.spec.sample.tokens},
+        {"temperature", io::json_number(r.spec.sample.temperature)},
+        {"seed", r.spec.sample.seed}}},
+      {"samples", samples},
+      {"runs", runs}};
 }
 
 }  // namespace sdpa::nn

@@ -19,12 +19,12 @@ struct SweepSpec {
   TrainConfig base;  // shared settings; policy, d_model, heads, init, lr and seed are set per run
   std::vector<std::string> policies;
   std::vector<std::uint64_t> seeds;
-  std::vector<i64> d_heads;         // head sizes; 0: one head as wide as the model (d_k = d_model)
-  std::vector<i64> widths;          // d_model values (empty: base.d_model)
-  std::vector<std::string> inits;   // initialisations (empty: base.init)
-  std::vector<double> lrs;          // peak learning rates (empty: base.lr)
-  bool ensemble = true;  // evaluate the ensemble rule when "adaptive" is among the policies
-  int jobs = 0;          // runs trained at once (0: min(2, cores)); the results do not depend on it
+  std::vector<i64> d_heads;        // head sizes; 0: one head as wide as the model (d_k = d_model)
+  std::vector<i64> widths;         // d_model values (empty: base.d_model)
+  std::vector<std::string> inits;  // initialisations (empty: base.init)
+  std::vector<double> lrs;         // peak learning rates (empty: base.lr)
+  bool ensemble = true;            // evaluate the ensemble rule when "adaptive" is among the policies
+  int jobs = 0;                    // runs trained at once (0: min(2, cores)); the results do not depend on it
   /// Where every finished run is stored as it finishes (one JSON file each, written
   /// atomically; adaptive runs also their final state, for the ensemble rule), and where a
   /// re-run finds the runs it need not train again. Empty: nothing stored.
@@ -113,9 +113,9 @@ struct SweepSample {
 };
 
 struct SweepResult {
-  SweepSpec spec;              // as run: after --budget's cuts
-  int jobs = 0, threads = 0;   // as run (per process)
-  int ranks = 1;               // processes the runs were spread over (SweepShare)
+  SweepSpec spec;             // as run: after --budget's cuts
+  int jobs = 0, threads = 0;  // as run (per process)
+  int ranks = 1;              // processes the runs were spread over (SweepShare)
   /// false on a process of a shared sweep other than rank 0: `runs` then holds only the
   /// runs this process trained or loaded (the others are default), and nothing else is set.
   bool complete = true;
@@ -123,23 +123,23 @@ struct SweepResult {
   std::vector<SweepCell> summary;
   std::vector<EnsembleRow> ensemble;
   std::vector<SweepSample> samples;  // text task: one per policy whose sampled run did not diverge
-  std::vector<std::string> cuts;  // what --budget removed, in words (empty: nothing)
-  double estimate_s = NAN;        // --budget's estimate of the training time of what was kept
+  std::vector<std::string> cuts;     // what --budget removed, in words (empty: nothing)
+  double estimate_s = NAN;           // --budget's estimate of the training time of what was kept
   double seconds = 0, train_seconds = 0;
 };
 
 /// What a sweep reports while it runs: after every training step of any run (step > 0)
 /// and after every finished run (finished = true). Calls come one at a time.
 struct SweepStatus {
-  std::string stage;           // "training" or "ensemble evaluation"
-  std::size_t done = 0;        // runs finished (those loaded from the store included)
-  std::size_t total = 0;       // runs in this stage
-  std::size_t stored = 0;      // of those, loaded from the store
-  bool finished = false;       // a run just finished (run names it)
+  std::string stage;              // "training" or "ensemble evaluation"
+  std::size_t done = 0;           // runs finished (those loaded from the store included)
+  std::size_t total = 0;          // runs in this stage
+  std::size_t stored = 0;         // of those, loaded from the store
+  bool finished = false;          // a run just finished (run names it)
   const SweepRun* run = nullptr;  // the run finished or stepping
-  i64 step = 0, steps = 0;     // the stepping run's step, of its steps
-  double elapsed_s = 0;        // since the stage began
-  double eta_s = NAN;          // the stage's remaining time at the rate so far (NaN: no rate yet)
+  i64 step = 0, steps = 0;        // the stepping run's step, of its steps
+  double elapsed_s = 0;           // since the stage began
+  double eta_s = NAN;             // the stage's remaining time at the rate so far (NaN: no rate yet)
 };
 using SweepProgress = std::function<void(const SweepStatus&)>;
 

