@@ -196,26 +196,25 @@ inline void mask_tile(const Problem& p, float* S, i64 rs, i64 cs, i64 lanes, i64
 // ---------------------------------------------------------------------------------------
 // Dropout multipliers of a tile: M(r, c) = 1/(1 - p) where p_ij of lane r, key j = j0 + c
 // survives, else 0, stored at M[r·rs + c·cs] (mask_tile's layouts). The decision is
-// sdpa/philox.hpp's dropout_keep4 — the reference kernel's own code — instantiated on this
+// sdpa/philox.hpp's dropout_keep8 — the reference kernel's own code — instantiated on this
 // ISA's Words: W lanes side by side, one Philox block per vector lane, each block deciding
-// four neighbouring keys of its lane (as FlashAttention's dropout.h spends one Philox call
-// on several elements; it splits the 128 bits into 16 bytes against an 8-bit threshold,
-// here they stay four 32-bit words against round(p·2^32), so p is not quantised to 1/256).
-// So the mask is the same in the forward and both backward schedules, for any tile order
-// and thread. Positions are the sequence's (Dropout::row0, key0): the tile's keys are
-// [g0, g0 + cols), g0 = key0 + j0, and since key0 (a block's start, e.g. a shard boundary)
-// need not be a multiple of 4, the loop runs over the key quads that overlap the tile and
-// stores the words of each that fall inside it — for an aligned g0 exactly the tile's own
-// quads. With rs = 1 (lanes along a vector) whole vectors are stored: M needs room for
-// round_up(lanes, W) lanes; otherwise (keys along a vector) each block's four vectors are
-// transposed through a small buffer.
+// eight neighbouring keys of its lane by its eight 16-bit halves (FlashAttention's
+// dropout.h also spends one Philox call on several elements, 16 bytes against an 8-bit
+// threshold). So the mask is the same in the forward and both backward schedules, for any
+// tile order and thread. Positions are the sequence's (Dropout::row0, key0): the tile's
+// keys are [g0, g0 + cols), g0 = key0 + j0, and since key0 (a block's start, e.g. a shard
+// boundary) need not be a multiple of 8, the loop runs over the key octets that overlap the
+// tile and stores the decisions of each that fall inside it — for an aligned g0 exactly the
+// tile's own octets. With rs = 1 (lanes along a vector) whole vectors are stored: M needs
+// room for round_up(lanes, W) lanes; otherwise (keys along a vector) each block's eight
+// vectors are transposed through a small buffer.
 template <class LaneAt>
 inline void dropout_tile(const Problem& p, float* M, i64 rs, i64 cs, i64 lanes, i64 b, i64 j0, i64 cols,
                          LaneAt lane_at) {
   const R scale = Vec::set1(p.dropout_scale);
   const i64 g0 = p.dropout.key0 + j0;  // the tile's first key in the sequence
   alignas(64) std::uint32_t row[W], batch_head[W];
-  alignas(64) float kept[4][W];
+  alignas(64) float kept[8][W];
   for (i64 r0 = 0; r0 < lanes; r0 += W) {
     for (int x = 0; x < W; ++x) {
       const LaneRow lane = lane_at(imin(r0 + x, lanes - 1));  // lanes past the last repeat it
@@ -223,18 +222,18 @@ inline void dropout_tile(const Problem& p, float* M, i64 rs, i64 cs, i64 lanes, 
       batch_head[x] = static_cast<std::uint32_t>((p.dropout.batch0 + b) * p.Hq + lane.h);
     }
     const typename Words::Word rows = Words::load(row), heads = Words::load(batch_head);
-    for (i64 quad = g0 >> 2; 4 * quad < g0 + cols; ++quad) {
-      const DropoutKeep4<Words> k =
-          dropout_keep4<Words>(p.dropout_stream, Words::set1(static_cast<std::uint32_t>(quad)), rows, heads);
-      const i64 c0 = 4 * quad - g0;  // the tile column of the quad's word 0, in [-3, cols)
-      const i64 w_lo = imax(0, -c0), w_hi = imin(4, cols - c0);  // the words inside the tile
+    for (i64 octet = g0 >> 3; 8 * octet < g0 + cols; ++octet) {
+      const DropoutKeep8<Words> k =
+          dropout_keep8<Words>(p.dropout_stream, Words::set1(static_cast<std::uint32_t>(octet)), rows, heads);
+      const i64 c0 = 8 * octet - g0;  // the tile column of the octet's key 0, in [-7, cols)
+      const i64 x_lo = imax(0, -c0), x_hi = imin(8, cols - c0);  // the keys inside the tile
       if (rs == 1) {
-        for (i64 w = w_lo; w < w_hi; ++w) Vec::store(M + (c0 + w) * cs + r0, Words::select(k.keep[w], scale));
+        for (i64 x = x_lo; x < x_hi; ++x) Vec::store(M + (c0 + x) * cs + r0, Words::select(k.keep[x], scale));
         continue;
       }
-      for (i64 w = w_lo; w < w_hi; ++w) Vec::store(kept[w], Words::select(k.keep[w], scale));
-      for (i64 x = 0; x < imin(W, lanes - r0); ++x)
-        for (i64 w = w_lo; w < w_hi; ++w) M[(r0 + x) * rs + (c0 + w) * cs] = kept[w][x];
+      for (i64 x = x_lo; x < x_hi; ++x) Vec::store(kept[x], Words::select(k.keep[x], scale));
+      for (i64 r = 0; r < imin(W, lanes - r0); ++r)
+        for (i64 x = x_lo; x < x_hi; ++x) M[(r0 + r) * rs + (c0 + x) * cs] = kept[x][r];
     }
   }
 }

@@ -64,6 +64,9 @@ struct Words {
     const Word even = _mm256_mul_epu32(x, mv), odd = _mm256_mul_epu32(_mm256_srli_epi64(x, 32), mv);
     hi = _mm256_blend_epi32(_mm256_srli_epi64(even, 32), odd, 0xAA);
   }
+  static void halves(Word x, Word& lo, Word& hi) {
+    lo = _mm256_and_si256(x, set1(0xFFFFu)), hi = _mm256_srli_epi32(x, 16);
+  }
   // x >= t unsigned: max(x, t) == x (AVX2 has no unsigned compare).
   static Mask at_least(Word x, std::uint32_t t) {
     return _mm256_castsi256_ps(_mm256_cmpeq_epi32(_mm256_max_epu32(x, set1(t)), x));

@@ -51,6 +51,9 @@ struct Words {
     const Word even = _mm512_mul_epu32(x, mv), odd = _mm512_mul_epu32(_mm512_srli_epi64(x, 32), mv);
     hi = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64(even, 32), odd);
   }
+  static void halves(Word x, Word& lo, Word& hi) {
+    lo = _mm512_and_si512(x, set1(0xFFFFu)), hi = _mm512_srli_epi32(x, 16);
+  }
   static Mask at_least(Word x, std::uint32_t t) { return _mm512_cmpge_epu32_mask(x, set1(t)); }
   static __m512 select(Mask keep, __m512 x) { return _mm512_maskz_mov_ps(keep, x); }  // x where kept, else 0
 };

@@ -37,6 +37,7 @@ struct Words {
     const std::uint64_t prod = static_cast<std::uint64_t>(m) * x;
     hi = static_cast<Word>(prod >> 32), lo = static_cast<Word>(prod);
   }
+  static void halves(Word x, Word& lo, Word& hi) { lo = x & 0xFFFFu, hi = x >> 16; }
   static Mask at_least(Word x, std::uint32_t t) { return x >= t; }
   static float select(Mask keep, float x) { return keep ? x : 0.0f; }
 };

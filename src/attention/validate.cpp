@@ -148,7 +148,7 @@ void check_dropout_positions(const Dropout& d, const Problem& p) {
   for (const auto& [name, start] : starts)
     if (start < 0) fail(std::string("dropout: ") + name + " must be >= 0, got " + std::to_string(start));
   if (!(d.p > 0.0)) return;
-  constexpr i64 kWord = i64{1} << 32;  // each counter word: row, batch·head and key / 4
+  constexpr i64 kWord = i64{1} << 32;  // each counter word: row, batch·head and key / 8
   auto fits = [](i64 start, i64 count, i64 limit) { return start <= limit && count <= limit - start; };
   if (!fits(d.batch0, p.B, kWord / std::max<i64>(p.Hq, 1)))
     fail("dropout: (batch0 + B)·Hq must be <= 2^32 (the counter's batch-head word), got batch0 " +
@@ -156,8 +156,8 @@ void check_dropout_positions(const Dropout& d, const Problem& p) {
   if (!fits(d.row0, p.Nq, kWord))
     fail("dropout: row0 + Nq must be <= 2^32 (the counter's query word), got row0 " + std::to_string(d.row0) +
          ", Nq " + std::to_string(p.Nq));
-  if (!fits(d.key0, p.Nk, 4 * kWord))
-    fail("dropout: key0 + Nk must be <= 2^34 (the counter's key-quad word), got key0 " + std::to_string(d.key0) +
+  if (!fits(d.key0, p.Nk, 8 * kWord))
+    fail("dropout: key0 + Nk must be <= 2^35 (the counter's key-octet word), got key0 " + std::to_string(d.key0) +
          ", Nk " + std::to_string(p.Nk));
 }
 

@@ -19,29 +19,32 @@ TEST(Dropout, PhiloxMatchesRandom123KnownAnswers) {
 }
 
 // Over N positions (b, h, i, j) the number kept is Binomial(N, 1 - p) if the bits are fair and
-// independent: z = (kept - N(1 - p)) / sqrt(N p (1 - p)) is about N(0, 1). |z| <= 5 fails a
-// correct generator with probability 6e-7 per check; a rate off by 0.1% at N = 2^20 and
-// p = 0.5 already gives |z| ≈ 2, a wrong threshold or word index far more. Checked for each of
-// the four words of a block separately (j % 4), and for the agreement of two offsets' masks,
+// independent, p being the rate applied, threshold / 2^16 (within 2^-17 of the p asked for):
+// z = (kept - N(1 - p)) / sqrt(N p (1 - p)) is about N(0, 1). |z| <= 5 fails a correct
+// generator with probability 6e-7 per check; a rate off by 0.1% at N = 2^20 and p = 0.5
+// already gives |z| ≈ 2, a wrong threshold or half far more. Checked for each of the eight
+// 16-bit halves of a block separately (j % 8), and for the agreement of two offsets' masks,
 // which independent masks make 1 - 2p(1 - p).
 TEST(Dropout, KeepRateIsBinomial) {
   constexpr i64 B = 2, H = 8, N = 256;  // 2·8·256·256 = 2^20 positions
-  for (const double p : {0.1, 0.5, 0.9}) {
-    const Dropout d{p, 0x1234567890abcdefull, 7}, d2{p, 0x1234567890abcdefull, 8};
-    std::array<double, 4> kept{};
+  for (const double p_asked : {0.1, 0.5, 0.9}) {
+    const Dropout d{p_asked, 0x1234567890abcdefull, 7}, d2{p_asked, 0x1234567890abcdefull, 8};
+    const double p = d.threshold() / 65536.0;
+    EXPECT_LE(std::abs(p - p_asked), 1.0 / 131072) << "threshold " << d.threshold();
+    std::array<double, 8> kept{};
     double agree = 0, total = 0;
     for (i64 b = 0; b < B; ++b)
       for (i64 h = 0; h < H; ++h)
         for (i64 i = 0; i < N; ++i)
           for (i64 j = 0; j < N; ++j) {
             const bool k = d.keep(b, h, H, i, j);
-            kept[static_cast<std::size_t>(j & 3)] += k;
+            kept[static_cast<std::size_t>(j & 7)] += k;
             agree += (k == d2.keep(b, h, H, i, j));
             total += 1;
           }
-    for (int w = 0; w < 4; ++w) {
-      const double n = total / 4, z = (kept[w] - n * (1 - p)) / std::sqrt(n * p * (1 - p));
-      EXPECT_LE(std::abs(z), 5.0) << "p " << p << ", word " << w << ": kept " << kept[w] << " of " << n;
+    for (int x = 0; x < 8; ++x) {
+      const double n = total / 8, z = (kept[x] - n * (1 - p)) / std::sqrt(n * p * (1 - p));
+      EXPECT_LE(std::abs(z), 5.0) << "p " << p << ", half " << x << ": kept " << kept[x] << " of " << n;
     }
     const double q = 1 - 2 * p * (1 - p), z = (agree - total * q) / std::sqrt(total * q * (1 - q));
     EXPECT_LE(std::abs(z), 5.0) << "p " << p << ": offsets 7 and 8 agree on " << agree << " of " << total;
@@ -234,7 +237,7 @@ TEST(Dropout, FastKernelMaskIsTheReferenceMaskAndBinomial) {
 
 // A call placed in a longer sequence (Dropout::row0, key0: a block of ring attention) draws
 // the sequence's mask at its positions: the kernel's mask at (i, j) is the whole sequence's
-// Dropout::keep at (row0 + i, key0 + j). key0 not a multiple of 4 (a key quad split between
+// Dropout::keep at (row0 + i, key0 + j). key0 not a multiple of 8 (a key octet split between
 // two blocks), and the last positions the 32-bit counter words hold; the tiled and the
 // few-lane forward (Nq = 3), both backward schedules (threads 1, 16 against B·Hkv = 2).
 TEST(Dropout, FastKernelMaskAtSequencePositions) {
@@ -243,7 +246,7 @@ TEST(Dropout, FastKernelMaskAtSequencePositions) {
   struct Place {
     i64 row0, key0, Nq;
   };
-  for (const Place at : {Place{37, 5, 45}, Place{6, 7, 3}, Place{(i64{1} << 32) - 45, (i64{1} << 34) - Nk - 3, 45}})
+  for (const Place at : {Place{37, 5, 45}, Place{6, 7, 3}, Place{(i64{1} << 32) - 45, (i64{1} << 35) - Nk - 3, 45}})
     for (Isa isa : runnable_isas())
       for (int threads : {1, 16}) {
         SCOPED_TRACE(std::string(isa_name(isa)) + " row0 " + std::to_string(at.row0) + " key0 " +
@@ -273,7 +276,7 @@ TEST(Dropout, PositionsAreChecked) {
                      {0, -1, 0, "dropout: row0 must be >= 0"},
                      {0, 0, -3, "dropout: key0 must be >= 0"},
                      {0, (i64{1} << 32) - 5, 0, "dropout: row0 + Nq must be <= 2^32"},
-                     {0, 0, (i64{1} << 34) - 3, "dropout: key0 + Nk must be <= 2^34"},
+                     {0, 0, (i64{1} << 35) - 3, "dropout: key0 + Nk must be <= 2^35"},
                      {i64{1} << 31, 0, 0, "dropout: (batch0 + B)·Hq must be <= 2^32"}};
   for (Kernel kernel : {Kernel::fast, Kernel::reference})
     for (const Bad& b : bad) {
@@ -288,7 +291,7 @@ TEST(Dropout, PositionsAreChecked) {
       }
     }
   Options o = s.opt;  // the last positions that fit are accepted
-  o.dropout.row0 = (i64{1} << 32) - 6, o.dropout.key0 = (i64{1} << 34) - 7;
+  o.dropout.row0 = (i64{1} << 32) - 6, o.dropout.key0 = (i64{1} << 35) - 7;
   EXPECT_NO_THROW(forward(q.cview(), k.cview(), v.cview(), out.view(), lse.view(), o));
 }
 
