@@ -18,9 +18,16 @@ from . import _ext
 _CAUSAL = {None: "none", "top-left": "top-left", "bottom-right": "bottom-right"}
 
 
+_torch = None
+
+
 def _torch_module():
-    """torch if the caller has imported it (a torch tensor cannot exist otherwise)."""
-    return sys.modules.get("torch")
+    """torch if the caller has imported it (a torch tensor cannot exist otherwise); looked up until found, then
+    kept (called several times per call, which matters for small calls)."""
+    global _torch
+    if _torch is None:
+        _torch = sys.modules.get("torch")
+    return _torch
 
 
 def _is_torch(x) -> bool:
@@ -263,14 +270,33 @@ def _backward4(kind: str, q, k, v, out, lse, dout, opts: dict):
     return dq, dk, dv
 
 
+def _needs_custom_op(*tensors) -> bool:
+    """Whether a torch call must run through the custom op sdpa::forward: for autograd (grad mode on and an input
+    that requires grad) or for anything that traces or wraps it (torch.compile and export, a dispatch or function
+    mode, a tensor subclass such as FakeTensor, functorch's wrappers). Otherwise (inference: a model's eval
+    forward, decoding) the op's dispatch is pure cost — measured 30-50 us a call, as much as a decoding step's
+    kernel (docs/python.md) — and _forward4 calls the extension itself: the same function on the same arguments,
+    so the same bits."""
+    t = _torch_module()
+    present = [x for x in tensors if x is not None]
+    if t.compiler.is_compiling() or t._C._len_torch_dispatch_stack() or t.overrides._get_current_function_mode_stack():
+        return True
+    if any(type(x) is not t.Tensor or t._C._functorch.is_functorch_wrapped_tensor(x) for x in present):
+        return True
+    return t.is_grad_enabled() and any(x.requires_grad for x in present)
+
+
 def _attention(q, k, v, *, scale, causal, window, softcap, mask, return_lse, threads, kernel, dropout_p=0.0,
-               dropout_seed=None, dropout_offset=0):
-    kind = _check_tensors({"q": q, "k": k, "v": v}, "q", half_ok=True)
+               dropout_seed=None, dropout_offset=0, kind=None):
+    """kind: q, k, v's kind when the caller has already run _check_tensors on them under its own argument names
+    (sdpa.torch's drop-in), so a small call does not pay for the checks twice."""
+    if kind is None:
+        kind = _check_tensors({"q": q, "k": k, "v": v}, "q", half_ok=True)
     opts = _options(scale=scale, causal=causal, window=window, softcap=softcap, mask=mask, threads=threads,
                     kernel=kernel, dropout_p=dropout_p, dropout_seed=_dropout_seed(kind, dropout_p, dropout_seed),
                     dropout_offset=dropout_offset)
     q4, k4, v4 = _to4(q), _to4(k), _to4(v)
-    if kind == "torch":  # through the custom op sdpa::forward: autograd, torch.compile, torch.export
+    if kind == "torch" and _needs_custom_op(q, k, v, mask):  # sdpa::forward: autograd, torch.compile, export
         from .torch import _forward  # torch is importable: q is a tensor
         out4, lse4 = _forward(q4, k4, v4, opts)
     else:

@@ -135,7 +135,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         raise TypeError(f"is_causal: expected a bool, got {is_causal!r}")
     if not isinstance(enable_gqa, bool):
         raise TypeError(f"enable_gqa: expected a bool, got {enable_gqa!r}")
-    _api._check_tensors({"query": query, "key": key, "value": value}, "query", half_ok=True)
+    kind = _api._check_tensors({"query": query, "key": key, "value": value}, "query", half_ok=True)
     if query.ndim >= 3:
         lead_q, lead_k, lead_v = query.shape[:-3], key.shape[:-3], value.shape[:-3]
         if lead_k != lead_q or lead_v != lead_q:
@@ -157,8 +157,9 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     if attn_mask is not None and not isinstance(attn_mask, _torch.Tensor):
         raise TypeError(f"attn_mask: expected a torch.Tensor or None, got {type(attn_mask).__name__}")
     try:
-        return _api.attention(query, key, value, scale=scale, causal="top-left" if is_causal else None,
-                              mask=attn_mask, dropout_p=dropout_p)
+        return _api._attention(query, key, value, scale=scale, causal="top-left" if is_causal else None,
+                               window=None, softcap=None, mask=attn_mask, return_lse=False, threads=None,
+                               kernel="fast", dropout_p=dropout_p, kind=kind)
     except (TypeError, ValueError) as e:
         raise _renamed(e, _TORCH_NAMES) from None
 

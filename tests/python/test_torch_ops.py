@@ -209,3 +209,30 @@ def test_fake_tensor_shapes_match_the_real_op():
     assert fake_out.shape == real_out.shape and fake_out.stride() == real_out.stride()
     assert fake_lse.shape == real_lse.shape and fake_lse.dtype == real_lse.dtype == torch.float32
     assert np.isfinite(real_lse.numpy()).all()
+
+
+def test_inference_calls_the_extension_directly_with_the_same_bits():
+    """Without autograd (no input requiring grad, or torch.no_grad) and outside tracing, sdpa.attention and the
+    drop-in skip the custom op's dispatch (its cost equals a decoding step's kernel); with grad they take it.
+    Both ways run the same kernel call, so the outputs are equal bit for bit."""
+    q, k, v = _inputs(11, L=1, S=40)
+    mask = torch.rand(2, 1, 1, 40) < 0.8
+    calls = []
+    real = st._forward
+
+    def counting(*args, **kw):
+        calls.append(1)
+        return real(*args, **kw)
+
+    with mock.patch.object(st, "_forward", counting):
+        plain = st.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+        assert calls == [], "an inference call went through the custom op"
+        qg, kg, vg = (x.clone().requires_grad_(True) for x in (q, k, v))
+        graded = st.scaled_dot_product_attention(qg, kg, vg, attn_mask=mask, enable_gqa=True)
+        assert calls == [1] and graded.requires_grad
+        with torch.no_grad():
+            st.scaled_dot_product_attention(qg, kg, vg, attn_mask=mask, enable_gqa=True)
+        assert calls == [1], "torch.no_grad() still went through the custom op"
+    assert torch.equal(plain, graded.detach())
+    op_out, _ = torch.ops.sdpa.forward(q, k, v, None, mask.view(torch.uint8), *_options()[2:])
+    assert torch.equal(plain, op_out)
