@@ -32,7 +32,9 @@ __all__ = ["scaled_dot_product_attention", "attention"]
 # any process that has imported sdpa.torch can run. Their arguments are exactly those of
 # the extension's _ext.forward/_ext.backward minus the preallocated results (the dict
 # _api._options builds), so the Python checks stay in one place: sdpa.attention and
-# scaled_dot_product_attention check, then call the op. Tensors are rank 4.
+# scaled_dot_product_attention check, then call the op — or, for a call that needs neither
+# autograd nor tracing, the op's body _api._forward4 directly (_api._needs_custom_op).
+# Tensors are rank 4.
 
 
 @_torch.library.custom_op("sdpa::forward", mutates_args=())
