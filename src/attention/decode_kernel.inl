@@ -48,7 +48,9 @@ inline const E* elements(const InView& x) {
 }
 
 // One score block: KB keys (rows k[c] of E) × NL lanes (q rows of ldq floats, zero past Dk).
-// pf_k: K rows to prefetch (null: none).
+// pf_k: K rows to prefetch (null: none), a vector's worth per step, spread through the loop
+// (docs/performance.md, "Decoding": a burst per block, or one prefetch per 64-byte line,
+// measured slower from memory).
 template <int NL, class E>
 inline R score_block(const E* const* k, const float* q, i64 ldq, i64 Dk, const E* const* pf_k) {
   constexpr int KB = W / NL;
@@ -78,11 +80,16 @@ inline R score_block(const E* const* k, const float* q, i64 ldq, i64 Dk, const E
 }
 
 // On (NL rows of ldo) = alpha·Oo + P·V over CV vectors of the head dimension from column
-// e0, keys [0, bc); the last vector loaded under `last`; pf: the V rows to prefetch, laid
-// out as V (null: none). Returns the sum of O·0 over the chunk: NaN iff some output is not
-// finite. (In registers, CV short chains: as a reference argument GCC kept it in memory,
-// one load-FMA-store chain through all NL·CV outputs.)
-template <int NL, int CV, class E>
+// e0, keys [0, bc); the last vector loaded under `last` when PART (a partial vector: a
+// template flag, so whole vectors take no mask test per key). Returns the sum of O·0 over
+// the chunk: NaN iff some output is not finite. (In registers, CV short chains: as a
+// reference argument GCC kept it in memory, one load-FMA-store chain through all NL·CV
+// outputs.) The keys go KB at a time, one score vector's worth, so each weight's place in
+// P is a constant offset from the block's vector (computing c / KB, c % KB per key was a
+// quarter of the loop's instructions); the sum order over keys is unchanged. When PF, pf
+// holds the V rows to prefetch, laid out as V: a vector's worth with each key's loads,
+// spread through the loop (a template flag too: no null test per key).
+template <int NL, int CV, bool PART, bool PF, class E>
 inline R pv_chunk(const E* V, i64 ldv, i64 bc, const float* P, const float* al, const float* Oo, float* On, i64 ldo,
                   i64 e0, Mask last, const E* pf) {
   constexpr int KB = W / NL;
@@ -93,23 +100,32 @@ inline R pv_chunk(const E* V, i64 ldv, i64 bc, const float* P, const float* al, 
     SDPA_UNROLL
     for (int v = 0; v < CV; ++v) acc[l][v] = Vec::mul(Vec::load(Oo + l * ldo + e0 + v * W), av);
   }
-  for (i64 c = 0; c < bc; ++c) {
-    const E* vr = V + c * ldv + e0;
+  // One key: its V row's chunk at vr (the row to prefetch at pr), lane l's weight at pc[l·KB].
+  auto key = [&](const E* vr, const E* pr, const float* pc) {
     R vv[CV];
     SDPA_UNROLL
-    for (int v = 0; v < CV; ++v) vv[v] = Ops::pin(v == CV - 1 ? Ops::load_part(vr + v * W, last) : Ops::load(vr + v * W));
-    if (pf != nullptr) {
+    for (int v = 0; v < CV; ++v)
+      vv[v] = Ops::pin(PART && v == CV - 1 ? Ops::load_part(vr + v * W, last) : Ops::load(vr + v * W));
+    if constexpr (PF) {
       SDPA_UNROLL
-      for (int v = 0; v < CV; ++v) __builtin_prefetch(pf + c * ldv + e0 + v * W, 0, 2);
+      for (int v = 0; v < CV; ++v) __builtin_prefetch(pr + v * W, 0, 2);
     }
-    const float* pc = P + (c / KB) * W + c % KB;
     SDPA_UNROLL
     for (int l = 0; l < NL; ++l) {
       const R pv = Vec::set1(pc[l * KB]);
       SDPA_UNROLL
       for (int v = 0; v < CV; ++v) acc[l][v] = Vec::fma(pv, vv[v], acc[l][v]);
     }
+  };
+  const E* vr = V + e0;
+  const E* pr = PF ? pf + e0 : nullptr;
+  const float* pb = P;
+  i64 c = 0;
+  for (; c + KB <= bc; c += KB, vr += KB * ldv, pr += PF ? KB * ldv : 0, pb += W) {
+    SDPA_UNROLL
+    for (int cc = 0; cc < KB; ++cc) key(vr + cc * ldv, pr + cc * ldv, pb + cc);
   }
+  for (i64 cc = 0; c + cc < bc; ++cc) key(vr + cc * ldv, pr + cc * ldv, pb + cc);  // the last keys, fewer than KB
   const R zero = Vec::zero();
   R chk[CV];
   SDPA_UNROLL
@@ -147,41 +163,50 @@ inline void pv_skip_zero(const E* V, i64 ldv, i64 bc, i64 Dv, const float* P, co
 
 // P·V for one lane group over the whole head dimension, CVMAX vectors at a time: NL·CVMAX
 // accumulators, as many as the ISA's registers hold next to the V vectors of a key, and
-// at most half of them for one lane so its V vectors fit too.
+// at most half of them for one lane so its V vectors fit too. pf: the V rows to prefetch
+// (null: none).
 template <int NL, class E>
 inline void pv_tile(const E* V, i64 ldv, i64 bc, i64 Dv, const float* P, const float* al, const float* Oo, float* On,
                     i64 ldo, const E* pf) {
   constexpr int CVMAX = NL == 1 ? Ops::kPvAccumulators / 2 : Ops::kPvAccumulators / NL;
   const i64 nvec = (Dv + W - 1) / W;
-  const Mask full = Ops::full_mask();
-  const Mask tail = Dv % W == 0 ? full : Ops::part_mask(Dv % W);
+  const Mask tail = Dv % W == 0 ? Ops::full_mask() : Ops::part_mask(Dv % W);
   R chk = Vec::zero();
-  auto chunk = [&](auto cv, i64 e0, Mask m) {  // cv: the vector count, as a type
-    chk = Vec::add(chk, pv_chunk<NL, decltype(cv)::value, E>(V, ldv, bc, P, al, Oo, On, ldo, e0, m, pf));
+  auto chunk = [&](auto cv, i64 e0, bool part) {  // cv: the vector count, as a type
+    constexpr int CV = decltype(cv)::value;
+    R x;
+    if (pf != nullptr)
+      x = part ? pv_chunk<NL, CV, true, true, E>(V, ldv, bc, P, al, Oo, On, ldo, e0, tail, pf)
+               : pv_chunk<NL, CV, false, true, E>(V, ldv, bc, P, al, Oo, On, ldo, e0, tail, pf);
+    else
+      x = part ? pv_chunk<NL, CV, true, false, E>(V, ldv, bc, P, al, Oo, On, ldo, e0, tail, pf)
+               : pv_chunk<NL, CV, false, false, E>(V, ldv, bc, P, al, Oo, On, ldo, e0, tail, pf);
+    chk = Vec::add(chk, x);
   };
+  const bool part_tail = Dv % W != 0;
   i64 v0 = 0;
   for (; v0 + CVMAX <= nvec; v0 += CVMAX)
-    chunk(std::integral_constant<int, CVMAX>{}, v0 * W, v0 + CVMAX == nvec ? tail : full);
+    chunk(std::integral_constant<int, CVMAX>{}, v0 * W, part_tail && v0 + CVMAX == nvec);
   const i64 e0 = v0 * W;
   switch (nvec - v0) {  // the remaining vectors (fewer than CVMAX), the last under the tail mask
-    case 1: chunk(std::integral_constant<int, 1>{}, e0, tail); break;
+    case 1: chunk(std::integral_constant<int, 1>{}, e0, part_tail); break;
     case 2:
-      if constexpr (CVMAX > 2) chunk(std::integral_constant<int, 2>{}, e0, tail);
+      if constexpr (CVMAX > 2) chunk(std::integral_constant<int, 2>{}, e0, part_tail);
       break;
     case 3:
-      if constexpr (CVMAX > 3) chunk(std::integral_constant<int, 3>{}, e0, tail);
+      if constexpr (CVMAX > 3) chunk(std::integral_constant<int, 3>{}, e0, part_tail);
       break;
     case 4:
-      if constexpr (CVMAX > 4) chunk(std::integral_constant<int, 4>{}, e0, tail);
+      if constexpr (CVMAX > 4) chunk(std::integral_constant<int, 4>{}, e0, part_tail);
       break;
     case 5:
-      if constexpr (CVMAX > 5) chunk(std::integral_constant<int, 5>{}, e0, tail);
+      if constexpr (CVMAX > 5) chunk(std::integral_constant<int, 5>{}, e0, part_tail);
       break;
     case 6:
-      if constexpr (CVMAX > 6) chunk(std::integral_constant<int, 6>{}, e0, tail);
+      if constexpr (CVMAX > 6) chunk(std::integral_constant<int, 6>{}, e0, part_tail);
       break;
     case 7:
-      if constexpr (CVMAX > 7) chunk(std::integral_constant<int, 7>{}, e0, tail);
+      if constexpr (CVMAX > 7) chunk(std::integral_constant<int, 7>{}, e0, part_tail);
       break;
     default: break;
   }
@@ -278,12 +303,12 @@ void item(const Problem& p, const Tensors& t, const ForwardItem& it, const ItemL
       // Online softmax over the tile's score vectors, a lane's max taken over its KB keys.
       float* Pg = P + gi * NL * kKeys;
       const R alpha = online_softmax_step(
-          m[gi], l[gi], blocks, [&](i64 kb) { return sc[kb]; },
-          [](R x) { return Ops::group_reduce<KB, true>(x); }, [&](i64 kb, R e) { Vec::store(Pg + kb * W, e); });
+          m[gi], l[gi], blocks, [&](i64 kb) { return sc[kb]; }, [](R x) { return Ops::group_reduce<KB, true>(x); },
+          [&](i64 kb, R e) { Vec::store(Pg + kb * W, e); });
       Vec::store(al[gi], alpha);
       const bool pf = gi == 0 && j0 + kKeys - 1 + kPrefetchKeys <= last;
       pv_tile<NL, E>(Vb + j0 * ldv, ldv, bc, Dv, Pg, al[gi], O[cur] + gi * NL * dvp, O[cur ^ 1] + gi * NL * dvp, dvp,
-                  pf ? Vb + (j0 + kPrefetchKeys) * ldv : nullptr);
+                     pf ? Vb + (j0 + kPrefetchKeys) * ldv : nullptr);
     }
     cur ^= 1;
   }

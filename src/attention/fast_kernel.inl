@@ -177,14 +177,21 @@ inline void pack_transposed(const InView& x, i64 b, i64 g, i64 j0, i64 bc, i64 D
     for (i64 c = bc; c < ld; ++c) o[c] = 0.0f;
   }
 }
-// Packs rows [j0, j0+n) of (b, g) as rows of ld floats, zero-padded; returns whether all finite.
-inline bool pack_rows(const InView& x, i64 b, i64 g, i64 j0, i64 n, i64 D, float* out, i64 ld) {
+// Packs rows [j0, j0+n) of (b, g) as rows of ld floats, zero-padded; returns whether all
+// finite (16-bit rows: only when `scan`, else true).
+inline bool pack_rows(const InView& x, i64 b, i64 g, i64 j0, i64 n, i64 D, float* out, i64 ld, bool scan = true) {
   if (x.dtype != Dtype::f32) {  // widened by the vector converters, then one vector scan
-    for (i64 c = 0; c < n; ++c) {
-      load_row(x, off(x, b, g, j0 + c, 0), D, out + c * ld, 1);
-      for (i64 d = D; d < ld; ++d) out[c * ld + d] = 0.0f;
+    if (x.stride[3] == 1 && x.stride[2] == D && ld == D) {
+      // Rows back to back on both sides: one converter call for the tile. Per row, the
+      // calls were 3 % of a bf16 forward's samples at D = 64 (docs/performance.md).
+      load_row(x, off(x, b, g, j0, 0), n * D, out, 1);
+    } else {
+      for (i64 c = 0; c < n; ++c) {
+        load_row(x, off(x, b, g, j0 + c, 0), D, out + c * ld, 1);
+        for (i64 d = D; d < ld; ++d) out[c * ld + d] = 0.0f;
+      }
     }
-    return rows_finite(out, ld, n, D);
+    return !scan || rows_finite(out, ld, n, D);
   }
   if (x.stride[3] == 1) {  // rows of contiguous floats: copied, then one vector scan
     for (i64 c = 0; c < n; ++c) {
@@ -220,15 +227,15 @@ inline bool rows_in_place(const InView& x, i64 D) {
 
 // Rows [r0, r0 + n) of (b, h) as a B operand: in place when rows_in_place (ld = the
 // tensor's row stride, cols = D), else packed into buf (ld = cols = D padded to kPad).
-// finite: packing sees every value; rows read in place are scanned when scan_in_place,
-// else left Finite::unknown for gemm_acc_skip_zero to check its result instead.
+// finite: packing fp32 sees every value; rows read in place, and widened 16-bit rows, are
+// scanned when scan_in_place, else left Finite::unknown for gemm_acc_skip_zero to check
+// its result instead.
 struct RowsOperand {
   const float* data;
   i64 ld, cols;
   Finite finite;
 };
-inline RowsOperand rows_operand(const InView& x, i64 b, i64 h, i64 r0, i64 n, i64 D, float* buf,
-                                bool scan_in_place) {
+inline RowsOperand rows_operand(const InView& x, i64 b, i64 h, i64 r0, i64 n, i64 D, float* buf, bool scan_in_place) {
   if (rows_in_place(x, D)) {
     const float* rows = x.data + off(x, b, h, r0, 0);
     const Finite finite = !scan_in_place                         ? Finite::unknown
@@ -237,6 +244,10 @@ inline RowsOperand rows_operand(const InView& x, i64 b, i64 h, i64 r0, i64 n, i6
     return {rows, x.stride[2], D, finite};
   }
   const i64 ld = round_up(D, kPad);
+  if (!scan_in_place && x.dtype != Dtype::f32) {  // as rows read in place: no scan (K's in the forward)
+    pack_rows(x, b, h, r0, n, D, buf, ld, /*scan=*/false);
+    return {buf, ld, ld, Finite::unknown};
+  }
   return {buf, ld, ld, pack_rows(x, b, h, r0, n, D, buf, ld) ? Finite::yes : Finite::no};
 }
 
@@ -786,8 +797,8 @@ void tanh_n(const float* x, float* y, i64 n) {
 }
 
 const FastKernels& table() {
-  static const FastKernels k{forward_scratch, backward_scratch,      backward_item_scratch, forward_item,
-                             backward_item,   backward_kv_tile,      backward_q_tile,       exp_n,
+  static const FastKernels k{forward_scratch, backward_scratch, backward_item_scratch, forward_item,
+                             backward_item,   backward_kv_tile, backward_q_tile,       exp_n,
                              tanh_n};
   return k;
 }
