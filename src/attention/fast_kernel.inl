@@ -178,7 +178,7 @@ inline void pack_transposed(const InView& x, i64 b, i64 g, i64 j0, i64 bc, i64 D
   }
 }
 // Packs rows [j0, j0+n) of (b, g) as rows of ld floats, zero-padded; returns whether all
-// finite (16-bit rows: only when `scan`, else true).
+// finite (rows copied or widened by vectors: only when `scan`, else true).
 inline bool pack_rows(const InView& x, i64 b, i64 g, i64 j0, i64 n, i64 D, float* out, i64 ld, bool scan = true) {
   if (x.dtype != Dtype::f32) {  // widened by the vector converters, then one vector scan
     if (x.stride[3] == 1 && x.stride[2] == D && ld == D) {
@@ -200,7 +200,7 @@ inline bool pack_rows(const InView& x, i64 b, i64 g, i64 j0, i64 n, i64 D, float
       for (i64 d = 0; d < D; ++d) o[d] = row[d];
       for (i64 d = D; d < ld; ++d) o[d] = 0.0f;
     }
-    return rows_finite(out, ld, n, D);
+    return !scan || rows_finite(out, ld, n, D);
   }
   bool finite = true;
   for (i64 c = 0; c < n; ++c) {
@@ -244,7 +244,7 @@ inline RowsOperand rows_operand(const InView& x, i64 b, i64 h, i64 r0, i64 n, i6
     return {rows, x.stride[2], D, finite};
   }
   const i64 ld = round_up(D, kPad);
-  if (!scan_in_place && x.dtype != Dtype::f32) {  // as rows read in place: no scan (K's in the forward)
+  if (!scan_in_place) {  // as rows read in place: no scan (K's in the forward)
     pack_rows(x, b, h, r0, n, D, buf, ld, /*scan=*/false);
     return {buf, ld, ld, Finite::unknown};
   }
