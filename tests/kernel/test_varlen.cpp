@@ -257,7 +257,9 @@ void check_packed_masks() {
     return h;
   };
   const std::vector<H> q = narrow(p.q), k = narrow(p.k), v = narrow(p.v), dout = narrow(p.dout);
-  const auto same_bits = [](const H* a, const H* b, std::size_t n) { return std::memcmp(a, b, n * sizeof(H)) == 0; };
+  const auto same_bits = [](const H* a, const H* b, std::size_t n) {  // memcmp takes no null, even for n = 0
+    return n == 0 || std::memcmp(a, b, n * sizeof(H)) == 0;
+  };
   // Rows [r0, r0 + L) of a packed (T, Hh, D) buffer as a (1, Hh, L, D) view.
   const auto rows = [](auto* data, i64 r0, i64 L, i64 Hh, i64 D) {
     return View4<std::remove_pointer_t<decltype(data)>>{data + r0 * Hh * D, {1, Hh, L, D}, {0, D, Hh * D, 1}};
