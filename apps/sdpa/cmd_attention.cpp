@@ -39,11 +39,19 @@ std::vector<i64> load_offsets(const std::string& path, const std::string& name) 
 }
 
 // Packed sequences: q (Tq, Hq, Dk), k (Tk, Hkv, Dk), v (Tk, Hkv, Dv) files, read as [1, T, H, D];
-// out (Tq, Hq, Dv), lse (Hq, Tq), gradients like their inputs.
-int run_varlen(const Args& a, const Tensor& q, const Tensor& k, const Tensor& v, const Options& opt, bool want_backward) {
+// out (Tq, Hq, Dv), lse (Hq, Tq), gradients like their inputs. A --mask is the packed batch's,
+// rank 3 [Hq|1, Tq|1, Tk|1]; the library cuts each sequence's block from it.
+int run_varlen(const Args& a, const Tensor& q, const Tensor& k, const Tensor& v, Options opt, bool want_backward) {
   if (a.cu_seqlens_q.empty() || a.cu_seqlens_k.empty())
     throw Error("--cu-seqlens-q and --cu-seqlens-k go together: give both for packed sequences");
-  if (!a.mask.empty()) throw Error("--mask: explicit masks are not supported with packed sequences (--cu-seqlens-q/k)");
+  Mask mask;
+  if (!a.mask.empty()) {
+    mask = load_mask(a.mask);
+    if (mask.file_rank != 3)
+      throw Error("--mask (" + a.mask + "): packed sequences take a rank-3 [Hq|1, Tq|1, Tk|1] mask, got rank " +
+                  std::to_string(mask.file_rank));
+    use_mask(mask, opt);  // promoted to (1, Hq|1, Tq|1, Tk|1), the library's packed mask
+  }
   for (const Tensor* t : {&q, &k, &v})
     if (t->file_shape.size() != 3)
       throw Error(t->name + ": packed sequences need a rank-3 [T, H, D] array, got rank " +
@@ -217,7 +225,9 @@ Command add_attention(CLI::App& parent) {
       ->capture_default_str();
   c->add_option("--window", a->window, "Sliding window L,R around the diagonal; -1 = unbounded");
   c->add_option("--softcap", a->softcap, "Soft-cap c: scores become c·tanh(s/c)");
-  c->add_option("--mask", a->mask, "Mask .npy broadcastable to [B,Hq,Nq,Nk]: float = additive, bool = keep");
+  c->add_option("--mask", a->mask,
+                "Mask .npy broadcastable to [B,Hq,Nq,Nk]: float = additive, bool = keep; with --cu-seqlens-q/k a "
+                "rank-3 [Hq|1,Tq|1,Tk|1] mask of the packed batch, each sequence reading its own rows and columns");
   c->add_option("--threads", a->threads, "Threads (0 = all)")->capture_default_str();
   c->add_option("--kernel", a->kernel, "fast | reference")->capture_default_str();
   c->add_option("--isa", a->isa, "auto | scalar | avx2 | avx512 (fast kernel)")->capture_default_str();

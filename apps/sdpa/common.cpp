@@ -74,6 +74,7 @@ Mask load_mask(const std::string& path) {
   if (a.dtype != io::DType::u8 && a.dtype != io::DType::f32 && a.dtype != io::DType::f64)
     throw Error("mask (" + path + "): expected bool, uint8, float32 or float64 data, got " + io::dtype_name(a.dtype));
   Mask m;
+  m.file_rank = a.shape.size();
   std::copy(a.shape.begin(), a.shape.end(), m.shape.begin() + static_cast<long>(4 - a.shape.size()));
   const auto n = static_cast<std::size_t>(a.numel());
   if (a.dtype == io::DType::u8) {

@@ -54,6 +54,7 @@ Tensor load_tensor(const std::string& path, const std::string& name, bool allow_
 /// NumPy-style (right-aligned) to [B, Hq, Nq, Nk] by giving size-1 dimensions stride 0.
 struct Mask {
   bool keep = false;
+  std::size_t file_rank = 0;  // the file's own rank, before promotion to 4
   std::array<i64, 4> shape{1, 1, 1, 1};
   std::vector<float> additive;
   std::vector<std::uint8_t> keep_bits;

@@ -102,7 +102,13 @@ void backward(View4<const fp16> q, View4<const fp16> k, View4<const fp16> v, Vie
 /// Each sequence attends only within itself, as its own (1, H, L, D) call of forward/backward
 /// with the same options: causal alignment and window per sequence, no padding work. The
 /// offsets start at 0, never decrease and end at Tq (Tk). A sequence with no keys gets out = 0,
-/// lse = -inf; explicit masks (Options::mask, keep) are refused: they have no packed layout.
+/// lse = -inf.
+/// Explicit masks (Options::mask additive, Options::keep boolean) are the packed batch's, as
+/// 4-d views (1, Hq|1, Tq|1, Tk|1): each of the last three dimensions 1 (broadcast) or full, the
+/// first always 1. Sequence s reads rows [cu_seqlens_q[s], cu_seqlens_q[s+1]) and columns
+/// [cu_seqlens_k[s], cu_seqlens_k[s+1]) of it (a view, no copy), so a key-padding mask
+/// (1, 1, 1, Tk) costs O(Tk) and a per-head bias (1, Hq, Tq, Tk) O(Hq·Tq·Tk); entries outside
+/// every sequence's block are never read. Any other shape throws sdpa::Error naming the mask.
 struct SeqOffsets {
   View<const std::int32_t, 1> i32{};
   View<const std::int64_t, 1> i64{};

@@ -151,12 +151,17 @@ def _empty_like(kind: str, x):
     return np.empty_like(x, order="K")
 
 
-def _mask_arrays(mask):
-    """(additive float32 view, keep-mask uint8 view), at rank 4, one of them None or both."""
+def _mask_arrays(mask, packed: bool = False):
+    """(additive float32 view, keep-mask uint8 view), at rank 4, one of them None or both. packed: the mask of a
+    packed batch (attention_varlen), rank 3 [Hq|1, Tq|1, Tk|1], seen as (1, Hq|1, Tq|1, Tk|1)."""
     if mask is None:
         return None, None
     kind = _kind("mask", mask)
     _check_layout("mask", mask, kind)
+    if packed and mask.ndim != 3:
+        raise ValueError(f"mask: shape {tuple(mask.shape)} has rank {mask.ndim}; packed sequences take a rank-3 "
+                         f"[Hq, Tq, Tk] mask (size-1 dimensions broadcast; sequence s reads rows "
+                         f"cu_seqlens_q[s]:cu_seqlens_q[s+1] and columns cu_seqlens_k[s]:cu_seqlens_k[s+1])")
     if mask.ndim > 4:
         raise ValueError(f"mask: shape {tuple(mask.shape)} has rank {mask.ndim}; it must broadcast to "
                          f"[B, Hq, Nq, Nk] (rank 4 at most)")
@@ -191,7 +196,7 @@ _SEED_LIMIT = 2 ** 64  # Philox's key: seeds and offsets are unsigned 64-bit
 
 
 def _options(*, scale, causal, window, softcap, mask, threads, kernel, dropout_p=0.0, dropout_seed=0,
-             dropout_offset=0) -> dict:
+             dropout_offset=0, packed_mask=False) -> dict:
     """The keyword arguments of _ext.forward/_ext.backward, each checked under its own name."""
     if isinstance(dropout_p, bool) or not isinstance(dropout_p, numbers.Real):
         raise TypeError(f"dropout_p: expected a real number in [0, 1), got {type(dropout_p).__name__}")
@@ -223,7 +228,7 @@ def _options(*, scale, causal, window, softcap, mask, threads, kernel, dropout_p
         threads = 0
     if isinstance(threads, bool) or not isinstance(threads, numbers.Integral):
         raise TypeError(f"threads: expected an int >= 0 (0 or None: all available), got {threads!r}")
-    additive, keep = _mask_arrays(mask)
+    additive, keep = _mask_arrays(mask, packed_mask)
     return {
         "scale": None if scale is None else float(scale),
         "softcap": None if softcap is None else float(softcap),
@@ -424,7 +429,7 @@ def _backward_varlen(kind: str, q, k, v, cu_q, cu_k, out, lse, dout, opts: dict)
 
 
 def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=None, scale=None, window=None, softcap=None,
-                     return_lse=False, threads=None, dropout_p=0.0, dropout_seed=None, dropout_offset=0):
+                     mask=None, return_lse=False, threads=None, dropout_p=0.0, dropout_seed=None, dropout_offset=0):
     """Attention over a packed batch of sequences of different lengths (FlashAttention's varlen).
 
     q: [Tq, Hq, Dk], k: [Tk, Hkv, Dk], v: [Tk, Hkv, Dv] hold the sequences back to back; sequence s
@@ -437,6 +442,13 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=None, scale=
     result is differentiable in q, k and v (gradients in the inputs' dtype). dropout_p,
     dropout_seed, dropout_offset as in sdpa.attention; sequence s draws the mask batch s would draw
     padded into one [batch, H, L, D] call.
+
+    mask: the packed batch's, rank 3, broadcast to [Hq, Tq, Tk] (each dimension 1 or full): bool
+    (True keeps a key) or float (added to the scores; -inf masks; float16/bfloat16 widened to
+    float32, a copy of the mask only). Sequence s reads its rows cu_seqlens_q[s]:cu_seqlens_q[s+1]
+    and columns cu_seqlens_k[s]:cu_seqlens_k[s+1] (a view, no copy), so a key-padding mask
+    [1, 1, Tk] costs O(Tk); entries outside every sequence's block are never read. No gradient
+    flows to the mask.
 
     Returns out [Tq, Hq, Dv] in q's dtype (and lse [Hq, Tq] with return_lse). A sequence with no
     keys gets out = 0 and lse = -inf. Raises TypeError / ValueError (sdpa.Error) naming the argument
@@ -451,9 +463,12 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=None, scale=
     if cu_seqlens_q.dtype != cu_seqlens_k.dtype:
         raise TypeError(f"cu_seqlens_k: dtype {cu_seqlens_k.dtype} differs from cu_seqlens_q's "
                         f"{cu_seqlens_q.dtype}; give both int32 or both int64")
-    opts = _options(scale=scale, causal=causal, window=window, softcap=softcap, mask=None, threads=threads,
+    if mask is not None and _kind("mask", mask) != kind:
+        raise TypeError(f"mask: not the same kind of array as q; pass a "
+                        f"{'PyTorch tensor' if kind == 'torch' else 'NumPy array'}")
+    opts = _options(scale=scale, causal=causal, window=window, softcap=softcap, mask=mask, threads=threads,
                     kernel="fast", dropout_p=dropout_p, dropout_seed=_dropout_seed(kind, dropout_p, dropout_seed),
-                    dropout_offset=dropout_offset)
+                    dropout_offset=dropout_offset, packed_mask=True)
     if kind == "torch":  # through the custom op sdpa::forward_varlen: autograd, torch.compile, torch.export
         from ._varlen_torch import forward  # torch is importable: q is a tensor
         out, lse = forward(q, k, v, cu_seqlens_q, cu_seqlens_k, opts)

@@ -83,15 +83,21 @@ _OPTION_NAMES = ("mask", "keep", "scale", "softcap", "causal", "window_left", "w
                  "dropout_p", "dropout_seed", "dropout_offset")
 
 
-def _setup_context(ctx, inputs, output):
-    """The setup_context of both custom ops, dense and varlen (_varlen_torch.py): each op's first five inputs are
-    tensors (q, k, v and the masks, or the offsets), the rest its options. Saves those five and out, lse: the
-    backward recomputes the probabilities from lse (and the dropout mask from the seed and offset among the
-    options), so nothing of size Nq x Nk is kept. lse is an output but not differentiable."""
-    out, lse = output
-    ctx.save_for_backward(*inputs[:5], out, lse)
-    ctx.options = inputs[5:]
-    ctx.mark_non_differentiable(lse)
+def _setup_context_saving(n_tensors: int):
+    """The setup_context of both custom ops, dense and varlen (_varlen_torch.py): each op's first n_tensors inputs
+    are tensors (q, k, v and the masks; varlen: also the offsets), the rest its options. Saves those and out, lse:
+    the backward recomputes the probabilities from lse (and the dropout mask from the seed and offset among the
+    options), so nothing of size Nq x Nk is kept beyond the caller's own mask. lse is an output but not
+    differentiable."""
+    def setup_context(ctx, inputs, output):
+        out, lse = output
+        ctx.save_for_backward(*inputs[:n_tensors], out, lse)
+        ctx.options = inputs[n_tensors:]
+        ctx.mark_non_differentiable(lse)
+    return setup_context
+
+
+_setup_context = _setup_context_saving(5)  # q, k, v, mask, keep
 
 
 def _backward(ctx, dout, _dlse):

@@ -29,25 +29,6 @@ i64 whole_diagonal(const Options& whole, const BlockPos& pos) {
   return whole.causal == Causal::top_left ? 0 : pos.nk - pos.nq;
 }
 
-// A whole-sequence mask (…, nq or 1, nk or 1) cut to the block: a dimension of the
-// sequence's length is sliced, a broadcast one (1) stays.
-template <class T>
-View4<T> block_mask(View4<T> m, const BlockPos& pos, const char* name) {
-  if (m.empty()) return m;
-  const i64 whole[2] = {pos.nq, pos.nk}, start[2] = {pos.q0, pos.k0}, len[2] = {pos.nq_block, pos.nk_block};
-  for (int d = 0; d < 2; ++d) {
-    const int dim = 2 + d;
-    if (m.shape[dim] == 1) continue;
-    if (m.shape[dim] != whole[d])
-      throw Error(std::string("block_options: ") + name + " has " + std::to_string(m.shape[dim]) + " along dimension " +
-                  std::to_string(dim) + "; a block's mask is cut from the whole sequence's, which has 1 or " +
-                  std::to_string(whole[d]) + " there");
-    m.data += start[d] * m.stride[dim];
-    m.shape[dim] = len[d];
-  }
-  return m;
-}
-
 }  // namespace
 
 Options block_options(const Options& whole, const BlockPos& pos) {
@@ -58,8 +39,10 @@ Options block_options(const Options& whole, const BlockPos& pos) {
   // whole sequence is itself part of a longer one).
   o.dropout.row0 = whole.dropout.row0 + pos.q0;
   o.dropout.key0 = whole.dropout.key0 + pos.k0;
-  o.mask = block_mask(whole.mask, pos, "mask");
-  o.keep = block_mask(whole.keep, pos, "keep");
+  o.mask = detail::cut_mask(whole.mask, pos.nq, pos.nk, pos.q0, pos.nq_block, pos.k0, pos.nk_block,
+                            "block_options: mask");
+  o.keep = detail::cut_mask(whole.keep, pos.nq, pos.nk, pos.q0, pos.nq_block, pos.k0, pos.nk_block,
+                            "block_options: keep");
   // Global query q0 + i sees global key k0 + j iff k0 + j <= q0 + i + D (causal), i.e. the
   // block's own diagonal offset is q0 − k0 + D; the window follows the same diagonal.
   o.diagonal = whole_diagonal(whole, pos) + pos.q0 - pos.k0;

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <string>
 #include <type_traits>
 
 #include "sdpa/attention.hpp"
@@ -115,5 +116,26 @@ Problem validate_backward(const View4<const T>& q, const View4<const T>& k, cons
 
 /// Number of worker threads for these options.
 int resolve_threads(const Options& opt);
+
+/// A whole sequence's explicit mask (…, nq or 1, nk or 1) cut to its query rows [q0, q0 + nq_cut)
+/// and key columns [k0, k0 + nk_cut): a view, no copy. A dimension of the whole length is sliced,
+/// a broadcast one (1) stays. The one cut behind block_options (a block of a sequence) and the
+/// packed calls (a sequence of a packed batch, varlen.cpp). Throws sdpa::Error, prefixed by
+/// `what`, for a dimension that is neither 1 nor the whole length.
+template <class T>
+View4<T> cut_mask(View4<T> m, i64 nq, i64 nk, i64 q0, i64 nq_cut, i64 k0, i64 nk_cut, const std::string& what) {
+  if (m.empty()) return m;
+  const i64 whole[2] = {nq, nk}, start[2] = {q0, k0}, len[2] = {nq_cut, nk_cut};
+  for (int d = 0; d < 2; ++d) {
+    const int dim = 2 + d;
+    if (m.shape[dim] == 1) continue;
+    if (m.shape[dim] != whole[d])
+      throw Error(what + " has " + std::to_string(m.shape[dim]) + " along dimension " + std::to_string(dim) +
+                  "; it is cut from the whole sequence's mask, which has 1 or " + std::to_string(whole[d]) + " there");
+    m.data += start[d] * m.stride[dim];
+    m.shape[dim] = len[d];
+  }
+  return m;
+}
 
 }  // namespace sdpa::detail

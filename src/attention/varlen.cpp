@@ -82,10 +82,30 @@ void check_rank3(const char* name, const std::array<i64, 3>& shape, const char* 
            std::to_string(shape[d]) + " in shape " + shape_str(shape) + "; every dimension must be >= 1");
 }
 
-void check_options(const Options& opt) {
-  if (!opt.mask.empty() || !opt.keep.empty())
-    fail(std::string(!opt.mask.empty() ? "mask" : "keep") +
-         ": explicit masks are not supported with packed sequences (cu_seqlens); use causal or window");
+// A packed call's explicit mask: (1, Hq|1, Tq|1, Tk|1), each sequence reading its own rows and
+// columns of it (cut_mask). Said here in the packed call's own terms; validate_forward then
+// checks the rest (null data, aliasing) on the packed call seen as one sequence.
+template <class M>
+void check_packed_mask(const char* name, const View4<M>& m, i64 Hq, i64 Tq, i64 Tk) {
+  if (m.empty()) return;
+  const std::array<i64, 4> full{1, Hq, Tq, Tk};
+  for (int d = 0; d < 4; ++d)
+    if (m.shape[d] != 1 && m.shape[d] != full[d])
+      fail(std::string(name) + ": shape " + shape_str(m.shape) +
+           " does not broadcast to the packed batch's [1, Hq, Tq, Tk] = " + shape_str(full) + " (dimension " +
+           std::to_string(d) + " must be 1 or " + std::to_string(full[d]) +
+           "); sequence s reads rows cu_seqlens_q[s].. and columns cu_seqlens_k[s].. of it");
+}
+
+// Sequence s's options: the call's, with its share of the threads, its dropout batch (it draws
+// batch s's mask, as when padded) and its own rows and columns of the packed masks.
+Options sequence_options(const Options& opt, const Seq& sq, std::size_t s, int threads, i64 Tq, i64 Tk) {
+  Options o = opt;
+  o.threads = threads;
+  o.dropout.batch0 += static_cast<i64>(s);
+  o.mask = detail::cut_mask(opt.mask, Tq, Tk, sq.q0, sq.Lq, sq.k0, sq.Lk, "mask");
+  o.keep = detail::cut_mask(opt.keep, Tq, Tk, sq.q0, sq.Lq, sq.k0, sq.Lk, "keep");
+  return o;
 }
 
 // Runs body(s, threads) for every sequence: the wide ones one after another with all threads,
@@ -128,7 +148,8 @@ void forward_varlen_as(View3<const T> q, View3<const T> k, View3<const T> v, Seq
   check_rank3("k", k.shape, "THD");
   check_rank3("v", v.shape, "THD");
   check_rank3("out", out.shape, "THD");
-  check_options(opt);
+  check_packed_mask("mask", opt.mask, q.shape[1], q.shape[0], k.shape[0]);
+  check_packed_mask("keep", opt.keep, q.shape[1], q.shape[0], k.shape[0]);
   const std::vector<Seq> seqs = sequences(cu_seqlens_q, cu_seqlens_k, q.shape[0], k.shape[0]);
   // Every shape, option and aliasing check, once, on the packed tensors seen as one sequence.
   const bool want_lse = !lse.empty() || lse.shape != std::array<i64, 2>{0, 0};
@@ -157,10 +178,7 @@ void forward_varlen_as(View3<const T> q, View3<const T> k, View3<const T> v, Seq
         }
       return;
     }
-    Options o_s = opt;
-    o_s.threads = threads;
-    o_s.dropout.batch0 += static_cast<i64>(s);  // sequence s draws batch s's mask (as when padded)
-    forward(rows(q, sq.q0, sq.Lq), rows(k, sq.k0, sq.Lk), rows(v, sq.k0, sq.Lk), o, l, o_s);
+    forward(rows(q, sq.q0, sq.Lq), rows(k, sq.k0, sq.Lk), rows(v, sq.k0, sq.Lk), o, l, sequence_options(opt, sq, s, threads, all.Nq, all.Nk));
   });
 }
 
@@ -176,7 +194,8 @@ void backward_varlen_as(View3<const T> q, View3<const T> k, View3<const T> v, Se
   check_rank3("dq", dq.shape, "THD");
   check_rank3("dk", dk.shape, "THD");
   check_rank3("dv", dv.shape, "THD");
-  check_options(opt);
+  check_packed_mask("mask", opt.mask, q.shape[1], q.shape[0], k.shape[0]);
+  check_packed_mask("keep", opt.keep, q.shape[1], q.shape[0], k.shape[0]);
   const std::vector<Seq> seqs = sequences(cu_seqlens_q, cu_seqlens_k, q.shape[0], k.shape[0]);
   if (lse.shape[0] != q.shape[1] || lse.shape[1] != q.shape[0])
     fail("lse: shape " + shape_str(lse.shape) + " should be [Hq, Tq] = [" + std::to_string(q.shape[1]) + ", " +
@@ -205,12 +224,9 @@ void backward_varlen_as(View3<const T> q, View3<const T> k, View3<const T> v, Se
       zero(rows(dv, sq.k0, sq.Lk));
       return;
     }
-    Options o_s = opt;
-    o_s.threads = threads;
-    o_s.dropout.batch0 += static_cast<i64>(s);
     backward(rows(q, sq.q0, sq.Lq), rows(k, sq.k0, sq.Lk), rows(v, sq.k0, sq.Lk), rows(out, sq.q0, sq.Lq),
              lse_rows(lse, sq.q0, sq.Lq), rows(dout, sq.q0, sq.Lq), rows(dq, sq.q0, sq.Lq), rows(dk, sq.k0, sq.Lk),
-             rows(dv, sq.k0, sq.Lk), o_s);
+             rows(dv, sq.k0, sq.Lk), sequence_options(opt, sq, s, threads, all.Nq, all.Nk));
   });
 }
 

@@ -129,6 +129,16 @@ case $case in
     [ "$("$tool" info o.npy)" = "float32 [30, 1, 8]" ] || fail "out: $("$tool" info o.npy)"
     [ "$("$tool" info l.npy)" = "float32 [1, 30]" ] || fail "lse: $("$tool" info l.npy)"
     close o.npy r.npy 1e-6; close l.npy rl.npy 1e-6
+    # A packed mask (rank 3, [Hq|1, Tq|1, Tk|1]): for that one sequence, the plain call with the
+    # same numbers as a [Tq, Tk] mask; keep (bool) and additive (float).
+    "$tool" make mk3.npy bool 6 1 30 40; "$tool" make mk2.npy bool 6 30 40
+    "$tool" make ma3.npy f32 7 1 30 40; "$tool" make ma2.npy f32 7 30 40
+    for m in mk ma; do
+      "$sdpa" attention --q q.npy --k k.npy --v v.npy --out o.npy --lse l.npy --cu-seqlens-q cq.npy --cu-seqlens-k ck.npy \
+        --mask ${m}3.npy
+      "$sdpa" attention --q q2.npy --k k2.npy --v v2.npy --out r.npy --lse rl.npy --mask ${m}2.npy
+      close o.npy r.npy 1e-6; close l.npy rl.npy 1e-6
+    done
     # Three sequences, GQA, backward: shapes; bad offsets: errors naming them, nothing written.
     "$tool" make q.npy f32 1 30 4 8; "$tool" make k.npy f32 2 40 2 8; "$tool" make v.npy f32 3 40 2 6
     "$tool" make g.npy f32 4 30 4 6
@@ -138,7 +148,22 @@ case $case in
     [ "$("$tool" info o.npy)" = "float32 [30, 4, 6]" ] || fail "out: $("$tool" info o.npy)"
     [ "$("$tool" info l.npy)" = "float32 [4, 30]" ] || fail "lse: $("$tool" info l.npy)"
     [ "$("$tool" info dv.npy)" = "float32 [40, 2, 6]" ] || fail "dv: $("$tool" info dv.npy)"
+    # ... with a per-head additive mask and a per-key keep mask (each sequence reads its block).
+    "$tool" make mh.npy f32 8 4 30 40; "$tool" make mkey.npy bool 9 1 1 40
+    for m in mh mkey; do
+      rm -f o.npy dv.npy
+      "$sdpa" attention --q q.npy --k k.npy --v v.npy --out o.npy --cu-seqlens-q cq.npy --cu-seqlens-k ck.npy \
+        --mask $m.npy --causal bottom-right --grad-out g.npy --dq dq.npy --dk dk.npy --dv dv.npy
+      [ "$("$tool" info o.npy)" = "float32 [30, 4, 6]" ] || fail "out with $m: $("$tool" info o.npy)"
+      [ "$("$tool" info dv.npy)" = "float32 [40, 2, 6]" ] || fail "dv with $m: $("$tool" info dv.npy)"
+    done
     rm -f o.npy l.npy dq.npy dk.npy dv.npy
+    "$tool" make m4.npy f32 8 1 4 30 40; "$tool" make m39.npy f32 8 1 30 39
+    vm=(attention --q q.npy --k k.npy --v v.npy --out o.npy --cu-seqlens-q cq.npy --cu-seqlens-k ck.npy)
+    expect_error "--mask (m4.npy): packed sequences take a rank-3 [Hq|1, Tq|1, Tk|1] mask, got rank 4" \
+      "$sdpa" "${vm[@]}" --mask m4.npy
+    expect_error "mask: shape [1, 1, 30, 39] does not broadcast to the packed batch's [1, Hq, Tq, Tk] = [1, 4, 30, 40]" \
+      "$sdpa" "${vm[@]}" --mask m39.npy
     "$tool" offsets down.npy i32 0 20 10 30; "$tool" offsets short.npy i32 0 30; "$tool" offsets past.npy i32 0 10 31
     "$tool" make fl.npy f32 9 4
     vl=(attention --q q.npy --k k.npy --v v.npy --out o.npy --cu-seqlens-k ck.npy)

@@ -1,5 +1,7 @@
 // test_varlen.cpp — packed variable-length batches against the reference run on each
 // sequence alone, the offsets' errors, and the same bits for any thread count.
+#include <cstring>
+
 #include "util.hpp"
 
 namespace sdpa::test {
@@ -191,11 +193,185 @@ TEST(Varlen, BadOffsetsAreRefusedBeforeAnythingIsWritten) {
   expect_refused({-1, 4, 10}, {0, 5, 10}, "cu_seqlens_q: must start at 0");
   expect_refused({0, 4, 10}, {0, 2, 5, 10}, "cu_seqlens_k: length 4 differs from cu_seqlens_q's 3");
   expect_refused({0}, {0}, "cu_seqlens_q: length 1 is too short");
-  std::vector<float> mask(100, 0.0f);
-  Options masked;
-  masked.mask = contiguous<const float>(mask.data(), {1, 1, 10, 10});
-  expect_refused({0, 4, 10}, {0, 5, 10}, "mask: explicit masks are not supported", masked);
+  // Explicit masks are the packed batch's, (1, Hq|1, Tq|1, Tk|1): anything else names the mask.
+  std::vector<float> mask(static_cast<std::size_t>(2 * p.Hq * p.Tq() * p.Tk()), 0.0f);
+  std::vector<std::uint8_t> keep(mask.size(), 1);
+  const auto with_mask = [&](std::array<i64, 4> shape) {
+    Options o;
+    o.mask = contiguous<const float>(mask.data(), shape);
+    return o;
+  };
+  const auto with_keep = [&](std::array<i64, 4> shape) {
+    Options o;
+    o.keep = contiguous<const std::uint8_t>(keep.data(), shape);
+    return o;
+  };
+  const std::vector<std::int32_t> cq{0, 4, 10}, ck{0, 5, 10};
+  expect_refused(cq, ck, "mask: shape [1, 1, 10, 9] does not broadcast to the packed batch's [1, Hq, Tq, Tk]",
+                 with_mask({1, 1, 10, 9}));
+  expect_refused(cq, ck, "mask: shape [1, 1, 4, 10] does not broadcast", with_mask({1, 1, 4, 10}));  // one sequence's rows
+  expect_refused(cq, ck, "mask: shape [2, 1, 10, 10] does not broadcast", with_mask({2, 1, 10, 10}));
+  expect_refused(cq, ck, "keep: shape [1, 3, 1, 10] does not broadcast", with_keep({1, 3, 1, 10}));
+  expect_refused(cq, ck, "keep: data pointer is null", [] {
+    Options o;
+    o.keep = View4<const std::uint8_t>{nullptr, {1, 1, 1, 10}, {0, 0, 0, 1}};
+    return o;
+  }());
 }
+
+// Explicit masks on a packed batch (docs/contract.md, "Packed variable-length batches"): the
+// packed (1, Hq|1, Tq|1, Tk|1) mask, sequence s reading rows cq[s].. and columns ck[s].. of
+// it, must give bit for bit what the fixed-length kernel gives on each sequence alone with its
+// own block of the mask copied out (the fixed-length kernel's masks are judged against the
+// reference in test_grid.cpp). In fp32 and bf16, for 1, 2 and 7 threads, with GQA (Hq 4,
+// Hkv 2) and the sequence shapes of kLq/kLk. The entries of a full mask outside every
+// sequence's block are NaN: a wrong cut (columns from the query offsets, say) reads one, or
+// reads another sequence's block, and the bits differ.
+struct PackedMaskCase {
+  std::string name;
+  std::array<i64, 4> mask_shape{}, keep_shape{};  // {0, …}: none
+  Options opt;
+};
+
+std::vector<PackedMaskCase> packed_mask_cases(const Packed& p) {
+  const i64 Hq = p.Hq, Tq = p.Tq(), Tk = p.Tk();
+  std::vector<PackedMaskCase> c(6);
+  c[0].name = "keep_per_key_causal", c[0].keep_shape = {1, 1, 1, Tk}, c[0].opt.causal = Causal::bottom_right;
+  c[1].name = "additive_per_key", c[1].mask_shape = {1, 1, 1, Tk};
+  c[2].name = "additive_per_query_and_key", c[2].mask_shape = {1, 1, Tq, Tk}, c[2].opt.causal = Causal::top_left;
+  c[3].name = "additive_full_with_heads_dropout", c[3].mask_shape = {1, Hq, Tq, Tk},
+  c[3].opt.causal = Causal::bottom_right, c[3].opt.dropout = {0.25, 5, 2};
+  c[4].name = "keep_full_with_heads_window", c[4].keep_shape = {1, Hq, Tq, Tk}, c[4].opt.window = {6, 2};
+  c[5].name = "keep_per_head_key_and_additive_per_query", c[5].keep_shape = {1, Hq, 1, Tk},
+  c[5].mask_shape = {1, 1, Tq, 1};
+  return c;
+}
+
+template <class H>
+void check_packed_masks() {
+  const Packed p(kLq, kLk, 11);
+  const i64 Tq = p.Tq(), Tk = p.Tk();
+  const auto narrow = [](const std::vector<float>& x) {
+    std::vector<H> h;
+    for (float e : x) h.push_back(H(e));
+    return h;
+  };
+  const std::vector<H> q = narrow(p.q), k = narrow(p.k), v = narrow(p.v), dout = narrow(p.dout);
+  const auto same_bits = [](const H* a, const H* b, std::size_t n) {  // memcmp takes no null, even for n = 0
+    return n == 0 || std::memcmp(a, b, n * sizeof(H)) == 0;
+  };
+  // Rows [r0, r0 + L) of a packed (T, Hh, D) buffer as a (1, Hh, L, D) view.
+  const auto rows = [](auto* data, i64 r0, i64 L, i64 Hh, i64 D) {
+    return View4<std::remove_pointer_t<decltype(data)>>{data + r0 * Hh * D, {1, Hh, L, D}, {0, D, Hh * D, 1}};
+  };
+  const auto v3 = [](auto* data, i64 T, i64 Hh, i64 D) { return contiguous(data, {T, Hh, D}); };
+  // The sequence a packed query row (key row) belongs to, to fill off-block entries.
+  std::vector<i64> seq_of_q(static_cast<std::size_t>(Tq)), seq_of_k(static_cast<std::size_t>(Tk));
+  for (std::size_t s = 0; s < p.Lq.size(); ++s) {
+    for (i64 i = p.cq[s]; i < p.cq[s + 1]; ++i) seq_of_q[static_cast<std::size_t>(i)] = static_cast<i64>(s);
+    for (i64 j = p.ck[s]; j < p.ck[s + 1]; ++j) seq_of_k[static_cast<std::size_t>(j)] = static_cast<i64>(s);
+  }
+  for (const PackedMaskCase& mc : packed_mask_cases(p)) {
+    SCOPED_TRACE(mc.name);
+    std::mt19937_64 rng(std::hash<std::string>{}(mc.name));
+    // The packed masks: additive N(0, 1) with a tenth -inf; keep with a quarter dropped.
+    Buf<float> mask;
+    Buf<std::uint8_t> keep;
+    std::bernoulli_distribution tenth(0.1), quarter(0.25);
+    std::normal_distribution<float> normal;
+    if (mc.mask_shape[0] != 0) {
+      mask = Buf<float>(mc.mask_shape);
+      const auto& s = mc.mask_shape;
+      for (i64 h = 0; h < s[1]; ++h)
+        for (i64 i = 0; i < s[2]; ++i)
+          for (i64 j = 0; j < s[3]; ++j) {
+            const bool off_block = s[2] == Tq && s[3] == Tk &&
+                                   seq_of_q[static_cast<std::size_t>(i)] != seq_of_k[static_cast<std::size_t>(j)];
+            mask.at(0, h, i, j) = off_block ? kNaN : tenth(rng) ? -kInf : normal(rng);
+          }
+    }
+    if (mc.keep_shape[0] != 0) {
+      keep = Buf<std::uint8_t>(mc.keep_shape);
+      for (auto& x : keep.data) x = quarter(rng) ? 0 : 1;
+    }
+    Options o = mc.opt;
+    if (!mask.data.empty()) o.mask = mask.cview();
+    if (!keep.data.empty()) o.keep = keep.cview();
+    struct Run {
+      std::vector<H> out, dq, dk, dv;
+      std::vector<float> lse;
+    };
+    const auto run = [&](int threads) {
+      Options ot = o;
+      ot.threads = threads;
+      Run r;
+      r.out.assign(static_cast<std::size_t>(Tq * p.Hq * p.Dv), H(kNaN));  // NaN: must be written
+      r.lse.assign(static_cast<std::size_t>(p.Hq * Tq), kNaN);
+      forward_varlen(v3(q.data(), Tq, p.Hq, p.Dk), v3(k.data(), Tk, p.Hkv, p.Dk), v3(v.data(), Tk, p.Hkv, p.Dv),
+                     p.cuq(), p.cuk(), v3(r.out.data(), Tq, p.Hq, p.Dv), contiguous(r.lse.data(), {p.Hq, Tq}), ot);
+      r.dq.assign(q.size(), H(kNaN)), r.dk.assign(k.size(), H(kNaN)), r.dv.assign(v.size(), H(kNaN));
+      backward_varlen(v3(q.data(), Tq, p.Hq, p.Dk), v3(k.data(), Tk, p.Hkv, p.Dk), v3(v.data(), Tk, p.Hkv, p.Dv),
+                      p.cuq(), p.cuk(), v3(static_cast<const H*>(r.out.data()), Tq, p.Hq, p.Dv),
+                      contiguous<const float>(r.lse.data(), {p.Hq, Tq}), v3(dout.data(), Tq, p.Hq, p.Dv),
+                      v3(r.dq.data(), Tq, p.Hq, p.Dk), v3(r.dk.data(), Tk, p.Hkv, p.Dk), v3(r.dv.data(), Tk, p.Hkv, p.Dv),
+                      ot);
+      return r;
+    };
+    const Run packed = run(2);
+    for (std::size_t s = 0; s < p.Lq.size(); ++s) {
+      SCOPED_TRACE("sequence " + std::to_string(s));
+      const i64 Lq = p.Lq[s], Lk = p.Lk[s], q0 = p.cq[s], k0 = p.ck[s];
+      std::vector<H> out(static_cast<std::size_t>(Lq * p.Hq * p.Dv), H(0.0f)),
+          dq(static_cast<std::size_t>(Lq * p.Hq * p.Dk), H(0.0f)), dk(static_cast<std::size_t>(Lk * p.Hkv * p.Dk), H(0.0f)),
+          dv(static_cast<std::size_t>(Lk * p.Hkv * p.Dv), H(0.0f));
+      std::vector<float> lse(static_cast<std::size_t>(p.Hq * Lq), -kInf);
+      if (Lq > 0 && Lk > 0) {
+        // The sequence's own block of each mask, copied out: a broadcast dimension stays 1.
+        const auto block = [&](const auto& m) {
+          using M = std::remove_cvref_t<decltype(m.data[0])>;
+          const auto& ms = m.shape;
+          Buf<M> b({1, ms[1], ms[2] == 1 ? 1 : Lq, ms[3] == 1 ? 1 : Lk});
+          for (i64 h = 0; h < b.shape[1]; ++h)
+            for (i64 i = 0; i < b.shape[2]; ++i)
+              for (i64 j = 0; j < b.shape[3]; ++j)
+                b.at(0, h, i, j) = m.cview()(0, h, ms[2] == 1 ? 0 : q0 + i, ms[3] == 1 ? 0 : k0 + j);
+          return b;
+        };
+        Buf<float> mask_s;
+        Buf<std::uint8_t> keep_s;
+        Options os = mc.opt;
+        os.dropout.batch0 += static_cast<i64>(s);
+        if (!mask.data.empty()) mask_s = block(mask), os.mask = mask_s.cview();
+        if (!keep.data.empty()) keep_s = block(keep), os.keep = keep_s.cview();
+        forward(rows(q.data(), q0, Lq, p.Hq, p.Dk), rows(k.data(), k0, Lk, p.Hkv, p.Dk), rows(v.data(), k0, Lk, p.Hkv, p.Dv),
+                rows(out.data(), 0, Lq, p.Hq, p.Dv), contiguous(lse.data(), {1, p.Hq, Lq}), os);
+        backward(rows(q.data(), q0, Lq, p.Hq, p.Dk), rows(k.data(), k0, Lk, p.Hkv, p.Dk),
+                 rows(v.data(), k0, Lk, p.Hkv, p.Dv), rows(static_cast<const H*>(out.data()), 0, Lq, p.Hq, p.Dv),
+                 contiguous<const float>(lse.data(), {1, p.Hq, Lq}), rows(dout.data(), q0, Lq, p.Hq, p.Dv),
+                 rows(dq.data(), 0, Lq, p.Hq, p.Dk), rows(dk.data(), 0, Lk, p.Hkv, p.Dk), rows(dv.data(), 0, Lk, p.Hkv, p.Dv),
+                 os);
+      }
+      EXPECT_TRUE(same_bits(packed.out.data() + q0 * p.Hq * p.Dv, out.data(), out.size())) << "out";
+      EXPECT_TRUE(same_bits(packed.dq.data() + q0 * p.Hq * p.Dk, dq.data(), dq.size())) << "dq";
+      EXPECT_TRUE(same_bits(packed.dk.data() + k0 * p.Hkv * p.Dk, dk.data(), dk.size())) << "dk";
+      EXPECT_TRUE(same_bits(packed.dv.data() + k0 * p.Hkv * p.Dv, dv.data(), dv.size())) << "dv";
+      for (i64 h = 0; h < p.Hq; ++h)
+        for (i64 i = 0; i < Lq; ++i)
+          EXPECT_EQ(packed.lse[static_cast<std::size_t>(h * Tq + q0 + i)], lse[static_cast<std::size_t>(h * Lq + i)]);
+    }
+    for (int threads : {1, 7}) {
+      const Run again = run(threads);
+      EXPECT_TRUE(same_bits(packed.out.data(), again.out.data(), packed.out.size()) &&
+                  same_bits(packed.dq.data(), again.dq.data(), packed.dq.size()) &&
+                  same_bits(packed.dk.data(), again.dk.data(), packed.dk.size()) &&
+                  same_bits(packed.dv.data(), again.dv.data(), packed.dv.size()))
+          << threads << " threads";
+    }
+  }
+}
+
+TEST(Varlen, MasksAreTheFixedLengthCallOnEachSequencesBlockFp32) { check_packed_masks<float>(); }
+TEST(Varlen, MasksAreTheFixedLengthCallOnEachSequencesBlockBf16) { check_packed_masks<bf16>(); }
 
 
 // bf16 and fp16 through the same packed entry points: each sequence is one sdpa::forward /

@@ -2,6 +2,8 @@
 run on each sequence alone, under the project's rule (npref.py); errors naming the argument;
 autograd on torch tensors."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -158,9 +160,114 @@ def test_custom_ops_opcheck(dropout_p):
     out = sdpa.attention_varlen(tq, tk, tv, tcq, tck, causal="bottom-right", dropout_p=dropout_p, dropout_seed=9)
     assert out.grad_fn is not None  # differentiable through the op's autograd registration
     opts = (None, None, "bottom-right", -1, -1, 0, "fast", dropout_p, 9, 0)
-    torch.library.opcheck(torch.ops.sdpa.forward_varlen.default, (tq, tk, tv, tcq, tck) + opts)
-    with torch.no_grad():
-        o, lse = torch.ops.sdpa.forward_varlen(tq, tk, tv, tcq, tck, *opts)
-    assert torch.equal(o, out.detach())
-    torch.library.opcheck(torch.ops.sdpa.backward_varlen.default,
-                          (tq.detach(), tk.detach(), tv.detach(), tcq, tck, o, lse, torch.tensor(dout)) + opts)
+    keep = torch.tensor(np.random.default_rng(7).random((1, 1, 1, k.shape[0])) < 0.8).view(torch.uint8)  # (1, 1, 1, Tk)
+    for masks in ((None, None), (None, keep)):  # the op's mask, keep inputs: none, and a packed keep-mask
+        torch.library.opcheck(torch.ops.sdpa.forward_varlen.default, (tq, tk, tv, tcq, tck) + masks + opts)
+        with torch.no_grad():
+            o, lse = torch.ops.sdpa.forward_varlen(tq, tk, tv, tcq, tck, *masks, *opts)
+        if masks[1] is None:
+            assert torch.equal(o, out.detach())
+        torch.library.opcheck(torch.ops.sdpa.backward_varlen.default,
+                              (tq.detach(), tk.detach(), tv.detach(), tcq, tck, o, lse, torch.tensor(dout)) + masks
+                              + opts)
+
+
+# ---- explicit masks on a packed batch ------------------------------------------------------------
+
+def packed_masks(seed):
+    """The packed batch's mask forms, rank 3 broadcast to [Hq, Tq, Tk]: a key-padding keep-mask [1, 1, Tk], an
+    additive [1, Tq, Tk] (a tenth -inf), a keep-mask with heads [Hq, Tq, Tk], an additive with heads. The entries
+    of the full additive masks outside every sequence's block are NaN: a wrong cut reads one."""
+    rng = np.random.default_rng(seed)
+    Tq, Tk = sum(LQ), sum(LK)
+    cq, ck = np.concatenate([[0], np.cumsum(LQ)]), np.concatenate([[0], np.cumsum(LK)])
+    inside = np.zeros((Tq, Tk), bool)
+    for s in range(len(LQ)):
+        inside[cq[s]:cq[s + 1], ck[s]:ck[s + 1]] = True
+
+    def additive(h):
+        m = rng.standard_normal((h, Tq, Tk)).astype(np.float32)
+        m[rng.random(m.shape) < 0.1] = -np.inf
+        m[:, ~inside] = np.nan
+        return m
+
+    return {"keep_per_key": rng.random((1, 1, Tk)) < 0.75, "additive_per_query_and_key": additive(1),
+            "keep_with_heads": rng.random((HQ, Tq, Tk)) < 0.75, "additive_with_heads": additive(HQ)}
+
+
+def block(m, qs, ks):
+    """Sequence rows qs, columns ks of a packed mask; a broadcast (size-1) dimension stays."""
+    return m[:, qs if m.shape[1] > 1 else slice(None), ks if m.shape[2] > 1 else slice(None)]
+
+
+@pytest.mark.parametrize("causal", [None, "bottom-right"])
+@pytest.mark.parametrize("form", ["keep_per_key", "additive_per_query_and_key", "keep_with_heads",
+                                  "additive_with_heads"])
+def test_masks_are_the_dense_call_on_each_sequence(form, causal):
+    """NumPy: the packed call with a mask gives the same bits as sdpa.attention on each sequence alone ([H, L, D]
+    views of its rows) with its own block of the mask: both are the same fixed-length kernel, and its bits do not
+    depend on the thread count; a sequence without keys gets out 0, lse -inf."""
+    q, k, v, _, cq, ck = packed(7)
+    mask = packed_masks(8)[form]
+    out, lse = sdpa.attention_varlen(q, k, v, cq, ck, mask=mask, causal=causal, return_lse=True)
+    heads = lambda x: x.transpose(1, 0, 2)  # (L, H, D) -> (H, L, D), a view
+    for s in range(len(LQ)):
+        qs, ks = slice(cq[s], cq[s + 1]), slice(ck[s], ck[s + 1])
+        if cq[s] == cq[s + 1]:
+            continue
+        if ck[s] == ck[s + 1]:
+            assert np.all(out[qs] == 0) and np.all(lse[:, qs] == -np.inf)
+            continue
+        o, l = sdpa.attention(heads(q[qs]), heads(k[ks]), heads(v[ks]), mask=block(mask, qs, ks), causal=causal,
+                              return_lse=True)
+        assert np.array_equal(out[qs], heads(o)), f"sequence {s}: out"
+        assert np.array_equal(lse[:, qs], l), f"sequence {s}: lse"
+    assert not np.isnan(out).any()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_torch_masks_autograd_is_the_dense_call_on_each_sequence(dtype):
+    """torch: out and the gradients in q, k, v of the packed call with a mask (bool with heads, float per query
+    and key, with GQA and a causal mask) are bit for bit those of torch autograd through sdpa.attention on each
+    sequence's rows and mask block; no gradient flows to the mask."""
+    torch = pytest.importorskip("torch")
+    dt = getattr(torch, dtype)
+    q, k, v, dout, cq, ck = packed(9, np.int64)
+    masks = packed_masks(10)
+    for form in ("keep_with_heads", "additive_per_query_and_key"):
+        mask = torch.tensor(masks[form])
+        tq, tk, tv = (torch.tensor(x).to(dt).requires_grad_() for x in (q, k, v))
+        tdout = torch.tensor(dout).to(dt)
+        out = sdpa.attention_varlen(tq, tk, tv, torch.tensor(cq), torch.tensor(ck), mask=mask, causal="top-left")
+        out.backward(tdout)
+        heads = lambda x: x.transpose(0, 1)
+        for s in range(len(LQ)):
+            qs, ks = slice(int(cq[s]), int(cq[s + 1])), slice(int(ck[s]), int(ck[s + 1]))
+            if qs.start == qs.stop or ks.start == ks.stop:
+                continue
+            sq, sk, sv = (x.detach()[r].clone().requires_grad_() for x, r in ((tq, qs), (tk, ks), (tv, ks)))
+            o = sdpa.attention(heads(sq), heads(sk), heads(sv), mask=block(mask, qs, ks), causal="top-left")
+            o.backward(heads(tdout[qs]))
+            assert torch.equal(out.detach()[qs], heads(o.detach())), f"{form}, sequence {s}: out"
+            assert torch.equal(tq.grad[qs], sq.grad), f"{form}, sequence {s}: dq"
+            assert torch.equal(tk.grad[ks], sk.grad), f"{form}, sequence {s}: dk"
+            assert torch.equal(tv.grad[ks], sv.grad), f"{form}, sequence {s}: dv"
+
+
+def test_bad_masks_name_themselves():
+    q, k, v, _, cq, ck = packed(11)
+    Tq, Tk = q.shape[0], k.shape[0]
+    with pytest.raises(ValueError, match=re.escape(f"mask: shape (1, 1, {Tq}, {Tk}) has rank 4; packed sequences take a rank-3")):
+        sdpa.attention_varlen(q, k, v, cq, ck, mask=np.zeros((1, 1, Tq, Tk), np.float32))
+    with pytest.raises(sdpa.Error, match=re.escape(f"mask: shape [1, 1, {Tq}, {Tk - 1}] does not broadcast to the packed")):
+        sdpa.attention_varlen(q, k, v, cq, ck, mask=np.zeros((1, Tq, Tk - 1), np.float32))
+    with pytest.raises(sdpa.Error, match=re.escape(f"keep: shape [1, 2, 1, {Tk}] does not broadcast")):
+        sdpa.attention_varlen(q, k, v, cq, ck, mask=np.ones((2, 1, Tk), bool))
+    with pytest.raises(TypeError, match="mask: dtype int32"):
+        sdpa.attention_varlen(q, k, v, cq, ck, mask=np.zeros((1, 1, Tk), np.int32))
+    torch = pytest.importorskip("torch")
+    tq, tk, tv, tcq, tck = (torch.tensor(x) for x in (q, k, v, cq, ck))
+    with pytest.raises(TypeError, match="mask: not the same kind of array as q"):
+        sdpa.attention_varlen(tq, tk, tv, tcq, tck, mask=np.ones((1, 1, Tk), bool))
+    with pytest.raises(ValueError, match="mask: requires grad"):
+        sdpa.attention_varlen(tq, tk, tv, tcq, tck, mask=torch.zeros((1, 1, Tk), requires_grad=True))
