@@ -469,7 +469,8 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=None, scale=
     opts = _options(scale=scale, causal=causal, window=window, softcap=softcap, mask=mask, threads=threads,
                     kernel="fast", dropout_p=dropout_p, dropout_seed=_dropout_seed(kind, dropout_p, dropout_seed),
                     dropout_offset=dropout_offset, packed_mask=True)
-    if kind == "torch":  # through the custom op sdpa::forward_varlen: autograd, torch.compile, torch.export
+    if kind == "torch" and _needs_custom_op(q, k, v, cu_seqlens_q, cu_seqlens_k, mask):
+        # through the custom op sdpa::forward_varlen: autograd, torch.compile, torch.export
         from ._varlen_torch import forward  # torch is importable: q is a tensor
         out, lse = forward(q, k, v, cu_seqlens_q, cu_seqlens_k, opts)
     else:

@@ -271,3 +271,28 @@ def test_bad_masks_name_themselves():
         sdpa.attention_varlen(tq, tk, tv, tcq, tck, mask=np.ones((1, 1, Tk), bool))
     with pytest.raises(ValueError, match="mask: requires grad"):
         sdpa.attention_varlen(tq, tk, tv, tcq, tck, mask=torch.zeros((1, 1, Tk), requires_grad=True))
+
+
+def test_inference_calls_skip_the_varlen_custom_op_with_the_same_bits():
+    """As the dense call (test_torch_ops.py): without autograd the extension is called directly, with grad the
+    custom op runs; the same kernel call either way, so the same bits."""
+    import unittest.mock as mock
+    torch = pytest.importorskip("torch")
+    import sdpa._varlen_torch as vt
+    g = torch.Generator().manual_seed(5)
+    cu = torch.tensor([0, 3, 10, 16], dtype=torch.int32)
+    q, k, v = (torch.randn(16, 4, 8, generator=g), torch.randn(16, 2, 8, generator=g),
+               torch.randn(16, 2, 8, generator=g))
+    calls = []
+    real = vt.forward
+
+    def counting(*args, **kw):
+        calls.append(1)
+        return real(*args, **kw)
+
+    with mock.patch.object(vt, "forward", counting):
+        plain = sdpa.attention_varlen(q, k, v, cu, cu, causal="top-left")
+        assert calls == []
+        graded = sdpa.attention_varlen(q.clone().requires_grad_(True), k, v, cu, cu, causal="top-left")
+        assert calls == [1] and graded.requires_grad
+    assert torch.equal(plain, graded.detach())
