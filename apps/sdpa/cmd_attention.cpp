@@ -38,9 +38,28 @@ std::vector<i64> load_offsets(const std::string& path, const std::string& name) 
   throw Error(name + " (" + path + "): expected int32 or int64 offsets, got " + io::dtype_name(a.dtype));
 }
 
+// The tensors of a file in the element type the library is called with: float32 (from float32
+// or float64 files) or float16; and the .npy bytes of a result in the dtype the outputs keep.
+template <class T>
+View4<const T> view_of(const Tensor& t) {
+  if constexpr (std::is_same_v<T, fp16>)
+    return t.half_view();
+  else
+    return t.view();
+}
+template <class T>
+std::vector<unsigned char> out_bytes(const std::vector<T>& x, const std::vector<i64>& shape, io::DType dtype) {
+  if constexpr (std::is_same_v<T, fp16>)
+    return npy_bytes(x, shape);
+  else
+    return npy_bytes(x, shape, dtype);
+}
+
 // Packed sequences: q (Tq, Hq, Dk), k (Tk, Hkv, Dk), v (Tk, Hkv, Dv) files, read as [1, T, H, D];
-// out (Tq, Hq, Dv), lse (Hq, Tq), gradients like their inputs. A --mask is the packed batch's,
-// rank 3 [Hq|1, Tq|1, Tk|1]; the library cuts each sequence's block from it.
+// out (Tq, Hq, Dv), lse (Hq, Tq), gradients like their inputs, in the inputs' dtype (lse float32
+// for float16 inputs, as in run_dense). A --mask is the packed batch's, rank 3
+// [Hq|1, Tq|1, Tk|1]; the library cuts each sequence's block from it.
+template <class T>
 int run_varlen(const Args& a, const Tensor& q, const Tensor& k, const Tensor& v, Options opt, bool want_backward) {
   if (a.cu_seqlens_q.empty() || a.cu_seqlens_k.empty())
     throw Error("--cu-seqlens-q and --cu-seqlens-k go together: give both for packed sequences");
@@ -59,31 +78,38 @@ int run_varlen(const Args& a, const Tensor& q, const Tensor& k, const Tensor& v,
   const std::vector<i64> cq = load_offsets(a.cu_seqlens_q, "--cu-seqlens-q"),
                          ck = load_offsets(a.cu_seqlens_k, "--cu-seqlens-k");
   const auto packed = [](const Tensor& t) {
-    return contiguous(t.data.data(), {t.shape[1], t.shape[2], t.shape[3]});
+    const View4<const T> x = view_of<T>(t);  // [1, T, H, D]
+    return contiguous(x.data, {t.shape[1], t.shape[2], t.shape[3]});
   };
   const auto offsets = [](const std::vector<i64>& c) {
     return SeqOffsets(View<const i64, 1>{c.data(), {static_cast<i64>(c.size())}, {1}});
   };
   const i64 Tq = q.shape[1], Hq = q.shape[2], Dv = v.shape[3];
-  std::vector<float> out(static_cast<std::size_t>(Tq * Hq * Dv)), lse(static_cast<std::size_t>(Hq * Tq));
+  std::vector<T> out(static_cast<std::size_t>(Tq * Hq * Dv));
+  std::vector<float> lse(static_cast<std::size_t>(Hq * Tq));
   const auto out_view = contiguous(out.data(), {Tq, Hq, Dv});
   const auto lse_view = contiguous(lse.data(), {Hq, Tq});
   forward_varlen(packed(q), packed(k), packed(v), offsets(cq), offsets(ck), out_view, lse_view, opt);
   io::OutputSet files;  // nothing lands unless everything succeeds
-  files.add(a.out, npy_bytes(out, {Tq, Hq, Dv}, q.dtype));
-  if (!a.lse.empty()) files.add(a.lse, npy_bytes(lse, {Hq, Tq}, q.dtype));
+  files.add(a.out, out_bytes(out, {Tq, Hq, Dv}, q.dtype));
+  if (!a.lse.empty())
+    files.add(a.lse, npy_bytes(lse, {Hq, Tq}, q.dtype == io::DType::f16 ? io::DType::f32 : q.dtype));
   if (want_backward) {
-    const Tensor dout = load_tensor(a.grad_out, "--grad-out");
-    if (dout.dtype != q.dtype) throw Error("--grad-out: dtype differs from --q's");
+    const Tensor dout = load_tensor(a.grad_out, "--grad-out", true);
+    if (dout.dtype != q.dtype)
+      throw Error("--grad-out: dtype " + std::string(io::dtype_name(dout.dtype)) + " differs from --q's " +
+                  io::dtype_name(q.dtype));
     if (dout.file_shape != std::vector<i64>{Tq, Hq, Dv})
       throw Error("--grad-out: shape must equal the output's, " + shape_str(std::array<i64, 3>{Tq, Hq, Dv}));
-    std::vector<float> dq(q.data.size()), dk(k.data.size()), dv(v.data.size());
-    backward_varlen(packed(q), packed(k), packed(v), offsets(cq), offsets(ck), out_view, lse_view, packed(dout),
-                    contiguous(dq.data(), {Tq, Hq, q.shape[3]}), contiguous(dk.data(), {k.shape[1], k.shape[2], k.shape[3]}),
+    const auto numel = [](const Tensor& t) { return static_cast<std::size_t>(t.shape[1] * t.shape[2] * t.shape[3]); };
+    std::vector<T> dq(numel(q)), dk(numel(k)), dv(numel(v));
+    backward_varlen(packed(q), packed(k), packed(v), offsets(cq), offsets(ck), View3<const T>(out_view), lse_view,
+                    packed(dout), contiguous(dq.data(), {Tq, Hq, q.shape[3]}),
+                    contiguous(dk.data(), {k.shape[1], k.shape[2], k.shape[3]}),
                     contiguous(dv.data(), {v.shape[1], v.shape[2], v.shape[3]}), opt);
-    files.add(a.dq, npy_bytes(dq, q.file_shape, q.dtype));
-    files.add(a.dk, npy_bytes(dk, k.file_shape, q.dtype));
-    files.add(a.dv, npy_bytes(dv, v.file_shape, q.dtype));
+    files.add(a.dq, out_bytes(dq, q.file_shape, q.dtype));
+    files.add(a.dk, out_bytes(dk, k.file_shape, q.dtype));
+    files.add(a.dv, out_bytes(dv, v.file_shape, q.dtype));
   }
   files.commit();
   return 0;
@@ -95,23 +121,6 @@ std::vector<i64> file_shape(const Tensor& like, i64 n, i64 d) {
   s.push_back(n);
   s.push_back(d);
   return s;
-}
-
-// The tensors of a file in the element type the library is called with: float32 (from float32
-// or float64 files) or float16; and the .npy bytes of a result in the dtype the outputs keep.
-template <class T>
-View4<const T> view_of(const Tensor& t) {
-  if constexpr (std::is_same_v<T, fp16>)
-    return t.half_view();
-  else
-    return t.view();
-}
-template <class T>
-std::vector<unsigned char> out_bytes(const std::vector<T>& x, const std::vector<i64>& shape, io::DType dtype) {
-  if constexpr (std::is_same_v<T, fp16>)
-    return npy_bytes(x, shape);
-  else
-    return npy_bytes(x, shape, dtype);
 }
 
 // [B, H, N, D] tensors (rank 2 to 4 files): out and the gradients in the inputs' dtype; lse in
@@ -190,9 +199,8 @@ int run(const Args& a) {
   }
   Options opt = options_of(a);
   if (!a.cu_seqlens_q.empty() || !a.cu_seqlens_k.empty()) {
-    if (q.dtype == io::DType::f16)
-      throw Error("--q: float16 is not supported with packed sequences (--cu-seqlens-q/k); use float32");
-    return run_varlen(a, q, k, v, opt, want_backward);
+    if (q.dtype == io::DType::f16) return run_varlen<fp16>(a, q, k, v, opt, want_backward);
+    return run_varlen<float>(a, q, k, v, opt, want_backward);
   }
   Mask mask;
   if (!a.mask.empty()) {

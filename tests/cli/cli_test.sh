@@ -77,9 +77,21 @@ case $case in
     expect_error "--k: dtype float32 differs from --q's float16" "$sdpa" attention --q q.npy --k k32.npy --v v.npy --out x.npy
     expect_error "--grad-out: dtype float32 differs from --q's float16" "$sdpa" attention --q q.npy --k k.npy --v v.npy \
       --out x.npy --grad-out g32.npy --dq a.npy --dk b.npy --dv c.npy
-    "$tool" offsets cq.npy i32 0 40; "$tool" make q3.npy f16 1 40 4 16; "$tool" make k3.npy f16 2 50 2 16
-    expect_error "float16 is not supported with packed sequences" "$sdpa" attention --q q3.npy --k k3.npy --v k3.npy \
-      --out x.npy --cu-seqlens-q cq.npy --cu-seqlens-k cq.npy ;;
+    # Packed float16: one sequence of one head is the plain float16 call on the same numbers
+    # ([T, 1, D] = [T, D]), forward and backward; out and gradients float16, lse float32.
+    "$tool" offsets cq.npy i32 0 40; "$tool" offsets ck.npy i64 0 50
+    "$tool" make q3.npy f16 1 40 1 16; "$tool" make k3.npy f16 2 50 1 16; "$tool" make v3.npy f16 3 50 1 16
+    "$tool" make g3.npy f16 4 40 1 16
+    "$tool" make q2.npy f16 1 40 16; "$tool" make k2.npy f16 2 50 16; "$tool" make v2.npy f16 3 50 16
+    "$tool" make g2.npy f16 4 40 16
+    "$sdpa" attention --q q3.npy --k k3.npy --v v3.npy --out o3.npy --lse l3.npy --cu-seqlens-q cq.npy \
+      --cu-seqlens-k ck.npy --causal bottom-right --grad-out g3.npy --dq dq3.npy --dk dk3.npy --dv dv3.npy
+    "$sdpa" attention --q q2.npy --k k2.npy --v v2.npy --out o2.npy --lse l2.npy --causal bottom-right \
+      --grad-out g2.npy --dq dq2.npy --dk dk2.npy --dv dv2.npy
+    [ "$("$tool" info o3.npy)" = "float16 [40, 1, 16]" ] || fail "packed out: $("$tool" info o3.npy)"
+    [ "$("$tool" info l3.npy)" = "float32 [1, 40]" ] || fail "packed lse: $("$tool" info l3.npy)"
+    [ "$("$tool" info dk3.npy)" = "float16 [50, 1, 16]" ] || fail "packed dk: $("$tool" info dk3.npy)"
+    for x in o l dq dk dv; do close ${x}3.npy ${x}2.npy 0; done ;;
   backward)
     "$tool" make q.npy f32 1 1 4 30 8; "$tool" make k.npy f32 2 1 2 30 8; "$tool" make v.npy f32 3 1 2 30 8
     "$tool" make g.npy f32 4 1 4 30 8; "$tool" make m.npy bool 5 30 30
