@@ -34,23 +34,43 @@ struct Packed {
   SeqOffsets cuk() const { return View<const std::int32_t, 1>{ck.data(), {static_cast<i64>(ck.size())}, {1}}; }
 };
 
+// x rounded to H, element by element.
+template <class H>
+std::vector<H> narrowed(const std::vector<float>& x) {
+  std::vector<H> h;
+  for (float e : x) h.push_back(H(e));
+  return h;
+}
+
+template <class H>
 struct Result {
-  std::vector<float> out, lse, dq, dk, dv;
+  std::vector<H> out, dq, dk, dv;
+  std::vector<float> lse;
 };
 
-Result run_varlen(const Packed& p, const Options& opt, bool with_backward = true) {
-  Result r;
-  r.out.assign(static_cast<std::size_t>(p.Tq() * p.Hq * p.Dv), kNaN);
+// The packed forward (then backward) of q, k, v, dout in element type H, laid out as p says;
+// every output starts NaN, so each element must be written.
+template <class H>
+Result<H> run_varlen(const Packed& p, const std::vector<H>& q, const std::vector<H>& k, const std::vector<H>& v,
+                     const std::vector<H>& dout, const Options& opt, bool with_backward = true) {
+  const auto v3 = [](auto* data, i64 T, i64 Hh, i64 D) { return contiguous(data, {T, Hh, D}); };
+  Result<H> r;
+  r.out.assign(static_cast<std::size_t>(p.Tq() * p.Hq * p.Dv), H(kNaN));
   r.lse.assign(static_cast<std::size_t>(p.Hq * p.Tq()), kNaN);
-  forward_varlen(p.qv(), p.kv(), p.vv(), p.cuq(), p.cuk(), contiguous(r.out.data(), {p.Tq(), p.Hq, p.Dv}),
-                 contiguous(r.lse.data(), {p.Hq, p.Tq()}), opt);
+  forward_varlen(v3(q.data(), p.Tq(), p.Hq, p.Dk), v3(k.data(), p.Tk(), p.Hkv, p.Dk), v3(v.data(), p.Tk(), p.Hkv, p.Dv),
+                 p.cuq(), p.cuk(), v3(r.out.data(), p.Tq(), p.Hq, p.Dv), contiguous(r.lse.data(), {p.Hq, p.Tq()}), opt);
   if (!with_backward) return r;
-  r.dq.assign(p.q.size(), kNaN), r.dk.assign(p.k.size(), kNaN), r.dv.assign(p.v.size(), kNaN);
-  backward_varlen(p.qv(), p.kv(), p.vv(), p.cuq(), p.cuk(), contiguous<const float>(r.out.data(), {p.Tq(), p.Hq, p.Dv}),
-                  contiguous<const float>(r.lse.data(), {p.Hq, p.Tq()}), p.dov(),
-                  contiguous(r.dq.data(), {p.Tq(), p.Hq, p.Dk}), contiguous(r.dk.data(), {p.Tk(), p.Hkv, p.Dk}),
-                  contiguous(r.dv.data(), {p.Tk(), p.Hkv, p.Dv}), opt);
+  r.dq.assign(q.size(), H(kNaN)), r.dk.assign(k.size(), H(kNaN)), r.dv.assign(v.size(), H(kNaN));
+  backward_varlen(v3(q.data(), p.Tq(), p.Hq, p.Dk), v3(k.data(), p.Tk(), p.Hkv, p.Dk), v3(v.data(), p.Tk(), p.Hkv, p.Dv),
+                  p.cuq(), p.cuk(), v3(static_cast<const H*>(r.out.data()), p.Tq(), p.Hq, p.Dv),
+                  contiguous<const float>(r.lse.data(), {p.Hq, p.Tq()}), v3(dout.data(), p.Tq(), p.Hq, p.Dv),
+                  v3(r.dq.data(), p.Tq(), p.Hq, p.Dk), v3(r.dk.data(), p.Tk(), p.Hkv, p.Dk),
+                  v3(r.dv.data(), p.Tk(), p.Hkv, p.Dv), opt);
   return r;
+}
+// p's own fp32 tensors.
+Result<float> run_varlen(const Packed& p, const Options& opt, bool with_backward = true) {
+  return run_varlen<float>(p, p.q, p.k, p.v, p.dout, opt, with_backward);
 }
 
 // The reference in precision T on each sequence alone, as a (1, H, L, D) problem copied out of
@@ -137,7 +157,7 @@ TEST(Varlen, MatchesTheReferenceOnEachSequence) {
       SCOPED_TRACE(isa_name(isa));
       Options o = vc.opt;
       o.isa = isa;
-      const Result r = run_varlen(p, o);
+      const Result<float> r = run_varlen(p, o);
       SDPA_EXPECT_WITHIN("out", judge(r.out, naive.out, gold.out, fl.out));
       SDPA_EXPECT_WITHIN("lse", judge(r.lse, naive.lse, gold.lse, fl.lse));
       SDPA_EXPECT_WITHIN("dq", judge(r.dq, naive.dq, gold.dq, fl.dq));
@@ -152,10 +172,10 @@ TEST(Varlen, SameBitsForAnyThreadCountAndOffsetDtype) {
   Options o;
   o.causal = Causal::bottom_right;
   o.threads = 1;
-  const Result one = run_varlen(p, o);
+  const Result<float> one = run_varlen(p, o);
   for (int t : {2, 3, 7}) {
     o.threads = t;
-    const Result r = run_varlen(p, o);
+    const Result<float> r = run_varlen(p, o);
     EXPECT_EQ(r.out, one.out) << t << " threads";
     EXPECT_EQ(r.dq, one.dq) << t << " threads";
     EXPECT_EQ(r.dk, one.dk) << t << " threads";
@@ -251,12 +271,7 @@ template <class H>
 void check_packed_masks() {
   const Packed p(kLq, kLk, 11);
   const i64 Tq = p.Tq(), Tk = p.Tk();
-  const auto narrow = [](const std::vector<float>& x) {
-    std::vector<H> h;
-    for (float e : x) h.push_back(H(e));
-    return h;
-  };
-  const std::vector<H> q = narrow(p.q), k = narrow(p.k), v = narrow(p.v), dout = narrow(p.dout);
+  const std::vector<H> q = narrowed<H>(p.q), k = narrowed<H>(p.k), v = narrowed<H>(p.v), dout = narrowed<H>(p.dout);
   const auto same_bits = [](const H* a, const H* b, std::size_t n) {  // memcmp takes no null, even for n = 0
     return n == 0 || std::memcmp(a, b, n * sizeof(H)) == 0;
   };
@@ -297,27 +312,12 @@ void check_packed_masks() {
     Options o = mc.opt;
     if (!mask.data.empty()) o.mask = mask.cview();
     if (!keep.data.empty()) o.keep = keep.cview();
-    struct Run {
-      std::vector<H> out, dq, dk, dv;
-      std::vector<float> lse;
-    };
     const auto run = [&](int threads) {
       Options ot = o;
       ot.threads = threads;
-      Run r;
-      r.out.assign(static_cast<std::size_t>(Tq * p.Hq * p.Dv), H(kNaN));  // NaN: must be written
-      r.lse.assign(static_cast<std::size_t>(p.Hq * Tq), kNaN);
-      forward_varlen(v3(q.data(), Tq, p.Hq, p.Dk), v3(k.data(), Tk, p.Hkv, p.Dk), v3(v.data(), Tk, p.Hkv, p.Dv),
-                     p.cuq(), p.cuk(), v3(r.out.data(), Tq, p.Hq, p.Dv), contiguous(r.lse.data(), {p.Hq, Tq}), ot);
-      r.dq.assign(q.size(), H(kNaN)), r.dk.assign(k.size(), H(kNaN)), r.dv.assign(v.size(), H(kNaN));
-      backward_varlen(v3(q.data(), Tq, p.Hq, p.Dk), v3(k.data(), Tk, p.Hkv, p.Dk), v3(v.data(), Tk, p.Hkv, p.Dv),
-                      p.cuq(), p.cuk(), v3(static_cast<const H*>(r.out.data()), Tq, p.Hq, p.Dv),
-                      contiguous<const float>(r.lse.data(), {p.Hq, Tq}), v3(dout.data(), Tq, p.Hq, p.Dv),
-                      v3(r.dq.data(), Tq, p.Hq, p.Dk), v3(r.dk.data(), Tk, p.Hkv, p.Dk), v3(r.dv.data(), Tk, p.Hkv, p.Dv),
-                      ot);
-      return r;
+      return run_varlen<H>(p, q, k, v, dout, ot);
     };
-    const Run packed = run(2);
+    const Result<H> packed = run(2);
     for (std::size_t s = 0; s < p.Lq.size(); ++s) {
       SCOPED_TRACE("sequence " + std::to_string(s));
       const i64 Lq = p.Lq[s], Lk = p.Lk[s], q0 = p.cq[s], k0 = p.ck[s];
@@ -360,7 +360,7 @@ void check_packed_masks() {
           EXPECT_EQ(packed.lse[static_cast<std::size_t>(h * Tq + q0 + i)], lse[static_cast<std::size_t>(h * Lq + i)]);
     }
     for (int threads : {1, 7}) {
-      const Run again = run(threads);
+      const Result<H> again = run(threads);
       EXPECT_TRUE(same_bits(packed.out.data(), again.out.data(), packed.out.size()) &&
                   same_bits(packed.dq.data(), again.dq.data(), packed.dq.size()) &&
                   same_bits(packed.dk.data(), again.dk.data(), packed.dk.size()) &&
@@ -383,41 +383,17 @@ TEST(Varlen, MasksAreTheFixedLengthCallOnEachSequencesBlockBf16) { check_packed_
 template <class H>
 void check_half_varlen() {
   const Packed p(kLq, kLk, 5);
-  const auto narrow = [](const std::vector<float>& x) {
-    std::vector<H> h;
-    for (float e : x) h.push_back(H(e));
-    return h;
-  };
-  const std::vector<H> q = narrow(p.q), k = narrow(p.k), v = narrow(p.v), dout = narrow(p.dout);
-  const auto v3 = [](auto* data, i64 T, i64 Hh, i64 D) { return contiguous(data, {T, Hh, D}); };
+  const std::vector<H> q = narrowed<H>(p.q), k = narrowed<H>(p.k), v = narrowed<H>(p.v), dout = narrowed<H>(p.dout);
   for (Isa isa : runnable_isas()) {
     SCOPED_TRACE(isa_name(isa));
     Options o;
     o.isa = isa, o.causal = Causal::bottom_right, o.dropout = {0.2, 91, 4};
-    struct Run {
-      std::vector<H> out, dq, dk, dv;
-      std::vector<float> lse;
-    };
     const auto run = [&](int threads) {
       Options ot = o;
       ot.threads = threads;
-      Run r;
-      r.out.assign(static_cast<std::size_t>(p.Tq() * p.Hq * p.Dv), H::from_bits(0x7FC0));  // NaN: must be written
-      r.lse.assign(static_cast<std::size_t>(p.Hq * p.Tq()), kNaN);
-      forward_varlen(v3(static_cast<const H*>(q.data()), p.Tq(), p.Hq, p.Dk), v3(static_cast<const H*>(k.data()), p.Tk(), p.Hkv, p.Dk),
-                     v3(static_cast<const H*>(v.data()), p.Tk(), p.Hkv, p.Dv), p.cuq(), p.cuk(),
-                     v3(r.out.data(), p.Tq(), p.Hq, p.Dv), contiguous(r.lse.data(), {p.Hq, p.Tq()}), ot);
-      r.dq.assign(q.size(), H::from_bits(0x7FC0)), r.dk.assign(k.size(), H::from_bits(0x7FC0));
-      r.dv.assign(v.size(), H::from_bits(0x7FC0));
-      backward_varlen(v3(static_cast<const H*>(q.data()), p.Tq(), p.Hq, p.Dk), v3(static_cast<const H*>(k.data()), p.Tk(), p.Hkv, p.Dk),
-                      v3(static_cast<const H*>(v.data()), p.Tk(), p.Hkv, p.Dv), p.cuq(), p.cuk(),
-                      v3(static_cast<const H*>(r.out.data()), p.Tq(), p.Hq, p.Dv),
-                      contiguous<const float>(r.lse.data(), {p.Hq, p.Tq()}),
-                      v3(static_cast<const H*>(dout.data()), p.Tq(), p.Hq, p.Dv), v3(r.dq.data(), p.Tq(), p.Hq, p.Dk),
-                      v3(r.dk.data(), p.Tk(), p.Hkv, p.Dk), v3(r.dv.data(), p.Tk(), p.Hkv, p.Dv), ot);
-      return r;
+      return run_varlen<H>(p, q, k, v, dout, ot);
     };
-    const Run packed = run(2);
+    const Result<H> packed = run(2);
     // Rows [r0, r0 + L) of a packed (T, Hh, D) buffer as a (1, Hh, L, D) view: no copy.
     const auto rows = [](auto* data, i64 r0, i64 L, i64 Hh, i64 D) {
       return View4<std::remove_pointer_t<decltype(data)>>{data + r0 * Hh * D, {1, Hh, L, D}, {0, D, Hh * D, 1}};
@@ -457,7 +433,7 @@ void check_half_varlen() {
           EXPECT_EQ(packed.lse[static_cast<std::size_t>(h * p.Tq() + q0 + i)], lse[static_cast<std::size_t>(h * Lq + i)]);
     }
     for (int threads : {1, 7}) {
-      const Run again = run(threads);
+      const Result<H> again = run(threads);
       const auto same_all = [&](const std::vector<H>& a, const std::vector<H>& b) {
         return std::equal(a.begin(), a.end(), b.begin(), [&](H x, H y) { return bits(x) == bits(y); });
       };
