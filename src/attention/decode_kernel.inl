@@ -123,9 +123,10 @@ inline R pv_chunk(const E* V, i64 ldv, i64 bc, const float* P, const float* al, 
   i64 c = 0;
   for (; c + KB <= bc; c += KB, vr += KB * ldv, pr += PF ? KB * ldv : 0, pb += W) {
     SDPA_UNROLL
-    for (int cc = 0; cc < KB; ++cc) key(vr + cc * ldv, pr + cc * ldv, pb + cc);
+    for (int cc = 0; cc < KB; ++cc) key(vr + cc * ldv, PF ? pr + cc * ldv : nullptr, pb + cc);
   }
-  for (i64 cc = 0; c + cc < bc; ++cc) key(vr + cc * ldv, pr + cc * ldv, pb + cc);  // the last keys, fewer than KB
+  for (i64 cc = 0; c + cc < bc; ++cc)  // the last keys, fewer than KB
+    key(vr + cc * ldv, PF ? pr + cc * ldv : nullptr, pb + cc);  // (no offset on a null pr: undefined)
   const R zero = Vec::zero();
   R chk[CV];
   SDPA_UNROLL
