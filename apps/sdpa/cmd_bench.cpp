@@ -30,6 +30,7 @@ struct Args {
   double dropout = 0.0;
   std::string suite, format = "table", isa = "auto";
   std::string varlen;  // lengths "2048,1024,…": one packed-versus-padded row instead of a shape
+  bool varlen_given = false;  // --varlen on the command line, even as '' (refused, not taken as unset)
   bool ring = false;   // under mpirun (cmd_ring.cpp)
   std::string layout = "zigzag";
 };
@@ -190,12 +191,20 @@ int run(const Args& a) {
   o.blas = !a.no_blas;
   o.torch = !a.no_torch;
   const int threads = bench::resolve_threads(a.threads);
+  if (a.varlen_given && a.varlen.empty()) throw Error("--varlen: expected lengths L1,L2,..., got ''");
   if (a.ring) {
+    // The ring's table is fp32, one shape, no baselines: refuse what it would otherwise ignore.
     if (!a.suite.empty()) throw Error("--suite: not with --ring (give one shape)");
+    if (a.varlen_given) throw Error("--varlen: not with --ring (give one shape)");
+    if (a.dtype != "float32") throw Error("--dtype: --ring times float32 only, got '" + a.dtype + "'");
+    if (a.format != "table") throw Error("--format: --ring prints a table only");
     Options opt;
     opt.causal = a.causal ? Causal::top_left : Causal::none;
     opt.threads = a.threads;  // 0: OpenMP's default on each rank (OMP_NUM_THREADS)
     opt.isa = o.isa;
+    // Seed 0 on every rank (the ring checks they agree); the mask is the one a single
+    // process with the same seed draws, so the ring and one process do the same work.
+    opt.dropout.p = a.dropout;
     return run_ring_bench({a.shape.resolve(), opt, a.layout, a.backward, a.rule.min_runs});
   }
   std::optional<Dtype> dtype;
@@ -204,10 +213,10 @@ int run(const Args& a) {
   if (!dtype) throw Error("--dtype: expected float32, bfloat16 or float16, got '" + a.dtype + "'");
   if (!a.suite.empty()) {
     if (a.suite != "default") throw Error("--suite: the only suite is 'default', got '" + a.suite + "'");
-    if (!a.varlen.empty()) throw Error("--varlen: not with --suite (the suite has its own varlen rows)");
+    if (a.varlen_given) throw Error("--varlen: not with --suite (the suite has its own varlen rows)");
     o.cases = bench::default_suite(threads);
     for (Dtype t : {Dtype::f32, Dtype::bf16, Dtype::fp16}) o.varlen.push_back(bench::default_varlen(threads, t));
-  } else if (!a.varlen.empty()) {
+  } else if (a.varlen_given) {
     if (a.causal || a.backward || a.dropout > 0)
       throw Error("--varlen: the packed-versus-padded row is a non-causal forward without dropout");
     const auto z = a.shape.resolve();
@@ -255,7 +264,7 @@ Command add_bench(CLI::App& parent) {
   c->add_option("--threads", a->threads, "Threads (0 = all)")->capture_default_str();
   add_timer_options(*c, a->rule);
   c->add_option("--suite", a->suite, "Run a standard table instead of one shape: default");
-  c->add_option("--varlen", a->varlen,
+  CLI::Option* varlen = c->add_option("--varlen", a->varlen,
                 "Lengths L1,L2,…: time one packed batch of these sequences (heads and dim from --heads, --dim) "
                 "against the same batch padded to the longest, instead of one shape");
   c->add_option("--isa", a->isa, "auto | scalar | avx2 | avx512")->capture_default_str();
@@ -266,7 +275,10 @@ Command add_bench(CLI::App& parent) {
               "Under mpirun: time ring attention per rank (compute, communication, how much is hidden) against one "
               "process; --repeat runs");
   c->add_option("--layout", a->layout, "With --ring: contiguous | zigzag")->capture_default_str();
-  return {c, [a] { return run(*a); }};
+  return {c, [a, varlen] {
+            a->varlen_given = varlen->count() > 0;
+            return run(*a);
+          }};
 }
 
 }  // namespace sdpa::cli

@@ -152,9 +152,9 @@ int run_ring_bench(const RingBenchArgs& a) {
     if (rank != 0) return 0;
     fmt::print(
         "sdpa bench --ring: {} ranks, {} layout, {} pass, B={} Hq={} Hkv={} Nq={} Nk={} Dk={} Dv={}, causal {}, "
-        "{} thread(s) per rank; medians of {} runs\n",
+        "dropout p={}, {} thread(s) per rank; medians of {} runs\n",
         size, shard_layout_name(o.layout), o.backward ? "backward" : "forward", o.B, o.Hq, o.Hkv, o.Nq, o.Nk, o.Dk,
-        o.Dv, o.opt.causal == Causal::none ? "none" : "yes", r.threads, o.repeat);
+        o.Dv, o.opt.causal == Causal::none ? "none" : "yes", o.opt.dropout.p, r.threads, o.repeat);
     fmt::print("{:>4} {:>11} {:>11} {:>11} {:>11} {:>9} {:>11}\n", "rank", "compute ms", "wait ms", "comm ms",
                "hidden ms", "hidden %", "total ms");
     for (const auto& p : r.ranks)

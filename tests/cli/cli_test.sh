@@ -276,6 +276,8 @@ PY
     expect_error "--varlen" "$sdpa" bench --varlen 0,5
     expect_error "--varlen" "$sdpa" bench --varlen 5,4 --backward
     expect_error "--varlen" "$sdpa" bench --varlen 5,4 --suite default
+    expect_error "--varlen" "$sdpa" bench --varlen ''
+    expect_error "--varlen" "$sdpa" bench --varlen '' --suite default
     expect_error "--suite" "$sdpa" bench --suite nope
     expect_error "--threads" "$sdpa" bench --threads -1
     expect_error "--kv-heads" "$sdpa" bench --heads 6 --kv-heads 4

@@ -105,7 +105,18 @@ case $case in
     mpi 2 "$sdpa" bench --ring --seq 512 --heads 2 --dim 32 --causal --repeat 2 --no-torch --no-blas > b.txt
     cat b.txt
     grep -q "hidden" b.txt || fail "no table"
-    [ "$(grep -cE '^ +[01] ' b.txt)" -eq 2 ] || fail "expected one row per rank" ;;
+    [ "$(grep -cE '^ +[01] ' b.txt)" -eq 2 ] || fail "expected one row per rank"
+    # With dropout (the ring checks every rank's seed): the header says p, one row per rank.
+    mpi 2 "$sdpa" bench --ring --seq 256 --heads 2 --dim 32 --dropout 0.25 --backward --repeat 2 > bd.txt
+    cat bd.txt
+    grep -q "dropout p=0.25" bd.txt || fail "the header should name the dropout"
+    [ "$(grep -cE '^ +[01] ' bd.txt)" -eq 2 ] || fail "expected one row per rank with dropout"
+    # What the ring's table would ignore is refused (before MPI starts: no mpirun needed).
+    for bad in "--dtype bfloat16" "--format json" "--varlen 4,5" "--suite default"; do
+      # shellcheck disable=SC2086 # one option and its value per word
+      if "$sdpa" bench --ring --seq 64 $bad > /dev/null 2> bad.err; then fail "--ring $bad should fail"; fi
+      grep -q -- "${bad%% *}" bad.err || { cat bad.err; fail "--ring $bad: the error should name ${bad%% *}"; }
+    done ;;
   sweep)
     # `mpirun -np P sdpa sweep`: the ranks share the grid; the result equals one process's.
     # Then a sweep whose rank 1 is killed (SIGKILL) mid-grid: every rank exits non-zero, the
