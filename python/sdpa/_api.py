@@ -126,6 +126,20 @@ def _raw(x):
     return x.detach() if _is_torch(x) else x
 
 
+def _fast_args(kind: str, *xs) -> list:
+    """[_raw(x) for x in xs], faster for small calls: torch tensors go as DLPack capsules of themselves without
+    autograd (torch.utils.dlpack.to_dlpack), which nanobind takes as it takes the tensors. Tensor.__dlpack__,
+    which nanobind calls otherwise, spends ~3 us a tensor in Python checks (measured, docs/python.md): as much
+    as a decoding step's kernel. Only for the extension's functions with one signature (forward, backward):
+    nanobind consumes a capsule in the first overload that tries it, so an overloaded one (forward_varlen:
+    int32 or int64 offsets) could not retry. A capsule holds a reference to its tensor until the call ends."""
+    if kind != "torch":
+        return list(xs)
+    t = _torch_module()
+    to_dlpack = t.utils.dlpack.to_dlpack
+    return [to_dlpack(x.detach()) if isinstance(x, t.Tensor) else x for x in xs]  # a NumPy mask stays itself
+
+
 def _to4(x, rank: int = 4):
     """A view with size-1 dimensions prepended up to `rank` (indexing with None never copies)."""
     return x[(None,) * (rank - x.ndim)] if x.ndim < rank else x
@@ -196,8 +210,12 @@ _SEED_LIMIT = 2 ** 64  # Philox's key: seeds and offsets are unsigned 64-bit
 
 
 def _options(*, scale, causal, window, softcap, mask, threads, kernel, dropout_p=0.0, dropout_seed=0,
-             dropout_offset=0, packed_mask=False) -> dict:
-    """The keyword arguments of _ext.forward/_ext.backward, each checked under its own name."""
+             dropout_offset=0, packed_mask=False, kind=None) -> dict:
+    """The keyword arguments of _ext.forward/_ext.backward, each checked under its own name. kind: q's, which
+    the mask's must be (a NumPy mask beside tensors would reach the custom op, which takes tensors only)."""
+    if mask is not None and kind is not None and _kind("mask", mask) != kind:
+        raise TypeError(f"mask: not the same kind of array as q; pass a "
+                        f"{'PyTorch tensor' if kind == 'torch' else 'NumPy array'}")
     if isinstance(dropout_p, bool) or not isinstance(dropout_p, numbers.Real):
         raise TypeError(f"dropout_p: expected a real number in [0, 1), got {type(dropout_p).__name__}")
     if not 0.0 <= dropout_p < 1.0:
@@ -264,15 +282,22 @@ def _forward4(kind: str, q, k, v, opts: dict):
     B, Hq, Nq, _ = q.shape
     out = _empty(kind, (B, Hq, Nq, v.shape[3]), q.dtype)
     lse = _empty(kind, (B, Hq, Nq))
-    _ext.forward(_raw(q), _raw(k), _raw(v), out, lse, **opts)
+    _ext.forward(*_fast_args(kind, q, k, v, out, lse), **_fast_masks(kind, opts))
     return out, lse
 
 
 def _backward4(kind: str, q, k, v, out, lse, dout, opts: dict):
-    q, k, v, out, lse, dout = (_raw(x) for x in (q, k, v, out, lse, dout))
     dq, dk, dv = _empty_like(kind, q), _empty_like(kind, k), _empty_like(kind, v)
-    _ext.backward(q, k, v, out, lse, dout, dq, dk, dv, **opts)
+    _ext.backward(*_fast_args(kind, q, k, v, out, lse, dout, dq, dk, dv), **_fast_masks(kind, opts))
     return dq, dk, dv
+
+
+def _fast_masks(kind: str, opts: dict) -> dict:
+    """opts with its mask arrays passed as _fast_args passes tensors."""
+    if opts["mask"] is None and opts["keep"] is None:
+        return opts
+    mask, keep = _fast_args(kind, opts["mask"], opts["keep"])
+    return {**opts, "mask": mask, "keep": keep}
 
 
 def _needs_custom_op(*tensors) -> bool:
@@ -299,7 +324,7 @@ def _attention(q, k, v, *, scale, causal, window, softcap, mask, return_lse, thr
         kind = _check_tensors({"q": q, "k": k, "v": v}, "q", half_ok=True)
     opts = _options(scale=scale, causal=causal, window=window, softcap=softcap, mask=mask, threads=threads,
                     kernel=kernel, dropout_p=dropout_p, dropout_seed=_dropout_seed(kind, dropout_p, dropout_seed),
-                    dropout_offset=dropout_offset)
+                    dropout_offset=dropout_offset, kind=kind)
     q4, k4, v4 = _to4(q), _to4(k), _to4(v)
     if kind == "torch" and _needs_custom_op(q, k, v, mask):  # sdpa::forward: autograd, torch.compile, export
         from .torch import _forward  # torch is importable: q is a tensor
@@ -385,7 +410,8 @@ def attention_backward(q, k, v, out, lse, dout, *, scale=None, causal=None, wind
     if dropout_p and dropout_seed is None:
         raise ValueError("dropout_seed: required with dropout_p > 0 (the seed the forward used)")
     opts = _options(scale=scale, causal=causal, window=window, softcap=softcap, mask=mask, threads=threads,
-                    kernel="fast", dropout_p=dropout_p, dropout_seed=dropout_seed or 0, dropout_offset=dropout_offset)
+                    kernel="fast", dropout_p=dropout_p, dropout_seed=dropout_seed or 0, dropout_offset=dropout_offset,
+                    kind=kind)
     dq, dk, dv = _backward4(kind, _to4(q), _to4(k), _to4(v), _to4(out), _to4(lse, 3), _to4(dout), opts)
     return _from4(dq, q.ndim), _from4(dk, q.ndim), _from4(dv, q.ndim)
 
@@ -417,14 +443,13 @@ def _forward_varlen(kind: str, q, k, v, cu_q, cu_k, opts: dict):
     Tq, Hq, _ = q.shape
     out = _empty(kind, (Tq, Hq, v.shape[2]), q.dtype)
     lse = _empty(kind, (Hq, Tq))
-    _ext.forward_varlen(_raw(q), _raw(k), _raw(v), _raw(cu_q), _raw(cu_k), out, lse, **opts)
+    _ext.forward_varlen(*(_raw(x) for x in (q, k, v, cu_q, cu_k, out, lse)), **opts)
     return out, lse
 
 
 def _backward_varlen(kind: str, q, k, v, cu_q, cu_k, out, lse, dout, opts: dict):
-    q, k, v, cu_q, cu_k, out, lse, dout = (_raw(x) for x in (q, k, v, cu_q, cu_k, out, lse, dout))
     dq, dk, dv = (_empty(kind, tuple(x.shape), x.dtype) for x in (q, k, v))
-    _ext.backward_varlen(q, k, v, cu_q, cu_k, out, lse, dout, dq, dk, dv, **opts)
+    _ext.backward_varlen(*(_raw(x) for x in (q, k, v, cu_q, cu_k, out, lse, dout, dq, dk, dv)), **opts)
     return dq, dk, dv
 
 
@@ -463,12 +488,9 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=None, scale=
     if cu_seqlens_q.dtype != cu_seqlens_k.dtype:
         raise TypeError(f"cu_seqlens_k: dtype {cu_seqlens_k.dtype} differs from cu_seqlens_q's "
                         f"{cu_seqlens_q.dtype}; give both int32 or both int64")
-    if mask is not None and _kind("mask", mask) != kind:
-        raise TypeError(f"mask: not the same kind of array as q; pass a "
-                        f"{'PyTorch tensor' if kind == 'torch' else 'NumPy array'}")
     opts = _options(scale=scale, causal=causal, window=window, softcap=softcap, mask=mask, threads=threads,
                     kernel="fast", dropout_p=dropout_p, dropout_seed=_dropout_seed(kind, dropout_p, dropout_seed),
-                    dropout_offset=dropout_offset, packed_mask=True)
+                    dropout_offset=dropout_offset, packed_mask=True, kind=kind)
     if kind == "torch" and _needs_custom_op(q, k, v, cu_seqlens_q, cu_seqlens_k, mask):
         # through the custom op sdpa::forward_varlen: autograd, torch.compile, torch.export
         from ._varlen_torch import forward  # torch is importable: q is a tensor

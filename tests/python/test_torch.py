@@ -239,6 +239,9 @@ def test_strided_tensors_are_read_in_place():
     q = buf.transpose(1, 2)
     ptr, shape, strides = sdpa._ext.inspect(q)
     assert ptr == buf.data_ptr() and strides == tuple(q.stride())
+    # The small-call path hands the extension a DLPack capsule instead (_api._fast_args): the same memory.
+    (capsule,) = sdpa._api._fast_args("torch", q)
+    assert sdpa._ext.inspect(capsule) == (ptr, shape, strides)
     out = st.scaled_dot_product_attention(q, q, q, is_causal=True)
     dense = q.contiguous()
     assert torch.equal(out, st.scaled_dot_product_attention(dense, dense, dense, is_causal=True))
@@ -268,6 +271,22 @@ def test_gradient_keeps_the_input_layout():
     q = leaf.transpose(1, 2)
     st.scaled_dot_product_attention(q, q, q).sum().backward()
     assert leaf.grad.shape == leaf.shape
+
+
+def test_a_mask_of_another_kind_is_refused():
+    """A NumPy mask beside torch q, k, v (or the reverse) is refused by name, with autograd or without: the
+    custom op takes tensors only, and the direct call must not accept what the op refuses."""
+    q, k, v = tensors(9, L=5, S=7)
+    keep = torch.ones(1, 4, 5, 7, dtype=torch.bool)
+    for qq in (q, q.clone().requires_grad_()):
+        with pytest.raises(TypeError, match="mask: not the same kind of array as q; pass a PyTorch tensor"):
+            sdpa.attention(qq, k, v, mask=keep.numpy())
+    with pytest.raises(TypeError, match="mask: not the same kind of array as q; pass a NumPy array"):
+        sdpa.attention(q.numpy(), k.numpy(), v.numpy(), mask=keep)
+    out = sdpa.attention(q, k, v)
+    with pytest.raises(TypeError, match="mask: not the same kind"):
+        sdpa.attention_backward(q, k, v, out, sdpa.attention(q, k, v, return_lse=True)[1], torch.ones_like(out),
+                                mask=keep.numpy())
 
 
 def test_fully_masked_row_is_zero_not_nan():
