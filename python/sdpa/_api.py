@@ -353,8 +353,8 @@ def attention(q, k, v, *, scale=None, causal=None, window=None, softcap=None, ma
     window:  (left, right): key j visible iff d_i - left <= j <= d_i + right around query i's
              diagonal d_i; -1 or None leaves a side unbounded.
     softcap: c > 0 turns scores s into c * tanh(s / c).
-    mask:    bool (True keeps a key, as in PyTorch) or float (added to the scores; -inf masks; a
-             float16/bfloat16 mask is widened to float32, a copy of the mask only),
+    mask:    the same kind as q; bool (True keeps a key, as in PyTorch) or float (added to the scores;
+             -inf masks; a float16/bfloat16 mask is widened to float32, a copy of the mask only),
              broadcast NumPy-style to [B, Hq, Nq, Nk] (size-1 dimensions are read with stride 0).
     return_lse: also return the log-sum-exp of each query's scores, shaped like out without its
              last dimension (-inf for a query that sees no key; such a query's output is 0).
