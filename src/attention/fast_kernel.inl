@@ -641,7 +641,7 @@ struct KvTileScratch {
 // so both schedules give the same bits; each key tile's dK and dV see the query tiles in
 // the same order whatever the sweep.
 // PLAIN: fp32 tensors and no dropout (the common call), known at compile time so the tile
-// loop carries no dtype or dropout test; chosen once per call by kv_tile_for.
+// loop carries no dtype or dropout test; chosen once per call by kv_tiles_for.
 template <bool PLAIN>
 void kv_tiles(const Problem& p, const Tensors& t, const float* delta, i64 b, i64 g, i64 j0, i64 tiles,
               const KvTileScratch& s, float* dQ) {
