@@ -251,20 +251,6 @@ inline RowsOperand rows_operand(const InView& x, i64 b, i64 h, i64 r0, i64 n, i6
   return {buf, ld, ld, pack_rows(x, b, h, r0, n, D, buf, ld) ? Finite::yes : Finite::no};
 }
 
-// The backward's packed B operands (Kᵀ, Vᵀ; Q, dout and K rows) get a row stride of an odd
-// number of 64-byte lines: the GEMM reads B one vector per row down K rows, and at a stride
-// of a power of two of lines those vectors fall in a few of L1's 64 sets (at D = 128, the
-// 128 rows of Kᵀ at 256 bytes fill 16 sets' 8 ways; 64 rows at 512 bytes fill 8 sets).
-inline i64 odd_lines_ld(i64 cols) {
-  const i64 ld = round_up(cols, kPad);
-  return ld / kPad % 2 == 0 ? ld + kPad : ld;
-}
-// Rows [r0, r0 + n) of (b, h) packed as a B operand at that stride, finiteness scanned.
-inline RowsOperand rows_packed(const InView& x, i64 b, i64 h, i64 r0, i64 n, i64 D, float* buf) {
-  const i64 ld = odd_lines_ld(D);
-  return {buf, ld, round_up(D, kPad), pack_rows(x, b, h, r0, n, D, buf, ld) ? Finite::yes : Finite::no};
-}
-
 // Rows of (b, h) from r0 as a GEMM's A operand, element (r, d) at data[r·rs + d·cs]: fp32
 // rows in place at the tensor's own strides (a_in_place); 16-bit rows as rows_operand packed
 // them (a_rows), since the GEMM reads floats.
@@ -579,6 +565,20 @@ inline void ds_from_p(const Problem& p, const float* S, float* dP, const float* 
       }
       Vec::store(dP + r * ld + c, Vec::zero_where_zero(P, ds));
     }
+}
+
+// The backward's packed B operands (Kᵀ, Vᵀ; Q, dout and K rows) get a row stride of an odd
+// number of 64-byte lines: the GEMM reads B one vector per row down K rows, and at a stride
+// of a power of two of lines those vectors fall in a few of L1's 64 sets (at D = 128, the
+// 128 rows of Kᵀ at 256 bytes fill 16 sets' 8 ways; 64 rows at 512 bytes fill 8 sets).
+inline i64 odd_lines_ld(i64 cols) {
+  const i64 ld = round_up(cols, kPad);
+  return ld / kPad % 2 == 0 ? ld + kPad : ld;
+}
+// Rows [r0, r0 + n) of (b, h) packed as a B operand at that stride, finiteness scanned.
+inline RowsOperand rows_packed(const InView& x, i64 b, i64 h, i64 r0, i64 n, i64 D, float* buf) {
+  const i64 ld = odd_lines_ld(D);
+  return {buf, ld, round_up(D, kPad), pack_rows(x, b, h, r0, n, D, buf, ld) ? Finite::yes : Finite::no};
 }
 
 // Pass A: key tiles of kv head g (dk, dv); loops over the group's query heads and query
