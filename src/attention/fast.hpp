@@ -4,10 +4,10 @@
 //   forward   one item = (b, kv head g, kTileRows query lanes over the group's heads, a key
 //             range), loops over key tiles; split-KV items write partial results merged by lse
 //   backward  with at least as many (b, kv head) items as threads, one pass: one item =
-//             (b, kv head) -> dk, dv and the group's dq (loops over key tiles, then the group's
-//             query heads and query tiles); else two passes: pass A: one item = (b, kv head,
-//             key tile) -> dk, dv;  pass B: one item = (b, h, query tile) -> dq. Both give the
-//             same bits (fast_kernel.inl, kv_tile).
+//             (b, kv head) -> dk, dv and the group's dq (loops over sweeps of two key tiles,
+//             then the group's query heads and query tiles); else two passes: pass A: one
+//             item = (b, kv head, key tile) -> dk, dv;  pass B: one item = (b, h, query
+//             tile) -> dq. Both give the same bits (fast_kernel.inl, kv_tiles).
 // Every output element is written by exactly one item, in a fixed order, so the
 // result does not depend on how items are spread over threads.
 #pragma once

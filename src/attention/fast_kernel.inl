@@ -567,37 +567,64 @@ inline void ds_from_p(const Problem& p, const float* S, float* dP, const float* 
     }
 }
 
-// Pass A: one key tile of kv head g (dk, dv); loops over the group's query heads and
-// query tiles. Tiles in the row layout (query rows × keys): Kᵀ and Vᵀ are packed once,
-// Q and dout rows are read in place, as the A operand of S = Q Kᵀ and dP = dout Vᵀ and
-// the B operand of dV += Pᵀ dout and dK += dXᵀ Q.
+// The backward's packed B operands (Kᵀ, Vᵀ; Q, dout and K rows) get a row stride of an odd
+// number of 64-byte lines: the GEMM reads B one vector per row down K rows, and at a stride
+// of a power of two of lines those vectors fall in a few of L1's 64 sets (at D = 128, the
+// 128 rows of Kᵀ at 256 bytes fill 16 sets' 8 ways; 64 rows at 512 bytes fill 8 sets).
+inline i64 odd_lines_ld(i64 cols) {
+  const i64 ld = round_up(cols, kPad);
+  return ld / kPad % 2 == 0 ? ld + kPad : ld;
+}
+// Rows [r0, r0 + n) of (b, h) packed as a B operand at that stride, finiteness scanned.
+inline RowsOperand rows_packed(const InView& x, i64 b, i64 h, i64 r0, i64 n, i64 D, float* buf) {
+  const i64 ld = odd_lines_ld(D);
+  return {buf, ld, round_up(D, kPad), pack_rows(x, b, h, r0, n, D, buf, ld) ? Finite::yes : Finite::no};
+}
+
+// Pass A: key tiles of kv head g (dk, dv); loops over the group's query heads and query
+// tiles. Tiles in the row layout (query rows × keys): Kᵀ and Vᵀ are packed once per key
+// tile, Q and dout rows once per query tile, as the A operand of S = Q Kᵀ and dP = dout Vᵀ
+// and the B operand of dV += Pᵀ dout and dK += dXᵀ Q. Every packed B operand has a row
+// stride of an odd number of lines (odd_lines_ld).
+// A sweep over the query tiles serves up to kKvTilesPerSweep key tiles (the one pass; pass
+// A's items are one key tile each): each query tile's Q and dout rows are fetched, packed
+// and scanned once for them all, and its dQ rows brought in once. At N = 4096, D = 128 a
+// head's Q, dout and dQ are 6 MiB, streamed from L3 once per sweep (docs/performance.md,
+// "The one-pass backward at long rows").
+constexpr i64 kKvTilesPerSweep = 2;
 struct KvTileScratch {
-  float* KT;         // (Dk, bcp)
-  float* VT;         // (Dv, bcp)
-  float* Q_rows;     // (br, dkp)  Q rows, when not rows_in_place
-  float* dout_rows;  // (br, dvp)  dout rows, when not rows_in_place
-  float* K_rows;     // (bc, dkp)  K rows, when not rows_in_place (one pass's dQ += dX K)
+  struct KeyTile {
+    float* KT;      // (Dk, odd_lines_ld(bcp))
+    float* VT;      // (Dv, odd_lines_ld(bcp))
+    float* K_rows;  // (bc, odd_lines_ld(Dk))  K rows (one pass's dQ += dX K)
+    float* dK;      // (bc, dkp)
+    float* dV;      // (bc, dvp)
+  };
+  KeyTile key[kKvTilesPerSweep];  // the sweep's key tiles: `tiles` of them carved
+  float* Q_rows;     // (br, odd_lines_ld(Dk))
+  float* dout_rows;  // (br, odd_lines_ld(Dv))
   float* S;          // (br, bcp)  P
   float* T;          // (br, bcp)  soft-cap tanh
   float* dP;         // (br, bcp)  dP, then dX
-  float* dK;         // (bc, dkp)
-  float* dV;         // (bc, dvp)
   float* row_lse;    // (br)
   float* row_delta;  // (br)
   float* drop;       // (br, bcp)  dropout multipliers, with dropout
-  static KvTileScratch carve(const Problem& p, Arena& arena) {
+  static KvTileScratch carve(const Problem& p, Arena& arena, i64 tiles) {
     const i64 dkp = round_up(p.Dk, kPad), dvp = round_up(p.Dv, kPad);
-    KvTileScratch s;
-    s.KT = arena.take(p.Dk * kTileCols);
-    s.VT = arena.take(p.Dv * kTileCols);
-    s.Q_rows = arena.take(kTileRows * dkp);
-    s.dout_rows = arena.take(kTileRows * dvp);
-    s.K_rows = arena.take(kTileCols * dkp);
+    KvTileScratch s{};
+    for (i64 u = 0; u < tiles; ++u) {
+      KeyTile& k = s.key[u];
+      k.KT = arena.take(p.Dk * odd_lines_ld(kTileCols));
+      k.VT = arena.take(p.Dv * odd_lines_ld(kTileCols));
+      k.K_rows = arena.take(kTileCols * odd_lines_ld(p.Dk));
+      k.dK = arena.take(kTileCols * dkp);
+      k.dV = arena.take(kTileCols * dvp);
+    }
+    s.Q_rows = arena.take(kTileRows * odd_lines_ld(p.Dk));
+    s.dout_rows = arena.take(kTileRows * odd_lines_ld(p.Dv));
     s.S = arena.take(kTileRows * kTileCols);
     s.T = arena.take(kTileRows * kTileCols);
     s.dP = arena.take(kTileRows * kTileCols);
-    s.dK = arena.take(kTileCols * dkp);
-    s.dV = arena.take(kTileCols * dvp);
     s.row_lse = arena.take(kTileRows);
     s.row_delta = arena.take(kTileRows);
     s.drop = arena.take(p.has_dropout ? kTileRows * kTileCols : 0);
@@ -605,79 +632,95 @@ struct KvTileScratch {
   }
 };
 
-// One key tile of pass A, and with dQ set (the one pass) also dQ += dX K for every query
-// tile it meets: dQ holds the group's query rows, (group·Nq, dkp), row (h - g·group)·Nq + i.
-// dX K is summed in the order pass B sums it (key by key within a tile, tiles in
-// ascending order, from zero), with the scores and dX computed by the same operations in
-// the transposed layout, so both schedules give the same bits.
+// Key tiles [j0, j0 + tiles·kTileCols) ∩ [0, Nk) of pass A (tiles <= kKvTilesPerSweep), and
+// with dQ set (the one pass) also dQ += dX K for every query tile they meet: dQ holds the
+// group's query rows, (group·Nq, dkp), row (h - g·group)·Nq + i. dX K is summed in the
+// order pass B sums it (key by key within a tile, tiles in ascending order, from zero: a
+// query tile meets the sweep's key tiles in ascending order, and sweeps go in ascending
+// order), with the scores and dX computed by the same operations in the transposed layout,
+// so both schedules give the same bits; each key tile's dK and dV see the query tiles in
+// the same order whatever the sweep.
 // PLAIN: fp32 tensors and no dropout (the common call), known at compile time so the tile
-// loop carries no dtype or dropout test; chosen once per call by kv_tile_for.
+// loop carries no dtype or dropout test; chosen once per call by kv_tiles_for.
 template <bool PLAIN>
-void kv_tile(const Problem& p, const Tensors& t, const float* delta, i64 b, i64 g, i64 j0, const KvTileScratch& s,
-             float* dQ) {
+void kv_tiles(const Problem& p, const Tensors& t, const float* delta, i64 b, i64 g, i64 j0, i64 tiles,
+              const KvTileScratch& s, float* dQ) {
   const bool dropout = !PLAIN && p.has_dropout;
   const i64 Dk = p.Dk, Dv = p.Dv, dkp = round_up(Dk, kPad), dvp = round_up(Dv, kPad);
-  const i64 bc = imin(kTileCols, p.Nk - j0), bcp = round_up(bc, kPad);
   constexpr i64 BR = kTileRows;
+  tiles = imin(tiles, (p.Nk - j0 + kTileCols - 1) / kTileCols);
 
-  pack_transposed(t.k, b, g, j0, bc, Dk, s.KT, bcp);
-  pack_transposed(t.v, b, g, j0, bc, Dv, s.VT, bcp);
-  for (i64 x = 0; x < bc * dkp; ++x) s.dK[x] = 0.0f;
-  for (i64 x = 0; x < bc * dvp; ++x) s.dV[x] = 0.0f;
-  RowsOperand k_op{};
-  if (dQ != nullptr) k_op = rows_operand(t.k, b, g, j0, bc, Dk, s.K_rows, /*scan_in_place=*/true);
+  RowsOperand k_op[kKvTilesPerSweep];
+  for (i64 u = 0; u < tiles; ++u) {
+    const KvTileScratch::KeyTile& key = s.key[u];
+    const i64 ju = j0 + u * kTileCols, bc = imin(kTileCols, p.Nk - ju), ldt = odd_lines_ld(bc);
+    pack_transposed(t.k, b, g, ju, bc, Dk, key.KT, ldt);
+    pack_transposed(t.v, b, g, ju, bc, Dv, key.VT, ldt);
+    for (i64 x = 0; x < bc * dkp; ++x) key.dK[x] = 0.0f;
+    for (i64 x = 0; x < bc * dvp; ++x) key.dV[x] = 0.0f;
+    if (dQ != nullptr) k_op[u] = rows_packed(t.k, b, g, ju, bc, Dk, key.K_rows);
+  }
 
   for (i64 h = g * p.group; h < (g + 1) * p.group; ++h)
     for (i64 i0 = 0; i0 < p.Nq; i0 += BR) {
       const i64 br = imin(BR, p.Nq - i0);
-      const KeyRange keys = visible_keys(p, i0, i0 + br - 1, j0, j0 + bc);
-      if (keys.last < keys.first) continue;  // tile fully masked
+      const KeyRange seen = visible_keys(p, i0, i0 + br - 1, j0, imin(p.Nk, j0 + tiles * kTileCols));
+      if (seen.last < seen.first) continue;  // every tile fully masked
       load_row_constants(p, t, delta, b, h, i0, br, br, s.row_lse, s.row_delta);
-      const RowsOperand q_op = rows_operand(t.q, b, h, i0, br, Dk, s.Q_rows, /*scan_in_place=*/true);
-      const RowsOperand dout_op = rows_operand(t.dout, b, h, i0, br, Dv, s.dout_rows, /*scan_in_place=*/true);
-      // S = Q Kᵀ and dP = dout Vᵀ, Q and dout rows broadcast in place (16-bit: widened).
-      const AOperand q_a = PLAIN ? a_in_place(t.q, b, h, i0) : a_operand(t.q, b, h, i0, q_op);
-      const AOperand dout_a = PLAIN ? a_in_place(t.dout, b, h, i0) : a_operand(t.dout, b, h, i0, dout_op);
-      gemm<false, false>(br, bcp, Dk, q_a.data, q_a.rs, q_a.cs, s.KT, bcp, s.S, bcp);
-      scale_softcap(p, s.S, bcp, br, bcp, s.T);
-      if (tile_needs_mask(p, i0, i0 + br - 1, j0, bcp))  // padding columns past bc included
-        mask_tile(p, s.S, bcp, 1, br, b, j0, bcp, [&](i64 r) { return LaneRow{h, i0 + r}; });
-      for (i64 r = 0; r < br; ++r) {  // P = exp(s - lse_r)
-        const R Lr = Vec::set1(s.row_lse[r]);
-        for (i64 c = 0; c < bcp; c += W)
-          Vec::store(s.S + r * bcp + c, Vec::exp(Vec::sub(Vec::load(s.S + r * bcp + c), Lr)));
+      const RowsOperand q_op = rows_packed(t.q, b, h, i0, br, Dk, s.Q_rows);
+      const RowsOperand dout_op = rows_packed(t.dout, b, h, i0, br, Dv, s.dout_rows);
+      const AOperand q_a = a_rows(q_op), dout_a = a_rows(dout_op);
+      for (i64 u = 0; u < tiles; ++u) {
+        const KvTileScratch::KeyTile& key = s.key[u];
+        const i64 ju = j0 + u * kTileCols, bc = imin(kTileCols, p.Nk - ju), bcp = round_up(bc, kPad);
+        const i64 ldt = odd_lines_ld(bc);
+        const KeyRange keys = visible_keys(p, i0, i0 + br - 1, ju, ju + bc);
+        if (keys.last < keys.first) continue;  // tile fully masked
+        gemm<false, false>(br, bcp, Dk, q_a.data, q_a.rs, q_a.cs, key.KT, ldt, s.S, bcp);
+        scale_softcap(p, s.S, bcp, br, bcp, s.T);
+        if (tile_needs_mask(p, i0, i0 + br - 1, ju, bcp))  // padding columns past bc included
+          mask_tile(p, s.S, bcp, 1, br, b, ju, bcp, [&](i64 r) { return LaneRow{h, i0 + r}; });
+        for (i64 r = 0; r < br; ++r) {  // P = exp(s - lse_r)
+          const R Lr = Vec::set1(s.row_lse[r]);
+          for (i64 c = 0; c < bcp; c += W)
+            Vec::store(s.S + r * bcp + c, Vec::exp(Vec::sub(Vec::load(s.S + r * bcp + c), Lr)));
+        }
+        gemm<false, false>(br, bcp, Dv, dout_a.data, dout_a.rs, dout_a.cs, key.VT, ldt, s.dP, bcp);
+        if (dropout) {  // dP through the mask; P becomes P∘M for dV once dX is made
+          dropout_tile(p, s.drop, bcp, 1, br, b, ju, bcp, [&](i64 r) { return LaneRow{h, i0 + r}; });
+          mul_tile(s.dP, bcp, s.drop, bcp, br, bcp);
+        }
+        ds_from_p<true>(p, s.S, s.dP, s.T, s.row_delta, bcp, br, bcp);
+        if (dropout) mul_tile(s.S, bcp, s.drop, bcp, br, bcp);
+        // dV += Pᵀ dout and dK += dXᵀ Q: A[c][r] = tile[r·bcp + c].
+        gemm_acc_skip_zero(dout_op.finite, bc, dout_op.cols, br, s.S, 1, bcp, dout_op.data, dout_op.ld, key.dV, dvp,
+                           nullptr);
+        gemm_acc_skip_zero(q_op.finite, bc, q_op.cols, br, s.dP, 1, bcp, q_op.data, q_op.ld, key.dK, dkp, nullptr);
+        if (dQ != nullptr)  // dQ += dX K: A[r][c] = tile[r·bcp + c]
+          gemm_acc_skip_zero(k_op[u].finite, br, k_op[u].cols, bc, s.dP, bcp, 1, k_op[u].data, k_op[u].ld,
+                             dQ + ((h - g * p.group) * p.Nq + i0) * dkp, dkp, nullptr);
       }
-      gemm<false, false>(br, bcp, Dv, dout_a.data, dout_a.rs, dout_a.cs, s.VT, bcp, s.dP, bcp);
-      if (dropout) {  // dP through the mask; P becomes P∘M for dV once dX is made
-        dropout_tile(p, s.drop, bcp, 1, br, b, j0, bcp, [&](i64 r) { return LaneRow{h, i0 + r}; });
-        mul_tile(s.dP, bcp, s.drop, bcp, br, bcp);
-      }
-      ds_from_p<true>(p, s.S, s.dP, s.T, s.row_delta, bcp, br, bcp);
-      if (dropout) mul_tile(s.S, bcp, s.drop, bcp, br, bcp);
-      // dV += Pᵀ dout and dK += dXᵀ Q: A[c][r] = tile[r·bcp + c].
-      gemm_acc_skip_zero(dout_op.finite, bc, dout_op.cols, br, s.S, 1, bcp, dout_op.data, dout_op.ld, s.dV, dvp,
-                         nullptr);
-      gemm_acc_skip_zero(q_op.finite, bc, q_op.cols, br, s.dP, 1, bcp, q_op.data, q_op.ld, s.dK, dkp, nullptr);
-      if (dQ != nullptr)  // dQ += dX K: A[r][c] = tile[r·bcp + c]
-        gemm_acc_skip_zero(k_op.finite, br, k_op.cols, bc, s.dP, bcp, 1, k_op.data, k_op.ld,
-                           dQ + ((h - g * p.group) * p.Nq + i0) * dkp, dkp, nullptr);
     }
 
-  for (i64 c = 0; c < bc; ++c) {  // rounded once, here, for 16-bit dk and dv
-    store_row(t.dk, off(t.dk, b, g, j0 + c, 0), Dk, s.dK + c * dkp);
-    store_row(t.dv, off(t.dv, b, g, j0 + c, 0), Dv, s.dV + c * dvp);
+  for (i64 u = 0; u < tiles; ++u) {  // rounded once, here, for 16-bit dk and dv
+    const i64 ju = j0 + u * kTileCols;
+    for (i64 c = 0; c < imin(kTileCols, p.Nk - ju); ++c) {
+      store_row(t.dk, off(t.dk, b, g, ju + c, 0), Dk, s.key[u].dK + c * dkp);
+      store_row(t.dv, off(t.dv, b, g, ju + c, 0), Dv, s.key[u].dV + c * dvp);
+    }
   }
 }
 
-// The one choice of kv_tile's instantiation, from the call's dtype and dropout.
-using KvTileFn = void (*)(const Problem&, const Tensors&, const float*, i64, i64, i64, const KvTileScratch&, float*);
-inline KvTileFn kv_tile_for(const Problem& p) {
-  return p.dtype == Dtype::f32 && !p.has_dropout ? kv_tile<true> : kv_tile<false>;
+// The one choice of kv_tiles' instantiation, from the call's dtype and dropout.
+using KvTilesFn = void (*)(const Problem&, const Tensors&, const float*, i64, i64, i64, i64, const KvTileScratch&,
+                           float*);
+inline KvTilesFn kv_tiles_for(const Problem& p) {
+  return p.dtype == Dtype::f32 && !p.has_dropout ? kv_tiles<true> : kv_tiles<false>;
 }
 
 void backward_kv_tile(const Problem& p, const Tensors& t, const float* delta, i64 b, i64 g, i64 j0,
                       WorkerScratch scratch) {
-  kv_tile_for(p)(p, t, delta, b, g, j0, carve_scratch<KvTileScratch>(p, scratch), nullptr);
+  kv_tiles_for(p)(p, t, delta, b, g, j0, 1, carve_scratch<KvTileScratch>(p, scratch, i64{1}), nullptr);
 }
 
 // The one pass: item (b, g) owns dk, dv of its keys and dq of its group's query rows, so
@@ -686,11 +729,11 @@ void backward_kv_tile(const Problem& p, const Tensors& t, const float* delta, i6
 // the item's own buffer). dQ is O(group·Nq·Dk) per worker: api.cpp takes the two passes
 // where that would be large.
 struct ItemBackwardScratch {
-  KvTileScratch tile;
+  KvTileScratch tiles;
   float* dQ;  // (group·Nq, dkp)
   static ItemBackwardScratch carve(const Problem& p, Arena& arena) {
     ItemBackwardScratch s;
-    s.tile = KvTileScratch::carve(p, arena);
+    s.tiles = KvTileScratch::carve(p, arena, kKvTilesPerSweep);
     s.dQ = arena.take(p.group * p.Nq * round_up(p.Dk, kPad));
     return s;
   }
@@ -700,8 +743,9 @@ void backward_item(const Problem& p, const Tensors& t, const float* delta, i64 b
   const i64 dkp = round_up(p.Dk, kPad), rows = p.group * p.Nq;
   const auto s = carve_scratch<ItemBackwardScratch>(p, scratch);
   for (i64 x = 0; x < rows * dkp; ++x) s.dQ[x] = 0.0f;
-  const KvTileFn tile = kv_tile_for(p);
-  for (i64 j0 = 0; j0 < p.Nk; j0 += kTileCols) tile(p, t, delta, b, g, j0, s.tile, s.dQ);
+  const KvTilesFn sweep = kv_tiles_for(p);
+  for (i64 j0 = 0; j0 < p.Nk; j0 += kKvTilesPerSweep * kTileCols)
+    sweep(p, t, delta, b, g, j0, kKvTilesPerSweep, s.tiles, s.dQ);
   for (i64 l = 0; l < rows; ++l) {
     const i64 h = g * p.group + l / p.Nq, i = l % p.Nq;
     store_row(t.dq, off(t.dq, b, h, i, 0), p.Dk, s.dQ + l * dkp);
@@ -784,7 +828,7 @@ void backward_q_tile(const Problem& p, const Tensors& t, const float* delta, i64
 
 // Floats per worker: the larger of the two passes' layouts (one block serves both) ...
 i64 backward_scratch(const Problem& p) {
-  return imax(scratch_floats<KvTileScratch>(p), scratch_floats<QTileScratch>(p));
+  return imax(scratch_floats<KvTileScratch>(p, i64{1}), scratch_floats<QTileScratch>(p));
 }
 // ... and the one pass's.
 i64 backward_item_scratch(const Problem& p) { return scratch_floats<ItemBackwardScratch>(p); }
