@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstddef>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <new>
@@ -95,6 +97,61 @@ void parallel_items(i64 items, int workers, const ScratchBlocks& blocks, Body bo
     for (i64 item = 0; item < items; ++item) body(item, scratch);
   }
 }
+
+// Rows far apart, copied back to back once per call (issue 14). Hugging Face models pass
+// (B, H, N, D) views of (B, N, H, D) projections: rows H·D elements apart. Read in place, a
+// tile's rows at such a stride fall in a few L1 sets and defeat the L2 stream prefetcher;
+// the forward packed V per tile and gathered K by broadcasts, the backward packed Q and dout
+// per (key tile, query tile), ~9 % of the call at B = 1, H = 8, N = 2048, D = 64 on Zen 3
+// (docs/performance.md, "Transposed views: copied once per call"). A tensor read by at
+// least kCopyMinReads items is copied instead, by all workers, in its own dtype: the kernel
+// then reads exactly what a contiguous call gives it, so the bits are the contiguous call's.
+// The copy costs one read and one write of the tensor, O(N·D), never O(N²); a tensor read
+// fewer times (decoding reads K and V once) stays in place.
+constexpr i64 kCopyMinReads = 4;
+
+// Whether x's (b, h) rows already lie back to back: unit stride along D and at most a padded
+// row apart (fast_kernel.inl's rows_in_place), or a single row.
+bool rows_tight(const InView& x) {
+  const i64 D = x.shape[3], padded = ceil_div(D, kPad) * kPad;
+  return x.shape[2] <= 1 || (x.stride[3] == 1 && x.stride[2] >= D && x.stride[2] <= padded);
+}
+
+// x as it is when its rows are tight or it is read fewer than kCopyMinReads times, else a
+// contiguous copy (owned here) in x's dtype. Allocated before the parallel copy, so no
+// allocation failure escapes an OpenMP region.
+class TightRows {
+ public:
+  TightRows(const InView& x, i64 reads, int workers) : view_(x) {
+    if (rows_tight(x) || reads < kCopyMinReads) return;
+    const auto [B, H, N, D] = x.shape;
+    const i64 size = x.dtype == Dtype::f32 ? 4 : 2;  // bytes per element
+    copy_ = std::make_unique<ScratchBlocks>(1, ceil_div(x.numel() * size, 4));
+    std::byte* to = reinterpret_cast<std::byte*>(copy_->worker(0).data);
+    const auto* from = static_cast<const std::byte*>(x.dtype == Dtype::f32 ? static_cast<const void*>(x.data) : x.bits);
+    const i64 rows = B * H * N;
+#pragma omp parallel for num_threads(workers) schedule(static)
+    for (i64 row = 0; row < rows; ++row) {
+      const std::byte* src = from + off4(x, row / (H * N), row / N % H, row % N, 0) * size;
+      std::byte* dst = to + row * D * size;
+      if (x.stride[3] == 1) {
+        std::memcpy(dst, src, static_cast<std::size_t>(D * size));
+      } else {
+        for (i64 d = 0; d < D; ++d) std::memcpy(dst + d * size, src + d * x.stride[3] * size, static_cast<std::size_t>(size));
+      }
+    }
+    view_.stride = {H * N * D, N * D, D, 1};
+    if (x.dtype == Dtype::f32)
+      view_.data = reinterpret_cast<const float*>(to);
+    else
+      view_.bits = to;
+  }
+  const InView& view() const { return view_; }
+
+ private:
+  InView view_;
+  std::unique_ptr<ScratchBlocks> copy_;  // null: view_ is x itself
+};
 
 // Split-KV: with few items (decoding: a handful of query rows per kv head) the keys are
 // cut into splits whose partial results are merged by their lse. Decided by the shape
@@ -219,6 +276,12 @@ void forward_any(View4<const T> q, View4<const T> k, View4<const T> v, View4<T> 
   // Each item is still done whole by one thread: the bits do not depend on the order.
   const bool longest_first = p.causal && p.window_left < 0;
   const int workers = workers_for(opt, items);
+  // Every lane tile of a kv head reads all of its K and V. Q is read once, but its lanes
+  // are gathered row by row, and from far-apart rows that gather cost more (2 % of the
+  // samples) than the copy: Q goes with K and V.
+  const TightRows k_rows(t.k, lane_tiles, workers), v_rows(t.v, lane_tiles, workers);
+  const TightRows q_rows(t.q, lane_tiles, workers);
+  t.q = q_rows.view(), t.k = k_rows.view(), t.v = v_rows.view();
   const ScratchBlocks blocks(workers, kern.forward_scratch(p));
   parallel_items(items, workers, blocks, [&](i64 item, WorkerScratch s) {
     ForwardItem fi;
@@ -264,7 +327,15 @@ void backward_any(View4<const T> q, View4<const T> k, View4<const T> v, View4<co
   // depend on the thread count.
   const i64 items = p.B * p.Hkv;
   const i64 item_floats = kern.backward_item_scratch(p);
-  if (items >= resolve_threads(opt) && item_floats <= kOnePassMaxFloats) {
+  const bool one_pass = items >= resolve_threads(opt) && item_floats <= kOnePassMaxFloats;
+  const i64 kv_tiles = ceil_div(p.Nk, kTileCols), q_tiles = ceil_div(p.Nq, kTileRows);
+  // Both schedules read a head's Q and dout rows once per key tile; the two passes read K
+  // and V once per query tile (pass B), the one pass once in all.
+  const int copy_workers = workers_for(opt, rows);
+  const TightRows q_rows(t.q, kv_tiles, copy_workers), dout_rows(t.dout, kv_tiles, copy_workers);
+  const TightRows k_rows(t.k, one_pass ? 1 : q_tiles, copy_workers), v_rows(t.v, one_pass ? 1 : q_tiles, copy_workers);
+  t.q = q_rows.view(), t.dout = dout_rows.view(), t.k = k_rows.view(), t.v = v_rows.view();
+  if (one_pass) {
     const int workers = workers_for(opt, items);
     const ScratchBlocks blocks(workers, item_floats);
     parallel_items(items, workers, blocks, [&](i64 item, WorkerScratch s) {
@@ -272,7 +343,6 @@ void backward_any(View4<const T> q, View4<const T> k, View4<const T> v, View4<co
     });
     return;
   }
-  const i64 kv_tiles = ceil_div(p.Nk, kTileCols), q_tiles = ceil_div(p.Nq, kTileRows);
   const i64 items_a = p.B * p.Hkv * kv_tiles, items_b = p.B * p.Hq * q_tiles;
   const int workers = workers_for(opt, items_a > items_b ? items_a : items_b);
   const ScratchBlocks blocks(workers, kern.backward_scratch(p));
