@@ -117,40 +117,70 @@ bool rows_tight(const InView& x) {
   return x.shape[2] <= 1 || (x.stride[3] == 1 && x.stride[2] >= D && x.stride[2] <= padded);
 }
 
-// x as it is when its rows are tight or it is read fewer than kCopyMinReads times, else a
-// contiguous copy (owned here) in x's dtype. Allocated before the parallel copy, so no
-// allocation failure escapes an OpenMP region.
-class TightRows {
+// The call's tensors whose rows are not tight and that at least kCopyMinReads items read,
+// copied back to back in their own dtype into one buffer, which lives as long as this
+// object: add() each candidate, then copy() rewrites the views it took (others stay as they
+// are). One allocation per call, made before the parallel copy (no allocation failure
+// escapes an OpenMP region): separate ones were each given fresh pages by malloc, whose page
+// faults cost as much as the copy itself at N = 1024 (docs/performance.md, "Transposed views").
+class TightCopies {
  public:
-  TightRows(const InView& x, i64 reads, int workers) : view_(x) {
+  TightCopies() = default;
+  TightCopies(const TightCopies&) = delete;
+  TightCopies& operator=(const TightCopies&) = delete;
+  ~TightCopies() {
+    if (data_ != nullptr) ::operator delete (data_, std::align_val_t{64});
+  }
+
+  void add(InView& x, i64 reads) {
     if (rows_tight(x) || reads < kCopyMinReads) return;
-    const auto [B, H, N, D] = x.shape;
-    const i64 size = x.dtype == Dtype::f32 ? 4 : 2;  // bytes per element
-    copy_ = std::make_unique<ScratchBlocks>(1, ceil_div(x.numel() * size, 4));
-    std::byte* to = reinterpret_cast<std::byte*>(copy_->worker(0).data);
-    const auto* from = static_cast<const std::byte*>(x.dtype == Dtype::f32 ? static_cast<const void*>(x.data) : x.bits);
-    const i64 rows = B * H * N;
-#pragma omp parallel for num_threads(workers) schedule(static)
-    for (i64 row = 0; row < rows; ++row) {
-      const std::byte* src = from + off4(x, row / (H * N), row / N % H, row % N, 0) * size;
-      std::byte* dst = to + row * D * size;
-      if (x.stride[3] == 1) {
-        std::memcpy(dst, src, static_cast<std::size_t>(D * size));
-      } else {
-        for (i64 d = 0; d < D; ++d) std::memcpy(dst + d * size, src + d * x.stride[3] * size, static_cast<std::size_t>(size));
+    const i64 bytes = x.numel() * element_bytes(x);
+    views_.push_back({&x, bytes_});
+    bytes_ += (bytes + 63) / 64 * 64;
+  }
+
+  void copy(int workers) {
+    if (views_.empty()) return;
+    data_ = static_cast<std::byte*>(::operator new (static_cast<std::size_t>(bytes_), std::align_val_t{64}));
+#pragma omp parallel num_threads(workers)
+    for (const Copy& c : views_) {
+      const InView& x = *c.view;
+      const auto [B, H, N, D] = x.shape;
+      const i64 size = element_bytes(x), rows = B * H * N;
+      const auto* from = static_cast<const std::byte*>(x.dtype == Dtype::f32 ? static_cast<const void*>(x.data) : x.bits);
+      std::byte* to = data_ + c.at;
+#pragma omp for schedule(static) nowait
+      for (i64 row = 0; row < rows; ++row) {
+        const std::byte* src = from + off4(x, row / (H * N), row / N % H, row % N, 0) * size;
+        std::byte* dst = to + row * D * size;
+        if (x.stride[3] == 1) {
+          std::memcpy(dst, src, static_cast<std::size_t>(D * size));
+        } else {
+          for (i64 d = 0; d < D; ++d)
+            std::memcpy(dst + d * size, src + d * x.stride[3] * size, static_cast<std::size_t>(size));
+        }
       }
     }
-    view_.stride = {H * N * D, N * D, D, 1};
-    if (x.dtype == Dtype::f32)
-      view_.data = reinterpret_cast<const float*>(to);
-    else
-      view_.bits = to;
+    for (const Copy& c : views_) {
+      InView& x = *c.view;
+      const auto [B, H, N, D] = x.shape;
+      x.stride = {H * N * D, N * D, D, 1};
+      if (x.dtype == Dtype::f32)
+        x.data = reinterpret_cast<const float*>(data_ + c.at);
+      else
+        x.bits = data_ + c.at;
+    }
   }
-  const InView& view() const { return view_; }
 
  private:
-  InView view_;
-  std::unique_ptr<ScratchBlocks> copy_;  // null: view_ is x itself
+  static i64 element_bytes(const InView& x) { return x.dtype == Dtype::f32 ? 4 : 2; }
+  struct Copy {
+    InView* view;  // rewritten by copy() to the copy at data_ + at
+    i64 at;        // bytes into the buffer
+  };
+  std::vector<Copy> views_;
+  i64 bytes_ = 0;
+  std::byte* data_ = nullptr;
 };
 
 // Split-KV: with few items (decoding: a handful of query rows per kv head) the keys are
@@ -279,9 +309,9 @@ void forward_any(View4<const T> q, View4<const T> k, View4<const T> v, View4<T> 
   // Every lane tile of a kv head reads all of its K and V. Q is read once, but its lanes
   // are gathered row by row, and from far-apart rows that gather cost more (2 % of the
   // samples) than the copy: Q goes with K and V.
-  const TightRows k_rows(t.k, lane_tiles, workers), v_rows(t.v, lane_tiles, workers);
-  const TightRows q_rows(t.q, lane_tiles, workers);
-  t.q = q_rows.view(), t.k = k_rows.view(), t.v = v_rows.view();
+  TightCopies copies;
+  copies.add(t.q, lane_tiles), copies.add(t.k, lane_tiles), copies.add(t.v, lane_tiles);
+  copies.copy(workers);
   const ScratchBlocks blocks(workers, kern.forward_scratch(p));
   parallel_items(items, workers, blocks, [&](i64 item, WorkerScratch s) {
     ForwardItem fi;
@@ -331,10 +361,10 @@ void backward_any(View4<const T> q, View4<const T> k, View4<const T> v, View4<co
   const i64 kv_tiles = ceil_div(p.Nk, kTileCols), q_tiles = ceil_div(p.Nq, kTileRows);
   // Both schedules read a head's Q and dout rows once per key tile; the two passes read K
   // and V once per query tile (pass B), the one pass once in all.
-  const int copy_workers = workers_for(opt, rows);
-  const TightRows q_rows(t.q, kv_tiles, copy_workers), dout_rows(t.dout, kv_tiles, copy_workers);
-  const TightRows k_rows(t.k, one_pass ? 1 : q_tiles, copy_workers), v_rows(t.v, one_pass ? 1 : q_tiles, copy_workers);
-  t.q = q_rows.view(), t.dout = dout_rows.view(), t.k = k_rows.view(), t.v = v_rows.view();
+  TightCopies copies;
+  copies.add(t.q, kv_tiles), copies.add(t.dout, kv_tiles);
+  copies.add(t.k, one_pass ? 1 : q_tiles), copies.add(t.v, one_pass ? 1 : q_tiles);
+  copies.copy(workers_for(opt, rows));
   if (one_pass) {
     const int workers = workers_for(opt, items);
     const ScratchBlocks blocks(workers, item_floats);

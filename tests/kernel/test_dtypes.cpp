@@ -207,7 +207,7 @@ TEST(Dtypes, ReferenceKernelRoundsTheOracle) {
 // Views other than contiguous (B, H, N, D): a (B, N, H, D) buffer seen through strides (Hugging
 // Face's layout; rows H·D elements apart), and rows with a stride of 2 along D. Each tensor is
 // read in place (load_row / store_row's strided branches, rows packed per tile) or, where enough
-// items read it, copied back to back once per call (api.cpp, TightRows): N = 200 gives 7 lane
+// items read it, copied back to back once per call (api.cpp, TightCopies): N = 200 gives 7 lane
 // tiles and 4 key and query tiles, so the forward copies Q, K and V and the backward Q and dout
 // (and K and V on the two passes, which 2 threads take with one kv head); N = 37 copies nothing.
 // Either way the kernel sees the same values, so the bits must be the contiguous call's, forward
