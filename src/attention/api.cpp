@@ -147,7 +147,8 @@ class TightCopies {
       const InView& x = *c.view;
       const auto [B, H, N, D] = x.shape;
       const i64 size = element_bytes(x), rows = B * H * N;
-      const auto* from = static_cast<const std::byte*>(x.dtype == Dtype::f32 ? static_cast<const void*>(x.data) : x.bits);
+      const auto* from =
+          static_cast<const std::byte*>(x.dtype == Dtype::f32 ? static_cast<const void*>(x.data) : x.bits);
       std::byte* to = data_ + c.at;
 #pragma omp for schedule(static) nowait
       for (i64 row = 0; row < rows; ++row) {
