@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstddef>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <new>
@@ -95,6 +97,92 @@ void parallel_items(i64 items, int workers, const ScratchBlocks& blocks, Body bo
     for (i64 item = 0; item < items; ++item) body(item, scratch);
   }
 }
+
+// Rows far apart, copied back to back once per call (issue 14). Hugging Face models pass
+// (B, H, N, D) views of (B, N, H, D) projections: rows H·D elements apart. Read in place, a
+// tile's rows at such a stride fall in a few L1 sets and defeat the L2 stream prefetcher;
+// the forward packed V per tile and gathered K by broadcasts, the backward packed Q and dout
+// per (key tile, query tile), ~9 % of the call at B = 1, H = 8, N = 2048, D = 64 on Zen 3
+// (docs/performance.md, "Transposed views: copied once per call"). A tensor read by at
+// least kCopyMinReads items is copied instead, by all workers, in its own dtype: the kernel
+// then reads exactly what a contiguous call gives it, so the bits are the contiguous call's.
+// The copy costs one read and one write of the tensor, O(N·D), never O(N²); a tensor read
+// fewer times (decoding reads K and V once) stays in place.
+constexpr i64 kCopyMinReads = 4;
+
+// Whether x's (b, h) rows already lie back to back: unit stride along D and at most a padded
+// row apart (fast_kernel.inl's rows_in_place), or a single row.
+bool rows_tight(const InView& x) {
+  const i64 D = x.shape[3], padded = ceil_div(D, kPad) * kPad;
+  return x.shape[2] <= 1 || (x.stride[3] == 1 && x.stride[2] >= D && x.stride[2] <= padded);
+}
+
+// The call's tensors whose rows are not tight and that at least kCopyMinReads items read,
+// copied back to back in their own dtype into one buffer, which lives as long as this
+// object: add() each candidate, then copy() rewrites the views it took (others stay as they
+// are). One allocation per call, made before the parallel copy (no allocation failure
+// escapes an OpenMP region): separate ones were each given fresh pages by malloc, whose page
+// faults cost as much as the copy itself at N = 1024 (docs/performance.md, "Transposed views").
+class TightCopies {
+ public:
+  TightCopies() = default;
+  TightCopies(const TightCopies&) = delete;
+  TightCopies& operator=(const TightCopies&) = delete;
+  ~TightCopies() {
+    if (data_ != nullptr) ::operator delete (data_, std::align_val_t{64});
+  }
+
+  void add(InView& x, i64 reads) {
+    if (rows_tight(x) || reads < kCopyMinReads) return;
+    const i64 bytes = x.numel() * element_bytes(x);
+    views_.push_back({&x, bytes_});
+    bytes_ += (bytes + 63) / 64 * 64;
+  }
+
+  void copy(int workers) {
+    if (views_.empty()) return;
+    data_ = static_cast<std::byte*>(::operator new (static_cast<std::size_t>(bytes_), std::align_val_t{64}));
+#pragma omp parallel num_threads(workers)
+    for (const Copy& c : views_) {
+      const InView& x = *c.view;
+      const auto [B, H, N, D] = x.shape;
+      const i64 size = element_bytes(x), rows = B * H * N;
+      const auto* from =
+          static_cast<const std::byte*>(x.dtype == Dtype::f32 ? static_cast<const void*>(x.data) : x.bits);
+      std::byte* to = data_ + c.at;
+#pragma omp for schedule(static) nowait
+      for (i64 row = 0; row < rows; ++row) {
+        const std::byte* src = from + off4(x, row / (H * N), row / N % H, row % N, 0) * size;
+        std::byte* dst = to + row * D * size;
+        if (x.stride[3] == 1) {
+          std::memcpy(dst, src, static_cast<std::size_t>(D * size));
+        } else {
+          for (i64 d = 0; d < D; ++d)
+            std::memcpy(dst + d * size, src + d * x.stride[3] * size, static_cast<std::size_t>(size));
+        }
+      }
+    }
+    for (const Copy& c : views_) {
+      InView& x = *c.view;
+      const auto [B, H, N, D] = x.shape;
+      x.stride = {H * N * D, N * D, D, 1};
+      if (x.dtype == Dtype::f32)
+        x.data = reinterpret_cast<const float*>(data_ + c.at);
+      else
+        x.bits = data_ + c.at;
+    }
+  }
+
+ private:
+  static i64 element_bytes(const InView& x) { return x.dtype == Dtype::f32 ? 4 : 2; }
+  struct Copy {
+    InView* view;  // rewritten by copy() to the copy at data_ + at
+    i64 at;        // bytes into the buffer
+  };
+  std::vector<Copy> views_;
+  i64 bytes_ = 0;
+  std::byte* data_ = nullptr;
+};
 
 // Split-KV: with few items (decoding: a handful of query rows per kv head) the keys are
 // cut into splits whose partial results are merged by their lse. Decided by the shape
@@ -219,6 +307,12 @@ void forward_any(View4<const T> q, View4<const T> k, View4<const T> v, View4<T> 
   // Each item is still done whole by one thread: the bits do not depend on the order.
   const bool longest_first = p.causal && p.window_left < 0;
   const int workers = workers_for(opt, items);
+  // Every lane tile of a kv head reads all of its K and V. Q is read once, but its lanes
+  // are gathered row by row, and from far-apart rows that gather cost more (2 % of the
+  // samples) than the copy: Q goes with K and V.
+  TightCopies copies;
+  copies.add(t.q, lane_tiles), copies.add(t.k, lane_tiles), copies.add(t.v, lane_tiles);
+  copies.copy(workers);
   const ScratchBlocks blocks(workers, kern.forward_scratch(p));
   parallel_items(items, workers, blocks, [&](i64 item, WorkerScratch s) {
     ForwardItem fi;
@@ -264,7 +358,17 @@ void backward_any(View4<const T> q, View4<const T> k, View4<const T> v, View4<co
   // depend on the thread count.
   const i64 items = p.B * p.Hkv;
   const i64 item_floats = kern.backward_item_scratch(p);
-  if (items >= resolve_threads(opt) && item_floats <= kOnePassMaxFloats) {
+  const bool one_pass = items >= resolve_threads(opt) && item_floats <= kOnePassMaxFloats;
+  const i64 kv_tiles = ceil_div(p.Nk, kTileCols), q_tiles = ceil_div(p.Nq, kTileRows);
+  // Both schedules read a head's Q and dout rows once per key tile; the two passes read K
+  // and V once per query tile (pass B). The one pass reads them once, but gathers each key
+  // tile column by column (pack_transposed), which from far-apart rows cost more (2.5 % of
+  // the samples at N = 1024) than the copy: they go with Q and dout there too.
+  TightCopies copies;
+  copies.add(t.q, kv_tiles), copies.add(t.dout, kv_tiles);
+  copies.add(t.k, one_pass ? kv_tiles : q_tiles), copies.add(t.v, one_pass ? kv_tiles : q_tiles);
+  copies.copy(workers_for(opt, rows));
+  if (one_pass) {
     const int workers = workers_for(opt, items);
     const ScratchBlocks blocks(workers, item_floats);
     parallel_items(items, workers, blocks, [&](i64 item, WorkerScratch s) {
@@ -272,7 +376,6 @@ void backward_any(View4<const T> q, View4<const T> k, View4<const T> v, View4<co
     });
     return;
   }
-  const i64 kv_tiles = ceil_div(p.Nk, kTileCols), q_tiles = ceil_div(p.Nq, kTileRows);
   const i64 items_a = p.B * p.Hkv * kv_tiles, items_b = p.B * p.Hq * q_tiles;
   const int workers = workers_for(opt, items_a > items_b ? items_a : items_b);
   const ScratchBlocks blocks(workers, kern.backward_scratch(p));

@@ -204,54 +204,110 @@ TEST(Dtypes, ReferenceKernelRoundsTheOracle) {
   SDPA_EXPECT_WITHIN("dv", rule.dv(widen(r.dv)));
 }
 
-// Rows with a non-unit stride along D (every other element of a wider buffer) are widened
-// and rounded element by element (load_row / store_row's strided branch): the same bits as
-// the contiguous call, forward and backward, inputs and outputs strided alike.
-TEST(Dtypes, StridedRowsGiveTheContiguousBits) {
-  const i64 B = 1, H = 2, N = 37, D = 24;
+// Views other than contiguous (B, H, N, D): a (B, N, H, D) buffer seen through strides (Hugging
+// Face's layout; rows H·D elements apart), and rows with a stride of 2 along D. Each tensor is
+// read in place (load_row / store_row's strided branches, rows packed per tile) or, where enough
+// items read it, copied back to back once per call (api.cpp, TightCopies): N = 200 gives 7 lane
+// tiles and 4 key and query tiles, so the forward copies Q, K and V and the backward Q and dout
+// (and K and V on the two passes, which 2 threads take with one kv head); N = 37 copies nothing.
+// Either way the kernel sees the same values, so the bits must be the contiguous call's, forward
+// and backward, inputs and outputs in the layout alike.
+enum class Layout { bnhd, d_stride2 };
+
+template <class T>
+struct Stored {
+  std::vector<T> data;
+  View4<T> view;  // (B, H, N, D) over data
+};
+template <class T>
+Stored<T> store_as(Layout layout, const std::array<i64, 4>& shape, const std::vector<T>& dense) {
+  const auto [B, H, N, D] = shape;
+  Stored<T> s;
+  s.data.assign(dense.size() * (layout == Layout::bnhd ? 1 : 2), T(0.0f));
+  if (layout == Layout::bnhd) {
+    s.view = from_bnhd(s.data.data(), B, N, H, D);
+  } else {  // element d of a row at 2·d of a row twice as long
+    s.view = contiguous(s.data.data(), {B, H, N, 2 * D});
+    s.view.shape = shape, s.view.stride[3] = 2;
+  }
+  std::size_t e = 0;
+  for (i64 b = 0; b < B; ++b)
+    for (i64 h = 0; h < H; ++h)
+      for (i64 n = 0; n < N; ++n)
+        for (i64 d = 0; d < D; ++d) s.view(b, h, n, d) = dense[e++];
+  return s;
+}
+// Whether the view holds the dense tensor's bits, element by element.
+template <class T>
+bool same_bits(const std::vector<T>& dense, const View4<T>& view) {
+  const auto [B, H, N, D] = view.shape;
+  std::size_t e = 0;
+  for (i64 b = 0; b < B; ++b)
+    for (i64 h = 0; h < H; ++h)
+      for (i64 n = 0; n < N; ++n)
+        for (i64 d = 0; d < D; ++d)
+          if (std::memcmp(&dense[e++], &view(b, h, n, d), sizeof(T)) != 0) return false;
+  return true;
+}
+
+template <class T>
+void check_strided_views(Layout layout, i64 N, int threads, Isa isa) {
+  const i64 B = 1, Hq = 2, Hkv = 1, D = 32;
+  const std::array<i64, 4> qs{B, Hq, N, D}, ks{B, Hkv, N, D};
   std::mt19937_64 rng(11);
   std::normal_distribution<float> normal;
-  const auto filled = [&](std::vector<fp16>& x) {
-    for (auto& e : x) e = fp16(normal(rng));
+  const auto filled = [&](i64 n) {
+    std::vector<T> x(static_cast<std::size_t>(n));
+    for (auto& e : x) e = T(normal(rng));
+    return x;
   };
-  std::vector<fp16> q(B * H * N * D), k(q.size()), v(q.size()), dout(q.size());
-  for (auto* x : {&q, &k, &v, &dout}) filled(*x);
-  const std::array<i64, 4> shape{B, H, N, D}, wide{B, H, N, 2 * D};
-  // The strided copies: element d of a row at 2·d of a row twice as long.
-  const auto spread = [&](const std::vector<fp16>& x) {
-    std::vector<fp16> w(x.size() * 2, fp16(0.0f));
-    for (std::size_t e = 0; e < x.size(); ++e) w[2 * e] = x[e];
-    return w;
-  };
-  const auto strided = [&](auto* data) {
-    auto view = contiguous(data, wide);
-    view.shape = shape, view.stride[3] = 2;
-    return view;
-  };
-  const std::vector<fp16> qw = spread(q), kw = spread(k), vw = spread(v), dw = spread(dout);
-  for (Isa isa : runnable_isas()) {
-    SCOPED_TRACE(isa_name(isa));
-    Options o;
-    o.isa = isa, o.causal = Causal::top_left;
-    std::vector<fp16> out(q.size()), dq(q.size()), dk(q.size()), dv(q.size());
-    std::vector<float> lse(B * H * N), lse_w(lse.size());
-    forward(contiguous<const fp16>(q.data(), shape), contiguous<const fp16>(k.data(), shape),
-            contiguous<const fp16>(v.data(), shape), contiguous(out.data(), shape), contiguous(lse.data(), {B, H, N}), o);
-    backward(contiguous<const fp16>(q.data(), shape), contiguous<const fp16>(k.data(), shape),
-             contiguous<const fp16>(v.data(), shape), contiguous<const fp16>(out.data(), shape),
-             contiguous<const float>(lse.data(), {B, H, N}), contiguous<const fp16>(dout.data(), shape),
-             contiguous(dq.data(), shape), contiguous(dk.data(), shape), contiguous(dv.data(), shape), o);
-    std::vector<fp16> out_w(2 * q.size()), dq_w(2 * q.size()), dk_w(2 * q.size()), dv_w(2 * q.size());
-    forward(strided(static_cast<const fp16*>(qw.data())), strided(static_cast<const fp16*>(kw.data())),
-            strided(static_cast<const fp16*>(vw.data())), strided(out_w.data()), contiguous(lse_w.data(), {B, H, N}), o);
-    backward(strided(static_cast<const fp16*>(qw.data())), strided(static_cast<const fp16*>(kw.data())),
-             strided(static_cast<const fp16*>(vw.data())), strided(static_cast<const fp16*>(out_w.data())),
-             contiguous<const float>(lse_w.data(), {B, H, N}), strided(static_cast<const fp16*>(dw.data())),
-             strided(dq_w.data()), strided(dk_w.data()), strided(dv_w.data()), o);
-    EXPECT_EQ(0, std::memcmp(lse.data(), lse_w.data(), lse.size() * sizeof(float)));
-    for (const auto& [dense, wide_buf] : {std::pair{&out, &out_w}, {&dq, &dq_w}, {&dk, &dk_w}, {&dv, &dv_w}})
-      for (std::size_t e = 0; e < dense->size(); ++e) ASSERT_EQ((*dense)[e].bits, (*wide_buf)[2 * e].bits) << e;
-  }
+  const std::vector<T> q = filled(B * Hq * N * D), k = filled(B * Hkv * N * D), v = filled(B * Hkv * N * D),
+                       dout = filled(B * Hq * N * D);
+  Options o;
+  o.isa = isa, o.threads = threads, o.causal = Causal::top_left;
+  std::vector<T> out(q.size()), dq(q.size()), dk(k.size()), dv(v.size());
+  std::vector<float> lse(B * Hq * N), lse_s(lse.size());
+  const auto c = [](const std::vector<T>& x, const std::array<i64, 4>& s) { return contiguous(x.data(), s); };
+  forward(c(q, qs), c(k, ks), c(v, ks), contiguous(out.data(), qs), contiguous(lse.data(), {B, Hq, N}), o);
+  backward(c(q, qs), c(k, ks), c(v, ks), c(out, qs), contiguous<const float>(lse.data(), {B, Hq, N}), c(dout, qs),
+           contiguous(dq.data(), qs), contiguous(dk.data(), ks), contiguous(dv.data(), ks), o);
+
+  const Stored<T> q_s = store_as(layout, qs, q), k_s = store_as(layout, ks, k), v_s = store_as(layout, ks, v),
+                  dout_s = store_as(layout, qs, dout);
+  const std::vector<T> zeros_q(q.size(), T(0.0f)), zeros_k(k.size(), T(0.0f));
+  Stored<T> out_s = store_as(layout, qs, zeros_q), dq_s = store_as(layout, qs, zeros_q),
+            dk_s = store_as(layout, ks, zeros_k), dv_s = store_as(layout, ks, zeros_k);
+  const auto in = [](const Stored<T>& x) { return View4<const T>(x.view); };
+  forward(in(q_s), in(k_s), in(v_s), out_s.view, contiguous(lse_s.data(), {B, Hq, N}), o);
+  backward(in(q_s), in(k_s), in(v_s), in(out_s), contiguous<const float>(lse_s.data(), {B, Hq, N}), in(dout_s),
+           dq_s.view, dk_s.view, dv_s.view, o);
+  EXPECT_EQ(0, std::memcmp(lse.data(), lse_s.data(), lse.size() * sizeof(float)));
+  EXPECT_TRUE(same_bits(out, out_s.view));
+  EXPECT_TRUE(same_bits(dq, dq_s.view));
+  EXPECT_TRUE(same_bits(dk, dk_s.view));
+  EXPECT_TRUE(same_bits(dv, dv_s.view));
+}
+
+TEST(Dtypes, StridedViewsGiveTheContiguousBits) {
+  for (Isa isa : runnable_isas())
+    for (Layout layout : {Layout::bnhd, Layout::d_stride2})
+      for (i64 N : {37, 200})
+        for (int threads : {1, 2}) {
+          SCOPED_TRACE(std::string(isa_name(isa)) + (layout == Layout::bnhd ? " bnhd" : " D stride 2") + " N " +
+                       std::to_string(N) + " threads " + std::to_string(threads));
+          {
+            SCOPED_TRACE("fp32");
+            check_strided_views<float>(layout, N, threads, isa);
+          }
+          {
+            SCOPED_TRACE("bf16");
+            check_strided_views<bf16>(layout, N, threads, isa);
+          }
+          {
+            SCOPED_TRACE("fp16");
+            check_strided_views<fp16>(layout, N, threads, isa);
+          }
+        }
 }
 
 // Errors in a 16-bit call name the argument, as in fp32, and nothing is written.
