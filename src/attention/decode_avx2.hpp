@@ -8,7 +8,7 @@
 
 #include <immintrin.h>
 
-#include <type_traits>  // std::integral_constant (a chunk's vector count as a type), std::is_same_v
+#include <type_traits>  // std::integral_constant: a chunk's vector count as a type
 
 #include "attention/fast.hpp"
 
@@ -36,20 +36,6 @@ struct Ops {
   static __m256 load(const bf16* x) { return load8_bf16(x); }  // half_avx2.hpp
   static __m256 load(const fp16* x) { return load8_fp16(x); }
   static __m256 load_part(const float* x, Mask m) { return _mm256_maskload_ps(x, m); }
-  // 16 elements as two vectors: fp32 and fp16 in column order (the elements 0-7, 8-15);
-  // bf16 from one 256-bit load as its even and its odd elements (kEvenOdd), a shift and an
-  // AND, where two 8-element loads take a zero-extending shuffle and a shift each.
-  template <class E>
-  static constexpr bool kEvenOdd = std::is_same_v<E, bf16>;
-  template <class E>
-  static void load_pair(const E* x, __m256& lo, __m256& hi) {
-    lo = load(x), hi = load(x + 8);
-  }
-  static void load_pair(const bf16* x, __m256& even, __m256& odd) {
-    __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x));
-    __asm__("" : "+x"(v));  // one load (else GCC folds it into both the shift's and the AND's operands)
-    widen16_bf16_even_odd(v, even, odd);  // half_avx2.hpp
-  }
   // bf16, fp16: AVX2 has no 16-bit masked load, so a partial vector (a row's tail) goes
   // through a zeroed copy. The P·V loop passes its last vector under a full mask when Dv is
   // whole vectors: that one is loaded directly (through the copy, the store-to-load

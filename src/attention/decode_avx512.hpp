@@ -7,7 +7,7 @@
 // only with the AVX-512 flags (src/CMakeLists.txt).
 #pragma once
 
-#include <type_traits>  // std::integral_constant (a chunk's vector count as a type), std::is_same_v
+#include <type_traits>  // std::integral_constant: a chunk's vector count as a type
 
 #include "attention/fast.hpp"
 #include "common/avx512_intrinsics.hpp"
@@ -34,19 +34,6 @@ struct Ops {
   static __m512 load(const bf16* x) { return load16_bf16(x); }  // half_avx512.hpp
   static __m512 load(const fp16* x) { return load16_fp16(x); }
   static __m512 load_part(const float* x, Mask m) { return _mm512_maskz_loadu_ps(m, x); }
-  // 32 elements as two vectors: fp32 and fp16 in column order; bf16 from one 512-bit load
-  // as its even and its odd elements (kEvenOdd; decode_avx2.hpp says why).
-  template <class E>
-  static constexpr bool kEvenOdd = std::is_same_v<E, bf16>;
-  template <class E>
-  static void load_pair(const E* x, __m512& lo, __m512& hi) {
-    lo = load(x), hi = load(x + 16);
-  }
-  static void load_pair(const bf16* x, __m512& even, __m512& odd) {
-    __m512i v = _mm512_loadu_si512(x);
-    __asm__("" : "+v"(v));  // one load (decode_avx2.hpp)
-    widen32_bf16_even_odd(v, even, odd);  // half_avx512.hpp
-  }
   static __m512 load_part(const bf16* x, Mask m) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, x)), 16));
   }

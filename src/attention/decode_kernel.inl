@@ -7,15 +7,9 @@
 // inside namespace decode of each SIMD ISA by those headers.
 //
 // K and V are read in the call's dtype E (float, bf16 or fp16): every K and V element goes
-// through Ops::load_pair / Ops::load / Ops::load_part / Ops::to_float (the one seam: fp32 as
-// is, fp16 by F16C's vcvtph2ps, bf16 by a shift or a mask of 16 bits), so a 16-bit KV cache is
-// read once at half the bytes of fp32 and widened in registers; Q, P, O and the arithmetic
-// stay fp32. The head dimension is read 2·W elements at a time (a pair of vectors) while
-// whole pairs remain, then a vector at a time. A bf16 pair is one load of 2·W values widened
-// as its even and its odd elements (a shift left by 16 and an AND: no shuffle, which on AVX2
-// shares a port with the FMAs), so its two vectors hold columns d, d+2, … and d+1, d+3, …:
-// the query rows and the O rows in scratch are kept in that order (`slot`), and O is put
-// back in column order before it is written (Ops::kEvenOdd<E>: whether E's pairs are so).
+// through Ops::load / Ops::load_part / Ops::to_float (the one seam: fp32 as is, fp16 by
+// F16C's vcvtph2ps, bf16 by zero-extend and shift 16), so a 16-bit KV cache is read once at
+// half the bytes of fp32 and widened in registers; Q, P, O and the arithmetic stay fp32.
 //
 // Why a path of its own (docs/performance.md, "Decoding"): with 4 lanes the general loop
 // padded them to a 16-lane tile, so the softmax ran 4× the exps it needed, each (key,
@@ -53,97 +47,23 @@ inline const E* elements(const InView& x) {
     return static_cast<const E*>(x.bits);
 }
 
-// Where column e of a row of D (a query row, or an O row) is held in scratch: in the order
-// its pair's loads give (Ops::kEvenOdd<E>: even columns of a 2·W block, then its odd ones),
-// as is past the last whole pair.
-template <class E>
-constexpr i64 slot(i64 e, i64 D) {
-  if (!Ops::kEvenOdd<E> || e >= D / (2 * W) * (2 * W)) return e;
-  const i64 r = e % (2 * W);
-  return e - r + r % 2 * W + r / 2;
-}
-
-// Row x of D floats from column order to slot order (TO_SLOTS) or back, in place.
-template <class E, bool TO_SLOTS>
-inline void reorder_row(float* x, i64 D) {
-  if constexpr (Ops::kEvenOdd<E>) {
-    float t[2 * W];
-    for (i64 d0 = 0; d0 + 2 * W <= D; d0 += 2 * W) {
-      for (i64 r = 0; r < 2 * W; ++r) t[r] = x[d0 + r];
-      for (i64 r = 0; r < 2 * W; ++r) {
-        const i64 s = slot<E>(d0 + r, D) - d0;  // column d0 + r's place in the block
-        if constexpr (TO_SLOTS)
-          x[d0 + s] = t[r];
-        else
-          x[d0 + r] = t[s];
-      }
-    }
-  }
-}
-
-// One score block: KB keys (rows k[c] of E) × NL lanes (q rows of ldq floats in slot order,
-// zero past Dk). pf_k: K rows to prefetch (null: none), a vector's worth per vector read,
-// spread through the loop (docs/performance.md, "Decoding": a burst per block, or one
-// prefetch per 64-byte line, measured slower from memory).
+// One score block: KB keys (rows k[c] of E) × NL lanes (q rows of ldq floats, zero past Dk).
+// pf_k: K rows to prefetch (null: none), a vector's worth per step, spread through the loop
+// (docs/performance.md, "Decoding": a burst per block, or one prefetch per 64-byte line,
+// measured slower from memory).
 template <int NL, class E>
-[[gnu::always_inline]] inline R score_block(const E* const* k, const float* q, i64 ldq, i64 Dk, const E* const* pf_k) {
+inline R score_block(const E* const* k, const float* q, i64 ldq, i64 Dk, const E* const* pf_k) {
   constexpr int KB = W / NL;
   R a[W];
   SDPA_UNROLL
   for (auto& x : a) x = Vec::zero();
-  auto prefetch = [&](i64 d) {
+  const i64 dfull = Dk / W * W;
+  // part: whether this is the last, partial vector of the rows (Dk - d floats, under m).
+  auto step = [&](i64 d, auto part, Mask m) {
     if (pf_k != nullptr) {
       SDPA_UNROLL
       for (int c = 0; c < KB; ++c) __builtin_prefetch(pf_k[c] + d, 0, 2);
     }
-  };
-  // A pair at d: each accumulator takes its first vector's product, then its second's (in
-  // fp32 and fp16 the order of two single steps). Whichever of the KB keys' and the NL
-  // lanes' pairs are fewer are held in registers (AVX2, 4 lanes: 8 accumulators, 4 key
-  // vectors, a query vector of 16 registers), the other side loaded per use.
-  const i64 dpair = Dk / (2 * W) * (2 * W);
-  for (i64 d = 0; d < dpair; d += 2 * W) {
-    prefetch(d);
-    prefetch(d + W);
-    if constexpr (NL > KB) {
-      R k0[KB], k1[KB];
-      SDPA_UNROLL
-      for (int c = 0; c < KB; ++c) {
-        Ops::load_pair(k[c] + d, k0[c], k1[c]);
-        k0[c] = Ops::pin(k0[c]), k1[c] = Ops::pin(k1[c]);
-      }
-      SDPA_UNROLL
-      for (int l = 0; l < NL; ++l) {
-        const R q0 = Ops::pin(Vec::load(q + l * ldq + d));
-        SDPA_UNROLL
-        for (int c = 0; c < KB; ++c) a[l * KB + c] = Vec::fma(k0[c], q0, a[l * KB + c]);
-        const R q1 = Ops::pin(Vec::load(q + l * ldq + d + W));
-        SDPA_UNROLL
-        for (int c = 0; c < KB; ++c) a[l * KB + c] = Vec::fma(k1[c], q1, a[l * KB + c]);
-      }
-    } else {
-      R q0[NL], q1[NL];
-      SDPA_UNROLL
-      for (int l = 0; l < NL; ++l) {
-        q0[l] = Ops::pin(Vec::load(q + l * ldq + d));
-        q1[l] = Ops::pin(Vec::load(q + l * ldq + d + W));
-      }
-      SDPA_UNROLL
-      for (int c = 0; c < KB; ++c) {
-        R k0, k1;
-        Ops::load_pair(k[c] + d, k0, k1);
-        k0 = Ops::pin(k0), k1 = Ops::pin(k1);
-        SDPA_UNROLL
-        for (int l = 0; l < NL; ++l) {
-          a[l * KB + c] = Vec::fma(k0, q0[l], a[l * KB + c]);
-          a[l * KB + c] = Vec::fma(k1, q1[l], a[l * KB + c]);
-        }
-      }
-    }
-  }
-  // A single vector at d (fewer than 2·W columns left); part: the last, partial one (under m).
-  auto step = [&](i64 d, auto part, Mask m) {
-    prefetch(d);
     R qv[NL];
     SDPA_UNROLL
     for (int l = 0; l < NL; ++l) qv[l] = Ops::pin(Vec::load(q + l * ldq + d));  // q is zero-padded
@@ -154,14 +74,13 @@ template <int NL, class E>
       for (int l = 0; l < NL; ++l) a[l * KB + c] = Vec::fma(kv, qv[l], a[l * KB + c]);
     }
   };
-  i64 d = dpair;
-  if (d + W <= Dk) step(d, std::false_type{}, Ops::full_mask()), d += W;
-  if (d < Dk) step(d, std::true_type{}, Ops::part_mask(Dk - d));
+  for (i64 d = 0; d < dfull; d += W) step(d, std::false_type{}, Ops::full_mask());
+  if (dfull < Dk) step(dfull, std::true_type{}, Ops::part_mask(Dk - dfull));
   return Ops::reduce_all(a);
 }
 
-// On (NL rows of ldo, in slot order) = alpha·Oo + P·V over CV vectors of the head dimension
-// from column e0, keys [0, bc); the last vector loaded under `last` when PART (a partial vector: a
+// On (NL rows of ldo) = alpha·Oo + P·V over CV vectors of the head dimension from column
+// e0, keys [0, bc); the last vector loaded under `last` when PART (a partial vector: a
 // template flag, so whole vectors take no mask test per key). Returns the sum of O·0 over
 // the chunk: NaN iff some output is not finite. (In registers, CV short chains: as a
 // reference argument GCC kept it in memory, one load-FMA-store chain through all NL·CV
@@ -182,22 +101,11 @@ inline R pv_chunk(const E* V, i64 ldv, i64 bc, const float* P, const float* al, 
     for (int v = 0; v < CV; ++v) acc[l][v] = Vec::mul(Vec::load(Oo + l * ldo + e0 + v * W), av);
   }
   // One key: its V row's chunk at vr (the row to prefetch at pr), lane l's weight at pc[l·KB].
-  // Vectors v, v + 1 are read as a pair where both are whole (the chunk starts on a pair:
-  // e0 is a multiple of 2·W), the rest one at a time: the columns' slot order (see slot).
-  auto paired = [](int v) { return v % 2 == 0 && v + 1 < CV && !(PART && v + 1 == CV - 1); };
   auto key = [&](const E* vr, const E* pr, const float* pc) {
     R vv[CV];
     SDPA_UNROLL
-    for (int v = 0; v < CV; ++v) {
-      if (paired(v)) {
-        Ops::load_pair(vr + v * W, vv[v], vv[v + 1]);
-        vv[v] = Ops::pin(vv[v]), vv[v + 1] = Ops::pin(vv[v + 1]);
-      } else if (v % 2 == 1 && paired(v - 1)) {
-        continue;  // loaded with v - 1
-      } else {
-        vv[v] = Ops::pin(PART && v == CV - 1 ? Ops::load_part(vr + v * W, last) : Ops::load(vr + v * W));
-      }
-    }
+    for (int v = 0; v < CV; ++v)
+      vv[v] = Ops::pin(PART && v == CV - 1 ? Ops::load_part(vr + v * W, last) : Ops::load(vr + v * W));
     if constexpr (PF) {
       SDPA_UNROLL
       for (int v = 0; v < CV; ++v) __builtin_prefetch(pr + v * W, 0, 2);
@@ -248,10 +156,8 @@ inline void pv_skip_zero(const E* V, i64 ldv, i64 bc, i64 Dv, const float* P, co
     for (i64 c = 0; c < bc; ++c) {
       const float w = P[(c / KB) * W + c % KB + l * KB];
       if (w == 0.0f) continue;
-      for (i64 e = 0; e < Dv; ++e) {  // O in slot order, V in column order
-        float& o = On[l * ldo + slot<E>(e, Dv)];
-        o = __builtin_fmaf(w, Ops::to_float(V[c * ldv + e]), o);  // as the FMAs above
-      }
+      for (i64 e = 0; e < Dv; ++e)
+        On[l * ldo + e] = __builtin_fmaf(w, Ops::to_float(V[c * ldv + e]), On[l * ldo + e]);  // as the FMAs above
     }
   }
 }
@@ -348,10 +254,7 @@ void item(const Problem& p, const Tensors& t, const ForwardItem& it, const ItemL
   alignas(64) float al[max_groups][W];  // each group's rescale factors (score-vector layout)
 
   for (i64 x = 0; x < slots * dkp; ++x) Q[x] = 0.0f;
-  for (i64 r = 0; r < n; ++r) {
-    load_row(t.q, off(t.q, b, lanes.h[r], lanes.i[r], 0), Dk, Q + r * dkp, 1);
-    reorder_row<E, true>(Q + r * dkp, Dk);  // in the order K's pairs are read
-  }
+  for (i64 r = 0; r < n; ++r) load_row(t.q, off(t.q, b, lanes.h[r], lanes.i[r], 0), Dk, Q + r * dkp, 1);
   for (i64 x = 0; x < slots * dvp; ++x) O[0][x] = 0.0f;
 
   // Each lane's visible keys [lo, hi] within this item's split; padding slots copy lane 0.
@@ -416,11 +319,9 @@ void item(const Problem& p, const Tensors& t, const ForwardItem& it, const ItemL
     Vec::store(mf[gi], m[gi]);
     Vec::store(lf[gi], Ops::group_reduce<KB, false>(l[gi]));
   }
-  for (i64 r = 0; r < n; ++r) {
-    reorder_row<E, false>(O[cur] + r * dvp, Dv);  // back to column order
+  for (i64 r = 0; r < n; ++r)
     finish_row(p, t, it, b, lanes.h[r], lanes.i[r], r, mf[r / NL][(r % NL) * KB], lf[r / NL][(r % NL) * KB],
                O[cur] + r * dvp);
-  }
 }
 
 // Runs the item with the widest lane group its lane count fills, K and V read as E.

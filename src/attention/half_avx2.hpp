@@ -9,13 +9,6 @@ inline __m256 load8_bf16(const bf16* p) {
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
 
-// 16 bf16 values (x, as loaded) as floats: the even elements (the low half of each 32-bit
-// word, shifted up) and the odd ones (the high half, the low half cleared).
-inline void widen16_bf16_even_odd(__m256i x, __m256& even, __m256& odd) {
-  even = _mm256_castsi256_ps(_mm256_slli_epi32(x, 16));
-  odd = _mm256_castsi256_ps(_mm256_and_si256(x, _mm256_set1_epi32(static_cast<int>(0xFFFF0000u))));
-}
-
 inline __m256 load8_fp16(const fp16* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
 
 // F16C's rounding with round-to-nearest-even selected: the same as fp16::from_float.

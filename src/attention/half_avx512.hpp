@@ -9,12 +9,6 @@ inline __m512 load16_bf16(const bf16* p) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
-// 32 bf16 values (x, as loaded) as floats: the even elements and the odd ones (half_avx2.hpp).
-inline void widen32_bf16_even_odd(__m512i x, __m512& even, __m512& odd) {
-  even = _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
-  odd = _mm512_castsi512_ps(_mm512_and_si512(x, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
-}
-
 inline __m512 load16_fp16(const fp16* p) {
   return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
 }
