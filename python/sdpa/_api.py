@@ -135,9 +135,8 @@ def _fast_args(kind: str, *xs) -> list:
     int32 or int64 offsets) could not retry. A capsule holds a reference to its tensor until the call ends."""
     if kind != "torch":
         return list(xs)
-    t = _torch_module()
-    to_dlpack = t.utils.dlpack.to_dlpack
-    return [to_dlpack(x.detach()) if isinstance(x, t.Tensor) else x for x in xs]  # a NumPy mask stays itself
+    to_dlpack = _torch_module().utils.dlpack.to_dlpack
+    return [None if x is None else to_dlpack(x.detach()) for x in xs]  # None: no mask (_options checked its kind)
 
 
 def _to4(x, rank: int = 4):
