@@ -60,6 +60,12 @@ struct FastKernels {
 // the tests can show that their decoding cases reach it (relaxed: a count, not an order).
 void note_fused_decode_item();
 i64 fused_decode_items();
+// Bytes the strided-input copies (api.cpp, TightCopies) have allocated in this process, and
+// the most one call's copies may take (512 MiB); the setter is for tests, which lower the cap
+// to show a call above it reads its inputs in place, with the same bits.
+i64 strided_copy_bytes();
+i64 strided_copy_limit_bytes();
+void set_strided_copy_limit_bytes(i64 bytes);
 
 const FastKernels& fast_kernels_scalar();
 const FastKernels& fast_kernels_avx2();

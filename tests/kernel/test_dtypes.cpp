@@ -250,8 +250,22 @@ bool same_bits(const std::vector<T>& dense, const View4<T>& view) {
   return true;
 }
 
+// Lowers the strided copies' memory cap (api.cpp, TightCopies) for one scope.
+class CopyLimit {
+ public:
+  explicit CopyLimit(i64 bytes) : saved_(detail::strided_copy_limit_bytes()) { detail::set_strided_copy_limit_bytes(bytes); }
+  ~CopyLimit() { detail::set_strided_copy_limit_bytes(saved_); }
+  CopyLimit(const CopyLimit&) = delete;
+  CopyLimit& operator=(const CopyLimit&) = delete;
+
+ private:
+  i64 saved_;
+};
+
+// copy_limit: the cap on the strided copies' bytes for the strided calls, -1 for the default.
+// Under any cap the bits are the contiguous call's; the copy counter shows what was copied.
 template <class T>
-void check_strided_views(Layout layout, i64 N, int threads, Isa isa) {
+void check_strided_views(Layout layout, i64 N, int threads, Isa isa, i64 copy_limit = -1) {
   const i64 B = 1, Hq = 2, Hkv = 1, D = 32;
   const std::array<i64, 4> qs{B, Hq, N, D}, ks{B, Hkv, N, D};
   std::mt19937_64 rng(11);
@@ -278,9 +292,24 @@ void check_strided_views(Layout layout, i64 N, int threads, Isa isa) {
   Stored<T> out_s = store_as(layout, qs, zeros_q), dq_s = store_as(layout, qs, zeros_q),
             dk_s = store_as(layout, ks, zeros_k), dv_s = store_as(layout, ks, zeros_k);
   const auto in = [](const Stored<T>& x) { return View4<const T>(x.view); };
-  forward(in(q_s), in(k_s), in(v_s), out_s.view, contiguous(lse_s.data(), {B, Hq, N}), o);
-  backward(in(q_s), in(k_s), in(v_s), in(out_s), contiguous<const float>(lse_s.data(), {B, Hq, N}), in(dout_s),
-           dq_s.view, dk_s.view, dv_s.view, o);
+  const i64 copied_before = detail::strided_copy_bytes();
+  {
+    const CopyLimit limit(copy_limit < 0 ? detail::strided_copy_limit_bytes() : copy_limit);
+    forward(in(q_s), in(k_s), in(v_s), out_s.view, contiguous(lse_s.data(), {B, Hq, N}), o);
+    backward(in(q_s), in(k_s), in(v_s), in(out_s), contiguous<const float>(lse_s.data(), {B, Hq, N}), in(dout_s),
+             dq_s.view, dk_s.view, dv_s.view, o);
+  }
+  // What the two calls copied: nothing for N = 37 (too few items read each tensor) or under a
+  // cap of 0; under a cap of Q's bytes, Q alone in each call (in the backward dout, as large,
+  // no longer fits; bnhd's K and V, one head, are tight already). Uncapped, more than that.
+  const i64 copied = detail::strided_copy_bytes() - copied_before;
+  const i64 q_bytes = static_cast<i64>((q.size() * sizeof(T) + 63) / 64 * 64);
+  if (N < 64 || copy_limit == 0)
+    EXPECT_EQ(copied, 0);
+  else if (copy_limit == q_bytes)
+    EXPECT_EQ(copied, 2 * q_bytes);
+  else
+    EXPECT_GT(copied, 2 * q_bytes);
   EXPECT_EQ(0, std::memcmp(lse.data(), lse_s.data(), lse.size() * sizeof(float)));
   EXPECT_TRUE(same_bits(out, out_s.view));
   EXPECT_TRUE(same_bits(dq, dq_s.view));
@@ -308,6 +337,24 @@ TEST(Dtypes, StridedViewsGiveTheContiguousBits) {
             check_strided_views<fp16>(layout, N, threads, isa);
           }
         }
+}
+
+// Above the memory cap a strided call reads its rows in place, and a cap between tensor sizes
+// copies some of them: the bits stay the contiguous call's either way.
+TEST(Dtypes, StridedViewsAboveTheCopyCapGiveTheSameBits) {
+  const i64 N = 200, q_elements = 1 * 2 * N * 32;  // check_strided_views' Q
+  for (Isa isa : runnable_isas())
+    for (int threads : {1, 2}) {
+      SCOPED_TRACE(std::string(isa_name(isa)) + " threads " + std::to_string(threads));
+      for (i64 limit : {i64{0}, q_elements * 4}) {
+        SCOPED_TRACE("fp32, cap " + std::to_string(limit));
+        check_strided_views<float>(Layout::bnhd, N, threads, isa, limit);
+      }
+      for (i64 limit : {i64{0}, q_elements * 2}) {
+        SCOPED_TRACE("bf16, cap " + std::to_string(limit));
+        check_strided_views<bf16>(Layout::bnhd, N, threads, isa, limit);
+      }
+    }
 }
 
 // Errors in a 16-bit call name the argument, as in fp32, and nothing is written.
