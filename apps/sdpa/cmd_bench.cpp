@@ -60,6 +60,8 @@ nlohmann::ordered_json json_row(const bench::SuiteResult& res, const bench::Row&
           {"peak_isa", res.peaks.fma_isa},
           {"peak_cores_worth", res.peaks.cores_worth(r.c.threads)},
           {"shared_host", res.peaks.shared_host(r.c.threads)},
+          {"probe_gflops", r.probe_gflops},
+          {"host_busy", r.host_busy()},
           {"fraction_of_peak", frac(r.gflops(), r.peak_gflops)},
           {"decoding", dec},
           {"gbytes_per_s", r.gbytes_per_s()},
@@ -129,8 +131,8 @@ void print_table(const Args& a, const bench::SuiteResult& res) {
   fmt::print("  BLAS       {} (matmul, softmax, matmul; scores materialised)\n",
              a.no_blas ? "not run" : bench::blas_name());
   fmt::print("  {}\n\n", res.torch_about);
-  fmt::print("{:<11} {:<28} {:>3} {:>10} {:>9} {:>7} {:>7} {:>7} {:>9} {:>9}\n", "pass", "shape", "thr", "median ms",
-             "GFLOP/s", "% peak", "% read", "% bw", "x torch", "x BLAS");
+  fmt::print("{:<11} {:<28} {:>3} {:>10} {:>9} {:>7} {:>7} {:>7} {:>9} {:>9} {:>6}\n", "pass", "shape", "thr",
+             "median ms", "GFLOP/s", "% peak", "% read", "% bw", "x torch", "x BLAS", "probe");
   auto pct = [](bool on, double x, double of) {
     return on && of > 0 ? fmt::format("{:.1f}%", 100 * x / of) : std::string("-");
   };
@@ -139,20 +141,30 @@ void print_table(const Args& a, const bench::SuiteResult& res) {
   std::vector<const bench::Row*> order;
   for (const auto& r : res.rows) order.push_back(&r);
   std::stable_partition(order.begin(), order.end(), [](const bench::Row* r) { return r->c.threads == 1; });
+  int busy_rows = 0;
   for (const bench::Row* row : order) {
     const auto& r = *row;
     const bool dec = bench::decoding(r.c);
-    fmt::print("{:<11} {:<28} {:>3} {:>10.3f} {:>9.1f} {:>6.1f}% {:>7} {:>7} {:>9} {:>9}\n", bench::pass_name(r.c),
-               bench::label(r.c.shape), r.c.threads, 1e3 * r.sdpa.median_seconds, r.gflops(),
+    fmt::print("{:<11} {:<28} {:>3} {:>10.3f} {:>9.1f} {:>6.1f}% {:>7} {:>7} {:>9} {:>9} {:>6}{}\n",
+               bench::pass_name(r.c), bench::label(r.c.shape), r.c.threads, 1e3 * r.sdpa.median_seconds, r.gflops(),
                r.peak_gflops > 0 ? 100 * r.gflops() / r.peak_gflops : 0.0,
                pct(dec, r.gbytes_per_s(), r.read_gbytes_per_s()), pct(dec, r.gbytes_per_s(), r.bandwidth_gbs),
-               times(r.speedup_vs_torch()), times(r.speedup_vs_blas()));
+               times(r.speedup_vs_torch()), times(r.speedup_vs_blas()), pct(true, r.probe_gflops, r.peak_gflops),
+               r.host_busy() ? " BUSY" : "");
+    busy_rows += r.host_busy() ? 1 : 0;
   }
   fmt::print(
       "\n'x torch', 'x BLAS': their median time over ours (above 1: sdpa is faster), all timed by the rule above.\n"
       "Decoding rows: the K and V bytes read once per call over the time, against a plain read of the same bytes\n"
       "timed alternately with the kernel ('% read', medians of both) and against the best 1 GiB read above ('% "
-      "bw').\n");
+      "bw').\n'probe': a short FMA loop on the row's threads before and after its sdpa timing and after PyTorch's, "
+      "the slowest, as a share of the peak.\n");
+  if (busy_rows > 0)
+    fmt::print(
+        "HOST BUSY: {} row{} marked BUSY had {} probe below {:.0f}% of the peak: other work shared the cores while "
+        "{} timed, so {} times, '% peak' and ratios are not this machine's; run {} again on a quiet host.\n",
+        busy_rows, busy_rows > 1 ? "s" : "", busy_rows > 1 ? "their" : "its", 100 * bench::Row::kBusyShare,
+        busy_rows > 1 ? "they were" : "it was", busy_rows > 1 ? "their" : "its", busy_rows > 1 ? "them" : "it");
   for (const auto& r : res.rows)
     if (r.dropout_cost() > 0)
       fmt::print(

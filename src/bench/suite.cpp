@@ -22,6 +22,10 @@ namespace {
 // above this it is skipped rather than run out of memory.
 constexpr double kBlasMaxBytes = 4.0 * 1024 * 1024 * 1024;
 
+// Each probe around a row (Row::probe_gflops): peak::measure's best of three windows of about
+// a quarter of this, ~50 ms in all, twice a row: a few seconds over the default suite.
+constexpr double kProbeSeconds = 0.03;
+
 // A row's tensors: inputs standard normal from one seeded generator, outputs zero.
 struct Buffers {
   std::vector<float> q, k, v, out, lse, dout, dq, dk, dv;
@@ -202,6 +206,7 @@ double Row::read_gbytes_per_s() const { return over(kv_bytes(c.shape, c.dtype), 
 double Row::speedup_vs_blas() const { return over(blas.median_seconds, sdpa.median_seconds); }
 double Row::speedup_vs_torch() const { return over(torch.median_seconds, sdpa.median_seconds); }
 double Row::dropout_cost() const { return over(sdpa.median_seconds, undropped.median_seconds); }
+bool Row::host_busy() const { return probe_gflops > 0 && peak_gflops > 0 && probe_gflops < kBusyShare * peak_gflops; }
 
 SuiteResult run_suite(const SuiteOptions& o) {
   o.rule.validate();
@@ -243,7 +248,9 @@ SuiteResult run_suite(const SuiteOptions& o) {
     say(fmt::format("{}/{} sdpa {}", i + 1, n, what));
     Buffers x(r.c);
     res.tensors_mib = std::max(res.tensors_mib, x.mib());
+    const double probe_before = peak::measure(r.c.threads, kProbeSeconds, res.isa).gflops;
     run_fast(r, x, o.rule, o.isa);
+    r.probe_gflops = std::min(probe_before, peak::measure(r.c.threads, kProbeSeconds, res.isa).gflops);
     res.rss_sdpa_mib = std::max(res.rss_sdpa_mib, peak_rss_mib());  // before the BLAS baseline materialises scores
     if (o.blas) {  // not asked for: no note per row (the table's header says so once)
       say(fmt::format("{}/{} BLAS {}", i + 1, n, what));
@@ -256,6 +263,7 @@ SuiteResult run_suite(const SuiteOptions& o) {
       const TorchTimings t = time_torch({r.c}, o.rule);
       res.torch_about = t.about;
       if (t.ok) r.torch = t.timings[0];
+      if (t.ok) r.probe_gflops = std::min(r.probe_gflops, peak::measure(r.c.threads, kProbeSeconds, res.isa).gflops);
     }
     res.rows.push_back(std::move(r));
   }

@@ -55,6 +55,16 @@ struct Row {
   std::string blas_note;     // why the BLAS baseline skipped this row, when it was asked for
   double peak_gflops = 0;    // FMA peak for c.threads (the larger of before and after)
   double bandwidth_gbs = 0;  // decoding rows: best 1 GiB read for c.threads
+  // A short FMA probe on c.threads right before this row's timing of sdpa, right after it,
+  // and after PyTorch's when that ran: the slowest (0: not run). The run's peaks are measured
+  // at its start and end and cannot see another process that takes the cores for a few rows
+  // in between; a probe well below the peak says this row was timed while it did.
+  double probe_gflops = 0;
+
+  /// Whether the probe ran below kBusyShare of the peak: the row's time, '% peak' and
+  /// ratios were taken on a host busy with other work (false when either is unmeasured).
+  bool host_busy() const;
+  static constexpr double kBusyShare = 0.85;
 
   double gflops() const;             // flops(...) / the median
   double gbytes_per_s() const;       // kv_bytes / the median

@@ -236,13 +236,16 @@ PY
 import json, sys
 rows = json.load(open(sys.argv[1]))
 assert len(rows) == 1, rows
-for key in ["seconds_median", "gflops", "peak_gflops", "fraction_of_peak", "speedup_vs_blas"]:
+for key in ["seconds_median", "gflops", "peak_gflops", "fraction_of_peak", "speedup_vs_blas", "probe_gflops"]:
     assert isinstance(rows[0][key], float) and rows[0][key] > 0, key
 assert rows[0]["runs"] >= 2 and rows[0]["torch_seconds_median"] is None, rows[0]
+# BUSY is the probe below 85 % of the peak, whatever this host was doing
+assert rows[0]["host_busy"] == (rows[0]["probe_gflops"] < 0.85 * rows[0]["peak_gflops"]), rows[0]
 PY
     "$sdpa" bench --seq 130 --kv-seq 70 --heads 4 --kv-heads 2 --backward --causal --repeat 1 --no-torch | tee b.txt
     grep -q 'causal bwd' b.txt || fail "bench table lacks the causal bwd row"
     grep -q 'FMA peak' b.txt || fail "bench table lacks the measured peak"
+    grep -q ' probe$' b.txt || fail "bench table lacks the host probe column"
     SDPA_TORCH_PYTHON=/nonexistent/python "$sdpa" bench --seq 64 --heads 1 --repeat 1 --no-blas | tee t.txt
     grep -q 'PyTorch: not available' t.txt || fail "a missing PyTorch must be said plainly"
     "$sdpa" bench --seq 1 --kv-seq 5000 --heads 4 --kv-heads 1 --repeat 1 --no-torch | grep -q '^decode' \
