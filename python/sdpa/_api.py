@@ -104,9 +104,11 @@ def _plain_tensors(named: dict, first: str, half_ok: bool) -> bool:
     dtype, rank = x0.dtype, x0.ndim
     if not (dtype is t.float32 or (half_ok and (dtype is t.float16 or dtype is t.bfloat16))) or not 2 <= rank <= 4:
         return False
-    strided = t.strided
-    return all(type(x) is t.Tensor and x.is_cpu and x.layout is strided and x.dtype is dtype and x.ndim == rank
-               for x in named.values())
+    tensor, strided = t.Tensor, t.strided
+    for x in named.values():
+        if type(x) is not tensor or not x.is_cpu or x.layout is not strided or x.dtype is not dtype or x.ndim != rank:
+            return False
+    return True
 
 
 def _check_tensors(named: dict, first: str, half_ok: bool = False) -> str:
@@ -341,10 +343,14 @@ def _torch_route(*tensors) -> str:
     t = _torch_module()
     if t.compiler.is_compiling() or t._C._len_torch_dispatch_stack() or t.overrides._get_current_function_mode_stack():
         return "op"
-    present = [x for x in tensors if x is not None]
-    if any(type(x) is not t.Tensor or t._C._functorch.is_functorch_wrapped_tensor(x) for x in present):
-        return "op"
-    return "autograd" if t.is_grad_enabled() and any(x.requires_grad for x in present) else "direct"
+    tensor, wrapped, needs_grad = t.Tensor, t._C._functorch.is_functorch_wrapped_tensor, False
+    for x in tensors:
+        if x is None:
+            continue
+        if type(x) is not tensor or wrapped(x):
+            return "op"
+        needs_grad = needs_grad or x.requires_grad
+    return "autograd" if needs_grad and t.is_grad_enabled() else "direct"
 
 
 def _attention(q, k, v, *, scale, causal, window, softcap, mask, return_lse, threads, kernel, dropout_p=0.0,
