@@ -123,7 +123,7 @@ class _EagerAutograd(_torch.autograd.Function):
     """The custom op's autograd for an eager call (grad needed, nothing tracing: _api._torch_route): the same
     bodies, saved tensors and backward, without the op's dispatch. That dispatch cost ~200 us of a ~1 ms
     forward + backward at (2, 4, 128, 32) (docs/python.md, "Small calls: where the time goes"): torch.library's
-    autograd wrapper rebuilds the op's 15-argument schema once per argument (fill_defaults, ~60 us), and
+    autograd wrapper reads the op's 15-argument schema once per argument (fill_defaults, ~60 us), and
     each op call redispatches through Python. Traced calls (torch.compile, export, modes, subclasses,
     functorch) still need the op, which they can record; this Function they could not."""
 
