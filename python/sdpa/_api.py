@@ -92,9 +92,30 @@ def _check_float32(name: str, x, kind: str, half_ok: bool = False) -> None:
                         f"(convert with {name}.astype(numpy.float32); a float64 array is not downcast silently)")
 
 
+def _plain_tensors(named: dict, first: str, half_ok: bool) -> bool:
+    """Whether every array is a plain torch CPU tensor, strided, of one supported dtype and one rank in 2..4:
+    what _check_tensors accepts in a model, tested at once (its general checks cost ~5 us a call, a tenth of
+    a small call: docs/python.md, "Small calls: where the time goes"). False sends the call through those
+    checks, which then name the argument at fault."""
+    t = _torch_module()
+    x0 = named[first]
+    if t is None or type(x0) is not t.Tensor:
+        return False
+    dtype, rank = x0.dtype, x0.ndim
+    if not (dtype is t.float32 or (half_ok and (dtype is t.float16 or dtype is t.bfloat16))) or not 2 <= rank <= 4:
+        return False
+    tensor, strided = t.Tensor, t.strided
+    for x in named.values():
+        if type(x) is not tensor or not x.is_cpu or x.layout is not strided or x.dtype is not dtype or x.ndim != rank:
+            return False
+    return True
+
+
 def _check_tensors(named: dict, first: str, half_ok: bool = False) -> str:
     """q, k, v (or more) under their argument names: one kind, float32 (or with half_ok one dtype of
     float32, float16, bfloat16 for all), CPU, one rank in 2..4."""
+    if _plain_tensors(named, first, half_ok):
+        return "torch"
     kind = _kind(first, named[first])
     rank = named[first].ndim
     for name, x in named.items():
@@ -136,7 +157,8 @@ def _fast_args(kind: str, *xs) -> list:
     if kind != "torch":
         return list(xs)
     to_dlpack = _torch_module().utils.dlpack.to_dlpack
-    return [None if x is None else to_dlpack(x.detach()) for x in xs]  # None: no mask (_options checked its kind)
+    # None: no mask or no lse (_options checked the mask's kind); detach() only where needed (it makes a tensor)
+    return [None if x is None else to_dlpack(x.detach() if x.requires_grad else x) for x in xs]
 
 
 def _to4(x, rank: int = 4):
@@ -208,6 +230,16 @@ def _mask_arrays(mask, packed: bool = False):
 _SEED_LIMIT = 2 ** 64  # Philox's key: seeds and offsets are unsigned 64-bit
 
 
+# isinstance against the numbers ABCs costs ~0.4 us a test, and _options makes a dozen a call: the exact
+# built-in types are tested first (bool is neither: type(True) is bool).
+def _is_real(x) -> bool:
+    return type(x) is float or type(x) is int or (not isinstance(x, bool) and isinstance(x, numbers.Real))
+
+
+def _is_int(x) -> bool:
+    return type(x) is int or (not isinstance(x, bool) and isinstance(x, numbers.Integral))
+
+
 def _options(*, scale, causal, window, softcap, mask, threads, kernel, dropout_p=0.0, dropout_seed=0,
              dropout_offset=0, packed_mask=False, kind=None) -> dict:
     """The keyword arguments of _ext.forward/_ext.backward, each checked under its own name. kind: q's, which
@@ -215,16 +247,16 @@ def _options(*, scale, causal, window, softcap, mask, threads, kernel, dropout_p
     if mask is not None and kind is not None and _kind("mask", mask) != kind:
         raise TypeError(f"mask: not the same kind of array as q; pass a "
                         f"{'PyTorch tensor' if kind == 'torch' else 'NumPy array'}")
-    if isinstance(dropout_p, bool) or not isinstance(dropout_p, numbers.Real):
+    if not _is_real(dropout_p):
         raise TypeError(f"dropout_p: expected a real number in [0, 1), got {type(dropout_p).__name__}")
     if not 0.0 <= dropout_p < 1.0:
         raise ValueError(f"dropout_p: must be in [0, 1), got {dropout_p}")
     for name, val in (("dropout_seed", dropout_seed), ("dropout_offset", dropout_offset)):
-        if isinstance(val, bool) or not isinstance(val, numbers.Integral) or not 0 <= val < _SEED_LIMIT:
+        if not _is_int(val) or not 0 <= val < _SEED_LIMIT:
             raise TypeError(f"{name}: expected an int in [0, 2**64), got {val!r}")
-    if scale is not None and (isinstance(scale, bool) or not isinstance(scale, numbers.Real)):
+    if scale is not None and not _is_real(scale):
         raise TypeError(f"scale: expected a real number or None (for 1/sqrt(Dk)), got {type(scale).__name__}")
-    if softcap is not None and (isinstance(softcap, bool) or not isinstance(softcap, numbers.Real)):
+    if softcap is not None and not _is_real(softcap):
         raise TypeError(f"softcap: expected a real number > 0 or None, got {type(softcap).__name__}")
     if not isinstance(causal, (str, type(None))) or causal not in _CAUSAL:
         raise ValueError(f"causal: expected None, 'top-left' (PyTorch's is_causal) or 'bottom-right' "
@@ -239,11 +271,11 @@ def _options(*, scale, causal, window, softcap, mask, threads, kernel, dropout_p
         left = -1 if left is None else left
         right = -1 if right is None else right
         for side, val in (("left", left), ("right", right)):
-            if isinstance(val, bool) or not isinstance(val, numbers.Integral):
+            if not _is_int(val):
                 raise TypeError(f"window: {side} must be an int (or -1/None for unbounded), got {val!r}")
     if threads is None:
         threads = 0
-    if isinstance(threads, bool) or not isinstance(threads, numbers.Integral):
+    if not _is_int(threads):
         raise TypeError(f"threads: expected an int >= 0 (0 or None: all available), got {threads!r}")
     additive, keep = _mask_arrays(mask, packed_mask)
     return {
@@ -275,12 +307,12 @@ def _dropout_seed(kind: str, dropout_p, dropout_seed):
     return int(t.randint(0, 2 ** 63 - 1, (), dtype=t.int64))  # the custom ops' int is int64
 
 
-def _forward4(kind: str, q, k, v, opts: dict):
-    """out [B, Hq, Nq, Dv] in q's dtype and lse [B, Hq, Nq] in float32, freshly allocated, written by
-    the kernel."""
+def _forward4(kind: str, q, k, v, opts: dict, with_lse: bool = True):
+    """out [B, Hq, Nq, Dv] in q's dtype and lse [B, Hq, Nq] in float32 (None unless with_lse: the kernel then
+    writes none), freshly allocated, written by the kernel."""
     B, Hq, Nq, _ = q.shape
     out = _empty(kind, (B, Hq, Nq, v.shape[3]), q.dtype)
-    lse = _empty(kind, (B, Hq, Nq))
+    lse = _empty(kind, (B, Hq, Nq)) if with_lse else None
     _ext.forward(*_fast_args(kind, q, k, v, out, lse), **_fast_masks(kind, opts))
     return out, lse
 
@@ -299,20 +331,26 @@ def _fast_masks(kind: str, opts: dict) -> dict:
     return {**opts, "mask": mask, "keep": keep}
 
 
-def _needs_custom_op(*tensors) -> bool:
-    """Whether a torch call must run through the custom op sdpa::forward: for autograd (grad mode on and an input
-    that requires grad) or for anything that traces or wraps it (torch.compile and export, a dispatch or function
-    mode, a tensor subclass such as FakeTensor, functorch's wrappers). Otherwise (inference: a model's eval
-    forward, decoding) the op's dispatch is pure cost — measured 30-50 us a call, as much as a decoding step's
-    kernel (docs/python.md) — and _forward4 calls the extension itself: the same function on the same arguments,
-    so the same bits."""
+def _torch_route(*tensors) -> str:
+    """How a torch call runs: "op" through the custom op sdpa::forward, for anything that traces or wraps it
+    (torch.compile and export, a dispatch or function mode, a tensor subclass such as FakeTensor, functorch's
+    wrappers), which can record the op; "autograd" through sdpa.torch's _EagerAutograd, the op's autograd
+    without its dispatch, for an eager call that needs gradients (grad mode on and an input that requires
+    grad); else "direct" (inference: a model's eval forward, decoding), _forward4 itself. The op's dispatch is
+    pure cost outside tracing — measured 30-50 us a call, as much as a decoding step's kernel, and ~200 us of a
+    small training step (docs/python.md) — and all three routes run the same body on the same arguments, so
+    the same bits."""
     t = _torch_module()
-    present = [x for x in tensors if x is not None]
     if t.compiler.is_compiling() or t._C._len_torch_dispatch_stack() or t.overrides._get_current_function_mode_stack():
-        return True
-    if any(type(x) is not t.Tensor or t._C._functorch.is_functorch_wrapped_tensor(x) for x in present):
-        return True
-    return t.is_grad_enabled() and any(x.requires_grad for x in present)
+        return "op"
+    tensor, wrapped, needs_grad = t.Tensor, t._C._functorch.is_functorch_wrapped_tensor, False
+    for x in tensors:
+        if x is None:
+            continue
+        if type(x) is not tensor or wrapped(x):
+            return "op"
+        needs_grad = needs_grad or x.requires_grad
+    return "autograd" if needs_grad and t.is_grad_enabled() else "direct"
 
 
 def _attention(q, k, v, *, scale, causal, window, softcap, mask, return_lse, threads, kernel, dropout_p=0.0,
@@ -325,11 +363,12 @@ def _attention(q, k, v, *, scale, causal, window, softcap, mask, return_lse, thr
                     kernel=kernel, dropout_p=dropout_p, dropout_seed=_dropout_seed(kind, dropout_p, dropout_seed),
                     dropout_offset=dropout_offset, kind=kind)
     q4, k4, v4 = _to4(q), _to4(k), _to4(v)
-    if kind == "torch" and _needs_custom_op(q, k, v, mask):  # sdpa::forward: autograd, torch.compile, export
+    route = _torch_route(q, k, v, mask) if kind == "torch" else "direct"
+    if route == "direct":
+        out4, lse4 = _forward4(kind, q4, k4, v4, opts, with_lse=return_lse)
+    else:  # autograd; the custom op sdpa::forward for torch.compile, export
         from .torch import _forward  # torch is importable: q is a tensor
-        out4, lse4 = _forward(q4, k4, v4, opts)
-    else:
-        out4, lse4 = _forward4(kind, q4, k4, v4, opts)
+        out4, lse4 = _forward(q4, k4, v4, opts, traced=route == "op")
     out = _from4(out4, q.ndim)
     if return_lse:
         return out, _from4(lse4, q.ndim - 1, 3)
@@ -490,7 +529,7 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=None, scale=
     opts = _options(scale=scale, causal=causal, window=window, softcap=softcap, mask=mask, threads=threads,
                     kernel="fast", dropout_p=dropout_p, dropout_seed=_dropout_seed(kind, dropout_p, dropout_seed),
                     dropout_offset=dropout_offset, packed_mask=True, kind=kind)
-    if kind == "torch" and _needs_custom_op(q, k, v, cu_seqlens_q, cu_seqlens_k, mask):
+    if kind == "torch" and _torch_route(q, k, v, cu_seqlens_q, cu_seqlens_k, mask) != "direct":
         # through the custom op sdpa::forward_varlen: autograd, torch.compile, torch.export
         from ._varlen_torch import forward  # torch is importable: q is a tensor
         out, lse = forward(q, k, v, cu_seqlens_q, cu_seqlens_k, opts)

@@ -32,16 +32,15 @@ __all__ = ["scaled_dot_product_attention", "attention"]
 # any process that has imported sdpa.torch can run. Their arguments are exactly those of
 # the extension's _ext.forward/_ext.backward minus the preallocated results (the dict
 # _api._options builds), so the Python checks stay in one place: sdpa.attention and
-# scaled_dot_product_attention check, then call the op — or, for a call that needs neither
-# autograd nor tracing, the op's body _api._forward4 directly (_api._needs_custom_op).
-# Tensors are rank 4.
+# scaled_dot_product_attention check, then call the op where something traces the call —
+# else, with autograd, the same bodies through _EagerAutograd, and with neither, the op's
+# body _api._forward4 directly (_api._torch_route). Tensors are rank 4.
 
 
-@_torch.library.custom_op("sdpa::forward", mutates_args=())
-def _forward_op(q: _torch.Tensor, k: _torch.Tensor, v: _torch.Tensor, mask: _Optional[_torch.Tensor],
-                keep: _Optional[_torch.Tensor], scale: _Optional[float], softcap: _Optional[float], causal: str,
-                window_left: int, window_right: int, threads: int, kernel: str, dropout_p: float, dropout_seed: int,
-                dropout_offset: int) -> _Tuple[_torch.Tensor, _torch.Tensor]:
+def _forward_body(q: _torch.Tensor, k: _torch.Tensor, v: _torch.Tensor, mask: _Optional[_torch.Tensor],
+                  keep: _Optional[_torch.Tensor], scale: _Optional[float], softcap: _Optional[float], causal: str,
+                  window_left: int, window_right: int, threads: int, kernel: str, dropout_p: float, dropout_seed: int,
+                  dropout_offset: int) -> _Tuple[_torch.Tensor, _torch.Tensor]:
     """out (B, Hq, Nq, Dv), lse (B, Hq, Nq) = sdpa::forward(q (B, Hq, Nq, Dk), k, v (B, Hkv, Nk, Dk|Dv)).
     With dropout_p > 0 the mask is a pure function of (dropout_seed, dropout_offset) and the position:
     the op is deterministic in its arguments (the seed is drawn before it, by the caller)."""
@@ -49,6 +48,9 @@ def _forward_op(q: _torch.Tensor, k: _torch.Tensor, v: _torch.Tensor, mask: _Opt
                                                  window_left=window_left, window_right=window_right,
                                                  threads=threads, kernel=kernel, dropout_p=dropout_p,
                                                  dropout_seed=dropout_seed, dropout_offset=dropout_offset))
+
+
+_forward_op = _torch.library.custom_op("sdpa::forward", mutates_args=())(_forward_body)
 
 
 @_forward_op.register_fake
@@ -59,18 +61,20 @@ def _(q, k, v, mask, keep, scale, softcap, causal, window_left, window_right, th
     return q.new_empty((B, Hq, Nq, v.shape[3])), q.new_empty((B, Hq, Nq), dtype=_torch.float32)
 
 
-@_torch.library.custom_op("sdpa::backward", mutates_args=())
-def _backward_op(q: _torch.Tensor, k: _torch.Tensor, v: _torch.Tensor, out: _torch.Tensor, lse: _torch.Tensor,
-                 dout: _torch.Tensor, mask: _Optional[_torch.Tensor], keep: _Optional[_torch.Tensor],
-                 scale: _Optional[float], softcap: _Optional[float], causal: str, window_left: int, window_right: int,
-                 threads: int, kernel: str, dropout_p: float, dropout_seed: int,
-                 dropout_offset: int) -> _Tuple[_torch.Tensor, _torch.Tensor, _torch.Tensor]:
+def _backward_body(q: _torch.Tensor, k: _torch.Tensor, v: _torch.Tensor, out: _torch.Tensor, lse: _torch.Tensor,
+                   dout: _torch.Tensor, mask: _Optional[_torch.Tensor], keep: _Optional[_torch.Tensor],
+                   scale: _Optional[float], softcap: _Optional[float], causal: str, window_left: int,
+                   window_right: int, threads: int, kernel: str, dropout_p: float, dropout_seed: int,
+                   dropout_offset: int) -> _Tuple[_torch.Tensor, _torch.Tensor, _torch.Tensor]:
     """dq, dk, dv = sdpa::backward(...): shaped (and, where dense, laid out) like q, k, v; with dropout, the
     forward's mask regenerated from the same seed and offset."""
     return _api._backward4("torch", q, k, v, out, lse, dout,
                            dict(mask=mask, keep=keep, scale=scale, softcap=softcap, causal=causal,
                                 window_left=window_left, window_right=window_right, threads=threads, kernel=kernel,
                                 dropout_p=dropout_p, dropout_seed=dropout_seed, dropout_offset=dropout_offset))
+
+
+_backward_op = _torch.library.custom_op("sdpa::backward", mutates_args=())(_backward_body)
 
 
 @_backward_op.register_fake
@@ -100,20 +104,51 @@ def _setup_context_saving(n_tensors: int):
 _setup_context = _setup_context_saving(5)  # q, k, v, mask, keep
 
 
-def _backward(ctx, dout, _dlse):
-    q, k, v, mask, keep, out, lse = ctx.saved_tensors
-    if dout.dtype != q.dtype:  # e.g. a float32 or float64 loss upstream of a 16-bit out
-        dout = dout.to(q.dtype)
-    dq, dk, dv = _backward_op(q, k, v, out, lse, dout, mask, keep, *ctx.options)
-    return (dq, dk, dv) + (None,) * (len(_OPTION_NAMES))
+def _backward_by(backward_run):
+    """The backward of both autograd routes below, given what computes dq, dk, dv from the saved tensors and
+    options (the custom op sdpa::backward, or its body)."""
+    def backward(ctx, dout, _dlse):
+        q, k, v, mask, keep, out, lse = ctx.saved_tensors
+        if dout.dtype != q.dtype:  # e.g. a float32 or float64 loss upstream of a 16-bit out
+            dout = dout.to(q.dtype)
+        dq, dk, dv = backward_run(q, k, v, out, lse, dout, mask, keep, *ctx.options)
+        return (dq, dk, dv) + (None,) * (len(_OPTION_NAMES))
+    return backward
 
 
-_forward_op.register_autograd(_backward, setup_context=_setup_context)
+_forward_op.register_autograd(_backward_by(_backward_op), setup_context=_setup_context)
 
 
-def _forward(q, k, v, opts: dict):
-    """out, lse through the custom op (differentiable in q, k, v); opts as _api._options returns it."""
-    return _forward_op(q, k, v, *(opts[name] for name in _OPTION_NAMES))
+class _EagerAutograd(_torch.autograd.Function):
+    """The custom op's autograd for an eager call (grad needed, nothing tracing: _api._torch_route): the same
+    bodies, saved tensors and backward, without the op's dispatch. That dispatch cost ~200 us of a ~1 ms
+    forward + backward at (2, 4, 128, 32) (docs/python.md, "Small calls: where the time goes"): torch.library's
+    autograd wrapper reads the op's 15-argument schema once per argument (fill_defaults, ~60 us), and
+    each op call redispatches through Python. Traced calls (torch.compile, export, modes, subclasses,
+    functorch) still need the op, which they can record; this Function they could not."""
+
+    @staticmethod
+    def forward(q, k, v, mask, keep, *options):
+        return _forward_body(q, k, v, mask, keep, *options)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        _setup_context(ctx, inputs, output)
+
+    @staticmethod
+    @_torch.autograd.function.once_differentiable  # no double backward, as with the op
+    def backward(ctx, dout, dlse):
+        return _eager_backward(ctx, dout, dlse)
+
+
+_eager_backward = _backward_by(_backward_body)
+
+
+def _forward(q, k, v, opts: dict, traced: bool = True):
+    """out, lse differentiable in q, k, v; opts as _api._options returns it. traced: through the custom op
+    (anything that traces or wraps the call needs it), else through _EagerAutograd."""
+    run = _forward_op if traced else _EagerAutograd.apply
+    return run(q, k, v, *(opts[name] for name in _OPTION_NAMES))
 
 
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,

@@ -236,3 +236,43 @@ def test_inference_calls_the_extension_directly_with_the_same_bits():
     assert torch.equal(plain, graded.detach())
     op_out, _ = torch.ops.sdpa.forward(q, k, v, None, mask.view(torch.uint8), *_options()[2:])
     assert torch.equal(plain, op_out)
+
+
+def test_eager_autograd_skips_the_op_with_the_same_bits():
+    """An eager call that needs gradients runs the op's bodies through sdpa.torch's _EagerAutograd, not the op's
+    dispatch (_api._torch_route: ~200 us of a small training step); forward and backward must give the op's own
+    bits, with a mask and with dropout (the seed saved with the options), and refuse a double backward as the op
+    does."""
+    q, k, v = _inputs(12, grad=True)
+    keep = torch.rand(2, 1, 7, 9, generator=torch.Generator().manual_seed(3)) < 0.7
+    keep[..., 0] = True
+    dout = torch.randn(2, 4, 7, 6, generator=torch.Generator().manual_seed(4))
+    assert st._api._torch_route(q, k, v, keep) == "autograd"
+    with torch.no_grad():
+        assert st._api._torch_route(q, k, v, keep) == "direct"
+    for opts in (dict(keep=keep.view(torch.uint8)), dict(keep=keep.view(torch.uint8), dropout_p=0.25,
+                                                         dropout_seed=2 ** 40 + 3, dropout_offset=5)):
+        got = []
+        for run in (st._forward_op, st._EagerAutograd.apply):
+            out, lse = run(q, k, v, *_options(**opts))
+            grads = torch.autograd.grad(out, (q, k, v), dout)
+            got.append((out, lse) + grads)
+        assert type(got[1][0].grad_fn).__name__ == "_EagerAutogradBackward"
+        for ours, op in zip(got[1], got[0]):
+            assert torch.equal(ours, op)
+    out, _ = st._EagerAutograd.apply(q, k, v, *_options())
+    (dq,) = torch.autograd.grad(out, q, dout, create_graph=True)
+    with pytest.raises(RuntimeError):
+        dq.sum().backward()
+    with torch.overrides.TorchFunctionMode():  # anything that traces or wraps the call still gets the op
+        assert st._api._torch_route(q, k, v) == "op"
+
+
+def test_a_forward_without_lse_gives_the_same_out():
+    """Without return_lse the direct route allocates no lse and the kernel writes none; out is unchanged."""
+    q, k, v = _inputs(13, L=1, S=40)
+    out, lse = st.attention(q, k, v, return_lse=True)
+    assert torch.equal(st.attention(q, k, v), out) and lse.shape == (2, 4, 1)
+    qn, kn, vn = (x.numpy() for x in _inputs(14, L=5))
+    out_n, _ = st.attention(qn, kn, vn, causal="bottom-right", return_lse=True)
+    assert np.array_equal(st.attention(qn, kn, vn, causal="bottom-right"), out_n)
