@@ -10,6 +10,10 @@ tokens after it, KV cache), each split into the time spent inside the attention 
 calls) and the rest. The two backends are timed alternately (A B B A ...) and each figure is the median over
 --rounds. Both run on the same torch thread count as sdpa's OpenMP threads. The models hold the same weights;
 the script says whether their greedy tokens agree.
+
+--batch B > 1 runs a padded batch: sequence b holds prefill - b·prefill/(2B) tokens, left-padded to --prefill (as a
+tokenizer pads for generation), so transformers passes both backends its 4-d boolean mask (causal ∧ key padding)
+on every call, prefill and decoding, instead of None.
 """
 
 import argparse
@@ -52,10 +56,11 @@ def main():
     ap.add_argument("--prefill", type=int, default=1024)
     ap.add_argument("--new", type=int, default=128)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--batch", type=int, default=1, help="> 1: a left-padded batch of uneven lengths")
     ap.add_argument("--threads", type=int, default=0, help="0: torch's default")
     ap.add_argument("--json", help="also write the figures here")
     a = ap.parse_args()
-    for name in ("layers", "width", "heads", "kv_heads", "prefill", "new", "rounds"):
+    for name in ("layers", "width", "heads", "kv_heads", "prefill", "new", "rounds", "batch"):
         if getattr(a, name) < 1:
             ap.error(f"--{name.replace('_', '-')}: must be >= 1, got {getattr(a, name)}")
     if a.width % a.heads or a.heads % a.kv_heads:
@@ -76,7 +81,11 @@ def main():
         if models:
             m.load_state_dict(next(iter(models.values())).state_dict())
         models[label] = m
-    ids = torch.randint(0, a.vocab, (1, a.prefill), generator=torch.Generator().manual_seed(1))
+    ids = torch.randint(1, a.vocab, (a.batch, a.prefill), generator=torch.Generator().manual_seed(1))
+    attention_mask = torch.ones_like(ids)
+    for b in range(a.batch):  # left padding: sequence b's first b·prefill/(2B) positions are pad tokens (id 0)
+        pad = b * a.prefill // (2 * a.batch)
+        ids[b, :pad], attention_mask[b, :pad] = 0, 0
     figures = {label: {"prefill_s": [], "prefill_attn_s": [], "decode_s": [], "decode_attn_s": []}
                for label in models}
     tokens = {}
@@ -86,17 +95,18 @@ def main():
         with torch.no_grad():
             t.seconds = 0.0
             start = time.perf_counter()
-            m(ids)
+            m(ids, attention_mask=attention_mask)
             f["prefill_s"].append(time.perf_counter() - start)
             f["prefill_attn_s"].append(t.seconds)
             t.seconds = 0.0
             start = time.perf_counter()
-            out = m.generate(ids, max_new_tokens=a.new, min_new_tokens=a.new, do_sample=False, pad_token_id=0)
+            out = m.generate(ids, attention_mask=attention_mask, max_new_tokens=a.new, min_new_tokens=a.new,
+                             do_sample=False, pad_token_id=0)
             total = time.perf_counter() - start
         # generate() runs the prefill again, then a.new - 1 decoding steps: subtract this round's prefill
         f["decode_s"].append(total - f["prefill_s"][-1])
         f["decode_attn_s"].append(t.seconds - f["prefill_attn_s"][-1])
-        tokens[label] = out[0, a.prefill:].tolist()
+        tokens[label] = out[:, a.prefill:].flatten().tolist()
 
     labels = list(models)
     one(labels[0])  # warm-up (allocator, OpenMP pool), not counted
@@ -111,7 +121,7 @@ def main():
     med = {label: {k: statistics.median(v) for k, v in f.items()} for label, f in figures.items()}
     print(f"Llama-shaped, random weights: {a.layers} layers, width {a.width}, {a.heads} heads / {a.kv_heads} kv "
           f"heads (head dim {a.width // a.heads}), vocab {a.vocab}; prefill {a.prefill} tokens, then {a.new} "
-          f"greedy tokens; batch 1, float32, {threads} threads; isa {sht._st._api.active_isa()}; median of "
+          f"greedy tokens; batch {a.batch}{' (left-padded, uneven)' if a.batch > 1 else ''}, float32, {threads} threads; isa {sht._st._api.active_isa()}; median of "
           f"{a.rounds} alternating rounds")
     print()
     print("| backend | prefill: total s | prefill: attention s | decode: total s | decode: attention s | "
@@ -127,7 +137,7 @@ def main():
           f"decode attention {base['decode_attn_s'] / ours['decode_attn_s']:.2f}x, "
           f"decode total {base['decode_s'] / ours['decode_s']:.2f}x")
     same = sum(x == y for x, y in zip(tokens[labels[0]], tokens[labels[1]]))
-    print(f"greedy tokens: {same} of {a.new} agree (first differing step: "
+    print(f"greedy tokens: {same} of {a.new * a.batch} agree (first differing step, sequences back to back: "
           f"{next((i for i, (x, y) in enumerate(zip(tokens[labels[0]], tokens[labels[1]])) if x != y), None)})")
     if a.json:
         with open(a.json, "w") as fh:

@@ -14,6 +14,7 @@
 #include <omp.h>
 
 #include "attention/fast.hpp"
+#include "attention/mask_rows.hpp"
 #include "attention/merge.hpp"
 #include "attention/problem.hpp"
 #include "sdpa/reference.hpp"
@@ -300,7 +301,7 @@ template <class T>
 void forward_any(View4<const T> q, View4<const T> k, View4<const T> v, View4<T> out, View3<float> lse,
                  const Options& opt) {
   if (opt.kernel == Kernel::reference) return forward_reference<T>(q, k, v, out, lse, opt);
-  const Problem p = validate_forward<T>(q, k, v, out, lse, opt);
+  Problem p = validate_forward<T>(q, k, v, out, lse, opt);
   const FastKernels& kern = kernels_for(opt);
   Tensors t;
   t.q = q, t.k = k, t.v = v, t.out_w = out, t.lse_w = lse;
@@ -328,6 +329,8 @@ void forward_any(View4<const T> q, View4<const T> k, View4<const T> v, View4<T> 
   TightCopies copies;
   copies.add(t.v, lane_tiles), copies.add(t.k, lane_tiles), copies.add(t.q, lane_tiles);
   copies.copy(workers);
+  MaskRowTable mask_rows;  // what each explicit mask row lets through, read once (mask_rows.hpp)
+  mask_rows.attach(p, workers);
   const ScratchBlocks blocks(workers, kern.forward_scratch(p));
   parallel_items(items, workers, blocks, [&](i64 item, WorkerScratch s) {
     ForwardItem fi;
@@ -347,7 +350,7 @@ template <class T>
 void backward_any(View4<const T> q, View4<const T> k, View4<const T> v, View4<const T> out, View3<const float> lse,
                   View4<const T> dout, View4<T> dq, View4<T> dk, View4<T> dv, const Options& opt) {
   if (opt.kernel == Kernel::reference) return backward_reference<T>(q, k, v, out, lse, dout, dq, dk, dv, opt);
-  const Problem p = validate_backward<T>(q, k, v, out, lse, dout, dq, dk, dv, opt);
+  Problem p = validate_backward<T>(q, k, v, out, lse, dout, dq, dk, dv, opt);
   const FastKernels& kern = kernels_for(opt);
   Tensors t;
   t.q = q, t.k = k, t.v = v, t.out = out, t.lse_in = lse, t.dout = dout, t.dq = dq, t.dk = dk, t.dv = dv;
@@ -383,6 +386,8 @@ void backward_any(View4<const T> q, View4<const T> k, View4<const T> v, View4<co
   copies.add(t.q, kv_tiles), copies.add(t.dout, kv_tiles);
   copies.add(t.k, one_pass ? kv_tiles : q_tiles), copies.add(t.v, one_pass ? kv_tiles : q_tiles);
   copies.copy(workers_for(opt, rows));
+  MaskRowTable mask_rows;  // what each explicit mask row lets through, read once (mask_rows.hpp)
+  mask_rows.attach(p, workers_for(opt, rows));
   if (one_pass) {
     const int workers = workers_for(opt, items);
     const ScratchBlocks blocks(workers, item_floats);

@@ -216,10 +216,13 @@ inline void pv_tile(const E* V, i64 ldv, i64 bc, i64 Dv, const float* P, const f
 }
 
 // Whether an item takes this path: any dtype (fp32, bf16, fp16), few lanes, unit-stride K and
-// V rows, no explicit mask, no dropout (the others go to forward_few_lanes).
+// V rows, no dropout, and no explicit mask or one whose every row is dense (a left or right
+// padding mask, batched generation's): each lane's key range then narrows to what its mask
+// row lets through (lane_keys) and the loop masks by ranges alone, never reading the mask.
+// The others go to forward_few_lanes.
 inline bool applies(const Problem& p, const Tensors& t, i64 n) {
-  return n <= kFewLanes && t.k.stride[3] == 1 && t.v.stride[3] == 1 && !explicit_mask(p) && !p.has_dropout &&
-         p.Nk < (i64{1} << 30);
+  return n <= kFewLanes && t.k.stride[3] == 1 && t.v.stride[3] == 1 && (!explicit_mask(p) || p.mask_rows_dense) &&
+         !p.has_dropout && p.Nk < (i64{1} << 30);
 }
 
 // One item's buffers; `slots` is its lanes rounded up to whole groups (at most kFewLanes).
@@ -261,13 +264,15 @@ void item(const Problem& p, const Tensors& t, const ForwardItem& it, const ItemL
   alignas(64) int lo_e[max_groups][W], hi_e[max_groups][W], c_e[W];
   for (i64 r = 0; r < slots; ++r) {
     const i64 i = lanes.i[r < n ? r : 0];
-    const KeyRange keys = visible_keys(p, i, i, it.j_begin, it.j_end);
+    const KeyRange keys = visible_keys(lanes_see(p, b, 1, i, i, [&](i64) { return LaneRow{lanes.h[r < n ? r : 0], i}; }),
+                                       it.j_begin, it.j_end);
     for (int c = 0; c < KB; ++c) {
       lo_e[r / NL][(r % NL) * KB + c] = static_cast<int>(keys.first);
       hi_e[r / NL][(r % NL) * KB + c] = static_cast<int>(keys.last);
     }
   }
-  const KeyRange keys = visible_keys(p, lanes.i_min, lanes.i_max, it.j_begin, it.j_end);
+  const LanesSee see = item_sees(p, b, lanes);
+  const KeyRange keys = visible_keys(see, it.j_begin, it.j_end);
   const i64 first = keys.first, last = keys.last;
   for (int e = 0; e < W; ++e) c_e[e] = e % KB;
 
@@ -285,7 +290,7 @@ void item(const Problem& p, const Tensors& t, const ForwardItem& it, const ItemL
   for (i64 j0 = first / kKeys * kKeys; j0 <= last; j0 += kKeys) {
     const i64 bc = imin(kKeys, p.Nk - j0);
     // Only the lanes' ranges and Nk cut a tile (split boundaries do not: see kKeys).
-    const bool mask = tile_needs_mask(p, lanes.i_min, lanes.i_max, j0, kKeys);
+    const bool mask = tile_needs_mask(see, j0, kKeys);
     for (i64 gi = 0; gi < groups; ++gi) {
       R sc[blocks];  // the tile's score vectors
       for (i64 kb = 0; kb < blocks; ++kb) {

@@ -306,12 +306,12 @@ struct OnlineRows {
 // stride np) and their P·V: scale and soft-cap, the masks, the online softmax (Sᵀ becomes
 // P), dropout (Sᵀ becomes P∘M, M = keep/(1 - p), in the layout of Sᵀ: the buffer `drop`),
 // and O's rows rescaled by the change of their lane's max.
-inline void forward_tile_softmax(const Problem& p, const ItemLanes& lanes, i64 b, i64 j0, i64 bc, float* ST,
-                                 float* drop, const OnlineRows& rows, i64 dvp) {
+inline void forward_tile_softmax(const Problem& p, const ItemLanes& lanes, const LanesSee& see, i64 b, i64 j0, i64 bc,
+                                 float* ST, float* drop, const OnlineRows& rows, i64 dvp) {
   const i64 np = lanes.np;
   const auto lane_at = [&](i64 r) { return LaneRow{lanes.h[r], lanes.i[r]}; };
   scale_softcap(p, ST, np, bc, np, nullptr);
-  if (tile_needs_mask(p, lanes.i_min, lanes.i_max, j0, bc)) mask_tile(p, ST, 1, np, lanes.n, b, j0, bc, lane_at);
+  if (tile_needs_mask(see, j0, bc)) mask_tile(p, ST, 1, np, lanes.n, b, j0, bc, lane_at);
   for (i64 rv = 0; rv < np; rv += W) {  // W lanes at a time, down the key rows
     R m = Vec::load(rows.row_max + rv), l = Vec::load(rows.row_sum + rv);
     const R alpha = online_softmax_step(
@@ -359,7 +359,8 @@ void forward_tiled(const Problem& p, const Tensors& t, const ForwardItem& it, co
   for (i64 d = 0; d < Dk; ++d)
     for (i64 r = n; r < np; ++r) s.QT[d * np + r] = 0.0f;
   s.rows.start(lanes, dvp);
-  const KeyRange keys = visible_keys(p, lanes.i_min, lanes.i_max, it.j_begin, it.j_end);
+  const LanesSee see = item_sees(p, b, lanes);
+  const KeyRange keys = visible_keys(see, it.j_begin, it.j_end);
   for (i64 j0 = keys.first / kTileCols * kTileCols; j0 <= keys.last; j0 += kTileCols) {
     const i64 bc = imin(kTileCols, p.Nk - j0);
     // Sᵀ = K Qᵀ, K rows read in place (16-bit: widened first).
@@ -367,7 +368,7 @@ void forward_tiled(const Problem& p, const Tensors& t, const ForwardItem& it, co
                            ? a_in_place(t.k, b, g, j0)
                            : a_rows(rows_operand(t.k, b, g, j0, bc, Dk, s.K_rows, /*scan_in_place=*/false));
     gemm<false, false>(bc, np, Dk, K.data, K.rs, K.cs, s.QT, np, s.ST, np);
-    forward_tile_softmax(p, lanes, b, j0, bc, s.ST, s.drop, s.rows, dvp);
+    forward_tile_softmax(p, lanes, see, b, j0, bc, s.ST, s.drop, s.rows, dvp);
     // O += P V, P read down its columns (A[r][c] = ST[c·np + r]).
     const RowsOperand V = rows_operand(t.v, b, g, j0, bc, Dv, s.V_rows, /*scan_in_place=*/true);
     gemm_acc_skip_zero(V.finite, n, V.cols, bc, s.ST, 1, np, V.data, V.ld, s.rows.O, dvp, nullptr);
@@ -476,7 +477,8 @@ void forward_few_lanes(const Problem& p, const Tensors& t, const ForwardItem& it
   const auto s = carve_scratch<FewLaneForwardScratch>(p, scratch);
   for (i64 r = 0; r < n; ++r) load_row(t.q, off(t.q, b, lanes.h[r], lanes.i[r], 0), Dk, s.Q_rows + r * Dk, 1);
   s.rows.start(lanes, dvp);
-  const KeyRange keys = visible_keys(p, lanes.i_min, lanes.i_max, it.j_begin, it.j_end);
+  const LanesSee see = item_sees(p, b, lanes);
+  const KeyRange keys = visible_keys(see, it.j_begin, it.j_end);
   const bool v_read = rows_in_place(t.v, Dv) || t.v.dtype != Dtype::f32;  // in place, or widened from the tensor
   for (i64 j0 = keys.first / kFewTileCols * kFewTileCols; j0 <= keys.last; j0 += kFewTileCols) {
     const i64 bc = imin(kFewTileCols, p.Nk - j0);
@@ -490,7 +492,7 @@ void forward_few_lanes(const Problem& p, const Tensors& t, const ForwardItem& it
                            ? a_in_place(t.k, b, g, j0)
                            : a_rows(rows_operand(t.k, b, g, j0, bc, Dk, s.K_rows, /*scan_in_place=*/false));
     scores_few_lanes(K.data, K.rs, bc, Dk, s.Q_rows, Dk, n, s.ST, np);
-    forward_tile_softmax(p, lanes, b, j0, bc, s.ST, s.drop, s.rows, dvp);
+    forward_tile_softmax(p, lanes, see, b, j0, bc, s.ST, s.drop, s.rows, dvp);
     // O += P V. V read in place is read once, by the GEMM itself: no scan first.
     const RowsOperand V = rows_operand(t.v, b, g, j0, bc, Dv, s.V_rows, /*scan_in_place=*/false);
     gemm_acc_skip_zero(V.finite, n, V.cols, bc, s.ST, 1, np, V.data, V.ld, s.rows.O, dvp, s.O_saved);
@@ -664,7 +666,8 @@ void kv_tiles(const Problem& p, const Tensors& t, const float* delta, i64 b, i64
   for (i64 h = g * p.group; h < (g + 1) * p.group; ++h)
     for (i64 i0 = 0; i0 < p.Nq; i0 += BR) {
       const i64 br = imin(BR, p.Nq - i0);
-      const KeyRange seen = visible_keys(p, i0, i0 + br - 1, j0, imin(p.Nk, j0 + tiles * kTileCols));
+      const LanesSee see = rows_see(p, b, h, i0, br);
+      const KeyRange seen = visible_keys(see, j0, imin(p.Nk, j0 + tiles * kTileCols));
       if (seen.last < seen.first) continue;  // every tile fully masked
       load_row_constants(p, t, delta, b, h, i0, br, br, s.row_lse, s.row_delta);
       const RowsOperand q_op = rows_packed(t.q, b, h, i0, br, Dk, s.Q_rows);
@@ -674,11 +677,11 @@ void kv_tiles(const Problem& p, const Tensors& t, const float* delta, i64 b, i64
         const KvTileScratch::KeyTile& key = s.key[u];
         const i64 ju = j0 + u * kTileCols, bc = imin(kTileCols, p.Nk - ju), bcp = round_up(bc, kPad);
         const i64 ldt = odd_lines_ld(bc);
-        const KeyRange keys = visible_keys(p, i0, i0 + br - 1, ju, ju + bc);
+        const KeyRange keys = visible_keys(see, ju, ju + bc);
         if (keys.last < keys.first) continue;  // tile fully masked
         gemm<false, false>(br, bcp, Dk, q_a.data, q_a.rs, q_a.cs, key.KT, ldt, s.S, bcp);
         scale_softcap(p, s.S, bcp, br, bcp, s.T);
-        if (tile_needs_mask(p, i0, i0 + br - 1, ju, bcp))  // padding columns past bc included
+        if (tile_needs_mask(see, ju, bcp))  // padding columns past bc included
           mask_tile(p, s.S, bcp, 1, br, b, ju, bcp, [&](i64 r) { return LaneRow{h, i0 + r}; });
         for (i64 r = 0; r < br; ++r) {  // P = exp(s - lse_r)
           const R Lr = Vec::set1(s.row_lse[r]);
@@ -798,14 +801,15 @@ void backward_q_tile(const Problem& p, const Tensors& t, const float* delta, i64
   load_row_constants(p, t, delta, b, h, i0, br, brp, s.row_lse, s.row_delta);
   for (i64 x = 0; x < br * dkp; ++x) s.dQ[x] = 0.0f;
 
-  const KeyRange keys = visible_keys(p, i0, i0 + br - 1, 0, p.Nk);
+  const LanesSee see = rows_see(p, b, h, i0, br);
+  const KeyRange keys = visible_keys(see, 0, p.Nk);
   for (i64 j0 = keys.first / BC * BC; j0 <= keys.last; j0 += BC) {
     const i64 bc = imin(BC, p.Nk - j0);
     const RowsOperand k_op = rows_operand(t.k, b, g, j0, bc, Dk, s.K_rows, /*scan_in_place=*/true);
     const AOperand k_a = a_operand(t.k, b, g, j0, k_op);
     gemm<false, false>(bc, brp, Dk, k_a.data, k_a.rs, k_a.cs, s.QT, brp, s.ST, brp);
     scale_softcap(p, s.ST, brp, bc, brp, s.TT);
-    if (tile_needs_mask(p, i0, i0 + br - 1, j0, bc))
+    if (tile_needs_mask(see, j0, bc))
       mask_tile(p, s.ST, 1, brp, br, b, j0, bc, [&](i64 r) { return LaneRow{h, i0 + r}; });
     for (i64 c = 0; c < bc; ++c)  // P = exp(s - lse), lse along the lanes (+inf on padding lanes)
       for (i64 r = 0; r < brp; r += W)

@@ -98,27 +98,70 @@ inline i64 row_hi(const Problem& p, i64 i) {
   return h;
 }
 
-struct KeyRange {
-  i64 first, last;  // keys [first, last]; none when last < first
-};
-// The keys that some row in [i_first, i_last] sees, within [j_begin, j_end) (j_end <= Nk).
-inline KeyRange visible_keys(const Problem& p, i64 i_first, i64 i_last, i64 j_begin, i64 j_end) {
-  return {imax(row_lo(p, i_first), j_begin), imin(row_hi(p, i_last), j_end - 1)};
-}
-
-inline bool explicit_mask(const Problem& p) { return p.mask.data != nullptr || p.keep.data != nullptr; }
-
-// Whether a tile of rows [i_first, i_last] × keys [j0, j0 + cols) needs mask_tile: some
-// row does not see every key (keys past Nk, i.e. padding columns, included), or there
-// is an explicit mask.
-inline bool tile_needs_mask(const Problem& p, i64 i_first, i64 i_last, i64 j0, i64 cols) {
-  return explicit_mask(p) || row_lo(p, i_last) > j0 || row_hi(p, i_first) < j0 + cols - 1;
-}
-
 // A lane of a tile: its query head and row.
 struct LaneRow {
   i64 h, i;
 };
+
+struct KeyRange {
+  i64 first, last;  // keys [first, last]; none when last < first
+};
+
+inline bool explicit_mask(const Problem& p) { return p.mask.data != nullptr || p.keep.data != nullptr; }
+
+// The keys query row i of head h, batch b sees: the structural range ∩ what its explicit mask
+// row lets through (Problem::mask_rows, computed once per call), and whether the explicit
+// masks leave every key of that range as it is (dense: keep set, bias ±0), so that a tile
+// inside the range needs no mask at all. Without a table (never on the fast path's calls)
+// an explicit mask counts as not dense: every tile is masked element by element.
+struct LaneKeys {
+  KeyRange keys;
+  bool dense;
+};
+inline LaneKeys lane_keys(const Problem& p, i64 b, i64 h, i64 i) {
+  const KeyRange structural{row_lo(p, i), row_hi(p, i)};
+  if (!explicit_mask(p)) return {structural, true};
+  if (p.mask_rows == nullptr) return {structural, false};
+  const MaskRow& row = p.mask_rows[b * p.mask_row_stride[0] + h * p.mask_row_stride[1] + i * p.mask_row_stride[2]];
+  return {{imax(structural.first, row.first), imin(structural.last, row.last)}, row.dense};
+}
+
+// What a set of lanes (a tile's, or an item's) sees, the one summary every loop asks:
+//   any   the hull of the keys some lane sees: a key tile outside it changes nothing and is
+//         skipped (every score of it would be -inf: the running max stays, each weight is
+//         exp(-inf) = 0, and V and K rows are only ever multiplied by such a weight through
+//         gemm_acc_skip_zero, which never lets 0·NaN from a masked row through);
+//   all   keys that every lane sees plainly: a tile inside it needs no mask_tile.
+// Structural masks alone: both from the extreme rows (both bounds grow with i). With an
+// explicit mask: lane by lane from lane_keys, lanes at lane_at(r), r < n, batch b. So a mask
+// equal to a structural one (causal as a keep mask, a window, left padding) skips the same
+// tiles and masks the same ones as the structural call: the same operations, the same bits.
+struct LanesSee {
+  KeyRange any, all;
+};
+template <class LaneAt>
+inline LanesSee lanes_see(const Problem& p, i64 b, i64 n, i64 i_min, i64 i_max, LaneAt lane_at) {
+  if (!explicit_mask(p)) return {{row_lo(p, i_min), row_hi(p, i_max)}, {row_lo(p, i_max), row_hi(p, i_min)}};
+  LanesSee see{{p.Nk, -1}, {0, p.Nk - 1}};
+  for (i64 r = 0; r < n; ++r) {
+    const LaneRow lane = lane_at(r);
+    const LaneKeys lk = lane_keys(p, b, lane.h, lane.i);
+    if (lk.keys.first <= lk.keys.last)
+      see.any.first = imin(see.any.first, lk.keys.first), see.any.last = imax(see.any.last, lk.keys.last);
+    see.all.first = imax(see.all.first, lk.keys.first), see.all.last = imin(see.all.last, lk.keys.last);
+    if (!lk.dense) see.all = {0, -1};  // stays empty: every tile is masked
+  }
+  return see;
+}
+// The keys within [j_begin, j_end) (j_end <= Nk) that some lane sees.
+inline KeyRange visible_keys(const LanesSee& see, i64 j_begin, i64 j_end) {
+  return {imax(see.any.first, j_begin), imin(see.any.last, j_end - 1)};
+}
+// Whether a tile of keys [j0, j0 + cols) needs mask_tile: some lane does not see every key
+// plainly (keys past Nk, i.e. padding columns, included).
+inline bool tile_needs_mask(const LanesSee& see, i64 j0, i64 cols) {
+  return see.all.first > j0 || see.all.last < j0 + cols - 1;
+}
 
 // The masks on a tile of scores. Element (r, c) — lane r, key j0 + c — is at
 // S[r·rs + c·cs]: rs = ld, cs = 1 for a tile stored row = query (backward pass A);
@@ -136,15 +179,18 @@ inline void add_bias(float& s, float bias) { s = bias == kNegInf ? kNegInf : s +
 
 template <class LaneAt>
 inline void mask_tile(const Problem& p, float* S, i64 rs, i64 cs, i64 lanes, i64 b, i64 j0, i64 cols, LaneAt lane_at) {
-  for (i64 r = 0; r < lanes; ++r) {  // the structural mask (causal, window, keys past Nk)
+  bool all_dense = true;
+  for (i64 r = 0; r < lanes; ++r) {  // what each lane cannot see (structural ∩ explicit range, keys past Nk)
     float* s = S + r * rs;
     const LaneRow lane = lane_at(r);
-    const KeyRange keys = visible_keys(p, lane.i, lane.i, j0, j0 + cols);
-    const i64 lo = keys.first - j0, hi = keys.last - j0;  // visible columns [lo, hi]
+    const LaneKeys lk = lane_keys(p, b, lane.h, lane.i);
+    const i64 lo = imax(lk.keys.first, j0) - j0, hi = imin(lk.keys.last, j0 + cols - 1) - j0;  // visible columns [lo, hi]
     for (i64 c = 0; c < imin(lo, cols); ++c) s[c * cs] = kNegInf;
     for (i64 c = imax(hi + 1, 0); c < cols; ++c) s[c * cs] = kNegInf;
+    all_dense = all_dense && lk.dense;
   }
-  if (!explicit_mask(p)) return;
+  // Dense lanes are done: their explicit masks change nothing inside their range.
+  if (!explicit_mask(p) || all_dense) return;
   const bool keep = p.keep.data != nullptr, bias = p.mask.data != nullptr;
   const i64 cols_seen = imin(cols, p.Nk - j0);  // padding columns past Nk are -inf already
   const bool per_key = (!keep || (p.keep.stride[1] == 0 && p.keep.stride[2] == 0)) &&
@@ -180,8 +226,9 @@ inline void mask_tile(const Problem& p, float* S, i64 rs, i64 cs, i64 lanes, i64
   for (i64 r = 0; r < lanes; ++r) {
     float* s = S + r * rs;
     const LaneRow lane = lane_at(r);
-    const KeyRange keys = visible_keys(p, lane.i, lane.i, j0, j0 + cols);
-    const i64 lo = keys.first - j0, hi = keys.last - j0;
+    const LaneKeys lk = lane_keys(p, b, lane.h, lane.i);
+    if (lk.dense) continue;
+    const i64 lo = imax(lk.keys.first, j0) - j0, hi = imin(lk.keys.last, j0 + cols - 1) - j0;
     const std::uint8_t* keep_row = keep ? p.keep.data + off(p.keep, b, lane.h, lane.i, j0) : nullptr;
     const float* bias_row = bias ? p.mask.data + off(p.mask, b, lane.h, lane.i, j0) : nullptr;
     for (i64 c = lo; c <= hi; ++c) {
@@ -321,6 +368,15 @@ inline ItemLanes item_lanes(const Problem& p, const ForwardItem& it) {
     lanes.i_min = imin(lanes.i_min, lanes.i[r]), lanes.i_max = imax(lanes.i_max, lanes.i[r]);
   }
   return lanes;
+}
+
+// What an item's lanes see (lanes_see), for its loops' tile skips and mask tests.
+inline LanesSee item_sees(const Problem& p, i64 b, const ItemLanes& lanes) {
+  return lanes_see(p, b, lanes.n, lanes.i_min, lanes.i_max, [&](i64 r) { return LaneRow{lanes.h[r], lanes.i[r]}; });
+}
+// ... and what query rows [i0, i0 + br) of head h see (the backward's query tiles).
+inline LanesSee rows_see(const Problem& p, i64 b, i64 h, i64 i0, i64 br) {
+  return lanes_see(p, b, br, i0, i0 + br - 1, [&](i64 r) { return LaneRow{h, i0 + r}; });
 }
 
 // Items with at most this many lanes (decoding) take a loop of their own: the tile GEMMs

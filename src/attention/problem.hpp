@@ -19,6 +19,15 @@ namespace sdpa::detail {
 
 using i64 = std::int64_t;
 
+/// What one row of the explicit masks lets through, over keys [0, Nk): keys [first, last] hold
+/// every key whose keep is true and whose bias is not -inf (none when last < first), and
+/// `dense` says that every key in between is plainly visible (keep true, bias ±0), so the
+/// masks change no score there. Computed once per call (mask_rows.hpp).
+struct MaskRow {
+  std::int64_t first, last;
+  bool dense;
+};
+
 struct Problem {
   i64 B = 0, Hq = 0, Hkv = 0, Nq = 0, Nk = 0, Dk = 0, Dv = 0;
   i64 group = 1;  // Hq / Hkv: query head h reads kv head h / group
@@ -46,6 +55,12 @@ struct Problem {
   // Explicit masks, shape (B, Hq, Nq, Nk) with stride 0 on broadcast dims; empty = none.
   View4<const float> mask{};
   View4<const std::uint8_t> keep{};
+  // With either mask: each mask row's MaskRow, row (b, h, i) at mask_rows[b·s0 + h·s1 + i·s2]
+  // (mask_row_stride; 0 along a dimension both masks broadcast), and whether every row is
+  // dense. Set by the fast path's call setup (api.cpp, MaskRowTable); null for the reference.
+  const MaskRow* mask_rows = nullptr;
+  i64 mask_row_stride[3] = {0, 0, 0};
+  bool mask_rows_dense = false;
 
   /// First visible key of query row i (may exceed hi(i): the row is empty).
   i64 lo(i64 i) const {

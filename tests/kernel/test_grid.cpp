@@ -5,7 +5,17 @@
 namespace sdpa::test {
 namespace {
 
-enum class MaskKind { none, additive_full, additive_rows, padding, keep_full, keep_rows, additive_padding };
+enum class MaskKind {
+  none,
+  additive_full,
+  additive_rows,
+  padding,
+  keep_full,
+  keep_rows,
+  additive_padding,
+  causal_padding,       // Hugging Face's 4-d mask: (B, 1, Nq, Nk) keep, bottom-right causal ∧ left key padding
+  causal_padding_holes  // the same with keys dropped inside some rows' ranges (rows not dense)
+};
 
 struct Case {
   std::string name;
@@ -18,7 +28,8 @@ struct Case {
   bool bnhd = false;   // q/k/v/out/grads as [B, N, H, D] buffers
   bool backward = true;
   // Whether the forward must take the fused decoding loop (decode_kernel.inl) on each SIMD
-  // ISA: at most kFewLanes lanes per kv head, unit-stride K and V rows, no explicit mask.
+  // ISA: at most kFewLanes lanes per kv head, unit-stride K and V rows, no explicit mask or
+  // one whose every row is dense (a padding mask).
   bool fused_decode = false;
   double dropout = 0.0;  // p; the seed and offset are fixed (make_inputs)
 };
@@ -74,6 +85,20 @@ Inputs make_inputs(const Case& c) {
       in.keep = Buf<std::uint8_t>({c.B, 1, 1, c.Nk});
       for (i64 b = 0; b < c.B; ++b)
         for (i64 j = 0; j < c.Nk; ++j) in.keep.at(b, 0, 0, j) = j < c.Nk - (b + 1) * c.Nk / (2 * c.B + 1);
+      in.opt.keep = in.keep.cview();
+      break;
+    }
+    case MaskKind::causal_padding:
+    case MaskKind::causal_padding_holes: {
+      // Batch b's first (b·Nk)/(2B + 1) keys padded away (none in batch 0): with Nq > Nk - pad
+      // the first rows see no key. Holes: every third row loses 10 % of its keys.
+      in.keep = Buf<std::uint8_t>({c.B, 1, c.Nq, c.Nk});
+      for (i64 b = 0; b < c.B; ++b)
+        for (i64 i = 0; i < c.Nq; ++i)
+          for (i64 j = 0; j < c.Nk; ++j) {
+            const bool hole = c.mask == MaskKind::causal_padding_holes && i % 3 == 0 && u(rng) < 0.1;
+            in.keep.at(b, 0, i, j) = j >= b * c.Nk / (2 * c.B + 1) && j <= i + c.Nk - c.Nq && !hole;
+          }
       in.opt.keep = in.keep.cview();
       break;
     }
@@ -141,6 +166,8 @@ TEST_P(Grid, FastMatchesReference) {
     forward(in.q.cview(), in.k.cview(), in.v.cview(), out.view(), lse.view(), o);
     if (c.fused_decode && isa != Isa::scalar)
       EXPECT_GT(detail::fused_decode_items(), fused_before) << "the decoding case did not reach the fused loop";
+    if (c.mask == MaskKind::causal_padding_holes)
+      EXPECT_EQ(detail::fused_decode_items(), fused_before) << "a mask with holes reached the fused loop";
     SDPA_EXPECT_WITHIN("out", judge(out.data, outn.data, out64.data, fl.out));
     SDPA_EXPECT_WITHIN("lse", judge(lse.data, lsen.data, lse64.data, fl.lse));
     if (!c.backward) continue;
@@ -206,7 +233,7 @@ std::vector<Case> feature_grid() {
   // Explicit masks, broadcast and full, with and without causal.
   for (MaskKind mk :
        {MaskKind::additive_full, MaskKind::additive_rows, MaskKind::padding, MaskKind::keep_full, MaskKind::keep_rows,
-        MaskKind::additive_padding})
+        MaskKind::additive_padding, MaskKind::causal_padding, MaskKind::causal_padding_holes})
     for (Causal cz : {Causal::none, Causal::top_left})
       add("mask" + std::to_string(int(mk)) + "_c" + std::to_string(int(cz)),
           [&](Case& c) { c.B = 2, c.Nq = 80, c.Nk = 140, c.mask = mk, c.causal = cz; });
@@ -233,16 +260,21 @@ std::vector<Case> feature_grid() {
   // Decoding: few query rows, long key sequences, MQA/GQA. With fewer than 8 (b, kv head,
   // lane tile) items and Nk >= 4096 the forward splits the keys and merges by lse
   // (src/attention/api.cpp): uneven last split, masks that empty whole splits, NaN-free.
+  // Padding masks (right: v2; left, with causal, as batched generation passes it: v3) have
+  // dense rows, which the fused loop takes by narrowing each lane's key range; holes in
+  // them (v4) send the item to the general loop.
   for (auto [hq, hkv, nq, nk] : {std::array<i64, 4>{4, 1, 1, 5000}, {8, 2, 3, 9000}, {1, 1, 2, 4096}, {6, 3, 1, 12345}})
-    for (int variant = 0; variant < 3; ++variant)
+    for (int variant = 0; variant < 5; ++variant)
       add("decode_Hq" + std::to_string(hq) + "_Hkv" + std::to_string(hkv) + "_Nq" + std::to_string(nq) + "_Nk" +
               std::to_string(nk) + "_v" + std::to_string(variant),
           [&](Case& c) {
             c.Hq = hq, c.Hkv = hkv, c.Nq = nq, c.Nk = nk, c.Dk = 64, c.Dv = 48;
             if (variant == 1) c.causal = Causal::bottom_right, c.window = {2500, -1};  // early splits see nothing
             if (variant == 2) c.mask = MaskKind::padding, c.B = 2, c.bnhd = true;
-            // 12 lanes (Hq 8 / Hkv 2, Nq 3) take the tiled loop; an explicit mask, the general one.
-            c.fused_decode = hq / hkv * nq <= 8 && c.mask == MaskKind::none;
+            if (variant == 3) c.mask = MaskKind::causal_padding, c.B = 3;
+            if (variant == 4) c.mask = MaskKind::causal_padding_holes, c.B = 2;
+            // 12 lanes (Hq 8 / Hkv 2, Nq 3) take the tiled loop; a mask with holes, the general one.
+            c.fused_decode = hq / hkv * nq <= 8 && c.mask != MaskKind::causal_padding_holes;
           });
   // The decoding loops take lanes in groups (few-lane scores: 4 on AVX-512, 2 on AVX2;
   // fused: 1, 2 or 4 lanes): lane counts that leave each remainder, with head sizes that

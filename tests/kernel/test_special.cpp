@@ -266,6 +266,124 @@ TEST_P(Determinism, DecodingSameBitsFor1_2_7Threads) {
   });
 }
 
+// An explicit mask pays for the structure it holds (attention/mask_rows.hpp): the kernel
+// skips the key tiles no lane's mask row lets through and leaves the mask unread on tiles
+// where every lane's row is dense. A mask equal to a structural one therefore runs the very
+// operations of the structural call (the same tiles skipped, the same tiles masked), so the
+// bits must be the same, in fp32 and bf16, for 1, 2 and 7 threads (both backward schedules:
+// B·Hkv = 4 items), forward and backward. Widening bf16 to fp32 is exact, so comparing the
+// widened results compares the bf16 bits.
+template <class T>
+std::vector<float> call_results(const Problem4& P, const Options& o) {
+  const Buf<T> q = P.q.cast<T>(), k = P.k.cast<T>(), v = P.v.cast<T>(), dout = P.dout.cast<T>();
+  Buf<T> out(P.out.shape), dq(P.dq.shape), dk(P.dk.shape), dv(P.dv.shape);
+  Buf3<float> lse({P.B, P.Hq, P.Nq});
+  forward(q.cview(), k.cview(), v.cview(), out.view(), lse.view(), o);
+  backward(q.cview(), k.cview(), v.cview(), out.cview(), lse.cview(), dout.cview(), dq.view(), dk.view(), dv.view(), o);
+  std::vector<float> all(lse.data.begin(), lse.data.end());
+  for (const auto* b : {&out.data, &dq.data, &dk.data, &dv.data})
+    for (const T& x : *b) all.push_back(static_cast<float>(x));
+  return all;
+}
+
+TEST_P(Determinism, ExplicitMaskGivesTheBitsOfItsStructure) {
+  const i64 B = 2, Hq = 4, Hkv = 2, N = 200, Nk = 230;
+  const i64 pad[B] = {0, 37};  // keys left-padded away in batch 1 (not a tile boundary)
+  // Each pair: the structural call and the explicit masks that say the same.
+  struct Pair {
+    std::string name;
+    i64 nq;
+    Options structural;
+    Buf<std::uint8_t> keep;
+    Buf<float> bias;
+  };
+  std::vector<Pair> pairs;
+  auto visible = [](const Options& o, i64 nq, i64 nk, i64 i, i64 j) {  // docs/contract.md, "Masks"
+    const i64 d = i + (o.causal == Causal::top_left ? 0 : nk - nq);
+    if (o.causal != Causal::none && j > d) return false;
+    if (o.window.left >= 0 && j < d - o.window.left) return false;
+    return !(o.window.right >= 0 && j > d + o.window.right);
+  };
+  auto as_keep = [&](const Options& o, i64 nq, i64 b_dim) {  // (b_dim, 1, nq, Nk)
+    Buf<std::uint8_t> keep({b_dim, 1, nq, Nk});
+    for (i64 b = 0; b < b_dim; ++b)
+      for (i64 i = 0; i < nq; ++i)
+        for (i64 j = 0; j < Nk; ++j) keep.at(b, 0, i, j) = visible(o, nq, Nk, i, j) && (b_dim == 1 || j >= pad[b]);
+    return keep;
+  };
+  {
+    Pair c{"causal as a keep mask", N, {}, {}, {}};
+    c.structural.causal = Causal::bottom_right;
+    c.keep = as_keep(c.structural, N, 1);
+    pairs.push_back(std::move(c));
+  }
+  {
+    Pair c{"causal as an additive mask of 0 and -inf", N, {}, {}, {}};
+    c.structural.causal = Causal::bottom_right;
+    const Buf<std::uint8_t> keep = as_keep(c.structural, N, 1);
+    c.bias = Buf<float>(keep.shape);
+    for (std::size_t x = 0; x < keep.data.size(); ++x) c.bias.data[x] = keep.data[x] ? 0.0f : -kInf;
+    pairs.push_back(std::move(c));
+  }
+  {
+    Pair c{"a sliding window as a keep mask", N, {}, {}, {}};
+    c.structural.window = {70, 9};
+    c.keep = as_keep(c.structural, N, 1);
+    pairs.push_back(std::move(c));
+  }
+  {
+    // Hugging Face's 4-d mask (B, 1, Nq, Nk), causal ∧ key padding folded into one tensor,
+    // against causal and a (B, 1, 1, Nk) keep mask. Rows i < 37 of batch 1 see no key.
+    Pair c{"causal and left padding folded into a 4-d mask", Nk, {}, {}, {}};
+    c.structural.causal = Causal::top_left;
+    c.keep = as_keep(c.structural, Nk, B);
+    pairs.push_back(std::move(c));
+  }
+  Buf<std::uint8_t> padding({B, 1, 1, Nk});
+  for (i64 b = 0; b < B; ++b)
+    for (i64 j = 0; j < Nk; ++j) padding.at(b, 0, 0, j) = j >= pad[b];
+
+  for (Pair& c : pairs) {
+    SCOPED_TRACE(c.name);
+    const bool padded = c.keep.shape[0] == B;
+    Problem4 P(B, Hq, Hkv, c.nq, Nk, 40, 24, 13);
+    if (padded)  // NaN and inf in keys no row sees: they must reach nothing
+      for (Buf<float>* x : {&P.k, &P.v}) x->at(1, 0, 30, 1) = kNaN, x->at(1, 1, 3, 0) = kInf;
+    Options structural = c.structural;
+    if (padded) structural.keep = padding.cview();
+    Options masked;
+    if (!c.keep.data.empty()) masked.keep = c.keep.cview();
+    if (!c.bias.data.empty()) masked.mask = c.bias.cview();
+    for (bool bf : {false, true}) {
+      SCOPED_TRACE(bf ? "bf16" : "fp32");
+      expect_same_bits_for_1_2_7_threads(GetParam(), [&](Options o) {
+        Options s = structural, m = masked;
+        s.isa = m.isa = o.isa, s.threads = m.threads = o.threads;
+        const std::vector<float> want = bf ? call_results<bf16>(P, s) : call_results<float>(P, s);
+        const std::vector<float> got = bf ? call_results<bf16>(P, m) : call_results<float>(P, m);
+        EXPECT_EQ(std::memcmp(want.data(), got.data(), want.size() * sizeof(float)), 0)
+            << "the explicit mask changed the bits (threads " << o.threads << ")";
+        if (padded) {  // lse, out, dq, dk, dv; rows of batch 1 before its padding see nothing
+          const i64 lse_n = B * Hq * c.nq, out_n = lse_n * 24;
+          for (std::size_t x = 0; x < got.size(); ++x) {
+            const bool is_lse = static_cast<i64>(x) < lse_n;
+            const i64 row = is_lse ? static_cast<i64>(x) : (static_cast<i64>(x) - lse_n) / 24;
+            const bool empty = is_lse && row / (Hq * c.nq) == 1 && row % c.nq < pad[1];
+            if (empty) {
+              EXPECT_EQ(got[x], -kInf) << "lse of an empty row, at " << x;
+            } else {
+              EXPECT_TRUE(std::isfinite(got[x])) << "a masked-out NaN or inf leaked, at " << x;
+            }
+            if (!is_lse && static_cast<i64>(x) < lse_n + out_n && row / (Hq * c.nq) == 1 && row % c.nq < pad[1])
+              EXPECT_EQ(got[x], 0.0f) << "out of an empty row, at " << x;
+          }
+        }
+        return got;
+      });
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Isa, Determinism, ::testing::ValuesIn(runnable_isas()),
                          [](const auto& i) { return std::string(isa_name(i.param)); });
 
