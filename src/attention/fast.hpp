@@ -66,6 +66,9 @@ i64 fused_decode_items();
 i64 strided_copy_bytes();
 i64 strided_copy_limit_bytes();
 void set_strided_copy_limit_bytes(i64 bytes);
+// For tests: while set (not null), sdpa::forward and sdpa::backward run this table whatever
+// the ISA (the kernel tests' W = 16 build on AVX2, tests/kernel/fast_w16_on_avx2.cpp).
+void set_kernels_for_tests(const FastKernels* kernels);
 
 const FastKernels& fast_kernels_scalar();
 const FastKernels& fast_kernels_avx2();

@@ -156,15 +156,14 @@ TEST(Dropout, ArgumentsAreChecked) {
 TEST(Dropout, ZeroIsNoDropout) {
   const Small s;
   Buf<float> q = s.q.cast<float>(), k = s.k.cast<float>(), v = s.v.cast<float>(), dout = s.dout.cast<float>();
-  std::vector<Options> runs;
-  for (Isa isa : runnable_isas()) {
+  const std::vector<KernelVariant> kernels = kernel_variants();
+  for (std::size_t run = 0; run <= kernels.size(); ++run) {  // each kernel variant, then the reference
+    const bool fast = run < kernels.size();
+    const KernelVariant kv = fast ? kernels[run] : KernelVariant{Isa::scalar};
+    SCOPED_TRACE(fast ? kv.name : "reference");
+    const KernelScope scope(kv);
     Options o = s.opt;
-    o.kernel = Kernel::fast, o.isa = isa;
-    runs.push_back(o);
-  }
-  runs.push_back(s.opt);  // the reference
-  for (Options o : runs) {
-    SCOPED_TRACE(std::string(o.kernel == Kernel::fast ? isa_name(o.isa) : "reference"));
+    if (fast) o.kernel = Kernel::fast, o.isa = kv.isa;
     std::vector<float> with[2];
     for (int pass = 0; pass < 2; ++pass) {
       o.dropout = pass == 0 ? Dropout{0.0, 99, 5} : Dropout{};
@@ -220,12 +219,13 @@ MaskReadBack read_back_mask(const Options& o, i64 B, i64 H, i64 Nq, i64 Nk, Want
 // 16 against B·Hkv = 4 items: the one-pass and the two-pass backward.
 TEST(Dropout, FastKernelMaskIsTheReferenceMaskAndBinomial) {
   constexpr i64 B = 2, H = 2, Nq = 96, Nk = 256;  // 2·2·96·256 = 98304 positions
-  for (Isa isa : runnable_isas())
+  for (const KernelVariant& kv : kernel_variants())
     for (double p : {0.1, 0.5})
       for (int threads : {1, 16}) {
-        SCOPED_TRACE(std::string(isa_name(isa)) + " p " + std::to_string(p) + " threads " + std::to_string(threads));
+        SCOPED_TRACE(std::string(kv.name) + " p " + std::to_string(p) + " threads " + std::to_string(threads));
+        const KernelScope scope(kv);
         Options o;
-        o.isa = isa, o.threads = threads, o.dropout = {p, 0xfeedfacecafebeefull, 41};
+        o.isa = kv.isa, o.threads = threads, o.dropout = {p, 0xfeedfacecafebeefull, 41};
         const MaskReadBack r =
             read_back_mask(o, B, H, Nq, Nk, [&](i64 b, i64 h, i64 i, i64 j) { return o.dropout.keep(b, h, H, i, j); });
         EXPECT_EQ(r.wrong_fwd, 0) << "forward mask differs from Dropout::keep";
@@ -247,12 +247,13 @@ TEST(Dropout, FastKernelMaskAtSequencePositions) {
     i64 row0, key0, Nq;
   };
   for (const Place at : {Place{37, 5, 45}, Place{6, 7, 3}, Place{(i64{1} << 32) - 45, (i64{1} << 35) - Nk - 3, 45}})
-    for (Isa isa : runnable_isas())
+    for (const KernelVariant& kv : kernel_variants())
       for (int threads : {1, 16}) {
-        SCOPED_TRACE(std::string(isa_name(isa)) + " row0 " + std::to_string(at.row0) + " key0 " +
-                     std::to_string(at.key0) + " threads " + std::to_string(threads));
+        SCOPED_TRACE(std::string(kv.name) + " row0 " + std::to_string(at.row0) + " key0 " + std::to_string(at.key0) +
+                     " threads " + std::to_string(threads));
+        const KernelScope scope(kv);
         Options o;
-        o.isa = isa, o.threads = threads, o.dropout = whole;
+        o.isa = kv.isa, o.threads = threads, o.dropout = whole;
         o.dropout.row0 = at.row0, o.dropout.key0 = at.key0;
         const MaskReadBack r = read_back_mask(o, B, H, at.Nq, Nk, [&](i64 b, i64 h, i64 i, i64 j) {
           return whole.keep(b, h, H, at.row0 + i, at.key0 + j);
@@ -298,8 +299,9 @@ TEST(Dropout, PositionsAreChecked) {
 // Same bits for 1, 2 and 7 threads, dropout on: B·Hkv = 4 items, so 1 and 2 threads take the
 // one-pass backward and 7 the two passes (api.cpp); GQA, causal, soft-cap, odd sizes.
 TEST(Dropout, FastSameBitsForThreadsAndSchedules) {
-  for (Isa isa : runnable_isas()) {
-    SCOPED_TRACE(isa_name(isa));
+  for (const KernelVariant& kv : kernel_variants()) {
+    SCOPED_TRACE(kv.name);
+    const KernelScope scope(kv);
     std::vector<std::vector<float>> results;
     for (int threads : {1, 2, 7}) {
       constexpr i64 B = 2, Hq = 4, Hkv = 2, Nq = 150, Nk = 171, Dk = 40, Dv = 24;
@@ -307,7 +309,7 @@ TEST(Dropout, FastSameBitsForThreadsAndSchedules) {
       std::mt19937_64 rng(7);
       for (auto* x : {&q, &k, &v, &dout}) fill_normal(x->data, rng);
       Options o;
-      o.isa = isa, o.threads = threads, o.causal = Causal::bottom_right, o.softcap = 20.0;
+      o.isa = kv.isa, o.threads = threads, o.causal = Causal::bottom_right, o.softcap = 20.0;
       o.dropout = {0.3, 1234, 99};
       Buf<float> out({B, Hq, Nq, Dv}), dq(q.shape), dk(k.shape), dv(v.shape);
       Buf3<float> lse({B, Hq, Nq});

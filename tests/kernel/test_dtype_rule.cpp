@@ -34,10 +34,11 @@ TEST(DtypeRule, AcceptsTheFp32KernelWithRoundedOutputs) {
       SCOPED_TRACE(dtype_name(t));
       Problem16 p = make(t, c, 1 + static_cast<int>(t) * 2 + static_cast<int>(c));
       const DtypeYardstick rule(t, p.q, p.k, p.v, p.dout, p.opt);
-      for (Isa isa : runnable_isas()) {
-        SCOPED_TRACE(isa_name(isa));
+      for (const KernelVariant& kv : kernel_variants()) {
+        SCOPED_TRACE(kv.name);
+        const KernelScope scope(kv);
         Options o = p.opt;
-        o.isa = isa;
+        o.isa = kv.isa;
         Buf<float> out({1, 4, 48, 32}, true), dq(p.q.shape, true), dk(p.k.shape, true), dv(p.v.shape, true);
         Buf3<float> lse({1, 4, 48});
         forward(p.q.cview(), p.k.cview(), p.v.cview(), out.view(), lse.view(), o);

@@ -143,14 +143,15 @@ void check_case(const Case& c) {
   const Inputs in = make_inputs(c, t);
   const DtypeYardstick rule(t, in.q, in.k, in.v, in.dout, in.opt);
   const Buf<H> q = narrow<H>(in.q), k = narrow<H>(in.k), v = narrow<H>(in.v), dout = narrow<H>(in.dout);
-  for (Isa isa : runnable_isas()) {
-    SCOPED_TRACE(isa_name(isa));
+  for (const KernelVariant& kv : kernel_variants()) {
+    SCOPED_TRACE(kv.name);
+    const KernelScope scope(kv);
     Options o = in.opt;
-    o.isa = isa;
+    o.isa = kv.isa;
     o.threads = 2;
     const i64 fused_before = detail::fused_decode_items();
     const Run16<H> r = run16<H>(c, in, q, k, v, dout, o);
-    if (c.fused_decode && isa != Isa::scalar)
+    if (c.fused_decode && kv.isa != Isa::scalar)
       EXPECT_GT(detail::fused_decode_items(), fused_before) << "the decoding case did not reach the fused loop";
     SDPA_EXPECT_WITHIN("out", rule.out(widen(r.out)));
     SDPA_EXPECT_WITHIN("lse", rule.lse(r.lse.data));
@@ -265,7 +266,7 @@ class CopyLimit {
 // copy_limit: the cap on the strided copies' bytes for the strided calls, -1 for the default.
 // Under any cap the bits are the contiguous call's; the copy counter shows what was copied.
 template <class T>
-void check_strided_views(Layout layout, i64 N, int threads, Isa isa, i64 copy_limit = -1) {
+void check_strided_views(Layout layout, i64 N, int threads, const KernelVariant& kv, i64 copy_limit = -1) {
   const i64 B = 1, Hq = 2, Hkv = 1, D = 32;
   const std::array<i64, 4> qs{B, Hq, N, D}, ks{B, Hkv, N, D};
   std::mt19937_64 rng(11);
@@ -277,8 +278,9 @@ void check_strided_views(Layout layout, i64 N, int threads, Isa isa, i64 copy_li
   };
   const std::vector<T> q = filled(B * Hq * N * D), k = filled(B * Hkv * N * D), v = filled(B * Hkv * N * D),
                        dout = filled(B * Hq * N * D);
+  const KernelScope scope(kv);
   Options o;
-  o.isa = isa, o.threads = threads, o.causal = Causal::top_left;
+  o.isa = kv.isa, o.threads = threads, o.causal = Causal::top_left;
   std::vector<T> out(q.size()), dq(q.size()), dk(k.size()), dv(v.size());
   std::vector<float> lse(B * Hq * N), lse_s(lse.size());
   const auto c = [](const std::vector<T>& x, const std::array<i64, 4>& s) { return contiguous(x.data(), s); };
@@ -318,23 +320,23 @@ void check_strided_views(Layout layout, i64 N, int threads, Isa isa, i64 copy_li
 }
 
 TEST(Dtypes, StridedViewsGiveTheContiguousBits) {
-  for (Isa isa : runnable_isas())
+  for (const KernelVariant& kv : kernel_variants())
     for (Layout layout : {Layout::bnhd, Layout::d_stride2})
       for (i64 N : {37, 200})
         for (int threads : {1, 2}) {
-          SCOPED_TRACE(std::string(isa_name(isa)) + (layout == Layout::bnhd ? " bnhd" : " D stride 2") + " N " +
+          SCOPED_TRACE(std::string(kv.name) + (layout == Layout::bnhd ? " bnhd" : " D stride 2") + " N " +
                        std::to_string(N) + " threads " + std::to_string(threads));
           {
             SCOPED_TRACE("fp32");
-            check_strided_views<float>(layout, N, threads, isa);
+            check_strided_views<float>(layout, N, threads, kv);
           }
           {
             SCOPED_TRACE("bf16");
-            check_strided_views<bf16>(layout, N, threads, isa);
+            check_strided_views<bf16>(layout, N, threads, kv);
           }
           {
             SCOPED_TRACE("fp16");
-            check_strided_views<fp16>(layout, N, threads, isa);
+            check_strided_views<fp16>(layout, N, threads, kv);
           }
         }
 }
@@ -343,16 +345,16 @@ TEST(Dtypes, StridedViewsGiveTheContiguousBits) {
 // copies some of them: the bits stay the contiguous call's either way.
 TEST(Dtypes, StridedViewsAboveTheCopyCapGiveTheSameBits) {
   const i64 N = 200, q_elements = 1 * 2 * N * 32;  // check_strided_views' Q
-  for (Isa isa : runnable_isas())
+  for (const KernelVariant& kv : kernel_variants())
     for (int threads : {1, 2}) {
-      SCOPED_TRACE(std::string(isa_name(isa)) + " threads " + std::to_string(threads));
+      SCOPED_TRACE(std::string(kv.name) + " threads " + std::to_string(threads));
       for (i64 limit : {i64{0}, q_elements * 4}) {
         SCOPED_TRACE("fp32, cap " + std::to_string(limit));
-        check_strided_views<float>(Layout::bnhd, N, threads, isa, limit);
+        check_strided_views<float>(Layout::bnhd, N, threads, kv, limit);
       }
       for (i64 limit : {i64{0}, q_elements * 2}) {
         SCOPED_TRACE("bf16, cap " + std::to_string(limit));
-        check_strided_views<bf16>(Layout::bnhd, N, threads, isa, limit);
+        check_strided_views<bf16>(Layout::bnhd, N, threads, kv, limit);
       }
     }
 }

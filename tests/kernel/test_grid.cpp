@@ -1,5 +1,7 @@
 // test_grid.cpp — the fast kernel against the fp64 reference, forward and backward,
 // on every ISA this CPU can run, over shapes, layouts, GQA ratios and every mask kind.
+#include <cstring>
+
 #include "util.hpp"
 
 namespace sdpa::test {
@@ -154,17 +156,18 @@ TEST_P(Grid, FastMatchesReference) {
   const double keep_scale = opt.dropout.keep_scale();
   fl.out *= keep_scale, fl.dq *= keep_scale, fl.dk *= keep_scale;
 
-  for (Isa isa : runnable_isas()) {
-    SCOPED_TRACE(std::string("isa ") + isa_name(isa));
+  for (const KernelVariant& kv : kernel_variants()) {
+    SCOPED_TRACE(std::string("kernel ") + kv.name);
+    const KernelScope scope(kv);
     Options o = opt;
-    o.isa = isa;
+    o.isa = kv.isa;
     Buf<float> out({c.B, c.Hq, c.Nq, c.Dv}, c.bnhd);
     Buf3<float> lse({c.B, c.Hq, c.Nq});
     std::fill(out.data.begin(), out.data.end(), kNaN);  // every element must be written
     std::fill(lse.data.begin(), lse.data.end(), kNaN);
     const i64 fused_before = detail::fused_decode_items();
     forward(in.q.cview(), in.k.cview(), in.v.cview(), out.view(), lse.view(), o);
-    if (c.fused_decode && isa != Isa::scalar)
+    if (c.fused_decode && kv.isa != Isa::scalar)
       EXPECT_GT(detail::fused_decode_items(), fused_before) << "the decoding case did not reach the fused loop";
     if (c.mask == MaskKind::causal_padding_holes)
       EXPECT_EQ(detail::fused_decode_items(), fused_before) << "a mask with holes reached the fused loop";
@@ -331,6 +334,101 @@ INSTANTIATE_TEST_SUITE_P(Features, Grid, ::testing::ValuesIn(feature_grid()), []
 TEST(Isa, Avx512PathRunsHere) {
   if (!isa_supported(Isa::avx512)) GTEST_SKIP() << "this CPU has no AVX-512: that path is compiled but not run here";
   SUCCEED();
+}
+
+// The W = 16 variant (util.hpp, kernel_variants) is what sdpa::forward runs while its scope
+// lives, and only then: on a decoding call the fused loop sums each score's products in W
+// partial sums, reduced together (decode_kernel.inl's score_block), so W = 16 and AVX2's
+// W = 8 group the sums differently and some of the 8·1000 scores, hence outputs, differ in
+// their last bits; ignoring the seam would give AVX2's bits.
+TEST(Isa, W16OnAvx2RunsThroughTheSeam) {
+  if (!isa_supported(Isa::avx2)) GTEST_SKIP() << "this CPU has no AVX2: the W = 16 build runs on AVX2";
+  const KernelVariant w16 = kernel_variants().back();
+  ASSERT_NE(w16.emulated, nullptr);
+  Buf<float> q({1, 8, 1, 64}), k({1, 2, 1000, 64}), v({1, 2, 1000, 48});
+  std::mt19937_64 rng(3);
+  for (auto* x : {&q, &k, &v}) fill_normal(x->data, rng);
+  Options o;
+  o.isa = w16.isa;
+  const auto run = [&] {
+    Buf<float> out({1, 8, 1, 48});
+    forward(q.cview(), k.cview(), v.cview(), out.view(), View3<float>{}, o);
+    return out.data;
+  };
+  const std::vector<float> avx2_before = run();
+  std::vector<float> emulated;
+  {
+    const KernelScope scope(w16);
+    emulated = run();
+  }
+  const std::vector<float> avx2_after = run();
+  const std::size_t bytes = avx2_before.size() * sizeof(float);
+  EXPECT_EQ(std::memcmp(avx2_before.data(), avx2_after.data(), bytes), 0) << "the scope's table outlived it";
+  EXPECT_NE(std::memcmp(avx2_before.data(), emulated.data(), bytes), 0) << "AVX2's bits: the W = 16 table did not run";
+}
+
+// Where no sum is split across vector lanes, W = 16 must give AVX2's bits exactly: the tiled
+// loops (more than kFewLanes lanes per item) sum every GEMM element along its own chain, in
+// one order whatever the register tile, and the softmax, exp, masks and dropout act lane by
+// lane with the same operations (simd_w16_on_avx2.hpp). So a tail, lane or mask that the
+// W = 16 logic got wrong shows as a changed bit, far below the tolerance rule's reach. (The
+// few-lane and decoding loops sum a score's products in W partial sums: an item of at most
+// kFewLanes lanes, such as the last lane tile of Hq / Hkv = 2, Nq = 100, is not compared here.
+// The shapes below leave every item more lanes.)
+template <class T>
+std::vector<float> tiled_call_bits(const KernelVariant& kv, i64 B, i64 Hq, i64 Hkv, i64 Nq, i64 Nk, i64 Dk, i64 Dv,
+                                   Options o, bool bias_mask, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal;
+  const auto filled = [&](std::array<i64, 4> s) {
+    std::vector<T> x(static_cast<std::size_t>(s[0] * s[1] * s[2] * s[3]));
+    for (auto& e : x) e = T(normal(rng));
+    return x;
+  };
+  const std::array<i64, 4> qs{B, Hq, Nq, Dk}, ks{B, Hkv, Nk, Dk}, vs{B, Hkv, Nk, Dv}, os{B, Hq, Nq, Dv};
+  const std::vector<T> q = filled(qs), k = filled(ks), v = filled(vs), dout = filled(os);
+  std::vector<float> mask_bias(static_cast<std::size_t>(Nq * Nk));
+  for (auto& x : mask_bias) x = normal(rng);
+  if (bias_mask) o.mask = contiguous<const float>(mask_bias.data(), {1, 1, Nq, Nk});  // one bias per (query, key)
+  std::vector<T> out(dout.size()), dq(q.size()), dk(k.size()), dv(v.size());
+  std::vector<float> lse(static_cast<std::size_t>(B * Hq * Nq));
+  const KernelScope scope(kv);
+  o.isa = kv.isa, o.threads = 2;
+  const auto c = [](const std::vector<T>& x, const std::array<i64, 4>& s) { return contiguous(x.data(), s); };
+  forward(c(q, qs), c(k, ks), c(v, vs), contiguous(out.data(), os), contiguous(lse.data(), {B, Hq, Nq}), o);
+  backward(c(q, qs), c(k, ks), c(v, vs), c(out, os), contiguous<const float>(lse.data(), {B, Hq, Nq}), c(dout, os),
+           contiguous(dq.data(), qs), contiguous(dk.data(), ks), contiguous(dv.data(), vs), o);
+  std::vector<float> all = lse;
+  for (const auto* x : {&out, &dq, &dk, &dv})
+    for (const T& e : *x) all.push_back(static_cast<float>(e));
+  return all;
+}
+
+TEST(Isa, W16OnAvx2GivesAvx2BitsOnTiledCalls) {
+  if (!isa_supported(Isa::avx2)) GTEST_SKIP() << "this CPU has no AVX2: the W = 16 build runs on AVX2";
+  const std::vector<KernelVariant> kernels = kernel_variants();
+  const KernelVariant w16 = kernels.back(), avx2 = kernels[1];
+  ASSERT_EQ(avx2.isa, Isa::avx2);
+  ASSERT_EQ(avx2.emulated, nullptr);
+  Options gqa, drop, masked;
+  gqa.causal = Causal::bottom_right, gqa.softcap = 20.0;
+  drop.causal = Causal::top_left, drop.window = {40, 5}, drop.dropout = {0.3, 77, 5};
+  masked.dropout = {0.1, 5, 0};
+  const auto same = [&](const char* what, auto bits_of) {
+    const std::vector<float> a = bits_of(avx2), b = bits_of(w16);
+    ASSERT_EQ(a.size(), b.size());
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << what << ": W = 16 changed the bits";
+  };
+  same("fp32 GQA causal soft-cap",
+       [&](const KernelVariant& kv) { return tiled_call_bits<float>(kv, 2, 4, 2, 90, 150, 40, 24, gqa, false, 1); });
+  same("fp32 dropout window",
+       [&](const KernelVariant& kv) { return tiled_call_bits<float>(kv, 1, 2, 2, 120, 131, 36, 36, drop, false, 2); });
+  same("fp32 mask dropout",
+       [&](const KernelVariant& kv) { return tiled_call_bits<float>(kv, 1, 2, 1, 80, 141, 80, 48, masked, true, 3); });
+  same("bf16 GQA causal",
+       [&](const KernelVariant& kv) { return tiled_call_bits<bf16>(kv, 1, 4, 2, 70, 97, 24, 40, gqa, false, 4); });
+  same("fp16 dropout window",
+       [&](const KernelVariant& kv) { return tiled_call_bits<fp16>(kv, 2, 2, 2, 33, 66, 17, 31, drop, false, 5); });
 }
 
 }  // namespace

@@ -8,7 +8,9 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "attention/convert.hpp"
@@ -143,7 +145,8 @@ TEST(Half, Fp16MatchesF16cBitForBit) {
   }
 }
 
-// Bulk conversions on each ISA (odd lengths: vector body and scalar tail) equal the scalar.
+// Bulk conversions on each ISA, and at 16 lanes on AVX2 (odd lengths: vector body and scalar
+// tail), equal the scalar.
 TEST(Half, BulkConversionsMatchScalarOnEveryIsa) {
   std::vector<std::uint16_t> all(65536 + 13);
   for (std::size_t i = 0; i < all.size(); ++i) all[i] = static_cast<std::uint16_t>(i * 40503u);  // odd: a permutation
@@ -154,9 +157,13 @@ TEST(Half, BulkConversionsMatchScalarOnEveryIsa) {
     floats.push_back(std::bit_cast<float>((b << 16) | 0x8000u));  // bf16 ties
     floats.push_back(std::bit_cast<float>(static_cast<std::uint32_t>(rng())));
   }
-  for (Isa isa : runnable_isas()) {
-    SCOPED_TRACE(isa_name(isa));
-    const auto& k = detail::convert_kernels(isa);
+  std::vector<std::pair<std::string, const detail::ConvertKernels*>> tables;
+  for (Isa isa : runnable_isas()) tables.emplace_back(isa_name(isa), &detail::convert_kernels(isa));
+  if (isa_supported(Isa::avx2))  // convert_kernel.inl at AVX-512's 16 lanes (util.hpp)
+    tables.emplace_back("w16 on avx2", &detail::convert_kernels_w16_on_avx2());
+  for (const auto& [name, table] : tables) {
+    SCOPED_TRACE(name);
+    const auto& k = *table;
     std::vector<float> wide(all.size());
     k.bf16_to_float(reinterpret_cast<const bf16*>(all.data()), wide.data(), static_cast<i64>(all.size()));
     for (std::size_t i = 0; i < all.size(); ++i)

@@ -13,13 +13,13 @@ std::vector<float> apply(void (*f)(const float*, float*, i64), std::vector<float
   return y;
 }
 
-class VectorMath : public ::testing::TestWithParam<Isa> {};
+class VectorMath : public VariantTest {};
 
 TEST_P(VectorMath, ExpWithinFewUlpsOverTheNormalRange) {
   std::vector<float> x;
   for (double t = -87.3; t <= 88.7; t += 0.0137) x.push_back(static_cast<float>(t));
   for (float t : {0.0f, -0.0f, 1e-30f, -1e-30f, 0.3465f, -0.3467f}) x.push_back(t);
-  const auto y = apply(fast_kernels(GetParam()).exp, x);
+  const auto y = apply(GetParam().kernels().exp, x);
   double worst = 0;
   for (std::size_t i = 0; i < x.size(); ++i) {
     const double want = std::exp(static_cast<double>(x[i]));
@@ -30,7 +30,7 @@ TEST_P(VectorMath, ExpWithinFewUlpsOverTheNormalRange) {
 }
 
 TEST_P(VectorMath, ExpEdgeCases) {
-  const auto y = apply(fast_kernels(GetParam()).exp, {-kInf, -1000.0f, -90.0f, 89.0f, 1000.0f, kInf, kNaN});
+  const auto y = apply(GetParam().kernels().exp, {-kInf, -1000.0f, -90.0f, 89.0f, 1000.0f, kInf, kNaN});
   EXPECT_EQ(y[0], 0.0f);
   EXPECT_EQ(y[1], 0.0f);
   EXPECT_LT(y[2], 1e-38f);  // below FLT_MIN: 0 or the libm denormal
@@ -44,7 +44,7 @@ TEST_P(VectorMath, TanhRelativeErrorIncludingTinyArguments) {
   std::vector<float> x;
   for (double t = -12; t <= 12; t += 0.00731) x.push_back(static_cast<float>(t));
   for (double t = 1e-8; t < 1; t *= 1.37) x.push_back(static_cast<float>(t)), x.push_back(-static_cast<float>(t));
-  const auto y = apply(fast_kernels(GetParam()).tanh, x);
+  const auto y = apply(GetParam().kernels().tanh, x);
   double worst = 0;
   for (std::size_t i = 0; i < x.size(); ++i) {
     const double want = std::tanh(static_cast<double>(x[i]));
@@ -55,7 +55,7 @@ TEST_P(VectorMath, TanhRelativeErrorIncludingTinyArguments) {
 }
 
 TEST_P(VectorMath, TanhEdgeCases) {
-  const auto y = apply(fast_kernels(GetParam()).tanh, {kInf, -kInf, 0.0f, -0.0f, 100.0f, kNaN});
+  const auto y = apply(GetParam().kernels().tanh, {kInf, -kInf, 0.0f, -0.0f, 100.0f, kNaN});
   EXPECT_EQ(y[0], 1.0f);
   EXPECT_EQ(y[1], -1.0f);
   EXPECT_EQ(y[2], 0.0f);
@@ -64,8 +64,7 @@ TEST_P(VectorMath, TanhEdgeCases) {
   EXPECT_TRUE(std::isnan(y[5]));
 }
 
-INSTANTIATE_TEST_SUITE_P(Isa, VectorMath, ::testing::ValuesIn(runnable_isas()),
-                         [](const auto& i) { return std::string(isa_name(i.param)); });
+INSTANTIATE_TEST_SUITE_P(Isa, VectorMath, ::testing::ValuesIn(kernel_variants()), variant_id);
 
 }  // namespace
 }  // namespace sdpa::test

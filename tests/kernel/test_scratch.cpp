@@ -58,18 +58,18 @@ void forward_items(const detail::FastKernels& kern, const Problem& p, const Tens
     }
 }
 
-class Scratch : public ::testing::TestWithParam<Isa> {};
+class Scratch : public VariantTest {};
 
 TEST_P(Scratch, ForwardItemsFitTheirSizeExactly) {
   // A tiled shape (64-lane items) and a decoding one (4 lanes: the few-lane loop, or on
   // AVX-512 the fused one); Nk below the split threshold, so one item per lane tile.
   for (auto [Hq, Hkv, Nq, Nk] : std::vector<std::array<i64, 4>>{{2, 1, 100, 150}, {8, 2, 1, 300}}) {
-    Case c(Hq, Hkv, Nq, Nk, 64, 48, GetParam());
+    Case c(Hq, Hkv, Nq, Nk, 64, 48, GetParam().isa);
     forward(c.q.cview(), c.k.cview(), c.v.cview(), c.out.view(), c.lse.view(), c.opt);
     const std::vector<float> out = c.out.data, lse = c.lse.data;
     std::fill(c.out.data.begin(), c.out.data.end(), kNaN);
     std::fill(c.lse.data.begin(), c.lse.data.end(), kNaN);
-    const auto& kern = fast_kernels(GetParam());
+    const auto& kern = GetParam().kernels();
     const Problem p = c.forward_problem();
     forward_items(kern, p, c.forward_tensors(), kern.forward_scratch(p));
     EXPECT_EQ(0, std::memcmp(out.data(), c.out.data.data(), out.size() * sizeof(float))) << "Nq = " << Nq;
@@ -78,14 +78,14 @@ TEST_P(Scratch, ForwardItemsFitTheirSizeExactly) {
 }
 
 TEST_P(Scratch, BackwardItemsFitTheirSizeExactly) {
-  Case c(2, 1, 100, 150, 64, 48, GetParam());
+  Case c(2, 1, 100, 150, 64, 48, GetParam().isa);
   forward(c.q.cview(), c.k.cview(), c.v.cview(), c.out.view(), c.lse.view(), c.opt);
   backward(c.q.cview(), c.k.cview(), c.v.cview(), c.out.cview(), c.lse.cview(), c.dout.cview(), c.dq.view(),
            c.dk.view(), c.dv.view(), c.opt);
   const std::vector<float> dq = c.dq.data, dk = c.dk.data, dv = c.dv.data;
   for (auto* b : {&c.dq, &c.dk, &c.dv}) std::fill(b->data.begin(), b->data.end(), kNaN);
 
-  const auto& kern = fast_kernels(GetParam());
+  const auto& kern = GetParam().kernels();
   const Problem p =
       detail::validate_backward<float>(c.q.cview(), c.k.cview(), c.v.cview(), c.out.cview(), c.lse.cview(),
                                        c.dout.cview(), c.dq.view(), c.dk.view(), c.dv.view(), c.opt);
@@ -125,8 +125,8 @@ TEST_P(Scratch, BackwardItemsFitTheirSizeExactly) {
 // layout, so one float short of the size must stop them.
 TEST_P(Scratch, OneFloatShortTraps) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
-  Case c(2, 1, 100, 150, 64, 48, GetParam());
-  const auto& kern = fast_kernels(GetParam());
+  Case c(2, 1, 100, 150, 64, 48, GetParam().isa);
+  const auto& kern = GetParam().kernels();
   const Problem p = c.forward_problem();
   const Tensors t = c.forward_tensors();
   EXPECT_DEATH(forward_items(kern, p, t, kern.forward_scratch(p) - 1), "");
@@ -145,8 +145,7 @@ TEST_P(Scratch, OneFloatShortTraps) {
   EXPECT_DEATH(kern.backward_item(pb, tb, delta.data(), 0, 0, WorkerScratch{item_block.data(), item_floats}), "");
 }
 
-INSTANTIATE_TEST_SUITE_P(Isa, Scratch, ::testing::ValuesIn(runnable_isas()),
-                         [](const auto& i) { return std::string(isa_name(i.param)); });
+INSTANTIATE_TEST_SUITE_P(Isa, Scratch, ::testing::ValuesIn(kernel_variants()), variant_id);
 
 }  // namespace
 }  // namespace sdpa::test

@@ -53,13 +53,13 @@ bool all_finite(const std::vector<float>& x) {
 }
 
 // ---- empty rows -------------------------------------------------------------------------
-class EmptyRows : public ::testing::TestWithParam<Isa> {};
+class EmptyRows : public VariantTest {};
 
 TEST_P(EmptyRows, BottomRightCausalWithMoreQueriesThanKeys) {
   // Nq = 100 > Nk = 40, bottom-right: query i sees keys j <= i - 60, so rows 0..59 see nothing.
   Problem4 P(1, 2, 1, 100, 40, 16, 8, 1);
   Options o;
-  o.isa = GetParam();
+  o.isa = GetParam().isa;
   o.causal = Causal::bottom_right;
   P.run(o);
   for (i64 h = 0; h < 2; ++h)
@@ -84,7 +84,7 @@ TEST_P(EmptyRows, KeepMaskRowAllFalseAndAdditiveMinusInf) {
   Buf<float> mask({2, 1, 1, 90});                        // batch 1: every key at -inf
   for (i64 j = 0; j < 90; ++j) mask.at(1, 0, 0, j) = -kInf;
   Options o;
-  o.isa = GetParam();
+  o.isa = GetParam().isa;
   o.keep = keep.cview();
   o.mask = mask.cview();
   P.run(o);
@@ -105,7 +105,7 @@ TEST_P(EmptyRows, WindowThatSeesNothing) {
   // Window (0, 0) around the top-left diagonal with Nk < Nq: rows i >= Nk have no key.
   Problem4 P(1, 1, 1, 50, 30, 4, 4, 3);
   Options o;
-  o.isa = GetParam();
+  o.isa = GetParam().isa;
   o.causal = Causal::top_left;
   o.window = {0, 0};
   P.run(o);
@@ -120,13 +120,13 @@ TEST_P(EmptyRows, WindowThatSeesNothing) {
 }
 
 // ---- NaN propagation --------------------------------------------------------------------
-class NaNs : public ::testing::TestWithParam<Isa> {};
+class NaNs : public VariantTest {};
 
 TEST_P(NaNs, QueryRowReachesOnlyItsRow) {
   Problem4 P(1, 1, 1, 100, 100, 16, 16, 4);
   P.q.at(0, 0, 37, 3) = kNaN;
   Options o;
-  o.isa = GetParam();
+  o.isa = GetParam().isa;
   P.run(o);
   for (i64 i = 0; i < 100; ++i) {
     const bool hit = i == 37;
@@ -143,7 +143,7 @@ TEST_P(NaNs, KeyAndValueReachOnlyRowsThatSeeThem) {
     Problem4 P(1, 1, 1, 100, 100, 16, 16, 5);
     (which == 0 ? P.k : P.v).at(0, 0, 50, 2) = kNaN;
     Options o;
-    o.isa = GetParam();
+    o.isa = GetParam().isa;
     o.causal = Causal::top_left;
     P.run(o);
     for (i64 i = 0; i < 100; ++i) {
@@ -163,7 +163,7 @@ TEST_P(NaNs, DecodingValueReachesOnlyHeadsThatSeeIt) {
   std::fill(keep.data.begin(), keep.data.end(), std::uint8_t{1});
   keep.at(0, 0, 0, 50) = keep.at(0, 2, 0, 50) = 0;
   Options o;
-  o.isa = GetParam();
+  o.isa = GetParam().isa;
   o.keep = keep.cview();
   forward(P.q.cview(), P.k.cview(), P.v.cview(), P.out.view(), P.lse.view(), o);
   for (i64 h = 0; h < 4; ++h) EXPECT_EQ(row_has_nan(P.out, 0, h, 0), h % 2 == 1) << "head " << h;
@@ -178,7 +178,7 @@ TEST_P(NaNs, DecodingValueHiddenByCausalWindowChangesNothing) {
   for (i64 hq : {1, 2, 4}) {
     Problem4 P(1, hq, 1, 2, 200, 32, 40, 11);
     Options o;
-    o.isa = GetParam();
+    o.isa = GetParam().isa;
     o.causal = Causal::bottom_right;
     o.window = {100, -1};
     P.run(o);
@@ -198,7 +198,7 @@ TEST_P(NaNs, GradOutRowReachesOnlyKeysItSees) {
   Problem4 P(1, 1, 1, 100, 100, 16, 16, 6);
   P.dout.at(0, 0, 20, 1) = kNaN;
   Options o;
-  o.isa = GetParam();
+  o.isa = GetParam().isa;
   o.causal = Causal::top_left;
   P.run(o);
   EXPECT_TRUE(all_finite(P.out.data));
@@ -209,13 +209,11 @@ TEST_P(NaNs, GradOutRowReachesOnlyKeysItSees) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Isa, EmptyRows, ::testing::ValuesIn(runnable_isas()),
-                         [](const auto& i) { return std::string(isa_name(i.param)); });
-INSTANTIATE_TEST_SUITE_P(Isa, NaNs, ::testing::ValuesIn(runnable_isas()),
-                         [](const auto& i) { return std::string(isa_name(i.param)); });
+INSTANTIATE_TEST_SUITE_P(Isa, EmptyRows, ::testing::ValuesIn(kernel_variants()), variant_id);
+INSTANTIATE_TEST_SUITE_P(Isa, NaNs, ::testing::ValuesIn(kernel_variants()), variant_id);
 
 // ---- determinism ------------------------------------------------------------------------
-class Determinism : public ::testing::TestWithParam<Isa> {};
+class Determinism : public VariantTest {};
 
 // Calls run(o) with 1, 2 and 7 threads (o: options with the ISA and thread count set) and
 // checks that the floats it returns have the same bits each time.
@@ -239,7 +237,7 @@ TEST_P(Determinism, SameBitsFor1_2_7Threads) {
   // GQA, causal, a mask, odd sizes: enough tiles that 7 threads really split the work.
   // B·Hkv = 4 (batch, kv head) items: 1 and 2 threads take the one-pass backward, 7 the
   // two passes (api.cpp), so this also checks that both schedules give the same bits.
-  expect_same_bits_for_1_2_7_threads(GetParam(), [](Options o) {
+  expect_same_bits_for_1_2_7_threads(GetParam().isa, [](Options o) {
     Problem4 P(2, 4, 2, 300, 333, 40, 24, 7);
     o.causal = Causal::bottom_right;
     o.softcap = 20.0;
@@ -255,7 +253,7 @@ TEST_P(Determinism, DecodingSameBitsFor1_2_7Threads) {
   // One query row per head, 4 heads per kv head (4 lanes: the fused decoding loop on the
   // SIMD ISAs), 2 kv heads: fewer than 8 items, so the keys are split and merged (api.cpp)
   // by the shape alone; a causal window so the splits see different key counts.
-  expect_same_bits_for_1_2_7_threads(GetParam(), [](Options o) {
+  expect_same_bits_for_1_2_7_threads(GetParam().isa, [](Options o) {
     Problem4 P(1, 8, 2, 1, 9000, 64, 48, 9);
     o.causal = Causal::bottom_right;
     o.window = {6000, -1};
@@ -356,7 +354,7 @@ TEST_P(Determinism, ExplicitMaskGivesTheBitsOfItsStructure) {
     if (!c.bias.data.empty()) masked.mask = c.bias.cview();
     for (bool bf : {false, true}) {
       SCOPED_TRACE(bf ? "bf16" : "fp32");
-      expect_same_bits_for_1_2_7_threads(GetParam(), [&](Options o) {
+      expect_same_bits_for_1_2_7_threads(GetParam().isa, [&](Options o) {
         Options s = structural, m = masked;
         s.isa = m.isa = o.isa, s.threads = m.threads = o.threads;
         const std::vector<float> want = bf ? call_results<bf16>(P, s) : call_results<float>(P, s);
@@ -384,8 +382,7 @@ TEST_P(Determinism, ExplicitMaskGivesTheBitsOfItsStructure) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Isa, Determinism, ::testing::ValuesIn(runnable_isas()),
-                         [](const auto& i) { return std::string(isa_name(i.param)); });
+INSTANTIATE_TEST_SUITE_P(Isa, Determinism, ::testing::ValuesIn(kernel_variants()), variant_id);
 
 // ---- the reference backward against fp64 finite differences ------------------------------
 // L = Σ out ∘ dout. Central differences with step h: truncation O(h²·L'''), rounding

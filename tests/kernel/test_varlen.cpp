@@ -153,10 +153,11 @@ TEST(Varlen, MatchesTheReferenceOnEachSequence) {
                      max_abs(gold.dv));
     const double keep_scale = vc.opt.dropout.keep_scale();  // kept weights grow by 1/(1 - p) (test_grid.cpp)
     fl.out *= keep_scale, fl.dq *= keep_scale, fl.dk *= keep_scale;
-    for (Isa isa : runnable_isas()) {
-      SCOPED_TRACE(isa_name(isa));
+    for (const KernelVariant& kv : kernel_variants()) {
+      SCOPED_TRACE(kv.name);
+      const KernelScope scope(kv);
       Options o = vc.opt;
-      o.isa = isa;
+      o.isa = kv.isa;
       const Result<float> r = run_varlen(p, o);
       SDPA_EXPECT_WITHIN("out", judge(r.out, naive.out, gold.out, fl.out));
       SDPA_EXPECT_WITHIN("lse", judge(r.lse, naive.lse, gold.lse, fl.lse));
@@ -384,10 +385,11 @@ template <class H>
 void check_half_varlen() {
   const Packed p(kLq, kLk, 5);
   const std::vector<H> q = narrowed<H>(p.q), k = narrowed<H>(p.k), v = narrowed<H>(p.v), dout = narrowed<H>(p.dout);
-  for (Isa isa : runnable_isas()) {
-    SCOPED_TRACE(isa_name(isa));
+  for (const KernelVariant& kv : kernel_variants()) {
+    SCOPED_TRACE(kv.name);
+    const KernelScope scope(kv);
     Options o;
-    o.isa = isa, o.causal = Causal::bottom_right, o.dropout = {0.2, 91, 4};
+    o.isa = kv.isa, o.causal = Causal::bottom_right, o.dropout = {0.2, 91, 4};
     const auto run = [&](int threads) {
       Options ot = o;
       ot.threads = threads;

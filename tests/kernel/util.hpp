@@ -156,6 +156,57 @@ inline const detail::FastKernels& fast_kernels(Isa isa) {
 
 }  // namespace sdpa::test
 
+namespace sdpa::detail {
+// fast_kernel.inl and decode_kernel.inl as the AVX-512 path compiles them (W = 16, its
+// register tile, 16-bit masks), on pairs of AVX2 registers (fast_w16_on_avx2.cpp): built
+// into the kernel tests only; needs AVX2.
+const FastKernels& fast_kernels_w16_on_avx2();
+const ConvertKernels& convert_kernels_w16_on_avx2();  // convert_kernel.inl at 16 lanes, likewise
+}  // namespace sdpa::detail
+
+namespace sdpa::test {
+
+// One kernel the tests run: each ISA this CPU runs, and where it runs AVX2 also the AVX-512
+// path's kernel logic at W = 16 on AVX2 (docs/design.md, "The AVX-512 path's logic on AVX2"),
+// whose calls take Options::isa = avx2 and the emulated table through the test seam
+// (detail::set_kernels_for_tests) while a KernelScope lives.
+struct KernelVariant {
+  Isa isa;                                        // Options::isa of its calls
+  const detail::FastKernels* emulated = nullptr;  // installed by KernelScope; null: the ISA's own table
+  const char* name = "";                          // for traces
+  const char* id = "";                            // for gtest's parameter names
+  const detail::FastKernels& kernels() const { return emulated != nullptr ? *emulated : fast_kernels(isa); }
+};
+
+inline std::vector<KernelVariant> kernel_variants() {
+  std::vector<KernelVariant> out;
+  for (Isa isa : runnable_isas()) out.push_back({isa, nullptr, isa_name(isa), isa_name(isa)});
+  if (isa_supported(Isa::avx2))
+    out.push_back({Isa::avx2, &detail::fast_kernels_w16_on_avx2(), "avx512-shaped (W=16 on AVX2)", "w16_on_avx2"});
+  return out;
+}
+
+// While it lives, sdpa::forward and sdpa::backward run the variant's table (calls with
+// Options::isa = variant.isa; the seam overrides the ISA's own table for an emulated one).
+class KernelScope {
+ public:
+  explicit KernelScope(const KernelVariant& v) { detail::set_kernels_for_tests(v.emulated); }
+  ~KernelScope() { detail::set_kernels_for_tests(nullptr); }
+  KernelScope(const KernelScope&) = delete;
+  KernelScope& operator=(const KernelScope&) = delete;
+};
+
+// A test parameterised by the kernel variant: the variant's scope for the test's body.
+class VariantTest : public ::testing::TestWithParam<KernelVariant> {
+ protected:
+  void SetUp() override { detail::set_kernels_for_tests(GetParam().emulated); }
+  void TearDown() override { detail::set_kernels_for_tests(nullptr); }
+};
+inline std::string variant_id(const ::testing::TestParamInfo<KernelVariant>& i) { return i.param.id; }
+inline void PrintTo(const KernelVariant& v, std::ostream* os) { *os << v.name; }
+
+}  // namespace sdpa::test
+
 namespace sdpa {
 // Readable names for ISA-parameterised tests in gtest and ctest output.
 inline void PrintTo(Isa isa, std::ostream* os) { *os << isa_name(isa); }
