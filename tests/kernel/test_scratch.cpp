@@ -61,8 +61,9 @@ void forward_items(const detail::FastKernels& kern, const Problem& p, const Tens
 class Scratch : public VariantTest {};
 
 TEST_P(Scratch, ForwardItemsFitTheirSizeExactly) {
-  // A tiled shape (64-lane items) and a decoding one (4 lanes: the few-lane loop, or on
-  // AVX-512 the fused one); Nk below the split threshold, so one item per lane tile.
+  // A tiled shape (64-lane items) and a decoding one (4 lanes: the fused decoding loop on
+  // AVX2 and AVX-512, the few-lane loop on scalar); Nk below the split threshold, so one
+  // item per lane tile.
   for (auto [Hq, Hkv, Nq, Nk] : std::vector<std::array<i64, 4>>{{2, 1, 100, 150}, {8, 2, 1, 300}}) {
     Case c(Hq, Hkv, Nq, Nk, 64, 48, GetParam().isa);
     forward(c.q.cview(), c.k.cview(), c.v.cview(), c.out.view(), c.lse.view(), c.opt);
