@@ -61,14 +61,18 @@ struct Job {
 };
 
 // Trains the jobs, `jobs` at a time on their own threads (each run's OpenMP team is its
-// own), in any order: each run's bits do not depend on threads or order. The first failure
-// stops new runs from starting and is rethrown naming its run. `already` runs of the stage
-// were done before (loaded from the store): they count as done in the progress.
+// own), in any order: each run's bits do not depend on threads or order. A failure stops new
+// runs from starting; the one rethrown, naming its run, is the first in `work`'s order, not
+// the first in time, which with two jobs failing at once would depend on timing (runs start
+// in `work`'s order, so every run before a failed one has started and is let finish).
+// `already` runs of the stage were done before (loaded from the store): they count as done
+// in the progress.
 void run_jobs(std::vector<Job>& work, int jobs, const std::string& stage, std::size_t already,
               const SweepProgress& progress) {
   std::atomic<std::size_t> next{0};
   std::mutex lock;
   std::exception_ptr failure;
+  std::size_t failed_index = 0;  // of `failure` in `work`
   std::string failed_run;
   SweepStatus status;
   status.stage = stage;
@@ -107,8 +111,9 @@ void run_jobs(std::vector<Job>& work, int jobs, const std::string& stage, std::s
         if (j.after) j.after();
       } catch (...) {
         const std::lock_guard<std::mutex> g(lock);
-        if (!failure) {
+        if (!failure || i < failed_index) {
           failure = std::current_exception();
+          failed_index = i;
           failed_run = fmt::format("{} of policy {} d_model {} d_head {} init {} lr {} seed {}", stage, j.run->policy,
                                    j.run->d_model, j.run->d_head, j.run->init, j.run->lr, j.run->seed);
         }
