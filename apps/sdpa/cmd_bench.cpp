@@ -36,14 +36,6 @@ struct Args {
   std::string layout = "zigzag";
 };
 
-// Each batch item's padded keys for a padding row (bench::padded_keys), else null.
-nlohmann::ordered_json key_padding(const bench::Case& c) {
-  if (c.mask != bench::ExplicitMask::padding) return nullptr;
-  nlohmann::ordered_json pads = nlohmann::ordered_json::array();
-  for (bench::i64 b = 0; b < c.shape.B; ++b) pads.push_back(bench::padded_keys(c.shape, b));
-  return pads;
-}
-
 nlohmann::ordered_json json_row(const bench::SuiteResult& res, const bench::Row& r) {
   const auto& s = r.c.shape;
   const bool dec = bench::decoding(r.c);
@@ -60,7 +52,8 @@ nlohmann::ordered_json json_row(const bench::SuiteResult& res, const bench::Row&
           {"causal", r.c.causal != Causal::none},
           {"backward", r.c.pass == bench::Pass::backward},
           {"mask", bench::mask_name(r.c.mask)},
-          {"key_padding", key_padding(r.c)},
+          {"key_padding", r.c.mask == bench::ExplicitMask::padding ? nlohmann::ordered_json(bench::key_padding(r.c))
+                                                                   : nlohmann::ordered_json(nullptr)},
           {"dtype", dtype_name(r.c.dtype)},
           {"threads", r.c.threads},
           {"isa", isa_name(res.isa)},

@@ -54,11 +54,12 @@ struct Buffers {
       // Nk − Nq bottom-right); PyTorch's request carries the same padding (torch.cpp).
       const i64 offset = c.causal == Causal::bottom_right ? s.Nk - s.Nq : 0;
       keep.assign(static_cast<std::size_t>(s.B * s.Nq * s.Nk), 0);
+      const std::vector<i64> pads = key_padding(c);
       for (i64 b = 0; b < s.B; ++b)
         for (i64 i = 0; i < s.Nq; ++i) {
           const i64 last = c.causal == Causal::none ? s.Nk - 1 : std::min(s.Nk - 1, i + offset);
           std::uint8_t* row = keep.data() + (b * s.Nq + i) * s.Nk;
-          for (i64 j = padded_keys(s, b); j <= last; ++j) row[j] = 1;
+          for (i64 j = pads[static_cast<std::size_t>(b)]; j <= last; ++j) row[j] = 1;
         }
     }
   }
@@ -183,6 +184,13 @@ double over(double num, double den) { return num > 0 && den > 0 ? num / den : 0.
 }  // namespace
 
 bool decoding(const Case& c) { return c.pass == Pass::forward && is_decoding(c.shape); }
+
+std::vector<i64> key_padding(const Case& c) {
+  std::vector<i64> pads;
+  if (c.mask == ExplicitMask::padding)
+    for (i64 b = 0; b < c.shape.B; ++b) pads.push_back(padded_keys(c.shape, b));
+  return pads;
+}
 
 std::vector<Case> default_suite(int threads) {
   std::vector<Case> rows;

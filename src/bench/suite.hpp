@@ -31,6 +31,10 @@ struct Case {
   ExplicitMask mask = ExplicitMask::none;
 };
 
+/// Each batch item's padded keys (padded_keys) for a padding row; empty without one. What the
+/// JSON row and PyTorch's request carry.
+std::vector<i64> key_padding(const Case& c);
+
 /// A decoding row: a forward with so few query rows that reading K and V bounds its time
 /// (is_decoding); judged by bytes against a plain read of the same K and V.
 bool decoding(const Case& c);

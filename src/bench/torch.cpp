@@ -22,9 +22,6 @@ json request(const std::vector<Case>& cases, const TimerRule& rule) {
     if (c.causal == Causal::bottom_right)
       throw Error("PyTorch's scaled_dot_product_attention has no bottom-right causal mask to compare with");
     const Shape& s = c.shape;
-    json key_padding = json::array();  // one count per batch item: the keep mask's construction
-    if (c.mask == ExplicitMask::padding)
-      for (i64 b = 0; b < s.B; ++b) key_padding.push_back(padded_keys(s, b));
     rows.push_back({{"B", s.B},
                     {"Hq", s.Hq},
                     {"Hkv", s.Hkv},
@@ -36,7 +33,7 @@ json request(const std::vector<Case>& cases, const TimerRule& rule) {
                     {"backward", c.pass == Pass::backward},
                     {"dtype", dtype_name(c.dtype)},
                     {"dropout_p", c.dropout},
-                    {"key_padding", c.mask == ExplicitMask::padding ? key_padding : json(nullptr)}});
+                    {"key_padding", c.mask == ExplicitMask::padding ? json(key_padding(c)) : json(nullptr)}});
   }
   return {{"threads", cases.empty() ? 1 : cases[0].threads},
           {"rule",
