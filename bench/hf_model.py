@@ -6,9 +6,11 @@ in the same run.
                                                                 --prefill 1024 --new 128 --rounds 3]
 
 Per backend: the prefill's wall time (one forward over --prefill tokens) and the decoding's (generate() of --new
-tokens after it, KV cache), each split into the time spent inside the attention function (summed over layers and
-calls) and the rest. The two backends are timed alternately (A B B A ...) and each figure is the median over
---rounds. Both run on the same torch thread count as sdpa's OpenMP threads. The models hold the same weights;
+tokens, KV cache: the --new - 1 steps after generate()'s own prefill, timed from the first token to the last), each
+with the time spent inside the attention function (summed over layers and calls; calls with one query row are the
+decoding's). The two backends are timed alternately (A B B A ...) and each figure is the median over
+--rounds; the spread of the per-round ratios and the load average around the timings are printed under the table,
+the host-busy caveat. Both run on the same torch thread count as sdpa's OpenMP threads. The models hold the same weights;
 the script says whether their greedy tokens agree.
 
 --batch B > 1 runs a padded batch: sequence b holds prefill - b·prefill/(2B) tokens, left-padded to --prefill (as a
@@ -19,12 +21,14 @@ on every call, prefill and decoding, instead of None.
 import argparse
 import copy
 import json
+import os
 import statistics
 import time
 
 import torch
 import sdpa.transformers as sht
-from transformers import AttentionInterface, AttentionMaskInterface, AutoModelForCausalLM, LlamaConfig
+from transformers import (AttentionInterface, AttentionMaskInterface, AutoModelForCausalLM, LlamaConfig,
+                          LogitsProcessor, LogitsProcessorList)
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import sdpa_mask
 
@@ -32,18 +36,31 @@ BACKENDS = {"sdpa (exact_cpu)": sht.attention_forward, "torch sdpa": sdpa_attent
 
 
 class Timed:
-    """An attention function that adds its wall time to .seconds; registered under its own name."""
+    """An attention function that adds its wall time to .seconds["prefill"] or, for a call with one query row
+    (query (B, H, 1, D)), .seconds["decode"]; registered under its own name."""
 
     def __init__(self, name, fn):
-        self.name, self.fn, self.seconds = name, fn, 0.0
+        self.name, self.fn, self.seconds = name, fn, {"prefill": 0.0, "decode": 0.0}
         AttentionInterface.register(name, self)
         AttentionMaskInterface.register(name, sdpa_mask)  # both backends take transformers' sdpa masks
 
-    def __call__(self, *args, **kwargs):
+    def __call__(self, module, query, *args, **kwargs):
         t = time.perf_counter()
-        out = self.fn(*args, **kwargs)
-        self.seconds += time.perf_counter() - t
+        out = self.fn(module, query, *args, **kwargs)
+        self.seconds["decode" if query.shape[2] == 1 else "prefill"] += time.perf_counter() - t
         return out
+
+
+class StepClock(LogitsProcessor):
+    """Notes the time at each generated token: the first right after generate()'s prefill, each later one after a
+    decoding step, so the decoding's wall time is measured, not a difference of two prefill-sized times."""
+
+    def __init__(self):
+        self.times = []
+
+    def __call__(self, input_ids, scores):
+        self.times.append(time.perf_counter())
+        return scores
 
 
 def main():
@@ -60,9 +77,11 @@ def main():
     ap.add_argument("--threads", type=int, default=0, help="0: torch's default")
     ap.add_argument("--json", help="also write the figures here")
     a = ap.parse_args()
-    for name in ("layers", "width", "heads", "kv_heads", "prefill", "new", "rounds", "batch"):
+    for name in ("layers", "width", "heads", "kv_heads", "prefill", "rounds", "batch"):
         if getattr(a, name) < 1:
             ap.error(f"--{name.replace('_', '-')}: must be >= 1, got {getattr(a, name)}")
+    if a.new < 2:
+        ap.error(f"--new: must be >= 2 (the decoding is timed over its new - 1 steps), got {a.new}")
     if a.width % a.heads or a.heads % a.kv_heads:
         ap.error(f"--width {a.width}, --heads {a.heads}, --kv-heads {a.kv_heads}: heads must divide width and "
                  f"kv-heads must divide heads")
@@ -93,22 +112,22 @@ def main():
     def one(label):
         m, t, f = models[label], timed[label], figures[label]
         with torch.no_grad():
-            t.seconds = 0.0
+            t.seconds = {"prefill": 0.0, "decode": 0.0}
             start = time.perf_counter()
             m(ids, attention_mask=attention_mask)
             f["prefill_s"].append(time.perf_counter() - start)
-            f["prefill_attn_s"].append(t.seconds)
-            t.seconds = 0.0
-            start = time.perf_counter()
+            f["prefill_attn_s"].append(t.seconds["prefill"])
+            t.seconds["decode"], clock = 0.0, StepClock()
             out = m.generate(ids, attention_mask=attention_mask, max_new_tokens=a.new, min_new_tokens=a.new,
-                             do_sample=False, pad_token_id=0)
-            total = time.perf_counter() - start
-        # generate() runs the prefill again, then a.new - 1 decoding steps: subtract this round's prefill
-        f["decode_s"].append(total - f["prefill_s"][-1])
-        f["decode_attn_s"].append(t.seconds - f["prefill_attn_s"][-1])
+                             do_sample=False, pad_token_id=0, logits_processor=LogitsProcessorList([clock]))
+        # generate() runs the prefill again (not counted here), then a.new - 1 decoding steps between the clock's
+        # first and last note
+        f["decode_s"].append(clock.times[-1] - clock.times[0])
+        f["decode_attn_s"].append(t.seconds["decode"])
         tokens[label] = out[:, a.prefill:].flatten().tolist()
 
     labels = list(models)
+    load_before = os.getloadavg()[0]
     one(labels[0])  # warm-up (allocator, OpenMP pool), not counted
     one(labels[1])
     for f in figures.values():
@@ -129,13 +148,23 @@ def main():
     print("|---|---|---|---|---|---|")
     for label, f in med.items():
         print(f"| {label} | {f['prefill_s']:.3f} | {f['prefill_attn_s']:.3f} | {f['decode_s']:.3f} | "
-              f"{f['decode_attn_s']:.3f} | {1000 * f['decode_s'] / a.new:.2f} |")
+              f"{f['decode_attn_s']:.3f} | {1000 * f['decode_s'] / (a.new - 1):.2f} |")
     base, ours = med[labels[1]], med[labels[0]]
     print()
     print(f"torch sdpa / sdpa: prefill attention {base['prefill_attn_s'] / ours['prefill_attn_s']:.2f}x, "
           f"prefill total {base['prefill_s'] / ours['prefill_s']:.2f}x, "
           f"decode attention {base['decode_attn_s'] / ours['decode_attn_s']:.2f}x, "
           f"decode total {base['decode_s'] / ours['decode_s']:.2f}x")
+    # Each round's two backends ran back to back: the spread of their per-round ratios, and the load around the
+    # timings, say how much other work on a shared host moved the medians.
+    def spread(key):
+        ratios = [b / o for b, o in zip(figures[labels[1]][key], figures[labels[0]][key]) if o > 0]
+        return f"{min(ratios):.2f}-{max(ratios):.2f}x" if ratios else "-"
+
+    print(f"per round, torch sdpa / sdpa: prefill attention {spread('prefill_attn_s')}, decode attention "
+          f"{spread('decode_attn_s')}; load average (1 min) {load_before:.2f} before the warm-up, "
+          f"{os.getloadavg()[0]:.2f} after the rounds (above the thread count: other work shared the cores, and the "
+          f"figures are not this machine's)")
     same = sum(x == y for x, y in zip(tokens[labels[0]], tokens[labels[1]]))
     print(f"greedy tokens: {same} of {a.new * a.batch} agree (first differing step, sequences back to back: "
           f"{next((i for i, (x, y) in enumerate(zip(tokens[labels[0]], tokens[labels[1]])) if x != y), None)})")

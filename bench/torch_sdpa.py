@@ -5,15 +5,18 @@ src/bench/torch.hpp, which states the request and the reply). Reads one JSON req
 stdin and prints one JSON reply on stdout:
 
   request: {"threads": T, "rule": {"warmup_runs", "min_runs", "min_seconds", "max_runs"},
-            "rows": [{"B", "Hq", "Hkv", "Nq", "Nk", "Dk", "Dv", "causal", "backward", "dtype", "dropout_p"}, ...]}
+            "rows": [{"B", "Hq", "Hkv", "Nq", "Nk", "Dk", "Dv", "causal", "backward", "dtype", "dropout_p",
+                      "key_padding"}, ...]}
   reply:   {"torch": version, "rows": [{"median_seconds": s, "runs": n}, ...]}
            or {"error": "..."} when torch cannot be imported
 
 Each row is timed by the rule sdpa is timed by (src/bench/timer.hpp; docs/performance.md,
 "Method"): `time_by_rule` below is that loop, nothing else. Inputs are standard normal in
 the row's dtype ("float32", "bfloat16" or "float16"; float32 when absent); `causal` is torch's
-is_causal (top-left), `dropout_p` its dropout_p (absent: 0); a backward row times
-torch.autograd.grad of a fresh forward, the forward outside the timer.
+is_causal (top-left), `dropout_p` its dropout_p (absent: 0); `key_padding` (absent or null:
+no mask) the padded keys of each batch item, which make one bool attn_mask (B, 1, Nq, Nk) —
+`causal` folded in, is_causal False — the keep mask sdpa times (src/bench/suite.hpp, Case::mask);
+a backward row times torch.autograd.grad of a fresh forward, the forward outside the timer.
 """
 import json
 import statistics
@@ -67,9 +70,17 @@ def main():
 
         q, k, v = make(r["Hq"], r["Nq"], r["Dk"]), make(r["Hkv"], r["Nk"], r["Dk"]), make(r["Hkv"], r["Nk"], r["Dv"])
         gqa = r["Hq"] != r["Hkv"]
+        keep, causal = None, r["causal"]
+        if r.get("key_padding") is not None:  # sdpa's keep mask: causal ∧ the padded keys hidden
+            keep = torch.ones(r["B"], 1, r["Nq"], r["Nk"], dtype=torch.bool)
+            if causal:
+                keep = keep.tril()  # row i keeps keys j ≤ i: is_causal's top-left diagonal
+            for b, pad in enumerate(r["key_padding"]):
+                keep[b, :, :, :pad] = False
+            causal = False
 
         def attention(q, k, v):
-            return F.scaled_dot_product_attention(q, k, v, is_causal=r["causal"], enable_gqa=gqa,
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=keep, is_causal=causal, enable_gqa=gqa,
                                                   dropout_p=r.get("dropout_p", 0.0))
 
         if not r["backward"]:

@@ -28,6 +28,7 @@ struct Args {
   std::string dtype = "float32";
   int threads = 0;
   double dropout = 0.0;
+  std::string mask = "none";  // none | padding (bench::ExplicitMask)
   std::string suite, format = "table", isa = "auto";
   std::string varlen;  // lengths "2048,1024,…": one packed-versus-padded row instead of a shape
   bool varlen_given = false;  // --varlen on the command line, even as '' (refused, not taken as unset)
@@ -50,6 +51,9 @@ nlohmann::ordered_json json_row(const bench::SuiteResult& res, const bench::Row&
           {"dim_v", s.Dv},
           {"causal", r.c.causal != Causal::none},
           {"backward", r.c.pass == bench::Pass::backward},
+          {"mask", bench::mask_name(r.c.mask)},
+          {"key_padding", r.c.mask == bench::ExplicitMask::padding ? nlohmann::ordered_json(bench::key_padding(r.c))
+                                                                   : nlohmann::ordered_json(nullptr)},
           {"dtype", dtype_name(r.c.dtype)},
           {"threads", r.c.threads},
           {"isa", isa_name(res.isa)},
@@ -131,7 +135,7 @@ void print_table(const Args& a, const bench::SuiteResult& res) {
   fmt::print("  BLAS       {} (matmul, softmax, matmul; scores materialised)\n",
              a.no_blas ? "not run" : bench::blas_name());
   fmt::print("  {}\n\n", res.torch_about);
-  fmt::print("{:<11} {:<28} {:>3} {:>10} {:>9} {:>7} {:>7} {:>7} {:>9} {:>9} {:>6}\n", "pass", "shape", "thr",
+  fmt::print("{:<17} {:<28} {:>3} {:>10} {:>9} {:>7} {:>7} {:>7} {:>9} {:>9} {:>6}\n", "pass", "shape", "thr",
              "median ms", "GFLOP/s", "% peak", "% read", "% bw", "x torch", "x BLAS", "probe");
   auto pct = [](bool on, double x, double of) {
     return on && of > 0 ? fmt::format("{:.1f}%", 100 * x / of) : std::string("-");
@@ -145,7 +149,7 @@ void print_table(const Args& a, const bench::SuiteResult& res) {
   for (const bench::Row* row : order) {
     const auto& r = *row;
     const bool dec = bench::decoding(r.c);
-    fmt::print("{:<11} {:<28} {:>3} {:>10.3f} {:>9.1f} {:>6.1f}% {:>7} {:>7} {:>9} {:>9} {:>6}{}\n",
+    fmt::print("{:<17} {:<28} {:>3} {:>10.3f} {:>9.1f} {:>6.1f}% {:>7} {:>7} {:>9} {:>9} {:>6}{}\n",
                bench::pass_name(r.c), bench::label(r.c.shape), r.c.threads, 1e3 * r.sdpa.median_seconds, r.gflops(),
                r.peak_gflops > 0 ? 100 * r.gflops() / r.peak_gflops : 0.0,
                pct(dec, r.gbytes_per_s(), r.read_gbytes_per_s()), pct(dec, r.gbytes_per_s(), r.bandwidth_gbs),
@@ -159,6 +163,10 @@ void print_table(const Args& a, const bench::SuiteResult& res) {
       "timed alternately with the kernel ('% read', medians of both) and against the best 1 GiB read above ('% "
       "bw').\n'probe': a short FMA loop on the row's threads before and after its sdpa timing and after PyTorch's, "
       "the slowest, as a share of the peak.\n");
+  if (std::any_of(res.rows.begin(), res.rows.end(), [](const bench::Row& r) { return r.c.mask != bench::ExplicitMask::none; }))
+    fmt::print(
+        "'padded' rows: one bool keep mask (B, 1, Nq, Nk), the causal mask and item b's first b·Nk/(2B) keys hidden, "
+        "passed to sdpa and to PyTorch (attn_mask) alike; GFLOP/s counts the pairs the mask keeps.\n");
   if (busy_rows > 0)
     fmt::print(
         "HOST BUSY: {} row{} marked BUSY had {} probe below {:.0f}% of the peak: other work shared the cores while "
@@ -197,6 +205,11 @@ int run(const Args& a) {
   if (a.threads < 0) throw Error("--threads: must be >= 0, got " + std::to_string(a.threads));
   if (!(a.dropout >= 0.0 && a.dropout < 1.0))
     throw Error("--dropout: must be in [0, 1), got " + std::to_string(a.dropout));
+  bench::ExplicitMask mask = bench::ExplicitMask::none;
+  if (a.mask == "padding")
+    mask = bench::ExplicitMask::padding;
+  else if (a.mask != "none")
+    throw Error("--mask: expected none or padding, got '" + a.mask + "'");
   bench::SuiteOptions o;
   o.rule = a.rule;
   o.isa = parse_isa(a.isa.c_str(), "--isa");
@@ -208,6 +221,7 @@ int run(const Args& a) {
     // The ring's table is fp32, one shape, no baselines: refuse what it would otherwise ignore.
     if (!a.suite.empty()) throw Error("--suite: not with --ring (give one shape)");
     if (a.varlen_given) throw Error("--varlen: not with --ring (give one shape)");
+    if (mask != bench::ExplicitMask::none) throw Error("--mask: not with --ring");
     if (a.dtype != "float32") throw Error("--dtype: --ring times float32 only, got '" + a.dtype + "'");
     if (a.format != "table") throw Error("--format: --ring prints a table only");
     Options opt;
@@ -226,11 +240,12 @@ int run(const Args& a) {
   if (!a.suite.empty()) {
     if (a.suite != "default") throw Error("--suite: the only suite is 'default', got '" + a.suite + "'");
     if (a.varlen_given) throw Error("--varlen: not with --suite (the suite has its own varlen rows)");
+    if (mask != bench::ExplicitMask::none) throw Error("--mask: not with --suite (the suite has its own padded rows)");
     o.cases = bench::default_suite(threads);
     for (Dtype t : {Dtype::f32, Dtype::bf16, Dtype::fp16}) o.varlen.push_back(bench::default_varlen(threads, t));
   } else if (a.varlen_given) {
-    if (a.causal || a.backward || a.dropout > 0)
-      throw Error("--varlen: the packed-versus-padded row is a non-causal forward without dropout");
+    if (a.causal || a.backward || a.dropout > 0 || mask != bench::ExplicitMask::none)
+      throw Error("--varlen: the packed-versus-padded row is a non-causal forward without dropout or --mask");
     const auto z = a.shape.resolve();
     bench::VarlenRow v = bench::default_varlen(threads, *dtype);
     v.lengths = bench::parse_lengths(a.varlen, "--varlen");
@@ -243,7 +258,8 @@ int run(const Args& a) {
                        a.backward ? bench::Pass::backward : bench::Pass::forward,
                        threads,
                        *dtype,
-                       a.dropout});
+                       a.dropout,
+                       mask});
   }
   const bool tty = stderr_is_terminal();
   if (tty) o.progress = [](const std::string& m) { fmt::print(stderr, "\r\033[Ksdpa bench: {}", m); };
@@ -268,6 +284,11 @@ Command add_bench(CLI::App& parent) {
   a->shape.add_to(*c);
   c->add_flag("--causal", a->causal, "Top-left causal mask (PyTorch's is_causal)");
   c->add_flag("--backward", a->backward, "Time the backward pass instead of the forward");
+  c->add_option("--mask", a->mask,
+                "none | padding: one bool keep mask (B, 1, Nq, Nk) = the --causal mask and key padding (item b's "
+                "first b·Nk/(2B) keys hidden: shares 0, 1/8, 1/4, 3/8 for B = 4), passed to sdpa and as PyTorch's "
+                "attn_mask alike, as transformers does for a padded batch")
+      ->capture_default_str();
   c->add_option("--dropout", a->dropout,
                 "Attention dropout p in [0, 1): timed alternating with p = 0, PyTorch with the same dropout_p")
       ->capture_default_str();

@@ -14,18 +14,39 @@ double ramp_area(double u, double nk) {
   return 0.5 * nk * nk + nk * (u - nk);
 }
 
-}  // namespace
-
-double visible_pairs(const Shape& s, Causal causal) {
-  const double nq = double(s.Nq), nk = double(s.Nk);
+// Pairs per head without an explicit mask.
+double structure_pairs(const Shape& s, Causal causal) {
+  const double nq = double(std::max<i64>(s.Nq, 0)), nk = double(std::max<i64>(s.Nk, 0));
   if (causal == Causal::none) return nq * nk;
   // Query row i sees keys j ≤ i + offset: the rows x ∈ [0, Nq) see clamp(x + offset, 0, Nk).
   const double offset = causal == Causal::bottom_right ? nk - nq : 0.0;
   return ramp_area(nq + offset, nk) - ramp_area(offset, nk);
 }
 
-double flops(const Shape& s, Causal causal, Pass pass) {
-  const double forward = 2.0 * double(s.Dk + s.Dv) * double(s.B) * double(s.Hq) * visible_pairs(s, causal);
+}  // namespace
+
+i64 padded_keys(const Shape& s, i64 b) { return b * s.Nk / (2 * s.B); }
+
+const char* mask_name(ExplicitMask m) { return m == ExplicitMask::padding ? "padding" : "none"; }
+
+double visible_pairs(const Shape& s, Causal causal, ExplicitMask mask) {
+  if (mask == ExplicitMask::none) return structure_pairs(s, causal);
+  // Item b without its p padded keys: Nk − p keys, and for top-left Nq − p rows (the rows
+  // i < p see only padding; row i ≥ p sees keys p … i, the top-left triangle shifted by p).
+  double sum = 0;
+  for (i64 b = 0; b < s.B; ++b) {
+    const i64 p = padded_keys(s, b);
+    Shape item = s;
+    item.Nk = s.Nk - p;
+    if (causal == Causal::top_left) item.Nq = s.Nq - p;
+    sum += structure_pairs(item, causal);
+  }
+  return sum / double(s.B);
+}
+
+double flops(const Shape& s, Causal causal, Pass pass, ExplicitMask mask) {
+  const double forward =
+      2.0 * double(s.Dk + s.Dv) * double(s.B) * double(s.Hq) * visible_pairs(s, causal, mask);
   return pass == Pass::backward ? 2.5 * forward : forward;
 }
 

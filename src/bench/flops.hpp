@@ -17,6 +17,12 @@
 // The backward's 2.5 is the convention's ratio of five products to two; it is exact for
 // Dk = Dv (for Dk ≠ Dv the five products cost 3·Dk + 2·Dv per pair, not 2.5·(Dk + Dv)).
 //
+// An explicit key-padding mask (ExplicitMask::padding, `sdpa bench --mask padding`) keeps
+// fewer pairs: batch item b's first p_b keys are hidden, so its rows see the keys
+// j ∈ [p_b, …) the causal mask lets through — measured as an area again, the same count for
+// the shape with Nk − p_b keys (and Nq − p_b rows for top-left, whose first p_b rows see
+// nothing). visible_pairs is then the mean over the batch items, so the formulas above hold.
+//
 // Decoding rows (Nq ≤ 16) are bound by memory, not FLOPs: they read K and V once,
 // kv_bytes = size·B·Hkv·Nk·(Dk + Dv) bytes, size 4 for fp32 and 2 for bf16/fp16.
 #pragma once
@@ -36,11 +42,24 @@ struct Shape {
 
 enum class Pass { forward, backward };
 
-/// (query, key) pairs per head the FLOP count charges for (see above).
-double visible_pairs(const Shape& s, Causal causal);
+/// An explicit mask a benchmark row passes besides (or, holding it, instead of) the causal
+/// one: none, or key padding (see padded_keys).
+enum class ExplicitMask { none, padding };
+
+/// ExplicitMask::padding: batch item b's first ⌊b·Nk / (2B)⌋ keys are padding (left padding,
+/// as a tokenizer pads a batch for generation): shares 0, 1/8, 1/4, 3/8 of the keys for
+/// B = 4, the batches of bench/mask_cost.py and bench/hf_model.py; always below half.
+i64 padded_keys(const Shape& s, i64 b);
+
+/// "none" or "padding", as `sdpa bench --mask` takes them and its JSON names them.
+const char* mask_name(ExplicitMask m);
+
+/// (query, key) pairs per head the FLOP count charges for (see above); with a padding mask
+/// the mean over the batch items.
+double visible_pairs(const Shape& s, Causal causal, ExplicitMask mask = ExplicitMask::none);
 
 /// FLOPs of one call: the count above.
-double flops(const Shape& s, Causal causal, Pass pass);
+double flops(const Shape& s, Causal causal, Pass pass, ExplicitMask mask = ExplicitMask::none);
 
 /// Bytes of K and V in dtype t, what a decoding call must read at least once.
 double kv_bytes(const Shape& s, Dtype t = Dtype::f32);

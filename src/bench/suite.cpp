@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <random>
 #include <tuple>
 #include <type_traits>
@@ -26,9 +27,11 @@ constexpr double kBlasMaxBytes = 4.0 * 1024 * 1024 * 1024;
 // a quarter of this, ~50 ms in all, twice a row: a few seconds over the default suite.
 constexpr double kProbeSeconds = 0.03;
 
-// A row's tensors: inputs standard normal from one seeded generator, outputs zero.
+// A row's tensors: inputs standard normal from one seeded generator, outputs zero; the
+// keep mask (B, 1, Nq, Nk) of a padding row, its causal mask folded in (Case::mask).
 struct Buffers {
   std::vector<float> q, k, v, out, lse, dout, dq, dk, dv;
+  std::vector<std::uint8_t> keep;
   explicit Buffers(const Case& c) {
     const Shape& s = c.shape;
     std::mt19937_64 rng(1);
@@ -46,11 +49,24 @@ struct Buffers {
       dout = make(s.B * s.Hq * s.Nq * s.Dv, true), dq = make(s.B * s.Hq * s.Nq * s.Dk, false);
       dk = make(s.B * s.Hkv * s.Nk * s.Dk, false), dv = make(s.B * s.Hkv * s.Nk * s.Dv, false);
     }
+    if (c.mask == ExplicitMask::padding) {
+      // Row i sees key j iff j ≥ the item's padding and j ≤ i + offset (causal: 0 top-left,
+      // Nk − Nq bottom-right); PyTorch's request carries the same padding (torch.cpp).
+      const i64 offset = c.causal == Causal::bottom_right ? s.Nk - s.Nq : 0;
+      keep.assign(static_cast<std::size_t>(s.B * s.Nq * s.Nk), 0);
+      const std::vector<i64> pads = key_padding(c);
+      for (i64 b = 0; b < s.B; ++b)
+        for (i64 i = 0; i < s.Nq; ++i) {
+          const i64 last = c.causal == Causal::none ? s.Nk - 1 : std::min(s.Nk - 1, i + offset);
+          std::uint8_t* row = keep.data() + (b * s.Nq + i) * s.Nk;
+          for (i64 j = pads[static_cast<std::size_t>(b)]; j <= last; ++j) row[j] = 1;
+        }
+    }
   }
   double mib() const {
     std::size_t n = 0;
     for (auto* x : {&q, &k, &v, &out, &lse, &dout, &dq, &dk, &dv}) n += x->size();
-    return double(n) * 4.0 / (1024.0 * 1024.0);
+    return (double(n) * 4.0 + double(keep.size())) / (1024.0 * 1024.0);
   }
 };
 
@@ -58,7 +74,8 @@ template <class T>
 void run_fast_as(Row& r, Buffers& x, const TimerRule& rule, Isa isa) {
   const Shape& s = r.c.shape;
   Options opt;
-  opt.causal = r.c.causal;
+  opt.causal = r.c.mask == ExplicitMask::none ? r.c.causal : Causal::none;  // else the keep mask holds it
+  if (r.c.mask != ExplicitMask::none) opt.keep = contiguous<const std::uint8_t>(x.keep.data(), {s.B, 1, s.Nq, s.Nk});
   opt.threads = r.c.threads;
   opt.isa = isa;
   Options undropped = opt;
@@ -142,6 +159,10 @@ void run_blas(Row& r, Buffers& x, const TimerRule& rule) {
     r.blas_note = "skipped: the BLAS baseline has no dropout";
     return;
   }
+  if (r.c.mask != ExplicitMask::none) {
+    r.blas_note = "skipped: the BLAS baseline has no explicit mask";
+    return;
+  }
   const BlasShape b{
       s.B, s.Hq, s.Hkv, s.Nq, s.Nk, s.Dk, s.Dv, r.c.causal == Causal::top_left, 1.0 / std::sqrt(double(s.Dk))};
   std::vector<float> out(x.out.size()), lse(x.lse.size());
@@ -164,6 +185,13 @@ double over(double num, double den) { return num > 0 && den > 0 ? num / den : 0.
 
 bool decoding(const Case& c) { return c.pass == Pass::forward && is_decoding(c.shape); }
 
+std::vector<i64> key_padding(const Case& c) {
+  std::vector<i64> pads;
+  if (c.mask == ExplicitMask::padding)
+    for (i64 b = 0; b < c.shape.B; ++b) pads.push_back(padded_keys(c.shape, b));
+  return pads;
+}
+
 std::vector<Case> default_suite(int threads) {
   std::vector<Case> rows;
   auto square = [](i64 n, i64 d) { return Shape{1, 8, 8, n, n, d, d}; };
@@ -176,6 +204,9 @@ std::vector<Case> default_suite(int threads) {
   for (i64 n : {1024, 4096}) rows.push_back({square(n, 64), Causal::none, Pass::forward, 1});  // per-core efficiency
   for (Pass pass : {Pass::forward, Pass::backward})
     rows.push_back({square(1024, 64), Causal::none, pass, threads, Dtype::f32, 0.1});
+  for (Pass pass : {Pass::forward, Pass::backward})  // a padded batch as transformers passes it
+    rows.push_back({Shape{4, 8, 8, 1024, 1024, 64, 64}, Causal::top_left, pass, threads, Dtype::f32, 0.0,
+                    ExplicitMask::padding});
   for (Dtype t : {Dtype::bf16, Dtype::fp16}) {  // 16-bit rows, against PyTorch in the same dtype
     for (Pass pass : {Pass::forward, Pass::backward})
       for (i64 n : {1024, 4096}) rows.push_back({square(n, 64), Causal::none, pass, threads, t});
@@ -194,13 +225,14 @@ std::string label(const Shape& s) {
 
 std::string pass_name(const Case& c) {
   const std::string dtype = c.dtype == Dtype::bf16 ? " bf16" : c.dtype == Dtype::fp16 ? " fp16" : "";
-  if (decoding(c)) return "decode" + dtype;
+  const char* padded = c.mask == ExplicitMask::padding ? " padded" : "";
+  if (decoding(c)) return "decode" + dtype + padded;
   const char* mask = c.causal == Causal::top_left ? "causal " : c.causal == Causal::bottom_right ? "causal-br " : "";
   const std::string dropout = c.dropout > 0 ? fmt::format(" p={:g}", c.dropout) : "";
-  return std::string(mask) + (c.pass == Pass::backward ? "bwd" : "fwd") + dtype + dropout;
+  return std::string(mask) + (c.pass == Pass::backward ? "bwd" : "fwd") + dtype + dropout + padded;
 }
 
-double Row::gflops() const { return over(flops(c.shape, c.causal, c.pass), sdpa.median_seconds) / 1e9; }
+double Row::gflops() const { return over(flops(c.shape, c.causal, c.pass, c.mask), sdpa.median_seconds) / 1e9; }
 double Row::gbytes_per_s() const { return over(kv_bytes(c.shape, c.dtype), sdpa.median_seconds) / 1e9; }
 double Row::read_gbytes_per_s() const { return over(kv_bytes(c.shape, c.dtype), read.median_seconds) / 1e9; }
 double Row::speedup_vs_blas() const { return over(blas.median_seconds, sdpa.median_seconds); }

@@ -25,7 +25,15 @@ struct Case {
   int threads = 1;
   Dtype dtype = Dtype::f32;  // of q, k, v, out (and dout, dq, dk, dv); PyTorch runs the same
   double dropout = 0.0;      // attention dropout p (fixed seed); > 0: timed alternating with p = 0
+  // padding: one keep mask (B, 1, Nq, Nk) = the causal mask above ∧ key padding (padded_keys),
+  // passed to sdpa as Options::keep (Options::causal none: the mask holds it) and to PyTorch
+  // as the same bool attn_mask — the call transformers makes for a padded batch.
+  ExplicitMask mask = ExplicitMask::none;
 };
+
+/// Each batch item's padded keys (padded_keys) for a padding row; empty without one. What the
+/// JSON row and PyTorch's request carry.
+std::vector<i64> key_padding(const Case& c);
 
 /// A decoding row: a forward with so few query rows that reading K and V bounds its time
 /// (is_decoding); judged by bytes against a plain read of the same K and V.
@@ -35,7 +43,8 @@ bool decoding(const Case& c);
 /// backward at N ∈ {1024, 4096}, D ∈ {64, 128} (B = 1, H = 8); two decoding rows
 /// (Hq = 32, Hkv = 8, Nq = 1, Nk ∈ {4096, 32768}, D = 128); two forward rows on one
 /// thread for per-core efficiency; forward and backward at N = 1024, D = 64 with dropout
-/// p = 0.1 (against p = 0 and PyTorch's dropout_p = 0.1); and in bf16 and fp16 each, forward
+/// p = 0.1 (against p = 0 and PyTorch's dropout_p = 0.1); causal forward and backward of a
+/// padded batch (B = 4, H = 8, N = 1024, D = 64, ExplicitMask::padding); and in bf16 and fp16 each, forward
 /// and backward at N ∈ {1024, 4096}, D = 64, and the Nk = 32768 decoding row. `threads` for
 /// all but the one-thread rows.
 std::vector<Case> default_suite(int threads);
@@ -43,7 +52,7 @@ std::vector<Case> default_suite(int threads);
 /// "B=1 H=8 N=1024 D=64", "B=1 H=32/8 Nq=1 Nk=4096 D=128", …
 std::string label(const Shape& s);
 /// "fwd", "bwd", "causal fwd", "causal bwd" or "decode", then " bf16" / " fp16" for 16-bit
-/// rows and " p=0.1" with dropout.
+/// rows, " p=0.1" with dropout and " padded" with a padding mask.
 std::string pass_name(const Case& c);
 
 struct Row {

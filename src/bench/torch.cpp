@@ -32,7 +32,8 @@ json request(const std::vector<Case>& cases, const TimerRule& rule) {
                     {"causal", c.causal == Causal::top_left},
                     {"backward", c.pass == Pass::backward},
                     {"dtype", dtype_name(c.dtype)},
-                    {"dropout_p", c.dropout}});
+                    {"dropout_p", c.dropout},
+                    {"key_padding", c.mask == ExplicitMask::padding ? json(key_padding(c)) : json(nullptr)}});
   }
   return {{"threads", cases.empty() ? 1 : cases[0].threads},
           {"rule",

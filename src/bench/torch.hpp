@@ -3,12 +3,16 @@
 // io::data_file) reads one JSON request on stdin and answers one JSON reply on stdout.
 //
 //   request: {"threads": T, "rule": {"warmup_runs", "min_runs", "min_seconds", "max_runs"},
-//             "rows": [{"B", "Hq", "Hkv", "Nq", "Nk", "Dk", "Dv", "causal", "backward", "dropout_p"}, …]}
+//             "rows": [{"B", "Hq", "Hkv", "Nq", "Nk", "Dk", "Dv", "causal", "backward", "dtype", "dropout_p",
+//                       "key_padding"}, …]}
 //   reply:   {"torch": version, "rows": [{"median_seconds": s, "runs": n}, …]}
 //            or {"error": "why"} when torch cannot be imported
 //
 // "causal" is PyTorch's is_causal (top-left); a backward row times torch.autograd.grad of
-// a fresh forward, the forward outside the timer.
+// a fresh forward, the forward outside the timer. "key_padding" (null when the row has no
+// padding mask) holds each batch item's padded keys: the script then passes one bool
+// attn_mask (B, 1, Nq, Nk), the causal mask ∧ those keys hidden, with is_causal False,
+// the keep mask sdpa gets (Case::mask).
 #pragma once
 
 #include <string>

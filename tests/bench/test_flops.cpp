@@ -49,6 +49,30 @@ TEST(Flops, CausalWithDifferentLengthsCountsTheVisibleArea) {
   EXPECT_EQ(flops(tall, Causal::bottom_right, Pass::backward), 90.0);
 }
 
+TEST(Flops, PaddingMaskCountsTheKeptPairsPerItem) {
+  // Item b's first ⌊b·Nk/(2B)⌋ keys are padding: the shares 0, 1/8, 1/4, 3/8 for B = 4.
+  const Shape hf{4, 8, 8, 1024, 1024, 64, 64};
+  for (i64 b = 0; b < 4; ++b) EXPECT_EQ(padded_keys(hf, b), 128 * b);
+  // B = 4, Nq = Nk = 8: pads 0, 1, 2, 3. No causal mask: 8·(8 − p) = 64, 56, 48, 40, mean 52.
+  const Shape square{4, 1, 1, 8, 8, 2, 2};
+  EXPECT_EQ(visible_pairs(square, Causal::none, ExplicitMask::padding), 52.0);
+  // Top-left: row i sees keys p … i, the triangle (8 − p)²/2 = 32, 24.5, 18, 12.5, mean 21.75.
+  EXPECT_EQ(visible_pairs(square, Causal::top_left, ExplicitMask::padding), 21.75);
+  EXPECT_EQ(flops(square, Causal::top_left, Pass::forward, ExplicitMask::padding), 8.0 * 4 * 21.75);
+  EXPECT_EQ(flops(square, Causal::top_left, Pass::backward, ExplicitMask::padding), 2.5 * 8.0 * 4 * 21.75);
+  // Without padding the mask changes nothing: p = 0 for B = 1.
+  const Shape one{1, 1, 1, 8, 8, 2, 2};
+  EXPECT_EQ(visible_pairs(one, Causal::top_left, ExplicitMask::padding), visible_pairs(one, Causal::top_left));
+  // Nq = 4 < Nk = 8, pads 0, 1, 2, 3. Bottom-right: Nq·(Nk − p) − Nq²/2 = 24, 20, 16, 12, mean 18;
+  // top-left: (Nq − p)²/2 = 8, 4.5, 2, 0.5, mean 3.75.
+  const Shape wide{4, 1, 1, 4, 8, 2, 2};
+  EXPECT_EQ(visible_pairs(wide, Causal::bottom_right, ExplicitMask::padding), 18.0);
+  EXPECT_EQ(visible_pairs(wide, Causal::top_left, ExplicitMask::padding), 3.75);
+  // Nq = 2: items with p ≥ Nq see nothing under top-left: 2, 0.5, 0, 0, mean 0.625.
+  const Shape few{4, 1, 1, 2, 8, 2, 2};
+  EXPECT_EQ(visible_pairs(few, Causal::top_left, ExplicitMask::padding), 0.625);
+}
+
 TEST(Flops, DecodingBytes) {
   // fp32 K and V read once: 4·B·Hkv·Nk·(Dk + Dv) = 4·2·3·7·10
   const Shape s{2, 12, 3, 1, 7, 4, 6};

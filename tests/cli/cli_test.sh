@@ -275,6 +275,28 @@ want = 3 * 300**2 / (300**2 + 129**2 + 64**2)
 assert abs(row["flops_ratio_padded"] - want) < 1e-12 * want, (row["flops_ratio_padded"], want)
 assert row["runs"] >= 2 and row["padded_runs"] >= 2, row
 PY
+    # --mask padding: the row names its mask and each item's padded keys (⌊b·Nk/(2B)⌋: 0, 16,
+    # 32, 48 for B = 4, Nk = 128), and its FLOPs are the kept pairs' (hand count, top-left
+    # causal, Nq = Nk = 128: (128 − p)²/2 per head = 8192, 6272, 4608, 3200; 2·(32 + 32)·B·H·mean
+    # = 128·2·22272 = 5,701,632), the BLAS baseline skipped (it has no explicit mask).
+    "$sdpa" bench --batch 4 --heads 2 --seq 128 --dim 32 --causal --mask padding --repeat 1 --min-seconds 0 \
+      --no-torch --format json > m.json
+    /usr/bin/python3 - m.json <<'PY' || fail "mask json"
+import json, sys
+row = json.load(open(sys.argv[1]))[0]
+assert row["pass"] == "causal fwd padded" and row["mask"] == "padding", row
+assert row["key_padding"] == [0, 16, 32, 48], row
+got = row["gflops"] * row["seconds_median"] * 1e9
+assert abs(got - 5701632) <= 1e-9 * 5701632, got
+assert row["blas_seconds_median"] is None, row
+PY
+    "$sdpa" bench --seq 64 --heads 1 --repeat 1 --no-torch --no-blas --format json | grep -q '"mask":"none","key_padding":null' \
+      || fail "a row without --mask must say so"
+    "$sdpa" bench --batch 2 --seq 64 --heads 1 --mask padding --backward --repeat 1 --no-torch --no-blas \
+      | grep -q '^bwd padded ' || fail "the padded backward row"
+    expect_error "--mask" "$sdpa" bench --mask causal
+    expect_error "--mask" "$sdpa" bench --mask padding --suite default
+    expect_error "--varlen" "$sdpa" bench --varlen 5,4 --mask padding
     expect_error "--varlen" "$sdpa" bench --varlen 3,,4
     expect_error "--varlen" "$sdpa" bench --varlen 0,5
     expect_error "--varlen" "$sdpa" bench --varlen 5,4 --backward
@@ -328,11 +350,18 @@ float32 = "float32"
 def set_num_threads(n): pass
 class Generator:
     def manual_seed(self, seed): return self
+bool = "bool"
 class Tensor:
+    # ops: what was done to a tensor made by ones(), so that a mask's construction can be read back
+    def __init__(self, shape=(), ops=()): self.shape, self.ops = list(shape), list(ops)
     def clone(self): return Tensor()
     def requires_grad_(self, flag=True): return self
     def to(self, dtype): return self
+    def tril(self): return Tensor(self.shape, self.ops + ["tril"])
+    def __setitem__(self, index, value):  # keep[b, :, :, :pad] = value
+        self.ops.append(["set", index[0], index[3].stop, value])
 def randn(*shape, generator=None, dtype=None): return Tensor()
+def ones(*shape, dtype=None): return Tensor(shape, ["ones " + str(dtype)])
 class no_grad:
     def __enter__(self): return self
     def __exit__(self, *exc): return False
@@ -345,8 +374,12 @@ PY
     : > "$fake/torch/nn/__init__.py"
     cat > "$fake/torch/nn/functional.py" <<'PY'
 import time
+import json, os
 import torch
-def scaled_dot_product_attention(q, k, v, is_causal=False, enable_gqa=False, dropout_p=0.0):
+def scaled_dot_product_attention(q, k, v, attn_mask=None, is_causal=False, enable_gqa=False, dropout_p=0.0):
+    if attn_mask is not None:  # what reached PyTorch, for the --mask check below
+        with open(os.environ["FAKE_TORCH_LOG"], "a") as log:
+            log.write(json.dumps({"shape": attn_mask.shape, "ops": attn_mask.ops, "is_causal": is_causal}) + "\n")
     time.sleep(0.001)
     return torch.Tensor()
 PY
@@ -366,6 +399,21 @@ assert exact["runs"] == 3 and exact["torch_runs"] == 3, exact
 assert exact["torch_seconds_median"] >= 0.001 and exact["speedup_vs_torch"] > 0, exact
 assert capped["runs"] == 4 and capped["torch_runs"] == 4, capped
 assert capped["torch_seconds_median"] >= 0.002, capped  # the grad alone, the forward outside the timer
+PY
+    # --mask padding reaches PyTorch as the same keep mask: ones (B, 1, Nq, Nk), tril for
+    # --causal, each item's padded keys set False, with is_causal False.
+    export FAKE_TORCH_LOG="$work/torch_masks.log"
+    "$sdpa" bench --batch 4 --seq 32 --heads 1 --no-blas --repeat 1 --min-seconds 0 --causal --mask padding \
+      --format json > masked.json
+    /usr/bin/python3 - "$FAKE_TORCH_LOG" masked.json <<'PY' || fail "the padding mask did not reach PyTorch"
+import json, sys
+calls = [json.loads(line) for line in open(sys.argv[1])]
+assert calls, "no attn_mask reached scaled_dot_product_attention"
+want = {"shape": [4, 1, 32, 32], "is_causal": False,
+        "ops": ["ones bool", "tril"] + [["set", b, p, False] for b, p in enumerate([0, 4, 8, 12])]}
+assert all(c == want for c in calls), (calls[0], want)
+row = json.load(open(sys.argv[2]))[0]
+assert row["mask"] == "padding" and row["torch_runs"] == 1, row
 PY
     # SDPA_DATA_DIR, a directory whose name holds a space and both quotes, comes first:
     # here a script that answers a fixed reply.
