@@ -24,6 +24,8 @@ import subprocess
 import sys
 import time
 
+from package_dirs import parse_package_dirs
+
 
 def worker(a):
     import torch
@@ -102,14 +104,7 @@ def main():
     a = ap.parse_args()
     if a.worker:
         return worker(a)
-    if len(a.pkg) < 1:
-        ap.error("--pkg: give at least one NAME=DIR")
-    pkgs = []
-    for spec in a.pkg:
-        name, sep, path = spec.partition("=")
-        if not sep or not os.path.isdir(os.path.join(path, "sdpa")):
-            ap.error(f"--pkg: expected NAME=DIR with DIR/sdpa, got {spec!r}")
-        pkgs.append((name, path))
+    pkgs = parse_package_dirs(ap, a.pkg)
     for name in ("threads", "rounds", "reps"):
         if getattr(a, name) < 1:
             ap.error(f"--{name}: must be >= 1, got {getattr(a, name)}")

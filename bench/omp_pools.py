@@ -27,6 +27,8 @@ import subprocess
 import sys
 import time
 
+from package_dirs import parse_package_dirs
+
 CASES = ("train", "decode")
 
 
@@ -100,16 +102,11 @@ def main():
     if args.one:
         run_one(args)
         return
-    if not args.pkg:
-        ap.error("--pkg: give at least one NAME=DIR")
     configs = []
-    for spec in args.pkg:
-        name, sep, d = spec.partition("=")
-        if not sep or not os.path.isdir(os.path.join(d, "sdpa")):
-            ap.error(f"--pkg {spec!r}: expected NAME=DIR with DIR/sdpa a package directory")
-        configs.append((name, os.path.abspath(d), {}))
+    for name, d in parse_package_dirs(ap, args.pkg):
+        configs.append((name, d, {}))
         if args.passive:
-            configs.append((name + "+passive", os.path.abspath(d), {"OMP_WAIT_POLICY": "passive"}))
+            configs.append((name + "+passive", d, {"OMP_WAIT_POLICY": "passive"}))
     rows = {c[0]: {} for c in configs}  # config -> (case, attention) -> [(op µs, attention µs)]
     maps, threads = {}, {}
     for r in range(args.rounds):
