@@ -205,11 +205,7 @@ int run(const Args& a) {
   if (a.threads < 0) throw Error("--threads: must be >= 0, got " + std::to_string(a.threads));
   if (!(a.dropout >= 0.0 && a.dropout < 1.0))
     throw Error("--dropout: must be in [0, 1), got " + std::to_string(a.dropout));
-  bench::ExplicitMask mask = bench::ExplicitMask::none;
-  if (a.mask == "padding")
-    mask = bench::ExplicitMask::padding;
-  else if (a.mask != "none")
-    throw Error("--mask: expected none or padding, got '" + a.mask + "'");
+  const bench::ExplicitMask mask = bench::parse_explicit_mask(a.mask, "--mask");
   bench::SuiteOptions o;
   o.rule = a.rule;
   o.isa = parse_isa(a.isa.c_str(), "--isa");

@@ -29,6 +29,12 @@ i64 padded_keys(const Shape& s, i64 b) { return b * s.Nk / (2 * s.B); }
 
 const char* mask_name(ExplicitMask m) { return m == ExplicitMask::padding ? "padding" : "none"; }
 
+ExplicitMask parse_explicit_mask(const std::string& name, const char* what) {
+  for (ExplicitMask m : {ExplicitMask::none, ExplicitMask::padding})
+    if (name == mask_name(m)) return m;
+  throw Error(std::string(what) + ": expected none or padding, got '" + name + "'");
+}
+
 double visible_pairs(const Shape& s, Causal causal, ExplicitMask mask) {
   if (mask == ExplicitMask::none) return structure_pairs(s, causal);
   // Item b without its p padded keys: Nk − p keys, and for top-left Nq − p rows (the rows

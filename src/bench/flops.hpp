@@ -28,6 +28,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "sdpa/sdpa.hpp"
 
@@ -53,6 +54,8 @@ i64 padded_keys(const Shape& s, i64 b);
 
 /// "none" or "padding", as `sdpa bench --mask` takes them and its JSON names them.
 const char* mask_name(ExplicitMask m);
+/// The inverse of mask_name; anything else throws sdpa::Error naming `what` (the option).
+ExplicitMask parse_explicit_mask(const std::string& name, const char* what);
 
 /// (query, key) pairs per head the FLOP count charges for (see above); with a padding mask
 /// the mean over the batch items.
