@@ -3,7 +3,7 @@
 struct Vec {
   using R = __m512;
   static constexpr int W = 16;
-  static constexpr int MR = 4;  // 4 rows x 4 vectors = 16 accumulators of 32 registers
+  static constexpr int MR = 6;  // 6 rows x 4 vectors = 24 accumulators of 32 registers
   static constexpr int NV = 4;
   static R zero() { return _mm512_setzero_ps(); }
   static R set1(float x) { return _mm512_set1_ps(x); }
