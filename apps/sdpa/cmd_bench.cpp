@@ -62,6 +62,7 @@ nlohmann::ordered_json json_row(const bench::SuiteResult& res, const bench::Row&
           {"gflops", r.gflops()},
           {"peak_gflops", r.peak_gflops},
           {"peak_isa", res.peaks.fma_isa},
+          {"bf16_dot_peak_gflops", or_null(r.c.dtype == Dtype::bf16 ? res.peaks.bf16_dot(r.c.threads) : 0.0)},
           {"peak_cores_worth", res.peaks.cores_worth(r.c.threads)},
           {"shared_host", res.peaks.shared_host(r.c.threads)},
           {"probe_gflops", r.probe_gflops},
@@ -130,6 +131,10 @@ void print_table(const Args& a, const bench::SuiteResult& res) {
           "with other work, so their rows' '% peak' flatters and their ratios are noisy; the one-thread rows carry "
           "the headline.\n",
           t, res.peaks.cores_worth(t), 100 * bench::Peaks::kSharedHostShare, t);
+  for (auto [t, gf] : res.peaks.bf16_dot_gflops)
+    fmt::print("  BF16 dot   {:7.1f} GFLOP/s on {} thread{} (vdpbf16ps, 2 bf16 products per fp32 lane; bf16 rows' "
+               "'% peak' stays the fp32 FMA's)\n",
+               gf, t, t > 1 ? "s" : "");
   for (auto [t, bw] : res.peaks.read_gbs)
     fmt::print("  read bw    {:7.1f} GB/s on {} thread{} (1 GiB, best pass)\n", bw, t, t > 1 ? "s" : "");
   fmt::print("  BLAS       {} (matmul, softmax, matmul; scores materialised)\n",

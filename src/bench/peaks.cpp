@@ -22,6 +22,11 @@ void Peaks::measure_read(int threads) {
   kept = std::max(kept, peak::read_bandwidth_gbs(threads));
 }
 
+void Peaks::measure_bf16_dot(int threads) {
+  double& kept = bf16_dot_gflops[threads];
+  kept = std::max(kept, peak::measure_bf16_dot(threads, 0.2).gflops);
+}
+
 double Peaks::fma(int threads) const {
   const auto it = fma_gflops.find(threads);
   return it == fma_gflops.end() ? 0.0 : it->second;
@@ -30,6 +35,11 @@ double Peaks::fma(int threads) const {
 double Peaks::read(int threads) const {
   const auto it = read_gbs.find(threads);
   return it == read_gbs.end() ? 0.0 : it->second;
+}
+
+double Peaks::bf16_dot(int threads) const {
+  const auto it = bf16_dot_gflops.find(threads);
+  return it == bf16_dot_gflops.end() ? 0.0 : it->second;
 }
 
 double Peaks::cores_worth(int threads) const {

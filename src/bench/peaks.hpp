@@ -17,15 +17,18 @@ struct Peaks {
   Isa isa = Isa::automatic;          // the ISA whose FMA peak to measure (automatic: the one in use)
   std::map<int, double> fma_gflops;  // threads -> fp32 FMA peak, GFLOP/s
   std::map<int, double> read_gbs;    // threads -> read bandwidth of a 1 GiB buffer, GB/s (best pass)
+  std::map<int, double> bf16_dot_gflops;  // threads -> vdpbf16ps peak, GFLOP/s (measured for bf16 rows, where the CPU has it)
   std::string fma_isa;               // the vector width the FMA peak was measured on
 
   /// Measures (again) and keeps the larger.
   void measure_fma(int threads);
   void measure_read(int threads);
+  void measure_bf16_dot(int threads);
 
   /// 0 when not measured for this thread count.
   double fma(int threads) const;
   double read(int threads) const;
+  double bf16_dot(int threads) const;
 
   /// Cores' worth the `threads`-thread FMA peak shows: its ratio to the one-thread peak
   /// (0 when either is not measured). On a host shared with other work it reads well below

@@ -261,6 +261,11 @@ SuiteResult run_suite(const SuiteOptions& o) {
       say(fmt::format("measuring the FMA peak ({} threads)", c.threads));
       res.peaks.measure_fma(c.threads);
     }
+    // bf16 rows: what vdpbf16ps could give, beside the fp32 FMA peak they are measured against
+    if (c.dtype == Dtype::bf16 && peak::bf16_dot_supported() && !res.peaks.bf16_dot_gflops.count(c.threads)) {
+      say(fmt::format("measuring the bf16 dot-product peak ({} threads)", c.threads));
+      res.peaks.measure_bf16_dot(c.threads);
+    }
     if (decoding(c) && !res.peaks.read_gbs.count(c.threads)) {
       say(fmt::format("measuring the read bandwidth ({} threads)", c.threads));
       res.peaks.measure_read(c.threads);

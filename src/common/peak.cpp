@@ -65,6 +65,31 @@ void fma_avx512(std::int64_t iters) {
         "xmm13", "cc");
 }
 
+// kChains independent `vdpbf16ps` chains on zmm registers (AVX512_BF16): each adds, in
+// every one of 16 fp32 lanes, the products of two bf16 pairs.
+void dot_bf16_avx512(std::int64_t iters) {
+  asm volatile(
+      "vpxord %%zmm0, %%zmm0, %%zmm0\n\t"
+      "vmovaps %%zmm0, %%zmm1\n\tvmovaps %%zmm0, %%zmm2\n\tvmovaps %%zmm0, %%zmm3\n\t"
+      "vmovaps %%zmm0, %%zmm4\n\tvmovaps %%zmm0, %%zmm5\n\tvmovaps %%zmm0, %%zmm6\n\t"
+      "vmovaps %%zmm0, %%zmm7\n\tvmovaps %%zmm0, %%zmm8\n\tvmovaps %%zmm0, %%zmm9\n\t"
+      "vmovaps %%zmm0, %%zmm10\n\tvmovaps %%zmm0, %%zmm11\n\t"
+      "vmovaps %%zmm0, %%zmm12\n\tvmovaps %%zmm0, %%zmm13\n\t"
+      "1:\n\t"
+      "vdpbf16ps %%zmm12, %%zmm13, %%zmm0\n\tvdpbf16ps %%zmm12, %%zmm13, %%zmm1\n\t"
+      "vdpbf16ps %%zmm12, %%zmm13, %%zmm2\n\tvdpbf16ps %%zmm12, %%zmm13, %%zmm3\n\t"
+      "vdpbf16ps %%zmm12, %%zmm13, %%zmm4\n\tvdpbf16ps %%zmm12, %%zmm13, %%zmm5\n\t"
+      "vdpbf16ps %%zmm12, %%zmm13, %%zmm6\n\tvdpbf16ps %%zmm12, %%zmm13, %%zmm7\n\t"
+      "vdpbf16ps %%zmm12, %%zmm13, %%zmm8\n\tvdpbf16ps %%zmm12, %%zmm13, %%zmm9\n\t"
+      "vdpbf16ps %%zmm12, %%zmm13, %%zmm10\n\tvdpbf16ps %%zmm12, %%zmm13, %%zmm11\n\t"
+      "dec %0\n\tjnz 1b\n\t"
+      "vzeroupper\n\t"
+      : "+r"(iters)
+      :
+      : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12",
+        "xmm13", "cc");
+}
+
 // The portable build's arithmetic (the scalar path: no -m flags, so SSE2, x86-64's
 // baseline, and no FMA): kChains independent chains on xmm (4 floats) registers, half
 // multiplies and half adds, which run on separate ports on current x86 cores.
@@ -157,6 +182,30 @@ double read_bandwidth_gbs(int threads, double bytes) {
   return best;
 }
 
+namespace {
+// GFLOP/s of `kernel` (flops_per_iter per iteration) on `threads` threads at once, over
+// the slowest thread, best of three runs of about `seconds` after a calibration.
+double best_gflops(void (*kernel)(std::int64_t), double flops_per_iter, int threads, double seconds) {
+  auto timed = [&](std::int64_t iters) {
+    std::vector<double> t(static_cast<std::size_t>(threads));
+    std::vector<std::thread> pool;
+    for (int i = 0; i < threads; ++i)
+      pool.emplace_back([&, i] {
+        const auto t0 = std::chrono::steady_clock::now();
+        kernel(iters);
+        t[static_cast<std::size_t>(i)] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      });
+    for (auto& th : pool) th.join();
+    return *std::max_element(t.begin(), t.end());
+  };
+  std::int64_t iters = 1 << 20;
+  while (timed(iters) < seconds / 4) iters *= 2;  // calibrate (also warms the units up)
+  double best = 0.0;
+  for (int rep = 0; rep < 3; ++rep) best = std::max(best, flops_per_iter * double(iters) * threads / timed(iters) / 1e9);
+  return best;
+}
+}  // namespace
+
 Result measure(int threads, double seconds, Isa isa) {
   Result r;
   r.threads = std::max(1, threads);
@@ -170,22 +219,19 @@ Result measure(int threads, double seconds, Isa isa) {
   const double flops_per_iter = isa == Isa::avx512 ? kChains * 16 * 2.0
                                 : isa == Isa::avx2 ? kChains * 8 * 2.0
                                                    : kChains * 4 * 1.0;
-  auto timed = [&](std::int64_t iters) {  // all threads at once; FLOP/s over the slowest
-    std::vector<double> t(static_cast<std::size_t>(r.threads));
-    std::vector<std::thread> pool;
-    for (int i = 0; i < r.threads; ++i)
-      pool.emplace_back([&, i] {
-        const auto t0 = std::chrono::steady_clock::now();
-        kernel(iters);
-        t[static_cast<std::size_t>(i)] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      });
-    for (auto& th : pool) th.join();
-    return *std::max_element(t.begin(), t.end());
-  };
-  std::int64_t iters = 1 << 20;
-  while (timed(iters) < seconds / 4) iters *= 2;  // calibrate (also warms the units up)
-  for (int rep = 0; rep < 3; ++rep)
-    r.gflops = std::max(r.gflops, flops_per_iter * double(iters) * r.threads / timed(iters) / 1e9);
+  r.gflops = best_gflops(kernel, flops_per_iter, r.threads, seconds);
+  return r;
+}
+
+bool bf16_dot_supported() { return isa_supported(Isa::avx512) && __builtin_cpu_supports("avx512bf16"); }
+
+Result measure_bf16_dot(int threads, double seconds) {
+  if (!bf16_dot_supported()) throw Error("peak: this CPU has no AVX512_BF16 (vdpbf16ps)");
+  Result r;
+  r.threads = std::max(1, threads);
+  r.isa = "avx512bf16";
+  // kChains instructions of 16 lanes, each lane two products and two adds: 4 FLOPs
+  r.gflops = best_gflops(dot_bf16_avx512, kChains * 16 * 4.0, r.threads, seconds);
   return r;
 }
 

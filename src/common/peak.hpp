@@ -21,6 +21,16 @@ struct Result {
 /// for an ISA this CPU cannot run.
 Result measure(int threads, double seconds = 0.2, Isa isa = Isa::automatic);
 
+/// Whether this CPU runs `vdpbf16ps` (AVX512_BF16, on top of the avx512 path's extensions).
+bool bf16_dot_supported();
+
+/// The same loop as `measure` on `vdpbf16ps` (12 chains of zmm): bf16 pairs multiplied and
+/// added into fp32 lanes, two products per lane, counted as 4 FLOPs per lane, so the figure
+/// compares with the fp32 FMA peak FLOP for FLOP: above it, a bf16 GEMM on this
+/// instruction could beat the fp32 one; at or below, it cannot. Throws sdpa::Error where
+/// !bf16_dot_supported().
+Result measure_bf16_dot(int threads, double seconds = 0.2);
+
 /// Read bandwidth from memory in GB/s (1e9 bytes/s): `threads` threads stream disjoint
 /// parts of a `bytes` buffer (far larger than the last-level cache) into vector sums,
 /// best of five passes after one that faults the pages in.

@@ -241,6 +241,17 @@ for key in ["seconds_median", "gflops", "peak_gflops", "fraction_of_peak", "spee
 assert rows[0]["runs"] >= 2 and rows[0]["torch_seconds_median"] is None, rows[0]
 # BUSY is the probe below 85 % of the peak, whatever this host was doing
 assert rows[0]["host_busy"] == (rows[0]["probe_gflops"] < 0.85 * rows[0]["peak_gflops"]), rows[0]
+assert rows[0]["bf16_dot_peak_gflops"] is None, rows[0]  # an fp32 row
+PY
+    # A bf16 row carries the vdpbf16ps peak exactly where the CPU has the instruction.
+    "$sdpa" bench --seq 64 --heads 1 --dtype bfloat16 --repeat 1 --no-torch --no-blas --format json | tee bf.json
+    /usr/bin/python3 - bf.json <<'PY' || fail "bench bf16 json"
+import json, sys
+rows = json.load(open(sys.argv[1]))
+flags = next(l for l in open("/proc/cpuinfo") if l.startswith("flags")).split()
+has = all(f in flags for f in ["avx512f", "avx512dq", "avx512bw", "avx512vl", "avx512_bf16"])
+got = rows[0]["bf16_dot_peak_gflops"]
+assert (isinstance(got, float) and got > 0) if has else got is None, (has, rows[0])
 PY
     "$sdpa" bench --seq 130 --kv-seq 70 --heads 4 --kv-heads 2 --backward --causal --repeat 1 --no-torch | tee b.txt
     grep -q 'causal bwd' b.txt || fail "bench table lacks the causal bwd row"
