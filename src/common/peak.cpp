@@ -41,15 +41,19 @@ void fma_avx2(std::int64_t iters) {
         "xmm13", "cc");
 }
 
+// zmm0..zmm13 zeroed: the chains, and the operands (zeros: no denormal or overflow slows them).
+#define SDPA_ZERO_ZMM0_TO_13                                                          \
+  "vpxord %%zmm0, %%zmm0, %%zmm0\n\t"                                                   \
+  "vmovaps %%zmm0, %%zmm1\n\tvmovaps %%zmm0, %%zmm2\n\tvmovaps %%zmm0, %%zmm3\n\t"    \
+  "vmovaps %%zmm0, %%zmm4\n\tvmovaps %%zmm0, %%zmm5\n\tvmovaps %%zmm0, %%zmm6\n\t"    \
+  "vmovaps %%zmm0, %%zmm7\n\tvmovaps %%zmm0, %%zmm8\n\tvmovaps %%zmm0, %%zmm9\n\t"    \
+  "vmovaps %%zmm0, %%zmm10\n\tvmovaps %%zmm0, %%zmm11\n\t"                           \
+  "vmovaps %%zmm0, %%zmm12\n\tvmovaps %%zmm0, %%zmm13\n\t"
+
 // The same on zmm (16 floats) registers.
 void fma_avx512(std::int64_t iters) {
   asm volatile(
-      "vpxord %%zmm0, %%zmm0, %%zmm0\n\t"
-      "vmovaps %%zmm0, %%zmm1\n\tvmovaps %%zmm0, %%zmm2\n\tvmovaps %%zmm0, %%zmm3\n\t"
-      "vmovaps %%zmm0, %%zmm4\n\tvmovaps %%zmm0, %%zmm5\n\tvmovaps %%zmm0, %%zmm6\n\t"
-      "vmovaps %%zmm0, %%zmm7\n\tvmovaps %%zmm0, %%zmm8\n\tvmovaps %%zmm0, %%zmm9\n\t"
-      "vmovaps %%zmm0, %%zmm10\n\tvmovaps %%zmm0, %%zmm11\n\t"
-      "vmovaps %%zmm0, %%zmm12\n\tvmovaps %%zmm0, %%zmm13\n\t"
+      SDPA_ZERO_ZMM0_TO_13
       "1:\n\t"
       "vfmadd231ps %%zmm12, %%zmm13, %%zmm0\n\tvfmadd231ps %%zmm12, %%zmm13, %%zmm1\n\t"
       "vfmadd231ps %%zmm12, %%zmm13, %%zmm2\n\tvfmadd231ps %%zmm12, %%zmm13, %%zmm3\n\t"
@@ -69,12 +73,7 @@ void fma_avx512(std::int64_t iters) {
 // every one of 16 fp32 lanes, the products of two bf16 pairs.
 void dot_bf16_avx512(std::int64_t iters) {
   asm volatile(
-      "vpxord %%zmm0, %%zmm0, %%zmm0\n\t"
-      "vmovaps %%zmm0, %%zmm1\n\tvmovaps %%zmm0, %%zmm2\n\tvmovaps %%zmm0, %%zmm3\n\t"
-      "vmovaps %%zmm0, %%zmm4\n\tvmovaps %%zmm0, %%zmm5\n\tvmovaps %%zmm0, %%zmm6\n\t"
-      "vmovaps %%zmm0, %%zmm7\n\tvmovaps %%zmm0, %%zmm8\n\tvmovaps %%zmm0, %%zmm9\n\t"
-      "vmovaps %%zmm0, %%zmm10\n\tvmovaps %%zmm0, %%zmm11\n\t"
-      "vmovaps %%zmm0, %%zmm12\n\tvmovaps %%zmm0, %%zmm13\n\t"
+      SDPA_ZERO_ZMM0_TO_13
       "1:\n\t"
       "vdpbf16ps %%zmm12, %%zmm13, %%zmm0\n\tvdpbf16ps %%zmm12, %%zmm13, %%zmm1\n\t"
       "vdpbf16ps %%zmm12, %%zmm13, %%zmm2\n\tvdpbf16ps %%zmm12, %%zmm13, %%zmm3\n\t"
