@@ -30,9 +30,9 @@ struct Args {
   double dropout = 0.0;
   std::string mask = "none";  // none | padding (bench::ExplicitMask)
   std::string suite, format = "table", isa = "auto";
-  std::string varlen;  // lengths "2048,1024,…": one packed-versus-padded row instead of a shape
+  std::string varlen;         // lengths "2048,1024,…": one packed-versus-padded row instead of a shape
   bool varlen_given = false;  // --varlen on the command line, even as '' (refused, not taken as unset)
-  bool ring = false;   // under mpirun (cmd_ring.cpp)
+  bool ring = false;          // under mpirun (cmd_ring.cpp)
   std::string layout = "zigzag";
 };
 
@@ -132,9 +132,10 @@ void print_table(const Args& a, const bench::SuiteResult& res) {
           "the headline.\n",
           t, res.peaks.cores_worth(t), 100 * bench::Peaks::kSharedHostShare, t);
   for (auto [t, gf] : res.peaks.bf16_dot_gflops)
-    fmt::print("  BF16 dot   {:7.1f} GFLOP/s on {} thread{} (vdpbf16ps, 2 bf16 products per fp32 lane; bf16 rows' "
-               "'% peak' stays the fp32 FMA's)\n",
-               gf, t, t > 1 ? "s" : "");
+    fmt::print(
+        "  BF16 dot   {:7.1f} GFLOP/s on {} thread{} (vdpbf16ps, 2 bf16 products per fp32 lane; bf16 rows' "
+        "'% peak' stays the fp32 FMA's)\n",
+        gf, t, t > 1 ? "s" : "");
   for (auto [t, bw] : res.peaks.read_gbs)
     fmt::print("  read bw    {:7.1f} GB/s on {} thread{} (1 GiB, best pass)\n", bw, t, t > 1 ? "s" : "");
   fmt::print("  BLAS       {} (matmul, softmax, matmul; scores materialised)\n",
@@ -168,7 +169,8 @@ void print_table(const Args& a, const bench::SuiteResult& res) {
       "timed alternately with the kernel ('% read', medians of both) and against the best 1 GiB read above ('% "
       "bw').\n'probe': a short FMA loop on the row's threads before and after its sdpa timing and after PyTorch's, "
       "the slowest, as a share of the peak.\n");
-  if (std::any_of(res.rows.begin(), res.rows.end(), [](const bench::Row& r) { return r.c.mask != bench::ExplicitMask::none; }))
+  if (std::any_of(res.rows.begin(), res.rows.end(),
+                  [](const bench::Row& r) { return r.c.mask != bench::ExplicitMask::none; }))
     fmt::print(
         "'padded' rows: one bool keep mask (B, 1, Nq, Nk), the causal mask and item b's first b·Nk/(2B) keys hidden, "
         "passed to sdpa and to PyTorch (attn_mask) alike; GFLOP/s counts the pairs the mask keeps.\n");
@@ -298,9 +300,10 @@ Command add_bench(CLI::App& parent) {
   c->add_option("--threads", a->threads, "Threads (0 = all)")->capture_default_str();
   add_timer_options(*c, a->rule);
   c->add_option("--suite", a->suite, "Run a standard table instead of one shape: default");
-  CLI::Option* varlen = c->add_option("--varlen", a->varlen,
-                "Lengths L1,L2,…: time one packed batch of these sequences (heads and dim from --heads, --dim) "
-                "against the same batch padded to the longest, instead of one shape");
+  CLI::Option* varlen =
+      c->add_option("--varlen", a->varlen,
+                    "Lengths L1,L2,…: time one packed batch of these sequences (heads and dim from --heads, --dim) "
+                    "against the same batch padded to the longest, instead of one shape");
   c->add_option("--isa", a->isa, "auto | scalar | avx2 | avx512")->capture_default_str();
   c->add_flag("--no-torch", a->no_torch, "Skip the PyTorch comparison");
   c->add_flag("--no-blas", a->no_blas, "Skip the BLAS comparison");

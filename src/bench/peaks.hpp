@@ -17,8 +17,9 @@ struct Peaks {
   Isa isa = Isa::automatic;          // the ISA whose FMA peak to measure (automatic: the one in use)
   std::map<int, double> fma_gflops;  // threads -> fp32 FMA peak, GFLOP/s
   std::map<int, double> read_gbs;    // threads -> read bandwidth of a 1 GiB buffer, GB/s (best pass)
-  std::map<int, double> bf16_dot_gflops;  // threads -> vdpbf16ps peak, GFLOP/s (measured for bf16 rows, where the CPU has it)
-  std::string fma_isa;               // the vector width the FMA peak was measured on
+  std::map<int, double>
+      bf16_dot_gflops;  // threads -> vdpbf16ps peak, GFLOP/s (measured for bf16 rows, where the CPU has it)
+  std::string fma_isa;  // the vector width the FMA peak was measured on
 
   /// Measures (again) and keeps the larger.
   void measure_fma(int threads);

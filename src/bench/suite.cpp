@@ -205,8 +205,8 @@ std::vector<Case> default_suite(int threads) {
   for (Pass pass : {Pass::forward, Pass::backward})
     rows.push_back({square(1024, 64), Causal::none, pass, threads, Dtype::f32, 0.1});
   for (Pass pass : {Pass::forward, Pass::backward})  // a padded batch as transformers passes it
-    rows.push_back({Shape{4, 8, 8, 1024, 1024, 64, 64}, Causal::top_left, pass, threads, Dtype::f32, 0.0,
-                    ExplicitMask::padding});
+    rows.push_back(
+        {Shape{4, 8, 8, 1024, 1024, 64, 64}, Causal::top_left, pass, threads, Dtype::f32, 0.0, ExplicitMask::padding});
   for (Dtype t : {Dtype::bf16, Dtype::fp16}) {  // 16-bit rows, against PyTorch in the same dtype
     for (Pass pass : {Pass::forward, Pass::backward})
       for (i64 n : {1024, 4096}) rows.push_back({square(n, 64), Causal::none, pass, threads, t});

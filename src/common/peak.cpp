@@ -42,51 +42,49 @@ void fma_avx2(std::int64_t iters) {
 }
 
 // zmm0..zmm13 zeroed: the chains, and the operands (zeros: no denormal or overflow slows them).
-#define SDPA_ZERO_ZMM0_TO_13                                                          \
-  "vpxord %%zmm0, %%zmm0, %%zmm0\n\t"                                                   \
-  "vmovaps %%zmm0, %%zmm1\n\tvmovaps %%zmm0, %%zmm2\n\tvmovaps %%zmm0, %%zmm3\n\t"    \
-  "vmovaps %%zmm0, %%zmm4\n\tvmovaps %%zmm0, %%zmm5\n\tvmovaps %%zmm0, %%zmm6\n\t"    \
-  "vmovaps %%zmm0, %%zmm7\n\tvmovaps %%zmm0, %%zmm8\n\tvmovaps %%zmm0, %%zmm9\n\t"    \
-  "vmovaps %%zmm0, %%zmm10\n\tvmovaps %%zmm0, %%zmm11\n\t"                           \
+#define SDPA_ZERO_ZMM0_TO_13                                                       \
+  "vpxord %%zmm0, %%zmm0, %%zmm0\n\t"                                              \
+  "vmovaps %%zmm0, %%zmm1\n\tvmovaps %%zmm0, %%zmm2\n\tvmovaps %%zmm0, %%zmm3\n\t" \
+  "vmovaps %%zmm0, %%zmm4\n\tvmovaps %%zmm0, %%zmm5\n\tvmovaps %%zmm0, %%zmm6\n\t" \
+  "vmovaps %%zmm0, %%zmm7\n\tvmovaps %%zmm0, %%zmm8\n\tvmovaps %%zmm0, %%zmm9\n\t" \
+  "vmovaps %%zmm0, %%zmm10\n\tvmovaps %%zmm0, %%zmm11\n\t"                         \
   "vmovaps %%zmm0, %%zmm12\n\tvmovaps %%zmm0, %%zmm13\n\t"
 
 // The same on zmm (16 floats) registers.
 void fma_avx512(std::int64_t iters) {
-  asm volatile(
-      SDPA_ZERO_ZMM0_TO_13
-      "1:\n\t"
-      "vfmadd231ps %%zmm12, %%zmm13, %%zmm0\n\tvfmadd231ps %%zmm12, %%zmm13, %%zmm1\n\t"
-      "vfmadd231ps %%zmm12, %%zmm13, %%zmm2\n\tvfmadd231ps %%zmm12, %%zmm13, %%zmm3\n\t"
-      "vfmadd231ps %%zmm12, %%zmm13, %%zmm4\n\tvfmadd231ps %%zmm12, %%zmm13, %%zmm5\n\t"
-      "vfmadd231ps %%zmm12, %%zmm13, %%zmm6\n\tvfmadd231ps %%zmm12, %%zmm13, %%zmm7\n\t"
-      "vfmadd231ps %%zmm12, %%zmm13, %%zmm8\n\tvfmadd231ps %%zmm12, %%zmm13, %%zmm9\n\t"
-      "vfmadd231ps %%zmm12, %%zmm13, %%zmm10\n\tvfmadd231ps %%zmm12, %%zmm13, %%zmm11\n\t"
-      "dec %0\n\tjnz 1b\n\t"
-      "vzeroupper\n\t"
-      : "+r"(iters)
-      :
-      : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12",
-        "xmm13", "cc");
+  asm volatile(SDPA_ZERO_ZMM0_TO_13
+               "1:\n\t"
+               "vfmadd231ps %%zmm12, %%zmm13, %%zmm0\n\tvfmadd231ps %%zmm12, %%zmm13, %%zmm1\n\t"
+               "vfmadd231ps %%zmm12, %%zmm13, %%zmm2\n\tvfmadd231ps %%zmm12, %%zmm13, %%zmm3\n\t"
+               "vfmadd231ps %%zmm12, %%zmm13, %%zmm4\n\tvfmadd231ps %%zmm12, %%zmm13, %%zmm5\n\t"
+               "vfmadd231ps %%zmm12, %%zmm13, %%zmm6\n\tvfmadd231ps %%zmm12, %%zmm13, %%zmm7\n\t"
+               "vfmadd231ps %%zmm12, %%zmm13, %%zmm8\n\tvfmadd231ps %%zmm12, %%zmm13, %%zmm9\n\t"
+               "vfmadd231ps %%zmm12, %%zmm13, %%zmm10\n\tvfmadd231ps %%zmm12, %%zmm13, %%zmm11\n\t"
+               "dec %0\n\tjnz 1b\n\t"
+               "vzeroupper\n\t"
+               : "+r"(iters)
+               :
+               : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11",
+                 "xmm12", "xmm13", "cc");
 }
 
 // kChains independent `vdpbf16ps` chains on zmm registers (AVX512_BF16): each adds, in
 // every one of 16 fp32 lanes, the products of two bf16 pairs.
 void dot_bf16_avx512(std::int64_t iters) {
-  asm volatile(
-      SDPA_ZERO_ZMM0_TO_13
-      "1:\n\t"
-      "vdpbf16ps %%zmm12, %%zmm13, %%zmm0\n\tvdpbf16ps %%zmm12, %%zmm13, %%zmm1\n\t"
-      "vdpbf16ps %%zmm12, %%zmm13, %%zmm2\n\tvdpbf16ps %%zmm12, %%zmm13, %%zmm3\n\t"
-      "vdpbf16ps %%zmm12, %%zmm13, %%zmm4\n\tvdpbf16ps %%zmm12, %%zmm13, %%zmm5\n\t"
-      "vdpbf16ps %%zmm12, %%zmm13, %%zmm6\n\tvdpbf16ps %%zmm12, %%zmm13, %%zmm7\n\t"
-      "vdpbf16ps %%zmm12, %%zmm13, %%zmm8\n\tvdpbf16ps %%zmm12, %%zmm13, %%zmm9\n\t"
-      "vdpbf16ps %%zmm12, %%zmm13, %%zmm10\n\tvdpbf16ps %%zmm12, %%zmm13, %%zmm11\n\t"
-      "dec %0\n\tjnz 1b\n\t"
-      "vzeroupper\n\t"
-      : "+r"(iters)
-      :
-      : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12",
-        "xmm13", "cc");
+  asm volatile(SDPA_ZERO_ZMM0_TO_13
+               "1:\n\t"
+               "vdpbf16ps %%zmm12, %%zmm13, %%zmm0\n\tvdpbf16ps %%zmm12, %%zmm13, %%zmm1\n\t"
+               "vdpbf16ps %%zmm12, %%zmm13, %%zmm2\n\tvdpbf16ps %%zmm12, %%zmm13, %%zmm3\n\t"
+               "vdpbf16ps %%zmm12, %%zmm13, %%zmm4\n\tvdpbf16ps %%zmm12, %%zmm13, %%zmm5\n\t"
+               "vdpbf16ps %%zmm12, %%zmm13, %%zmm6\n\tvdpbf16ps %%zmm12, %%zmm13, %%zmm7\n\t"
+               "vdpbf16ps %%zmm12, %%zmm13, %%zmm8\n\tvdpbf16ps %%zmm12, %%zmm13, %%zmm9\n\t"
+               "vdpbf16ps %%zmm12, %%zmm13, %%zmm10\n\tvdpbf16ps %%zmm12, %%zmm13, %%zmm11\n\t"
+               "dec %0\n\tjnz 1b\n\t"
+               "vzeroupper\n\t"
+               : "+r"(iters)
+               :
+               : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11",
+                 "xmm12", "xmm13", "cc");
 }
 
 // The portable build's arithmetic (the scalar path: no -m flags, so SSE2, x86-64's
@@ -200,7 +198,8 @@ double best_gflops(void (*kernel)(std::int64_t), double flops_per_iter, int thre
   std::int64_t iters = 1 << 20;
   while (timed(iters) < seconds / 4) iters *= 2;  // calibrate (also warms the units up)
   double best = 0.0;
-  for (int rep = 0; rep < 3; ++rep) best = std::max(best, flops_per_iter * double(iters) * threads / timed(iters) / 1e9);
+  for (int rep = 0; rep < 3; ++rep)
+    best = std::max(best, flops_per_iter * double(iters) * threads / timed(iters) / 1e9);
   return best;
 }
 }  // namespace
