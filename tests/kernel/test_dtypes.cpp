@@ -49,6 +49,10 @@ const std::vector<Case>& cases() {
                  .softcap = 5.0,
                  .bnhd = true});
     c.push_back({.name = "masks_two_batches", .B = 2, .Nq = 33, .Nk = 65, .additive_mask = true, .keep_mask = true});
+    // Head sizes of the models (AMX: K rows read in place in whole 16-key tiles, 2 × 2
+    // blocks of C tiles), Dv an odd number of 16-column tiles, a tail of 8 keys.
+    c.push_back({.name = "gqa_d128_dv80", .Hq = 4, .Hkv = 2, .Nq = 72, .Nk = 136, .Dk = 128, .Dv = 80,
+                 .causal = Causal::bottom_right});
     c.push_back({.name = "decode_mqa", .Hq = 4, .Hkv = 1, .Nq = 1, .Nk = 300, .Dk = 64, .Dv = 64, .fused_decode = true});
     c.push_back({.name = "decode_split_kv", .Hq = 2, .Hkv = 1, .Nq = 1, .Nk = 4200, .Dk = 64, .Dv = 64,
                  .causal = Causal::bottom_right, .fused_decode = true});
@@ -149,10 +153,17 @@ void check_case(const Case& c) {
     Options o = in.opt;
     o.isa = kv.isa;
     o.threads = 2;
-    const i64 fused_before = detail::fused_decode_items();
+    const i64 fused_before = detail::fused_decode_items(), amx_before = detail::amx_items();
     const Run16<H> r = run16<H>(c, in, q, k, v, dout, o);
     if (c.fused_decode && kv.isa != Isa::scalar)
       EXPECT_GT(detail::fused_decode_items(), fused_before) << "the decoding case did not reach the fused loop";
+    // A bf16 case with more lanes per kv head than a decoding item takes must reach the AMX
+    // loop on its variant, and only there.
+    const bool tiled = c.Hq / c.Hkv * c.Nq > 8;  // kFewLanes
+    if (t == Dtype::bf16 && tiled && kv.emulated == &detail::fast_kernels_avx512_amx())
+      EXPECT_GT(detail::amx_items(), amx_before) << "the tiled case did not reach the AMX loop";
+    else
+      EXPECT_EQ(detail::amx_items(), amx_before) << "only the AMX variant's bf16 tiled items take the AMX loop";
     SDPA_EXPECT_WITHIN("out", rule.out(widen(r.out)));
     SDPA_EXPECT_WITHIN("lse", rule.lse(r.lse.data));
     SDPA_EXPECT_WITHIN("dq", rule.dq(widen(r.dq)));
