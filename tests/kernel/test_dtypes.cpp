@@ -3,7 +3,9 @@
 // fp64 reference at most twice that of the naive implementation in the same dtype, plus the
 // floor of fp32 arithmetic and of rounding each output once. The kernel converts on load and
 // keeps P in fp32, so it is more accurate than the naive one that rounds P; the factor 2 is
-// the rule's margin, not a fit. Every ISA this CPU runs; same bits for 1, 2 and 7 threads.
+// the rule's margin, not a fit. On AMX-BF16 (the avx512_amx variant) the bf16 forward rounds
+// P to bf16 before P·V, as the naive one does. Every ISA this CPU runs; same bits for 1, 2
+// and 7 threads.
 #include <cstring>
 
 #include "util.hpp"
@@ -196,6 +198,20 @@ TEST_P(Dtypes, Fp16WithinTheRule) { check_case<fp16>(GetParam()); }
 
 INSTANTIATE_TEST_SUITE_P(Kernel, Dtypes, ::testing::ValuesIn(cases()),
                          [](const ::testing::TestParamInfo<Case>& i) { return i.param.name; });
+
+// Where AMX-BF16 is usable, the rule cases above ran on both AVX-512 tables: bf16 widened
+// and bf16 on AMX tiles. Elsewhere they ran on the widening path only, and this says so.
+TEST(Dtypes, Bf16CasesRanOnTheAmxAndTheWideningPath) {
+  if (!detail::amx_bf16_usable())
+    GTEST_SKIP() << "no AMX-BF16 on this CPU (or Linux refused the tile state): the bf16 cases ran widened only";
+  bool widening = false, amx = false;
+  for (const KernelVariant& kv : kernel_variants()) {
+    widening = widening || kv.emulated == &detail::fast_kernels_avx512();
+    amx = amx || kv.emulated == &detail::fast_kernels_avx512_amx();
+  }
+  EXPECT_TRUE(widening);
+  EXPECT_TRUE(amx);
+}
 
 // The reference kernel takes 16-bit views too (the fp64 oracle on the widened inputs, each
 // output rounded once): it must agree with the gold the yardstick computed from the same values
