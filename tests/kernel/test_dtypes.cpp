@@ -53,6 +53,8 @@ const std::vector<Case>& cases() {
     c.push_back({.name = "masks_two_batches", .B = 2, .Nq = 33, .Nk = 65, .additive_mask = true, .keep_mask = true});
     // Head sizes of the models (AMX: K rows read in place in whole 16-key tiles, 2 × 2
     // blocks of C tiles), Dv an odd number of 16-column tiles, a tail of 8 keys.
+    // One tiled item (40 lanes) over 4500 keys: split along the keys (AMX: partial results).
+    c.push_back({.name = "tiled_split_kv", .Hq = 2, .Hkv = 1, .Nq = 20, .Nk = 4500, .Dk = 64, .Dv = 64});
     c.push_back({.name = "gqa_d128_dv80", .Hq = 4, .Hkv = 2, .Nq = 72, .Nk = 136, .Dk = 128, .Dv = 80,
                  .causal = Causal::bottom_right});
     c.push_back({.name = "decode_mqa", .Hq = 4, .Hkv = 1, .Nq = 1, .Nk = 300, .Dk = 64, .Dv = 64, .fused_decode = true});
