@@ -57,6 +57,7 @@ nlohmann::ordered_json json_row(const bench::SuiteResult& res, const bench::Row&
           {"dtype", dtype_name(r.c.dtype)},
           {"threads", r.c.threads},
           {"isa", isa_name(res.isa)},
+          {"amx_bf16", r.c.dtype == Dtype::bf16 && r.c.pass == bench::Pass::forward && amx_bf16_active(res.isa)},
           {"seconds_median", r.sdpa.median_seconds},
           {"runs", r.sdpa.runs},
           {"gflops", r.gflops()},
@@ -117,10 +118,11 @@ void print_json(const bench::SuiteResult& res) {
 void print_table(const Args& a, const bench::SuiteResult& res) {
   const auto& rule = a.rule;
   fmt::print(
-      "sdpa bench: fp32 (bf16/fp16 where the pass says so), isa {}, medians after {} warm-up of >= {} runs adding up "
-      "to >= {} s (at most {} runs); peaks "
+      "sdpa bench: fp32 (bf16/fp16 where the pass says so), isa {}{}, medians after {} warm-up of >= {} runs adding "
+      "up to >= {} s (at most {} runs); peaks "
       "measured in this run (before and after the timings, the larger kept)\n",
-      isa_name(res.isa), rule.warmup_runs, rule.min_runs, rule.min_seconds, std::max(rule.max_runs, rule.min_runs));
+      isa_name(res.isa), amx_bf16_active(res.isa) ? " (bf16 forward on AMX-BF16 tiles; SDPA_AMX=0: widened)" : "",
+      rule.warmup_runs, rule.min_runs, rule.min_seconds, std::max(rule.max_runs, rule.min_runs));
   for (auto [t, gf] : res.peaks.fma_gflops)
     fmt::print("  FMA peak   {:7.1f} GFLOP/s on {} thread{} ({}){}\n", gf, t, t > 1 ? "s" : "", res.peaks.fma_isa,
                t > 1 ? fmt::format(", {:.2f} cores' worth", res.peaks.cores_worth(t)) : "");

@@ -13,6 +13,7 @@
 
 #include <omp.h>
 
+#include "attention/amx.hpp"
 #include "attention/fast.hpp"
 #include "attention/mask_rows.hpp"
 #include "attention/merge.hpp"
@@ -24,6 +25,7 @@ namespace detail {
 
 namespace {
 std::atomic<i64> fused_decode_item_count{0};
+std::atomic<i64> amx_item_count{0};
 std::atomic<i64> strided_copy_byte_count{0};
 // 512 MiB: the strided copies of one call (below) may add at most this much memory.
 std::atomic<i64> strided_copy_limit{i64{512} << 20};
@@ -31,6 +33,8 @@ std::atomic<const FastKernels*> kernels_for_tests{nullptr};
 }  // namespace
 void note_fused_decode_item() { fused_decode_item_count.fetch_add(1, std::memory_order_relaxed); }
 i64 fused_decode_items() { return fused_decode_item_count.load(std::memory_order_relaxed); }
+void note_amx_item() { amx_item_count.fetch_add(1, std::memory_order_relaxed); }
+i64 amx_items() { return amx_item_count.load(std::memory_order_relaxed); }
 i64 strided_copy_bytes() { return strided_copy_byte_count.load(std::memory_order_relaxed); }
 i64 strided_copy_limit_bytes() { return strided_copy_limit.load(std::memory_order_relaxed); }
 void set_strided_copy_limit_bytes(i64 bytes) { strided_copy_limit.store(bytes, std::memory_order_relaxed); }
@@ -42,7 +46,7 @@ const FastKernels& kernels_for(const Options& opt) {
   if (const FastKernels* k = kernels_for_tests.load(std::memory_order_relaxed)) return *k;
   Isa isa = opt.isa == Isa::automatic ? active_isa() : opt.isa;
   switch (isa) {
-    case Isa::avx512: return fast_kernels_avx512();
+    case Isa::avx512: return amx_bf16_enabled() ? fast_kernels_avx512_amx() : fast_kernels_avx512();
     case Isa::avx2: return fast_kernels_avx2();
     default: return fast_kernels_scalar();
   }

@@ -60,6 +60,9 @@ struct FastKernels {
 // the tests can show that their decoding cases reach it (relaxed: a count, not an order).
 void note_fused_decode_item();
 i64 fused_decode_items();
+// Items the AMX-BF16 tiled forward (fast_kernel.inl, forward_tiled_amx) has run, likewise.
+void note_amx_item();
+i64 amx_items();
 // Bytes the strided-input copies (api.cpp, TightCopies) have allocated in this process, and
 // the most one call's copies may take (512 MiB); the setter is for tests, which lower the cap
 // to show a call above it reads its inputs in place, with the same bits.
@@ -73,5 +76,8 @@ void set_kernels_for_tests(const FastKernels* kernels);
 const FastKernels& fast_kernels_scalar();
 const FastKernels& fast_kernels_avx2();
 const FastKernels& fast_kernels_avx512();
+// The AVX-512 table whose bf16 tiled forward runs on AMX-BF16 tiles; only where
+// amx_bf16_usable() (amx.hpp). api.cpp hands it out when amx_bf16_enabled().
+const FastKernels& fast_kernels_avx512_amx();
 
 }  // namespace sdpa::detail

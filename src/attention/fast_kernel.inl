@@ -500,14 +500,123 @@ void forward_few_lanes(const Problem& p, const Tensors& t, const ForwardItem& it
   s.rows.finish(p, t, it, lanes, dvp);
 }
 
-// The forward of one item, by the loop that suits it; the one place that chooses.
-void forward_item(const Problem& p, const Tensors& t, const ForwardItem& it, WorkerScratch scratch) {
+#ifdef SDPA_AMX_BF16
+// The tiled forward with both products on AMX-BF16 tiles (amx.hpp), for bf16 tensors: the
+// same tiles and the same forward_tile_softmax as forward_tiled, with
+//   Sᵀ = K·Qᵀ   A: K rows as they are (16 keys × 32 bf16 per tile; copied, zero-padded, when
+//               their stride or Dk does not allow that), B: Qᵀ in pairs, packed once per item;
+//   O += P·V    A: P rounded to bf16 and transposed into rows (lanes × keys), B: V in pairs,
+//               packed per key tile; O's fp32 tiles loaded, accumulated and stored.
+// Rounding P to bf16 before P·V is what the naive bf16 implementation of the error rule
+// does (reference::forward_naive). Keys, Dk and Dv are zero-padded to the tile sizes. A key
+// tile whose V holds an inf or NaN takes the fp32 P·V that skips zero weights (a masked key
+// must not turn O into NaN through 0·inf), as forward_tiled's does.
+struct AmxForwardScratch {
+  std::uint32_t* QT;  // (dk32/2, np)  Qᵀ in pairs: (Q[r][2k], Q[r][2k+1]) at [k][r]
+  bf16* K_rows;       // (bc16, dk32)  K rows, when not read in place
+  float* ST;          // (bc16, np)    scores, then probabilities
+  bf16* P;            // (np, kTileCols)  P rows in bf16
+  std::uint32_t* V;   // (kTileCols/2, dvp)  V in pairs
+  bf16* rows16;       // (kTileCols, max(Dk, Dv))  K or V rows gathered, when not unit stride
+  float* V_rows;      // (bc, dvp)     V widened, for a key tile with non-finite V
+  float* drop;        // (bc, np)      dropout multipliers, with dropout
+  OnlineRows rows;
+  static AmxForwardScratch carve(const Problem& p, Arena& arena) {
+    const i64 dk32 = round_up(p.Dk, 32), dvp = round_up(p.Dv, kPad);
+    const auto halves = [&](i64 n) { return arena.take((n + 1) / 2); };  // n 16-bit values
+    AmxForwardScratch s;
+    s.QT = reinterpret_cast<std::uint32_t*>(arena.take(dk32 / 2 * kTileRows));
+    s.K_rows = reinterpret_cast<bf16*>(halves(kTileCols * dk32));
+    s.ST = arena.take(kTileCols * kTileRows);
+    s.P = reinterpret_cast<bf16*>(halves(kTileRows * kTileCols));
+    s.V = reinterpret_cast<std::uint32_t*>(arena.take(kTileCols / 2 * dvp));
+    s.rows16 = reinterpret_cast<bf16*>(halves(kTileCols * imax(p.Dk, p.Dv)));
+    s.V_rows = arena.take(kTileCols * dvp);
+    s.drop = arena.take(p.has_dropout ? kTileCols * kTileRows : 0);
+    s.rows = OnlineRows::carve(p, arena, kTileRows);
+    return s;
+  }
+};
+
+// Rows [j0, j0 + n) of (b, g) as bf16 rows with unit stride along D: in place (row stride
+// the tensor's), or gathered into buf (row stride D).
+struct Bf16Rows {
+  const bf16* data;
+  i64 ld;
+};
+inline Bf16Rows bf16_rows(const InView& x, i64 b, i64 g, i64 j0, i64 n, i64 D, bf16* buf) {
+  const bf16* bits = static_cast<const bf16*>(x.bits);
+  if (x.stride[3] == 1) return {bits + off(x, b, g, j0, 0), x.stride[2]};
+  for (i64 c = 0; c < n; ++c)
+    for (i64 d = 0; d < D; ++d) buf[c * D + d] = bits[off(x, b, g, j0 + c, d)];
+  return {buf, D};
+}
+
+void forward_tiled_amx(const Problem& p, const Tensors& t, const ForwardItem& it, const ItemLanes& lanes,
+                       WorkerScratch scratch) {
+  const i64 b = it.b, g = it.g, Dk = p.Dk, Dv = p.Dv, dvp = round_up(Dv, kPad), n = lanes.n, np = lanes.np;
+  const i64 dk32 = round_up(Dk, 32);
+  const auto s = carve_scratch<AmxForwardScratch>(p, scratch);
+  const bf16* q_bits = static_cast<const bf16*>(t.q.bits);
+  for (i64 k = 0; k < dk32 / 2; ++k)  // Qᵀ in pairs, lanes and Dk zero-padded
+    for (i64 r = 0; r < np; ++r) {
+      std::uint32_t pair = 0;
+      if (r < n)
+        for (i64 half = 0; half < 2 && 2 * k + half < Dk; ++half)
+          pair |= std::uint32_t{q_bits[off(t.q, b, lanes.h[r], lanes.i[r], 2 * k + half)].bits} << (16 * half);
+      s.QT[k * np + r] = pair;
+    }
+  s.rows.start(lanes, dvp);
+  for (i64 x = n * dvp; x < np * dvp; ++x) s.rows.O[x] = 0.0f;  // padding lanes: P·V writes them too
+  const LanesSee see = item_sees(p, b, lanes);
+  const KeyRange keys = visible_keys(see, it.j_begin, it.j_end);
+  amx::configure();
+  for (i64 j0 = keys.first / kTileCols * kTileCols; j0 <= keys.last; j0 += kTileCols) {
+    const i64 bc = imin(kTileCols, p.Nk - j0), bc16 = round_up(bc, 16), kp = round_up(bc, 32);
+    // Sᵀ = K Qᵀ. K rows in place when they fill whole tiles, else copied with zero padding.
+    const Bf16Rows k_rows = bf16_rows(t.k, b, g, j0, bc, Dk, s.rows16);
+    Bf16Rows K = k_rows;
+    if (Dk != dk32 || bc != bc16) {
+      for (i64 c = 0; c < bc16; ++c)
+        for (i64 d = 0; d < dk32; ++d)
+          s.K_rows[c * dk32 + d] = c < bc && d < Dk ? k_rows.data[c * k_rows.ld + d] : bf16::from_bits(0);
+      K = {s.K_rows, dk32};
+    }
+    amx::gemm(bc16, np, dk32, K.data, K.ld, s.QT, np, s.ST, np, /*accumulate=*/false);
+    forward_tile_softmax(p, lanes, see, b, j0, bc, s.ST, s.drop, s.rows, dvp);
+    // O += P V.
+    const Bf16Rows v_rows = bf16_rows(t.v, b, g, j0, bc, Dv, s.rows16);
+    if (amx::pack_rows_in_pairs(v_rows.data, v_rows.ld, bc, Dv, kp, s.V, dvp)) {
+      amx::pack_transposed_bf16(s.ST, np, bc, kp, s.P, kTileCols);
+      amx::gemm(np, dvp, kp, s.P, kTileCols, s.V, dvp, s.rows.O, dvp, /*accumulate=*/true);
+    } else {
+      const RowsOperand V = rows_operand(t.v, b, g, j0, bc, Dv, s.V_rows, /*scan_in_place=*/true);
+      gemm_acc_skip_zero(V.finite, n, V.cols, bc, s.ST, 1, np, V.data, V.ld, s.rows.O, dvp, nullptr);
+    }
+  }
+  amx::release();
+  s.rows.finish(p, t, it, lanes, dvp);
+  note_amx_item();
+}
+#endif
+
+// The forward of one item, by the loop that suits it; the one place that chooses. AMX:
+// whether bf16 items that are neither decoding nor few-lane take forward_tiled_amx (the
+// AVX-512 path's second table, where amx_bf16_enabled()).
+template <bool AMX>
+void forward_item_on(const Problem& p, const Tensors& t, const ForwardItem& it, WorkerScratch scratch) {
   const ItemLanes lanes = item_lanes(p, it);
 #ifdef SDPA_FUSED_DECODE
   if (decode::applies(p, t, lanes.n)) return decode::forward(p, t, it, lanes, scratch);
 #endif
   if (lanes.n <= kFewLanes && t.k.stride[3] == 1) return forward_few_lanes(p, t, it, lanes, scratch);
+#ifdef SDPA_AMX_BF16
+  if (AMX && p.dtype == Dtype::bf16) return forward_tiled_amx(p, t, it, lanes, scratch);
+#endif
   forward_tiled(p, t, it, lanes, scratch);
+}
+void forward_item(const Problem& p, const Tensors& t, const ForwardItem& it, WorkerScratch scratch) {
+  forward_item_on<false>(p, t, it, scratch);
 }
 
 // Floats per worker: the largest of the layouts forward_item may carve.
@@ -518,6 +627,11 @@ i64 forward_scratch(const Problem& p) {
 #endif
   return floats;
 }
+#ifdef SDPA_AMX_BF16
+i64 forward_scratch_amx(const Problem& p) {  // the AMX layout only where forward_item_on<true> may take it
+  return p.dtype == Dtype::bf16 ? imax(forward_scratch(p), scratch_floats<AmxForwardScratch>(p)) : forward_scratch(p);
+}
+#endif
 
 // ---------------------------------------------------------------------------------------
 // Backward. With P recomputed from lse and delta_i = Σ_e dout_ie out_ie:
@@ -850,3 +964,15 @@ const FastKernels& table() {
                              tanh_n};
   return k;
 }
+#ifdef SDPA_AMX_BF16
+// The same kernel with the bf16 tiled forward on AMX tiles (forward_item_on<true>).
+const FastKernels& table_amx() {
+  static const FastKernels k = [] {
+    FastKernels amx = table();
+    amx.forward_scratch = forward_scratch_amx;
+    amx.forward_item = forward_item_on<true>;
+    return amx;
+  }();
+  return k;
+}
+#endif

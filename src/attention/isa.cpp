@@ -1,8 +1,13 @@
 // isa.cpp — run-time instruction-set dispatch, resolved once per process.
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <string>
 
+#include "attention/amx.hpp"
 #include "sdpa/attention.hpp"
 
 namespace sdpa {
@@ -62,5 +67,44 @@ Isa active_isa() {
   static const Isa resolved = resolve_from_environment();  // once; a bad SDPA_ISA throws each call
   return resolved;
 }
+
+bool amx_bf16_active(Isa isa) {
+  return (isa == Isa::automatic ? active_isa() : isa) == Isa::avx512 && detail::amx_bf16_enabled();
+}
+
+namespace detail {
+
+// AMX's tile registers are 8 KiB of state that Linux (5.16 on) gives a process only on
+// request: until arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) succeeds, the first tile
+// instruction faults. The request is per process and is made once, here, before any tile is
+// touched (kernels_for asks amx_bf16_enabled before it hands out the AMX table).
+bool amx_bf16_usable() {
+  static const bool usable = [] {
+    // CPUID leaf 7 EDX: bit 22 AMX-BF16, bit 24 AMX-TILE (GCC 12's __builtin_cpu_supports
+    // does not know them). vcvtneps2bf16 (AVX512_BF16) packs P.
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
+    const bool amx = (edx >> 22 & 1u) != 0 && (edx >> 24 & 1u) != 0;
+    if (!amx || !isa_supported(Isa::avx512) || !__builtin_cpu_supports("avx512bf16")) return false;
+#if defined(__linux__) && defined(SYS_arch_prctl)
+    constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+    return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+#else
+    return false;
+#endif
+  }();
+  return usable;
+}
+
+bool amx_bf16_enabled() {
+  static const bool enabled = [] {
+    const char* env = std::getenv("SDPA_AMX");
+    if (env != nullptr && std::strcmp(env, "0") == 0) return false;
+    return amx_bf16_usable();
+  }();
+  return enabled;
+}
+
+}  // namespace detail
 
 }  // namespace sdpa

@@ -2,9 +2,10 @@
 # Fails if an ISA translation unit defines a weak symbol outside its own namespace:
 # the attention kernel's fast_<isa>.cpp.o outside sdpa::detail::<isa>, the projections'
 # linear_<isa>.cpp.o outside sdpa::nn::<isa>, convert_<isa>.cpp.o outside sdpa::detail::<isa>,
-# and the kernel tests' fast_w16_on_avx2.cpp.o outside sdpa::detail::w16.
+# amx_bf16.cpp.o (the AMX tiles) outside sdpa::detail::amx, and the kernel tests'
+# fast_w16_on_avx2.cpp.o outside sdpa::detail::w16.
 # Arguments: the object files of the libraries that hold them (';'-separated ok); every one
-# of the library's 8 must be among them; other objects are skipped.
+# of the library's 9 must be among them; other objects are skipped.
 set -euo pipefail
 status=0 checked=0 extra=""
 for obj in $(echo "$*" | tr ';' ' '); do
@@ -12,10 +13,12 @@ for obj in $(echo "$*" | tr ';' ' '); do
     fast_scalar.cpp.o | fast_avx2.cpp.o | fast_avx512.cpp.o) space=detail ;;
     convert_avx2.cpp.o | convert_avx512.cpp.o) space=detail ;;  # the bf16/fp16 helpers (half_<isa>.hpp)
     linear_scalar.cpp.o | linear_avx2.cpp.o | linear_avx512.cpp.o) space=nn ;;
-    fast_w16_on_avx2.cpp.o) space=detail ;;  # test-only: checked, not counted among the 8
+    amx_bf16.cpp.o) space=detail ;;
+    fast_w16_on_avx2.cpp.o) space=detail ;;  # test-only: checked, not counted among the 9
     *) continue ;;
   esac
   isa=$(basename "$obj" .cpp.o); isa=${isa#*_}
+  [ "$isa" = bf16 ] && isa=amx  # amx_bf16.cpp: namespace sdpa::detail::amx
   case "$isa" in
     w16_on_avx2) isa=w16 extra=" (and the tests' W = 16 object)" ;;
     *) checked=$((checked + 1)) ;;
@@ -27,6 +30,6 @@ for obj in $(echo "$*" | tr ';' ' '); do
     echo "$obj: weak symbols outside sdpa::${space}::${isa}:"; echo "$leaks"; status=1
   fi
 done
-[ "$checked" -eq 8 ] || { echo "expected 8 ISA objects, found $checked"; exit 1; }
-[ "$status" -eq 0 ] && echo "8 ISA objects${extra} checked, no shared inline code"
+[ "$checked" -eq 9 ] || { echo "expected 9 ISA objects, found $checked"; exit 1; }
+[ "$status" -eq 0 ] && echo "9 ISA objects${extra} checked, no shared inline code"
 exit $status

@@ -3,7 +3,9 @@
 // fp64 reference at most twice that of the naive implementation in the same dtype, plus the
 // floor of fp32 arithmetic and of rounding each output once. The kernel converts on load and
 // keeps P in fp32, so it is more accurate than the naive one that rounds P; the factor 2 is
-// the rule's margin, not a fit. Every ISA this CPU runs; same bits for 1, 2 and 7 threads.
+// the rule's margin, not a fit. On AMX-BF16 (the avx512_amx variant) the bf16 forward rounds
+// P to bf16 before P·V, as the naive one does. Every ISA this CPU runs; same bits for 1, 2
+// and 7 threads.
 #include <cstring>
 
 #include "util.hpp"
@@ -49,6 +51,12 @@ const std::vector<Case>& cases() {
                  .softcap = 5.0,
                  .bnhd = true});
     c.push_back({.name = "masks_two_batches", .B = 2, .Nq = 33, .Nk = 65, .additive_mask = true, .keep_mask = true});
+    // Head sizes of the models (AMX: K rows read in place in whole 16-key tiles, 2 × 2
+    // blocks of C tiles), Dv an odd number of 16-column tiles, a tail of 8 keys.
+    // One tiled item (40 lanes) over 4500 keys: split along the keys (AMX: partial results).
+    c.push_back({.name = "tiled_split_kv", .Hq = 2, .Hkv = 1, .Nq = 20, .Nk = 4500, .Dk = 64, .Dv = 64});
+    c.push_back({.name = "gqa_d128_dv80", .Hq = 4, .Hkv = 2, .Nq = 72, .Nk = 136, .Dk = 128, .Dv = 80,
+                 .causal = Causal::bottom_right});
     c.push_back({.name = "decode_mqa", .Hq = 4, .Hkv = 1, .Nq = 1, .Nk = 300, .Dk = 64, .Dv = 64, .fused_decode = true});
     c.push_back({.name = "decode_split_kv", .Hq = 2, .Hkv = 1, .Nq = 1, .Nk = 4200, .Dk = 64, .Dv = 64,
                  .causal = Causal::bottom_right, .fused_decode = true});
@@ -149,10 +157,17 @@ void check_case(const Case& c) {
     Options o = in.opt;
     o.isa = kv.isa;
     o.threads = 2;
-    const i64 fused_before = detail::fused_decode_items();
+    const i64 fused_before = detail::fused_decode_items(), amx_before = detail::amx_items();
     const Run16<H> r = run16<H>(c, in, q, k, v, dout, o);
     if (c.fused_decode && kv.isa != Isa::scalar)
       EXPECT_GT(detail::fused_decode_items(), fused_before) << "the decoding case did not reach the fused loop";
+    // A bf16 case with more lanes per kv head than a decoding item takes must reach the AMX
+    // loop on its variant, and only there.
+    const bool tiled = c.Hq / c.Hkv * c.Nq > 8;  // kFewLanes
+    if (t == Dtype::bf16 && tiled && kv.emulated == &detail::fast_kernels_avx512_amx())
+      EXPECT_GT(detail::amx_items(), amx_before) << "the tiled case did not reach the AMX loop";
+    else
+      EXPECT_EQ(detail::amx_items(), amx_before) << "only the AMX variant's bf16 tiled items take the AMX loop";
     SDPA_EXPECT_WITHIN("out", rule.out(widen(r.out)));
     SDPA_EXPECT_WITHIN("lse", rule.lse(r.lse.data));
     SDPA_EXPECT_WITHIN("dq", rule.dq(widen(r.dq)));
@@ -185,6 +200,20 @@ TEST_P(Dtypes, Fp16WithinTheRule) { check_case<fp16>(GetParam()); }
 
 INSTANTIATE_TEST_SUITE_P(Kernel, Dtypes, ::testing::ValuesIn(cases()),
                          [](const ::testing::TestParamInfo<Case>& i) { return i.param.name; });
+
+// Where AMX-BF16 is usable, the rule cases above ran on both AVX-512 tables: bf16 widened
+// and bf16 on AMX tiles. Elsewhere they ran on the widening path only, and this says so.
+TEST(Dtypes, Bf16CasesRanOnTheAmxAndTheWideningPath) {
+  if (!detail::amx_bf16_usable())
+    GTEST_SKIP() << "no AMX-BF16 on this CPU (or Linux refused the tile state): the bf16 cases ran widened only";
+  bool widening = false, amx = false;
+  for (const KernelVariant& kv : kernel_variants()) {
+    widening = widening || kv.emulated == &detail::fast_kernels_avx512();
+    amx = amx || kv.emulated == &detail::fast_kernels_avx512_amx();
+  }
+  EXPECT_TRUE(widening);
+  EXPECT_TRUE(amx);
+}
 
 // The reference kernel takes 16-bit views too (the fp64 oracle on the widened inputs, each
 // output rounded once): it must agree with the gold the yardstick computed from the same values

@@ -163,5 +163,27 @@ TEST(Isa, EnvironmentVariableForcesPath) {
 
 // clang-format on
 
+// SDPA_AMX: sdpa::forward on bf16 (no test seam) takes the AMX loop where the CPU and Linux
+// allow it, unless SDPA_AMX=0; ctest runs this test both ways (kernel.env.SDPA_AMX_0).
+TEST(Isa, AmxEnvironmentVariable) {
+  if (!detail::amx_bf16_usable()) GTEST_SKIP() << "no AMX-BF16 on this CPU (or Linux refused it): bf16 is widened";
+  if (active_isa() != Isa::avx512) GTEST_SKIP() << "SDPA_ISA chose " << isa_name(active_isa()) << ", not avx512";
+  const char* env = std::getenv("SDPA_AMX");
+  const bool off = env != nullptr && std::string(env) == "0";
+  EXPECT_EQ(amx_bf16_active(), !off);
+  EXPECT_FALSE(amx_bf16_active(Isa::avx2));
+  Buf<bf16> q({1, 1, 100, 64}), k({1, 1, 100, 64}), v({1, 1, 100, 64}), out({1, 1, 100, 64});
+  std::mt19937_64 rng(3);
+  for (auto* b : {&q, &k, &v}) {
+    std::vector<float> x(b->data.size());
+    fill_normal(x, rng);
+    for (std::size_t e = 0; e < x.size(); ++e) b->data[e] = bf16(x[e]);
+  }
+  Buf3<float> lse({1, 1, 100});
+  const i64 before = detail::amx_items();
+  forward(q.cview(), k.cview(), v.cview(), out.view(), lse.view());
+  EXPECT_EQ(detail::amx_items() > before, !off);
+}
+
 }  // namespace
 }  // namespace sdpa::test

@@ -146,6 +146,29 @@ TEST_P(Scratch, OneFloatShortTraps) {
   EXPECT_DEATH(kern.backward_item(pb, tb, delta.data(), 0, 0, WorkerScratch{item_block.data(), item_floats}), "");
 }
 
+// The same for a bf16 forward, whose tiled items carve another layout (K rows widened; on
+// the AMX variant, forward_tiled_amx's packed operands): exactly its size gives the bits of
+// sdpa::forward, one float fewer traps.
+TEST_P(Scratch, Bf16ForwardItemsFitTheirSizeExactly) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  Case c(2, 1, 100, 150, 64, 48, GetParam().isa);
+  const Buf<bf16> q = c.q.cast<bf16>(), k = c.k.cast<bf16>(), v = c.v.cast<bf16>();
+  Buf<bf16> out(c.out.shape);
+  forward(q.cview(), k.cview(), v.cview(), out.view(), c.lse.view(), c.opt);
+  const Buf<bf16> want = out;
+  const std::vector<float> want_lse = c.lse.data;
+  for (auto& x : out.data) x = bf16::from_bits(0x7FC0);
+  std::fill(c.lse.data.begin(), c.lse.data.end(), kNaN);
+  const auto& kern = GetParam().kernels();
+  const Problem p = detail::validate_forward<bf16>(q.cview(), k.cview(), v.cview(), out.view(), c.lse.view(), c.opt);
+  Tensors t;
+  t.q = q.cview(), t.k = k.cview(), t.v = v.cview(), t.out_w = out.view(), t.lse_w = c.lse.view();
+  forward_items(kern, p, t, kern.forward_scratch(p));
+  for (std::size_t x = 0; x < out.data.size(); ++x) ASSERT_EQ(want.data[x].bits, out.data[x].bits) << x;
+  EXPECT_EQ(0, std::memcmp(want_lse.data(), c.lse.data.data(), want_lse.size() * sizeof(float)));
+  EXPECT_DEATH(forward_items(kern, p, t, kern.forward_scratch(p) - 1), "");
+}
+
 INSTANTIATE_TEST_SUITE_P(Isa, Scratch, ::testing::ValuesIn(kernel_variants()), variant_id);
 
 }  // namespace

@@ -154,6 +154,24 @@ TEST_P(NaNs, KeyAndValueReachOnlyRowsThatSeeThem) {
   }
 }
 
+TEST_P(NaNs, Bf16KeyAndValueReachOnlyRowsThatSeeThem) {
+  // As above, in bf16 at Dk = Dv = 64 (the AMX loop on its variant: K rows read in place).
+  // Rows 0..49 give key 50 the weight 0, which must not meet v_50's NaN: the AMX P·V
+  // cannot skip a zero weight, so its key tile takes the product that does.
+  for (int which = 0; which < 2; ++which) {
+    Problem4 P(1, 1, 1, 100, 128, 64, 64, 5);
+    (which == 0 ? P.k : P.v).at(0, 0, 50, 2) = kNaN;
+    const Buf<bf16> q = P.q.cast<bf16>(), k = P.k.cast<bf16>(), v = P.v.cast<bf16>();
+    Buf<bf16> out(P.out.shape);
+    Options o;
+    o.isa = GetParam().isa;
+    o.causal = Causal::top_left;
+    forward(q.cview(), k.cview(), v.cview(), out.view(), P.lse.view(), o);
+    Buf<float> out_f = out.cast<float>();
+    for (i64 i = 0; i < 100; ++i) EXPECT_EQ(row_has_nan(out_f, 0, 0, i), i >= 50) << "which " << which << " row " << i;
+  }
+}
+
 TEST_P(NaNs, DecodingValueReachesOnlyHeadsThatSeeIt) {
   // One query row per head, four heads on one kv head (the decoding path, few lanes):
   // v_50 holds NaN and a keep-mask hides key 50 from heads 0 and 2 only.

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "attention/amx.hpp"
 #include "attention/fast.hpp"
 #include "common/tolerance.hpp"
 #include "sdpa/sdpa.hpp"
@@ -180,7 +181,15 @@ struct KernelVariant {
 
 inline std::vector<KernelVariant> kernel_variants() {
   std::vector<KernelVariant> out;
-  for (Isa isa : runnable_isas()) out.push_back({isa, nullptr, isa_name(isa), isa_name(isa)});
+  for (Isa isa : runnable_isas()) {
+    if (isa == Isa::avx512 && detail::amx_bf16_usable()) {
+      // Both AVX-512 tables, whatever SDPA_AMX says: bf16 widened to fp32, and on AMX tiles.
+      out.push_back({isa, &detail::fast_kernels_avx512(), "avx512", "avx512"});
+      out.push_back({isa, &detail::fast_kernels_avx512_amx(), "avx512 with AMX-BF16", "avx512_amx"});
+      continue;
+    }
+    out.push_back({isa, nullptr, isa_name(isa), isa_name(isa)});
+  }
   if (isa_supported(Isa::avx2))
     out.push_back({Isa::avx2, &detail::fast_kernels_w16_on_avx2(), "avx512-shaped (W=16 on AVX2)", "w16_on_avx2"});
   return out;

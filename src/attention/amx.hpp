@@ -1,0 +1,50 @@
+// amx.hpp — the AMX-BF16 pieces of the bf16 tiled forward (fast_kernel.inl,
+// forward_tiled_amx): tile configuration, one bf16 GEMM on tiles and the two packings its
+// operands need. Compiled alone with -mamx-tile -mamx-bf16 -mavx512bf16 (amx_bf16.cpp,
+// src/CMakeLists.txt); called from the AVX-512 path only where amx_bf16_usable().
+//
+// Every tile this file uses is 16 rows × 64 bytes: an fp32 C tile is 16 × 16 floats, an A
+// tile 16 rows × 32 bf16, a B tile 16 rows of 16 bf16 pairs (AMX's B layout: element
+// (k, n) of a K × N operand at pair row k/2, pair n, half k%2). tdpbf16ps does
+// C += A·B for one such triple: 16 × 16 × 32 products, summed in fp32.
+#pragma once
+
+#include <cstdint>
+
+#include "attention/problem.hpp"
+#include "sdpa/half.hpp"
+
+namespace sdpa::detail {
+
+/// Whether this process may run AMX-BF16 (isa.cpp): the CPU reports amx-tile and amx-bf16
+/// and Linux granted the tile data state (arch_prctl ARCH_REQ_XCOMP_PERM). Asked once.
+bool amx_bf16_usable();
+/// Whether sdpa::forward takes the AMX path for bf16: usable and not turned off by the
+/// environment variable SDPA_AMX=0 (read once per process, as SDPA_ISA).
+bool amx_bf16_enabled();
+
+namespace amx {
+
+// Tile configuration is per thread and any other library may change it: the forward loads
+// it at the start of each item and releases the tiles at its end.
+void configure();
+void release();
+
+// C (M × N fp32, row stride ldc floats) (+)= A·B: A (M × K bf16, row stride lda elements),
+// B (K × N) in pairs, pair row k/2 at B + (k/2)·ldb (ldb in pairs). M, N multiples of 16,
+// K a multiple of 32. accumulate: C loaded and added to; else overwritten.
+void gemm(i64 M, i64 N, i64 K, const bf16* A, i64 lda, const std::uint32_t* B, i64 ldb, float* C, i64 ldc,
+          bool accumulate);
+
+// P (rows × kp bf16, row stride ldp) = ST transposed and rounded to bf16 (round to nearest
+// even, subnormals flushed: vcvtneps2bf16): ST is keys × rows fp32 (row stride `rows`, a
+// multiple of 16), keys [0, bc) read, keys [bc, kp) zero. kp a multiple of 32.
+void pack_transposed_bf16(const float* ST, i64 rows, i64 bc, i64 kp, bf16* P, i64 ldp);
+
+// Vp (kp/2 pair rows × dp pairs, row stride ldvp pairs) = rows [0, n) of V (D bf16 each, row
+// stride ldv, unit stride along D) in pairs, rows [n, kp) and columns [D, dp) zero; dp is D
+// rounded up to 16. Returns whether every value read is finite.
+bool pack_rows_in_pairs(const bf16* V, i64 ldv, i64 n, i64 D, i64 kp, std::uint32_t* Vp, i64 ldvp);
+
+}  // namespace amx
+}  // namespace sdpa::detail

@@ -1,0 +1,159 @@
+// amx_bf16.cpp — see amx.hpp. The only file compiled with -mamx-tile -mamx-bf16
+// -mavx512bf16 (src/CMakeLists.txt); its functions run only where amx_bf16_usable().
+// Names with weak linkage stay in sdpa::detail::amx (kernel.isa_objects_share_no_inline_code).
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "attention/amx.hpp"
+
+namespace sdpa::detail::amx {
+namespace {
+
+// Tile registers: C 0..3 (a 2 × 2 block), A 4, 5, B 6, 7 — all eight, each 16 × 64 bytes.
+constexpr int kRows = 16;      // rows of every tile
+constexpr i64 kColBytes = 64;  // bytes of a tile row
+constexpr i64 kKStep = 32;     // bf16 products one A row × B column sums per instruction
+
+struct alignas(64) TileConfig {
+  std::uint8_t palette = 1, start_row = 0;
+  std::uint8_t reserved[14] = {};
+  std::uint16_t colsb[16] = {};
+  std::uint8_t rows[16] = {};
+};
+static_assert(sizeof(TileConfig) == 64);
+
+// One 2 × 2 (MB × NB ≤ 2 × 2) block of 16 × 16 C tiles over all of K. Tile numbers are
+// immediates, so each shape is its own instantiation.
+template <int MB, int NB>
+void gemm_block(i64 K, const bf16* A, i64 lda, const std::uint32_t* B, i64 ldb, float* C, i64 ldc, bool accumulate) {
+  const i64 a_stride = lda * 2, b_stride = ldb * 4, c_stride = ldc * 4;  // bytes
+  float* c10 = C + kRows * ldc;
+  if (accumulate) {
+    _tile_loadd(0, C, c_stride);
+    if constexpr (NB > 1) _tile_loadd(1, C + 16, c_stride);
+    if constexpr (MB > 1) _tile_loadd(2, c10, c_stride);
+    if constexpr (MB > 1 && NB > 1) _tile_loadd(3, c10 + 16, c_stride);
+  } else {
+    _tile_zero(0);
+    if constexpr (NB > 1) _tile_zero(1);
+    if constexpr (MB > 1) _tile_zero(2);
+    if constexpr (MB > 1 && NB > 1) _tile_zero(3);
+  }
+  for (i64 k = 0; k < K; k += kKStep) {
+    const std::uint32_t* b = B + k / 2 * ldb;
+    _tile_loadd(4, A + k, a_stride);
+    _tile_loadd(6, b, b_stride);
+    if constexpr (NB > 1) _tile_loadd(7, b + 16, b_stride);
+    if constexpr (MB > 1) _tile_loadd(5, A + kRows * lda + k, a_stride);
+    _tile_dpbf16ps(0, 4, 6);
+    if constexpr (NB > 1) _tile_dpbf16ps(1, 4, 7);
+    if constexpr (MB > 1) _tile_dpbf16ps(2, 5, 6);
+    if constexpr (MB > 1 && NB > 1) _tile_dpbf16ps(3, 5, 7);
+  }
+  _tile_stored(0, C, c_stride);
+  if constexpr (NB > 1) _tile_stored(1, C + 16, c_stride);
+  if constexpr (MB > 1) _tile_stored(2, c10, c_stride);
+  if constexpr (MB > 1 && NB > 1) _tile_stored(3, c10 + 16, c_stride);
+}
+
+// The 16 × 16 fp32 block x[0..15] (row r in x[r]) transposed in place: four rounds of
+// shuffles, within 128-bit lanes, then across them.
+inline void transpose16(__m512 x[16]) {
+  __m512 t[16], u[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_ps(x[i], x[i + 1]);      // per lane: a0 b0 a1 b1
+    t[i + 1] = _mm512_unpackhi_ps(x[i], x[i + 1]);  //           a2 b2 a3 b3
+  }
+  for (int i = 0; i < 16; i += 4) {  // lane L of u[i + c]: column 4L + c of rows i..i+3
+    u[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
+    u[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xEE);
+    u[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+    u[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+  }
+  for (int c = 0; c < 4; ++c) {
+    // lanes of v: columns (c, 8+c) of rows 0-3, then of rows 4-7; w likewise rows 8-15.
+    const __m512 v0 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x88), v1 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xDD);
+    const __m512 w0 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x88);
+    const __m512 w1 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xDD);
+    x[c] = _mm512_shuffle_f32x4(v0, w0, 0x88);
+    x[8 + c] = _mm512_shuffle_f32x4(v0, w0, 0xDD);
+    x[4 + c] = _mm512_shuffle_f32x4(v1, w1, 0x88);
+    x[12 + c] = _mm512_shuffle_f32x4(v1, w1, 0xDD);
+  }
+}
+
+}  // namespace
+
+void configure() {
+  TileConfig cfg;
+  for (int t = 0; t < 8; ++t) cfg.colsb[t] = kColBytes, cfg.rows[t] = kRows;
+  // Not _tile_loadconfig: GCC 12's macro tells the compiler it reads 8 bytes of the
+  // configuration, so the stores above were dropped as dead. This operand is all 64.
+  __asm__ volatile("ldtilecfg %0" : : "m"(cfg));
+}
+void release() { _tile_release(); }
+
+void gemm(i64 M, i64 N, i64 K, const bf16* A, i64 lda, const std::uint32_t* B, i64 ldb, float* C, i64 ldc,
+          bool accumulate) {
+  for (i64 m = 0; m < M; m += 2 * kRows) {
+    const bool two_m = m + 2 * kRows <= M;
+    for (i64 n = 0; n < N; n += 32) {
+      const bool two_n = n + 32 <= N;
+      const bf16* a = A + m * lda;
+      const std::uint32_t* b = B + n;
+      float* c = C + m * ldc + n;
+      if (two_m && two_n)
+        gemm_block<2, 2>(K, a, lda, b, ldb, c, ldc, accumulate);
+      else if (two_m)
+        gemm_block<2, 1>(K, a, lda, b, ldb, c, ldc, accumulate);
+      else if (two_n)
+        gemm_block<1, 2>(K, a, lda, b, ldb, c, ldc, accumulate);
+      else
+        gemm_block<1, 1>(K, a, lda, b, ldb, c, ldc, accumulate);
+    }
+  }
+}
+
+void pack_transposed_bf16(const float* ST, i64 rows, i64 bc, i64 kp, bf16* P, i64 ldp) {
+  for (i64 r0 = 0; r0 < rows; r0 += 16)
+    for (i64 c0 = 0; c0 < kp; c0 += 16) {
+      __m512 x[16];
+      for (i64 c = 0; c < 16; ++c)
+        x[c] = c0 + c < bc ? _mm512_loadu_ps(ST + (c0 + c) * rows + r0) : _mm512_setzero_ps();
+      transpose16(x);
+      for (i64 r = 0; r < 16; ++r) {
+        const __m256bh h = _mm512_cvtneps_pbh(x[r]);
+        std::memcpy(P + (r0 + r) * ldp + c0, &h, sizeof h);
+      }
+    }
+}
+
+bool pack_rows_in_pairs(const bf16* V, i64 ldv, i64 n, i64 D, i64 kp, std::uint32_t* Vp, i64 ldvp) {
+  // Element e of the result: even e from a's e/2, odd e from b's (index 32 + e/2).
+  alignas(64) std::uint16_t lo_idx[32], hi_idx[32];
+  for (int e = 0; e < 32; ++e) {
+    lo_idx[e] = static_cast<std::uint16_t>(e / 2 + (e % 2) * 32);
+    hi_idx[e] = static_cast<std::uint16_t>(16 + e / 2 + (e % 2) * 32);
+  }
+  const __m512i lo = _mm512_load_si512(lo_idx), hi = _mm512_load_si512(hi_idx);
+  const __m512i exponent = _mm512_set1_epi16(0x7F80);
+  const i64 dp = (D + 15) / 16 * 16;
+  __mmask32 not_finite = 0;
+  for (i64 k = 0; k < kp; k += 2) {
+    std::uint32_t* out = Vp + k / 2 * ldvp;
+    for (i64 d = 0; d < dp; d += 32) {
+      const i64 left = D - d;
+      const __mmask32 m = left >= 32 ? ~__mmask32{0} : left <= 0 ? 0 : (__mmask32{1} << left) - 1;
+      const __m512i a = k < n ? _mm512_maskz_loadu_epi16(m, V + k * ldv + d) : _mm512_setzero_si512();
+      const __m512i b = k + 1 < n ? _mm512_maskz_loadu_epi16(m, V + (k + 1) * ldv + d) : _mm512_setzero_si512();
+      not_finite |= _mm512_cmpeq_epi16_mask(_mm512_and_si512(a, exponent), exponent) |
+                    _mm512_cmpeq_epi16_mask(_mm512_and_si512(b, exponent), exponent);
+      _mm512_storeu_si512(out + d, _mm512_permutex2var_epi16(a, lo, b));
+      if (d + 16 < dp) _mm512_storeu_si512(out + d + 16, _mm512_permutex2var_epi16(a, hi, b));
+    }
+  }
+  return not_finite == 0;
+}
+
+}  // namespace sdpa::detail::amx
