@@ -542,3 +542,10 @@ def active_isa() -> str:
     """The instruction set the fast kernel uses in this process: 'avx512', 'avx2' or 'scalar'
     (the SDPA_ISA environment variable forces one)."""
     return _ext.active_isa()
+
+
+def amx_bf16_active() -> bool:
+    """Whether bf16 forward calls run their two products on AMX-BF16 tiles in this process: the
+    CPU has AMX-BF16, Linux granted the tile state, the kernel is the avx512 one, and the
+    SDPA_AMX environment variable is not 0 (docs/contract.md)."""
+    return _ext.amx_bf16_active()

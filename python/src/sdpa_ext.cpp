@@ -432,6 +432,9 @@ NB_MODULE(_ext, m) {
       "active_isa", [] { return std::string(sdpa::isa_name(sdpa::active_isa())); },
       "The instruction set the fast kernel uses in this process.");
   m.def(
+      "amx_bf16_active", [] { return sdpa::amx_bf16_active(); },
+      "Whether bf16 forward calls in this process run their products on AMX-BF16 tiles.");
+  m.def(
       "isa_supported", [](const std::string& name) { return sdpa::isa_supported(sdpa::parse_isa(name.c_str())); },
       nb::arg("isa"), "Whether this CPU can run the named ISA's kernel.");
 

@@ -330,6 +330,23 @@ def test_isa():  # the version: test_package.py
     assert sdpa._ext.isa_supported("scalar")
 
 
+def test_amx_bf16_active_follows_the_cpu_and_sdpa_amx():
+    import os
+    import platform
+    import subprocess
+    import sys
+    flags = next((l for l in open("/proc/cpuinfo") if l.startswith("flags")), "").split()
+    release = tuple(int(x) for x in platform.release().split("-")[0].split(".")[:2])
+    # Linux grants the tile state on request from 5.16 on
+    expected = (sdpa.active_isa() == "avx512" and {"amx_tile", "amx_bf16", "avx512_bf16"} <= set(flags)
+                and release >= (5, 16) and os.environ.get("SDPA_AMX") != "0")
+    assert sdpa.amx_bf16_active() is expected
+    env = dict(os.environ, SDPA_AMX="0")
+    off = subprocess.run([sys.executable, "-c", "import sdpa; print(sdpa.amx_bf16_active())"], env=env,
+                         capture_output=True, text=True, check=True)
+    assert off.stdout.strip() == "False"
+
+
 def test_import_does_not_need_torch():
     import subprocess
     import sys
