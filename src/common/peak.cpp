@@ -50,42 +50,29 @@ void fma_avx2(std::int64_t iters) {
   "vmovaps %%zmm0, %%zmm10\n\tvmovaps %%zmm0, %%zmm11\n\t"                         \
   "vmovaps %%zmm0, %%zmm12\n\tvmovaps %%zmm0, %%zmm13\n\t"
 
-// The same on zmm (16 floats) registers.
-void fma_avx512(std::int64_t iters) {
-  asm volatile(SDPA_ZERO_ZMM0_TO_13
-               "1:\n\t"
-               "vfmadd231ps %%zmm12, %%zmm13, %%zmm0\n\tvfmadd231ps %%zmm12, %%zmm13, %%zmm1\n\t"
-               "vfmadd231ps %%zmm12, %%zmm13, %%zmm2\n\tvfmadd231ps %%zmm12, %%zmm13, %%zmm3\n\t"
-               "vfmadd231ps %%zmm12, %%zmm13, %%zmm4\n\tvfmadd231ps %%zmm12, %%zmm13, %%zmm5\n\t"
-               "vfmadd231ps %%zmm12, %%zmm13, %%zmm6\n\tvfmadd231ps %%zmm12, %%zmm13, %%zmm7\n\t"
-               "vfmadd231ps %%zmm12, %%zmm13, %%zmm8\n\tvfmadd231ps %%zmm12, %%zmm13, %%zmm9\n\t"
-               "vfmadd231ps %%zmm12, %%zmm13, %%zmm10\n\tvfmadd231ps %%zmm12, %%zmm13, %%zmm11\n\t"
-               "dec %0\n\tjnz 1b\n\t"
-               "vzeroupper\n\t"
-               : "+r"(iters)
-               :
-               : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11",
-                 "xmm12", "xmm13", "cc");
-}
+// The loop both zmm meters run: zmm0..13 zeroed, then `iters` iterations of kChains
+// independent `op zmm12, zmm13, zmmN` (N = 0..11), the chains never merged or spilled.
+#define SDPA_ZMM_CHAINS(op, iters)                                                                                    \
+  asm volatile(SDPA_ZERO_ZMM0_TO_13 "1:\n\t" op " %%zmm12, %%zmm13, %%zmm0\n\t" op " %%zmm12, %%zmm13, %%zmm1\n\t" op \
+                                    " %%zmm12, %%zmm13, %%zmm2\n\t" op " %%zmm12, %%zmm13, %%zmm3\n\t" op             \
+                                    " %%zmm12, %%zmm13, %%zmm4\n\t" op " %%zmm12, %%zmm13, %%zmm5\n\t" op             \
+                                    " %%zmm12, %%zmm13, %%zmm6\n\t" op " %%zmm12, %%zmm13, %%zmm7\n\t" op             \
+                                    " %%zmm12, %%zmm13, %%zmm8\n\t" op " %%zmm12, %%zmm13, %%zmm9\n\t" op             \
+                                    " %%zmm12, %%zmm13, %%zmm10\n\t" op                                               \
+                                    " %%zmm12, %%zmm13, %%zmm11\n\t"                                                  \
+                                    "dec %0\n\tjnz 1b\n\t"                                                            \
+                                    "vzeroupper\n\t"                                                                  \
+               : "+r"(iters)                                                                                          \
+               :                                                                                                      \
+               : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11",    \
+                 "xmm12", "xmm13", "cc")
+
+// The same as fma_avx2 on zmm (16 floats) registers.
+void fma_avx512(std::int64_t iters) { SDPA_ZMM_CHAINS("vfmadd231ps", iters); }
 
 // kChains independent `vdpbf16ps` chains on zmm registers (AVX512_BF16): each adds, in
 // every one of 16 fp32 lanes, the products of two bf16 pairs.
-void dot_bf16_avx512(std::int64_t iters) {
-  asm volatile(SDPA_ZERO_ZMM0_TO_13
-               "1:\n\t"
-               "vdpbf16ps %%zmm12, %%zmm13, %%zmm0\n\tvdpbf16ps %%zmm12, %%zmm13, %%zmm1\n\t"
-               "vdpbf16ps %%zmm12, %%zmm13, %%zmm2\n\tvdpbf16ps %%zmm12, %%zmm13, %%zmm3\n\t"
-               "vdpbf16ps %%zmm12, %%zmm13, %%zmm4\n\tvdpbf16ps %%zmm12, %%zmm13, %%zmm5\n\t"
-               "vdpbf16ps %%zmm12, %%zmm13, %%zmm6\n\tvdpbf16ps %%zmm12, %%zmm13, %%zmm7\n\t"
-               "vdpbf16ps %%zmm12, %%zmm13, %%zmm8\n\tvdpbf16ps %%zmm12, %%zmm13, %%zmm9\n\t"
-               "vdpbf16ps %%zmm12, %%zmm13, %%zmm10\n\tvdpbf16ps %%zmm12, %%zmm13, %%zmm11\n\t"
-               "dec %0\n\tjnz 1b\n\t"
-               "vzeroupper\n\t"
-               : "+r"(iters)
-               :
-               : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11",
-                 "xmm12", "xmm13", "cc");
-}
+void dot_bf16_avx512(std::int64_t iters) { SDPA_ZMM_CHAINS("vdpbf16ps", iters); }
 
 // The portable build's arithmetic (the scalar path: no -m flags, so SSE2, x86-64's
 // baseline, and no FMA): kChains independent chains on xmm (4 floats) registers, half
