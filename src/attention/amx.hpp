@@ -1,6 +1,6 @@
 // amx.hpp — the AMX-BF16 pieces of the bf16 tiled forward (fast_kernel.inl,
 // forward_tiled_amx): tile configuration, one bf16 GEMM on tiles and the two packings its
-// operands need. Compiled alone with -mamx-tile -mamx-bf16 -mavx512bf16 (amx_bf16.cpp,
+// operands need, and the bf16 backward's five products (kv_tiles, backward_q_tile). Compiled alone with -mamx-tile -mamx-bf16 -mavx512bf16 (amx_bf16.cpp,
 // src/CMakeLists.txt); called from the AVX-512 path only where amx_bf16_usable().
 //
 // Every tile this file uses is 16 rows × 64 bytes: an fp32 C tile is 16 × 16 floats, an A
@@ -45,6 +45,21 @@ void pack_transposed_bf16(const float* ST, i64 rows, i64 bc, i64 kp, bf16* P, i6
 // stride ldv, unit stride along D) in pairs, rows [n, kp) and columns [D, dp) zero; dp is D
 // rounded up to 16. Returns whether every value read is finite.
 bool pack_rows_in_pairs(const bf16* V, i64 ldv, i64 n, i64 D, i64 kp, std::uint32_t* Vp, i64 ldvp);
+
+// Xᵀ in pairs, the B operand of a product that contracts over X's row elements (S = Q·Kᵀ:
+// Kᵀ; dP = dout·Vᵀ: Vᵀ; pass B's Qᵀ and doutᵀ): pair row k, column c holds (X[c][2k],
+// X[c][2k+1]) for rows c < n of X (bf16, row stride ldx, unit stride along D), zero for
+// columns [n, cols) and elements past D; d32/2 pair rows (d32: D rounded up to 32), row
+// stride ldo pairs. cols a multiple of 16. A pair is 32 bits, so this is a 32-bit transpose.
+void pack_pairs_transposed(const bf16* X, i64 ldx, i64 n, i64 D, i64 cols, std::uint32_t* out, i64 ldo);
+
+// out (rows × cols bf16, row stride ldo) = X's rows [0, n) × elements [0, D) (bf16, row
+// stride ldx, unit stride), zero elsewhere: an A operand padded to whole tiles.
+void copy_rows_padded(const bf16* X, i64 ldx, i64 n, i64 D, i64 rows, i64 cols, bf16* out, i64 ldo);
+
+// out (rows × cols bf16, row stride ldo) = X's rows [0, n) × elements [0, D) (fp32, row
+// stride ldx) rounded to bf16 as pack_transposed_bf16 rounds, zero elsewhere.
+void round_rows_bf16(const float* X, i64 ldx, i64 n, i64 D, i64 rows, i64 cols, bf16* out, i64 ldo);
 
 }  // namespace amx
 }  // namespace sdpa::detail

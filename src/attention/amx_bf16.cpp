@@ -23,6 +23,16 @@ struct alignas(64) TileConfig {
 };
 static_assert(sizeof(TileConfig) == 64);
 
+// The mask of the first `left` of 32 16-bit elements (left clamped to [0, 32]).
+__mmask32 first_halves(i64 left) {
+  return left >= 32 ? ~__mmask32{0} : left <= 0 ? 0 : (__mmask32{1} << left) - 1;
+}
+
+// The mask of the first `left` of 16 floats (left clamped to [0, 16]).
+__mmask16 first_floats(i64 left) {
+  return left >= 16 ? __mmask16(0xFFFF) : left <= 0 ? __mmask16(0) : __mmask16((1u << left) - 1);
+}
+
 // One 2 × 2 (MB × NB ≤ 2 × 2) block of 16 × 16 C tiles over all of K. Tile numbers are
 // immediates, so each shape is its own instantiation.
 template <int MB, int NB>
@@ -143,8 +153,7 @@ bool pack_rows_in_pairs(const bf16* V, i64 ldv, i64 n, i64 D, i64 kp, std::uint3
   for (i64 k = 0; k < kp; k += 2) {
     std::uint32_t* out = Vp + k / 2 * ldvp;
     for (i64 d = 0; d < dp; d += 32) {
-      const i64 left = D - d;
-      const __mmask32 m = left >= 32 ? ~__mmask32{0} : left <= 0 ? 0 : (__mmask32{1} << left) - 1;
+      const __mmask32 m = first_halves(D - d);
       const __m512i a = k < n ? _mm512_maskz_loadu_epi16(m, V + k * ldv + d) : _mm512_setzero_si512();
       const __m512i b = k + 1 < n ? _mm512_maskz_loadu_epi16(m, V + (k + 1) * ldv + d) : _mm512_setzero_si512();
       not_finite |= _mm512_cmpeq_epi16_mask(_mm512_and_si512(a, exponent), exponent) |
@@ -154,6 +163,39 @@ bool pack_rows_in_pairs(const bf16* V, i64 ldv, i64 n, i64 D, i64 kp, std::uint3
     }
   }
   return not_finite == 0;
+}
+
+void pack_pairs_transposed(const bf16* X, i64 ldx, i64 n, i64 D, i64 cols, std::uint32_t* out, i64 ldo) {
+  const i64 pair_rows = (D + 31) / 32 * 16;
+  for (i64 c0 = 0; c0 < cols; c0 += 16)
+    for (i64 k0 = 0; k0 < pair_rows; k0 += 16) {  // 16 rows of X × 16 pairs, as 16 × 16 32-bit words
+      const __mmask32 m = first_halves(D - 2 * k0);
+      __m512 x[16];
+      for (i64 c = 0; c < 16; ++c)
+        x[c] = c0 + c < n ? _mm512_castsi512_ps(_mm512_maskz_loadu_epi16(m, X + (c0 + c) * ldx + 2 * k0))
+                          : _mm512_setzero_ps();
+      transpose16(x);
+      for (i64 k = 0; k < 16; ++k) _mm512_storeu_ps(out + (k0 + k) * ldo + c0, x[k]);
+    }
+}
+
+void copy_rows_padded(const bf16* X, i64 ldx, i64 n, i64 D, i64 rows, i64 cols, bf16* out, i64 ldo) {
+  for (i64 r = 0; r < rows; ++r)
+    for (i64 d = 0; d < cols; d += 32) {
+      const __m512i x = r < n ? _mm512_maskz_loadu_epi16(first_halves(D - d), X + r * ldx + d) : _mm512_setzero_si512();
+      _mm512_mask_storeu_epi16(out + r * ldo + d, first_halves(cols - d), x);
+    }
+}
+
+void round_rows_bf16(const float* X, i64 ldx, i64 n, i64 D, i64 rows, i64 cols, bf16* out, i64 ldo) {
+  for (i64 r = 0; r < rows; ++r)
+    for (i64 d = 0; d < cols; d += 16) {
+      const __m512 x = r < n ? _mm512_maskz_loadu_ps(first_floats(D - d), X + r * ldx + d) : _mm512_setzero_ps();
+      const __m256bh h = _mm512_cvtneps_pbh(x);
+      __m256i bits;
+      std::memcpy(&bits, &h, sizeof h);
+      _mm256_mask_storeu_epi16(out + r * ldo + d, first_floats(cols - d), bits);
+    }
 }
 
 }  // namespace sdpa::detail::amx

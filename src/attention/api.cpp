@@ -26,6 +26,7 @@ namespace detail {
 namespace {
 std::atomic<i64> fused_decode_item_count{0};
 std::atomic<i64> amx_item_count{0};
+std::atomic<i64> amx_backward_item_count{0};
 std::atomic<i64> strided_copy_byte_count{0};
 // 512 MiB: the strided copies of one call (below) may add at most this much memory.
 std::atomic<i64> strided_copy_limit{i64{512} << 20};
@@ -35,6 +36,8 @@ void note_fused_decode_item() { fused_decode_item_count.fetch_add(1, std::memory
 i64 fused_decode_items() { return fused_decode_item_count.load(std::memory_order_relaxed); }
 void note_amx_item() { amx_item_count.fetch_add(1, std::memory_order_relaxed); }
 i64 amx_items() { return amx_item_count.load(std::memory_order_relaxed); }
+void note_amx_backward_item() { amx_backward_item_count.fetch_add(1, std::memory_order_relaxed); }
+i64 amx_backward_items() { return amx_backward_item_count.load(std::memory_order_relaxed); }
 i64 strided_copy_bytes() { return strided_copy_byte_count.load(std::memory_order_relaxed); }
 i64 strided_copy_limit_bytes() { return strided_copy_limit.load(std::memory_order_relaxed); }
 void set_strided_copy_limit_bytes(i64 bytes) { strided_copy_limit.store(bytes, std::memory_order_relaxed); }

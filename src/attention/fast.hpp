@@ -12,6 +12,7 @@
 // result does not depend on how items are spread over threads.
 #pragma once
 
+#include "attention/amx.hpp"
 #include "attention/convert.hpp"
 #include "attention/problem.hpp"
 
@@ -60,9 +61,12 @@ struct FastKernels {
 // the tests can show that their decoding cases reach it (relaxed: a count, not an order).
 void note_fused_decode_item();
 i64 fused_decode_items();
-// Items the AMX-BF16 tiled forward (fast_kernel.inl, forward_tiled_amx) has run, likewise.
+// Items the AMX-BF16 tiled forward (fast_kernel.inl, forward_tiled_amx) has run, likewise,
+// and backward items (either schedule's) that ran their products on AMX tiles.
 void note_amx_item();
 i64 amx_items();
+void note_amx_backward_item();
+i64 amx_backward_items();
 // Bytes the strided-input copies (api.cpp, TightCopies) have allocated in this process, and
 // the most one call's copies may take (512 MiB); the setter is for tests, which lower the cap
 // to show a call above it reads its inputs in place, with the same bits.
@@ -76,7 +80,7 @@ void set_kernels_for_tests(const FastKernels* kernels);
 const FastKernels& fast_kernels_scalar();
 const FastKernels& fast_kernels_avx2();
 const FastKernels& fast_kernels_avx512();
-// The AVX-512 table whose bf16 tiled forward runs on AMX-BF16 tiles; only where
+// The AVX-512 table whose bf16 tiled forward and backward run on AMX-BF16 tiles; only where
 // amx_bf16_usable() (amx.hpp). api.cpp hands it out when amx_bf16_enabled().
 const FastKernels& fast_kernels_avx512_amx();
 

@@ -500,6 +500,44 @@ void forward_few_lanes(const Problem& p, const Tensors& t, const ForwardItem& it
   s.rows.finish(p, t, it, lanes, dvp);
 }
 
+// The AMX loops' operands (forward_tiled_amx, the bf16 backward; compiled on every path,
+// called on the AVX-512 path's AMX table only): rows [j0, j0 + n) of
+// (b, g) as bf16 rows with unit stride along D: in place (row stride the tensor's), or
+// gathered into buf (row stride D).
+struct Bf16Rows {
+  const bf16* data;
+  i64 ld;
+};
+inline Bf16Rows bf16_rows(const InView& x, i64 b, i64 g, i64 j0, i64 n, i64 D, bf16* buf) {
+  const bf16* bits = static_cast<const bf16*>(x.bits);
+  if (x.stride[3] == 1) return {bits + off(x, b, g, j0, 0), x.stride[2]};
+  for (i64 c = 0; c < n; ++c)
+    for (i64 d = 0; d < D; ++d) buf[c * D + d] = bits[off(x, b, g, j0 + c, d)];
+  return {buf, D};
+}
+// ... and as an A operand of whole tiles: n rows × D in place when they fill rows16 × d32
+// (n, D multiples of 16 and 32), else copied with zero padding into buf (row stride d32).
+inline Bf16Rows bf16_tile_rows(const Bf16Rows& x, i64 n, i64 D, i64 rows16, i64 d32, bf16* buf) {
+  if (n == rows16 && D == d32) return x;
+  amx::copy_rows_padded(x.data, x.ld, n, D, rows16, d32, buf, d32);
+  return {buf, d32};
+}
+// Tile configuration for the span of one item (amx::configure, amx::release), where `on`.
+class AmxTiles {
+ public:
+  explicit AmxTiles(bool on) : on_(on) {
+    if (on_) amx::configure();
+  }
+  ~AmxTiles() {
+    if (on_) amx::release();
+  }
+  AmxTiles(const AmxTiles&) = delete;
+  AmxTiles& operator=(const AmxTiles&) = delete;
+
+ private:
+  bool on_;
+};
+
 #ifdef SDPA_AMX_BF16
 // The tiled forward with both products on AMX-BF16 tiles (amx.hpp), for bf16 tensors: the
 // same tiles and the same forward_tile_softmax as forward_tiled, with
@@ -538,20 +576,6 @@ struct AmxForwardScratch {
   }
 };
 
-// Rows [j0, j0 + n) of (b, g) as bf16 rows with unit stride along D: in place (row stride
-// the tensor's), or gathered into buf (row stride D).
-struct Bf16Rows {
-  const bf16* data;
-  i64 ld;
-};
-inline Bf16Rows bf16_rows(const InView& x, i64 b, i64 g, i64 j0, i64 n, i64 D, bf16* buf) {
-  const bf16* bits = static_cast<const bf16*>(x.bits);
-  if (x.stride[3] == 1) return {bits + off(x, b, g, j0, 0), x.stride[2]};
-  for (i64 c = 0; c < n; ++c)
-    for (i64 d = 0; d < D; ++d) buf[c * D + d] = bits[off(x, b, g, j0 + c, d)];
-  return {buf, D};
-}
-
 void forward_tiled_amx(const Problem& p, const Tensors& t, const ForwardItem& it, const ItemLanes& lanes,
                        WorkerScratch scratch) {
   const i64 b = it.b, g = it.g, Dk = p.Dk, Dv = p.Dv, dvp = round_up(Dv, kPad), n = lanes.n, np = lanes.np;
@@ -570,18 +594,11 @@ void forward_tiled_amx(const Problem& p, const Tensors& t, const ForwardItem& it
   for (i64 x = n * dvp; x < np * dvp; ++x) s.rows.O[x] = 0.0f;  // padding lanes: P·V writes them too
   const LanesSee see = item_sees(p, b, lanes);
   const KeyRange keys = visible_keys(see, it.j_begin, it.j_end);
-  amx::configure();
+  const AmxTiles tiles(true);
   for (i64 j0 = keys.first / kTileCols * kTileCols; j0 <= keys.last; j0 += kTileCols) {
     const i64 bc = imin(kTileCols, p.Nk - j0), bc16 = round_up(bc, 16), kp = round_up(bc, 32);
     // Sᵀ = K Qᵀ. K rows in place when they fill whole tiles, else copied with zero padding.
-    const Bf16Rows k_rows = bf16_rows(t.k, b, g, j0, bc, Dk, s.rows16);
-    Bf16Rows K = k_rows;
-    if (Dk != dk32 || bc != bc16) {
-      for (i64 c = 0; c < bc16; ++c)
-        for (i64 d = 0; d < dk32; ++d)
-          s.K_rows[c * dk32 + d] = c < bc && d < Dk ? k_rows.data[c * k_rows.ld + d] : bf16::from_bits(0);
-      K = {s.K_rows, dk32};
-    }
+    const Bf16Rows K = bf16_tile_rows(bf16_rows(t.k, b, g, j0, bc, Dk, s.rows16), bc, Dk, bc16, dk32, s.K_rows);
     amx::gemm(bc16, np, dk32, K.data, K.ld, s.QT, np, s.ST, np, /*accumulate=*/false);
     forward_tile_softmax(p, lanes, see, b, j0, bc, s.ST, s.drop, s.rows, dvp);
     // O += P V.
@@ -594,7 +611,6 @@ void forward_tiled_amx(const Problem& p, const Tensors& t, const ForwardItem& it
       gemm_acc_skip_zero(V.finite, n, V.cols, bc, s.ST, 1, np, V.data, V.ld, s.rows.O, dvp, nullptr);
     }
   }
-  amx::release();
   s.rows.finish(p, t, it, lanes, dvp);
   note_amx_item();
 }
@@ -708,13 +724,39 @@ inline RowsOperand rows_packed(const InView& x, i64 b, i64 h, i64 r0, i64 n, i64
 // head's Q, dout and dQ are 6 MiB, streamed from L3 once per sweep (docs/performance.md,
 // "The one-pass backward at long rows").
 constexpr i64 kKvTilesPerSweep = 2;
+// The AMX products' operands (bf16 on the AMX table, `amx` below): A operands as bf16 rows
+// padded to whole tiles (d32: D rounded up to 32), B operands in pairs (amx.hpp).
+struct AmxOperands {
+  bf16* Q16;             // (kTileRows, dk32)       Q rows: S = Q Kᵀ
+  bf16* dout16;          // (kTileRows, dv32)       dout rows: dP = dout Vᵀ
+  std::uint32_t* Qp;     // (kTileRows/2, dkp)      Q in pairs: dK += dXᵀ Q
+  std::uint32_t* doutp;  // (kTileRows/2, dvp)      dout in pairs: dV += P̃ᵀ dout
+  bf16* A16;             // (kTileCols, kTileCols)  P̃ᵀ, dXᵀ or dX in bf16, one product at a time
+  bf16* rows16;          // (kTileCols, max(Dk, Dv))  rows gathered, when not unit stride
+  float* dQ_spare;       // (16, dkp)               amx_dq_rows' last block
+  static AmxOperands carve(const Problem& p, Arena& arena, bool amx) {
+    const i64 dk32 = round_up(p.Dk, 32), dv32 = round_up(p.Dv, 32);
+    const i64 dkp = round_up(p.Dk, kPad), dvp = round_up(p.Dv, kPad);
+    const auto halves = [&](i64 n) { return reinterpret_cast<bf16*>(arena.take(amx ? (n + 1) / 2 : 0)); };
+    const auto pairs = [&](i64 n) { return reinterpret_cast<std::uint32_t*>(arena.take(amx ? n : 0)); };
+    AmxOperands s;
+    s.Q16 = halves(kTileRows * dk32), s.dout16 = halves(kTileRows * dv32);
+    s.Qp = pairs(kTileRows / 2 * dkp), s.doutp = pairs(kTileRows / 2 * dvp);
+    s.A16 = halves(kTileCols * kTileCols), s.rows16 = halves(kTileCols * imax(p.Dk, p.Dv));
+    s.dQ_spare = arena.take(amx ? 16 * dkp : 0);
+    return s;
+  }
+};
 struct KvTileScratch {
   struct KeyTile {
-    float* KT;      // (Dk, odd_lines_ld(bcp))
-    float* VT;      // (Dv, odd_lines_ld(bcp))
-    float* K_rows;  // (bc, odd_lines_ld(Dk))  K rows (one pass's dQ += dX K)
-    float* dK;      // (bc, dkp)
-    float* dV;      // (bc, dvp)
+    float* KT;          // (Dk, odd_lines_ld(bcp))
+    float* VT;          // (Dv, odd_lines_ld(bcp))
+    float* K_rows;      // (bc, odd_lines_ld(Dk))  K rows (one pass's dQ += dX K)
+    float* dK;          // (bc, dkp)
+    float* dV;          // (bc, dvp)
+    std::uint32_t* KTp;  // (dk32/2, kTileCols)  AMX: Kᵀ in pairs
+    std::uint32_t* VTp;  // (dv32/2, kTileCols)  AMX: Vᵀ in pairs
+    std::uint32_t* Kp;   // (kTileCols/2, dkp)   AMX: K in pairs (one pass's dQ += dX K)
   };
   KeyTile key[kKvTilesPerSweep];  // the sweep's key tiles: `tiles` of them carved
   float* Q_rows;     // (br, odd_lines_ld(Dk))
@@ -725,16 +767,22 @@ struct KvTileScratch {
   float* row_lse;    // (br)
   float* row_delta;  // (br)
   float* drop;       // (br, bcp)  dropout multipliers, with dropout
-  static KvTileScratch carve(const Problem& p, Arena& arena, i64 tiles) {
+  AmxOperands amx;   // carved empty unless `amx`
+  // amx: the products run on AMX tiles (bf16 on the AMX table): no fp32 Kᵀ and Vᵀ then.
+  static KvTileScratch carve(const Problem& p, Arena& arena, i64 tiles, bool amx) {
     const i64 dkp = round_up(p.Dk, kPad), dvp = round_up(p.Dv, kPad);
+    const i64 dk32 = round_up(p.Dk, 32), dv32 = round_up(p.Dv, 32);
     KvTileScratch s{};
     for (i64 u = 0; u < tiles; ++u) {
       KeyTile& k = s.key[u];
-      k.KT = arena.take(p.Dk * odd_lines_ld(kTileCols));
-      k.VT = arena.take(p.Dv * odd_lines_ld(kTileCols));
+      k.KT = arena.take(amx ? 0 : p.Dk * odd_lines_ld(kTileCols));
+      k.VT = arena.take(amx ? 0 : p.Dv * odd_lines_ld(kTileCols));
       k.K_rows = arena.take(kTileCols * odd_lines_ld(p.Dk));
       k.dK = arena.take(kTileCols * dkp);
       k.dV = arena.take(kTileCols * dvp);
+      k.KTp = reinterpret_cast<std::uint32_t*>(arena.take(amx ? dk32 / 2 * kTileCols : 0));
+      k.VTp = reinterpret_cast<std::uint32_t*>(arena.take(amx ? dv32 / 2 * kTileCols : 0));
+      k.Kp = reinterpret_cast<std::uint32_t*>(arena.take(amx ? kTileCols / 2 * dkp : 0));
     }
     s.Q_rows = arena.take(kTileRows * odd_lines_ld(p.Dk));
     s.dout_rows = arena.take(kTileRows * odd_lines_ld(p.Dv));
@@ -744,9 +792,24 @@ struct KvTileScratch {
     s.row_lse = arena.take(kTileRows);
     s.row_delta = arena.take(kTileRows);
     s.drop = arena.take(p.has_dropout ? kTileRows * kTileCols : 0);
+    s.amx = AmxOperands::carve(p, arena, amx);
     return s;
   }
 };
+
+// dQ rows (br of them, row stride dkp) += dX · K on tiles: dX as bf16 rows (A, row stride
+// ldx, br rounded up to 16 of them, zero past br), K in pairs (B, kp/2 pair rows). A tile
+// writes 16 whole rows, so a last block short of 16 rows goes through `spare` (16 rows of
+// dkp): the rows after br are another head's and stay untouched.
+inline void amx_dq_rows(i64 br, i64 dkp, i64 kp, const bf16* dX, i64 ldx, const std::uint32_t* Kp, float* dQ_rows,
+                        float* spare) {
+  const i64 whole = br / 16 * 16;
+  if (whole > 0) amx::gemm(whole, dkp, kp, dX, ldx, Kp, dkp, dQ_rows, dkp, /*accumulate=*/true);
+  if (whole == br) return;
+  for (i64 x = 0; x < 16 * dkp; ++x) spare[x] = x < (br - whole) * dkp ? dQ_rows[whole * dkp + x] : 0.0f;
+  amx::gemm(16, dkp, kp, dX + whole * ldx, ldx, Kp, dkp, spare, dkp, /*accumulate=*/true);
+  for (i64 x = 0; x < (br - whole) * dkp; ++x) dQ_rows[whole * dkp + x] = spare[x];
+}
 
 // Key tiles [j0, j0 + tiles·kTileCols) ∩ [0, Nk) of pass A (tiles <= kKvTilesPerSweep), and
 // with dQ set (the one pass) also dQ += dX K for every query tile they meet: dQ holds the
@@ -757,35 +820,68 @@ struct KvTileScratch {
 // so both schedules give the same bits; each key tile's dK and dV see the query tiles in
 // the same order whatever the sweep.
 // PLAIN: fp32 tensors and no dropout (the common call), known at compile time so the tile
-// loop carries no dtype or dropout test; chosen once per call by kv_tiles_for.
-template <bool PLAIN>
+// loop carries no dtype or dropout test. AMX: bf16 tensors with the five products on AMX
+// tiles, their operands rounded where the naive bf16 implementation rounds them (P̃ for dV,
+// dX for dK and dQ: reference::backward_naive); S and dP are fp32 sums of exact products.
+// A tile cannot skip a zero weight, so a product whose B operand holds an inf or NaN (Q for
+// dK, dout for dV, K for dQ) takes the fp32 one that does, as the widening path always
+// does: a row or key that sees nothing must not meet 0·inf. Pass B decides dQ's product by
+// the same K tile, so both schedules keep the same bits. Chosen once per call by kv_tiles_for.
+template <bool PLAIN, bool AMX>
 void kv_tiles(const Problem& p, const Tensors& t, const float* delta, i64 b, i64 g, i64 j0, i64 tiles,
               const KvTileScratch& s, float* dQ) {
   const bool dropout = !PLAIN && p.has_dropout;
   const i64 Dk = p.Dk, Dv = p.Dv, dkp = round_up(Dk, kPad), dvp = round_up(Dv, kPad);
+  const i64 dk32 = round_up(Dk, 32), dv32 = round_up(Dv, 32);
+  const AmxOperands& a16 = s.amx;
   constexpr i64 BR = kTileRows;
   tiles = imin(tiles, (p.Nk - j0 + kTileCols - 1) / kTileCols);
 
   RowsOperand k_op[kKvTilesPerSweep];
+  bool k_pairs_finite[kKvTilesPerSweep] = {};  // AMX: K in pairs (dQ's B operand) all finite
   for (i64 u = 0; u < tiles; ++u) {
     const KvTileScratch::KeyTile& key = s.key[u];
     const i64 ju = j0 + u * kTileCols, bc = imin(kTileCols, p.Nk - ju), ldt = odd_lines_ld(bc);
-    pack_transposed(t.k, b, g, ju, bc, Dk, key.KT, ldt);
-    pack_transposed(t.v, b, g, ju, bc, Dv, key.VT, ldt);
+    if constexpr (AMX) {
+      const i64 bcp = round_up(bc, kPad);
+      const Bf16Rows k_rows = bf16_rows(t.k, b, g, ju, bc, Dk, a16.rows16);
+      amx::pack_pairs_transposed(k_rows.data, k_rows.ld, bc, Dk, bcp, key.KTp, kTileCols);
+      if (dQ != nullptr) {
+        k_pairs_finite[u] = amx::pack_rows_in_pairs(k_rows.data, k_rows.ld, bc, Dk, round_up(bc, 32), key.Kp, dkp);
+        if (!k_pairs_finite[u]) k_op[u] = rows_packed(t.k, b, g, ju, bc, Dk, key.K_rows);
+      }
+      const Bf16Rows v_rows = bf16_rows(t.v, b, g, ju, bc, Dv, a16.rows16);
+      amx::pack_pairs_transposed(v_rows.data, v_rows.ld, bc, Dv, bcp, key.VTp, kTileCols);
+    } else {
+      pack_transposed(t.k, b, g, ju, bc, Dk, key.KT, ldt);
+      pack_transposed(t.v, b, g, ju, bc, Dv, key.VT, ldt);
+      if (dQ != nullptr) k_op[u] = rows_packed(t.k, b, g, ju, bc, Dk, key.K_rows);
+    }
     for (i64 x = 0; x < bc * dkp; ++x) key.dK[x] = 0.0f;
     for (i64 x = 0; x < bc * dvp; ++x) key.dV[x] = 0.0f;
-    if (dQ != nullptr) k_op[u] = rows_packed(t.k, b, g, ju, bc, Dk, key.K_rows);
   }
 
   for (i64 h = g * p.group; h < (g + 1) * p.group; ++h)
     for (i64 i0 = 0; i0 < p.Nq; i0 += BR) {
-      const i64 br = imin(BR, p.Nq - i0);
+      const i64 br = imin(BR, p.Nq - i0), br16 = round_up(br, 16), br32 = round_up(br, 32);
       const LanesSee see = rows_see(p, b, h, i0, br);
       const KeyRange seen = visible_keys(see, j0, imin(p.Nk, j0 + tiles * kTileCols));
       if (seen.last < seen.first) continue;  // every tile fully masked
       load_row_constants(p, t, delta, b, h, i0, br, br, s.row_lse, s.row_delta);
-      const RowsOperand q_op = rows_packed(t.q, b, h, i0, br, Dk, s.Q_rows);
-      const RowsOperand dout_op = rows_packed(t.dout, b, h, i0, br, Dv, s.dout_rows);
+      // fp32 Q and dout rows: the products' operands, or on AMX a fallback's (only where
+      // their pairs hold an inf or NaN).
+      RowsOperand q_op{}, dout_op{};
+      bool q_pairs_finite = false, dout_pairs_finite = false;
+      if constexpr (AMX) {
+        const Bf16Rows q_rows = bf16_rows(t.q, b, h, i0, br, Dk, a16.rows16);
+        amx::copy_rows_padded(q_rows.data, q_rows.ld, br, Dk, br16, dk32, a16.Q16, dk32);
+        q_pairs_finite = amx::pack_rows_in_pairs(q_rows.data, q_rows.ld, br, Dk, br32, a16.Qp, dkp);
+        const Bf16Rows dout_rows = bf16_rows(t.dout, b, h, i0, br, Dv, a16.rows16);
+        amx::copy_rows_padded(dout_rows.data, dout_rows.ld, br, Dv, br16, dv32, a16.dout16, dv32);
+        dout_pairs_finite = amx::pack_rows_in_pairs(dout_rows.data, dout_rows.ld, br, Dv, br32, a16.doutp, dvp);
+      }
+      if (!q_pairs_finite) q_op = rows_packed(t.q, b, h, i0, br, Dk, s.Q_rows);
+      if (!dout_pairs_finite) dout_op = rows_packed(t.dout, b, h, i0, br, Dv, s.dout_rows);
       const AOperand q_a = a_rows(q_op), dout_a = a_rows(dout_op);
       for (i64 u = 0; u < tiles; ++u) {
         const KvTileScratch::KeyTile& key = s.key[u];
@@ -793,7 +889,10 @@ void kv_tiles(const Problem& p, const Tensors& t, const float* delta, i64 b, i64
         const i64 ldt = odd_lines_ld(bc);
         const KeyRange keys = visible_keys(see, ju, ju + bc);
         if (keys.last < keys.first) continue;  // tile fully masked
-        gemm<false, false>(br, bcp, Dk, q_a.data, q_a.rs, q_a.cs, key.KT, ldt, s.S, bcp);
+        if constexpr (AMX)
+          amx::gemm(br16, bcp, dk32, a16.Q16, dk32, key.KTp, kTileCols, s.S, bcp, /*accumulate=*/false);
+        else
+          gemm<false, false>(br, bcp, Dk, q_a.data, q_a.rs, q_a.cs, key.KT, ldt, s.S, bcp);
         scale_softcap(p, s.S, bcp, br, bcp, s.T);
         if (tile_needs_mask(see, ju, bcp))  // padding columns past bc included
           mask_tile(p, s.S, bcp, 1, br, b, ju, bcp, [&](i64 r) { return LaneRow{h, i0 + r}; });
@@ -802,20 +901,40 @@ void kv_tiles(const Problem& p, const Tensors& t, const float* delta, i64 b, i64
           for (i64 c = 0; c < bcp; c += W)
             Vec::store(s.S + r * bcp + c, Vec::exp(Vec::sub(Vec::load(s.S + r * bcp + c), Lr)));
         }
-        gemm<false, false>(br, bcp, Dv, dout_a.data, dout_a.rs, dout_a.cs, key.VT, ldt, s.dP, bcp);
+        if constexpr (AMX)
+          amx::gemm(br16, bcp, dv32, a16.dout16, dv32, key.VTp, kTileCols, s.dP, bcp, /*accumulate=*/false);
+        else
+          gemm<false, false>(br, bcp, Dv, dout_a.data, dout_a.rs, dout_a.cs, key.VT, ldt, s.dP, bcp);
         if (dropout) {  // dP through the mask; P becomes P∘M for dV once dX is made
           dropout_tile(p, s.drop, bcp, 1, br, b, ju, bcp, [&](i64 r) { return LaneRow{h, i0 + r}; });
           mul_tile(s.dP, bcp, s.drop, bcp, br, bcp);
         }
         ds_from_p<true>(p, s.S, s.dP, s.T, s.row_delta, bcp, br, bcp);
         if (dropout) mul_tile(s.S, bcp, s.drop, bcp, br, bcp);
+        float* dQ_rows = dQ == nullptr ? nullptr : dQ + ((h - g * p.group) * p.Nq + i0) * dkp;
+        if constexpr (AMX) {  // each product on tiles where its B operand is all finite
+          if (dout_pairs_finite) {  // dV += P̃ᵀ dout
+            amx::pack_transposed_bf16(s.S, bcp, br, br32, a16.A16, kTileRows);
+            amx::gemm(bcp, dvp, br32, a16.A16, kTileRows, a16.doutp, dvp, key.dV, dvp, /*accumulate=*/true);
+          }
+          if (q_pairs_finite) {  // dK += dXᵀ Q
+            amx::pack_transposed_bf16(s.dP, bcp, br, br32, a16.A16, kTileRows);
+            amx::gemm(bcp, dkp, br32, a16.A16, kTileRows, a16.Qp, dkp, key.dK, dkp, /*accumulate=*/true);
+          }
+          if (dQ_rows != nullptr && k_pairs_finite[u]) {  // dQ += dX K
+            amx::round_rows_bf16(s.dP, bcp, br, bc, br16, round_up(bc, 32), a16.A16, kTileCols);
+            amx_dq_rows(br, dkp, round_up(bc, 32), a16.A16, kTileCols, key.Kp, dQ_rows, a16.dQ_spare);
+          }
+        }
         // dV += Pᵀ dout and dK += dXᵀ Q: A[c][r] = tile[r·bcp + c].
-        gemm_acc_skip_zero(dout_op.finite, bc, dout_op.cols, br, s.S, 1, bcp, dout_op.data, dout_op.ld, key.dV, dvp,
-                           nullptr);
-        gemm_acc_skip_zero(q_op.finite, bc, q_op.cols, br, s.dP, 1, bcp, q_op.data, q_op.ld, key.dK, dkp, nullptr);
-        if (dQ != nullptr)  // dQ += dX K: A[r][c] = tile[r·bcp + c]
-          gemm_acc_skip_zero(k_op[u].finite, br, k_op[u].cols, bc, s.dP, bcp, 1, k_op[u].data, k_op[u].ld,
-                             dQ + ((h - g * p.group) * p.Nq + i0) * dkp, dkp, nullptr);
+        if (!dout_pairs_finite)
+          gemm_acc_skip_zero(dout_op.finite, bc, dout_op.cols, br, s.S, 1, bcp, dout_op.data, dout_op.ld, key.dV, dvp,
+                             nullptr);
+        if (!q_pairs_finite)
+          gemm_acc_skip_zero(q_op.finite, bc, q_op.cols, br, s.dP, 1, bcp, q_op.data, q_op.ld, key.dK, dkp, nullptr);
+        if (dQ_rows != nullptr && !k_pairs_finite[u])  // dQ += dX K: A[r][c] = tile[r·bcp + c]
+          gemm_acc_skip_zero(k_op[u].finite, br, k_op[u].cols, bc, s.dP, bcp, 1, k_op[u].data, k_op[u].ld, dQ_rows,
+                             dkp, nullptr);
       }
     }
 
@@ -828,16 +947,28 @@ void kv_tiles(const Problem& p, const Tensors& t, const float* delta, i64 b, i64
   }
 }
 
-// The one choice of kv_tiles' instantiation, from the call's dtype and dropout.
+// The one choice of kv_tiles' instantiation, from the table (AMX), the call's dtype and
+// dropout; and whether the backward's items of a call on that table run on AMX tiles.
 using KvTilesFn = void (*)(const Problem&, const Tensors&, const float*, i64, i64, i64, i64, const KvTileScratch&,
                            float*);
+template <bool AMX>
+inline bool backward_on_amx(const Problem& p) {
+  return AMX && p.dtype == Dtype::bf16;
+}
+template <bool AMX>
 inline KvTilesFn kv_tiles_for(const Problem& p) {
-  return p.dtype == Dtype::f32 && !p.has_dropout ? kv_tiles<true> : kv_tiles<false>;
+  if constexpr (AMX)
+    if (p.dtype == Dtype::bf16) return kv_tiles<false, true>;
+  return p.dtype == Dtype::f32 && !p.has_dropout ? kv_tiles<true, false> : kv_tiles<false, false>;
 }
 
+template <bool AMX>
 void backward_kv_tile(const Problem& p, const Tensors& t, const float* delta, i64 b, i64 g, i64 j0,
                       WorkerScratch scratch) {
-  kv_tiles_for(p)(p, t, delta, b, g, j0, 1, carve_scratch<KvTileScratch>(p, scratch, i64{1}), nullptr);
+  const bool amx = backward_on_amx<AMX>(p);
+  const AmxTiles tiles(amx);
+  kv_tiles_for<AMX>(p)(p, t, delta, b, g, j0, 1, carve_scratch<KvTileScratch>(p, scratch, i64{1}, amx), nullptr);
+  if (amx) note_amx_backward_item();
 }
 
 // The one pass: item (b, g) owns dk, dv of its keys and dq of its group's query rows, so
@@ -848,31 +979,39 @@ void backward_kv_tile(const Problem& p, const Tensors& t, const float* delta, i6
 struct ItemBackwardScratch {
   KvTileScratch tiles;
   float* dQ;  // (group·Nq, dkp)
-  static ItemBackwardScratch carve(const Problem& p, Arena& arena) {
+  static ItemBackwardScratch carve(const Problem& p, Arena& arena, bool amx) {
     ItemBackwardScratch s;
-    s.tiles = KvTileScratch::carve(p, arena, kKvTilesPerSweep);
+    s.tiles = KvTileScratch::carve(p, arena, kKvTilesPerSweep, amx);
     s.dQ = arena.take(p.group * p.Nq * round_up(p.Dk, kPad));
     return s;
   }
 };
 
+template <bool AMX>
 void backward_item(const Problem& p, const Tensors& t, const float* delta, i64 b, i64 g, WorkerScratch scratch) {
   const i64 dkp = round_up(p.Dk, kPad), rows = p.group * p.Nq;
-  const auto s = carve_scratch<ItemBackwardScratch>(p, scratch);
+  const bool amx = backward_on_amx<AMX>(p);
+  const auto s = carve_scratch<ItemBackwardScratch>(p, scratch, amx);
   for (i64 x = 0; x < rows * dkp; ++x) s.dQ[x] = 0.0f;
-  const KvTilesFn sweep = kv_tiles_for(p);
-  for (i64 j0 = 0; j0 < p.Nk; j0 += kKvTilesPerSweep * kTileCols)
-    sweep(p, t, delta, b, g, j0, kKvTilesPerSweep, s.tiles, s.dQ);
+  const KvTilesFn sweep = kv_tiles_for<AMX>(p);
+  {
+    const AmxTiles tiles(amx);
+    for (i64 j0 = 0; j0 < p.Nk; j0 += kKvTilesPerSweep * kTileCols)
+      sweep(p, t, delta, b, g, j0, kKvTilesPerSweep, s.tiles, s.dQ);
+  }
   for (i64 l = 0; l < rows; ++l) {
     const i64 h = g * p.group + l / p.Nq, i = l % p.Nq;
     store_row(t.dq, off(t.dq, b, h, i, 0), p.Dk, s.dQ + l * dkp);
   }
+  if (amx) note_amx_backward_item();
 }
 
 // Pass B: dq of one query tile; loops over the key tiles it can see. Tiles in the
 // transposed layout (keys × query lanes): Qᵀ and doutᵀ are packed once, K and V rows are
 // read in place, as the A operand of Sᵀ = K Qᵀ and dPᵀ = V doutᵀ and the B operand of
-// dQ += dX K.
+// dQ += dX K. On AMX (bf16 on the AMX table) the same three products on tiles: Qᵀ and
+// doutᵀ in pairs, K and V rows as bf16 tiles, dX rounded to bf16 and K in pairs for dQ,
+// which a K tile holding an inf or NaN takes in fp32 instead, as kv_tiles does.
 struct QTileScratch {
   float* QT;         // (Dk, brp)
   float* doutT;      // (Dv, brp)
@@ -885,13 +1024,22 @@ struct QTileScratch {
   float* row_lse;    // (brp)
   float* row_delta;  // (brp)
   float* drop;       // (bc, brp)  dropout multipliers, with dropout
-  static QTileScratch carve(const Problem& p, Arena& arena) {
-    const i64 dkp = round_up(p.Dk, kPad);
+  std::uint32_t* QTp;     // (dk32/2, kTileRows)  AMX: Qᵀ in pairs
+  std::uint32_t* doutTp;  // (dv32/2, kTileRows)  AMX: doutᵀ in pairs
+  std::uint32_t* Kp;      // (kTileCols/2, dkp)   AMX: K in pairs
+  bf16* K16;              // (kTileCols, dk32)    AMX: K rows padded to whole tiles
+  bf16* V16;              // (kTileCols, dv32)    AMX: V rows likewise
+  bf16* dX16;             // (kTileRows, kTileCols)  AMX: dX rows in bf16
+  bf16* rows16;           // (kTileCols, max(Dk, Dv))  AMX: rows gathered, when not unit stride
+  static QTileScratch carve(const Problem& p, Arena& arena, bool amx) {
+    const i64 dkp = round_up(p.Dk, kPad), dk32 = round_up(p.Dk, 32), dv32 = round_up(p.Dv, 32);
+    const auto halves = [&](i64 n) { return reinterpret_cast<bf16*>(arena.take(amx ? (n + 1) / 2 : 0)); };
+    const auto pairs = [&](i64 n) { return reinterpret_cast<std::uint32_t*>(arena.take(amx ? n : 0)); };
     QTileScratch s;
-    s.QT = arena.take(p.Dk * kTileRows);
-    s.doutT = arena.take(p.Dv * kTileRows);
+    s.QT = arena.take(amx ? 0 : p.Dk * kTileRows);
+    s.doutT = arena.take(amx ? 0 : p.Dv * kTileRows);
     s.K_rows = arena.take(kTileCols * dkp);
-    s.V_rows = arena.take(p.dtype == Dtype::f32 ? 0 : kTileCols * round_up(p.Dv, kPad));
+    s.V_rows = arena.take(p.dtype == Dtype::f32 || amx ? 0 : kTileCols * round_up(p.Dv, kPad));
     s.ST = arena.take(kTileCols * kTileRows);
     s.TT = arena.take(kTileCols * kTileRows);
     s.dPT = arena.take(kTileCols * kTileRows);
@@ -899,57 +1047,99 @@ struct QTileScratch {
     s.row_lse = arena.take(kTileRows);
     s.row_delta = arena.take(kTileRows);
     s.drop = arena.take(p.has_dropout ? kTileCols * kTileRows : 0);
+    s.QTp = pairs(dk32 / 2 * kTileRows), s.doutTp = pairs(dv32 / 2 * kTileRows);
+    s.Kp = pairs(kTileCols / 2 * dkp);
+    s.K16 = halves(kTileCols * dk32), s.V16 = halves(kTileCols * dv32);
+    s.dX16 = halves(kTileRows * kTileCols), s.rows16 = halves(kTileCols * imax(p.Dk, p.Dv));
     return s;
   }
 };
 
+template <bool AMX>
 void backward_q_tile(const Problem& p, const Tensors& t, const float* delta, i64 b, i64 h, i64 i0,
                      WorkerScratch scratch) {
   const i64 g = h / p.group, Dk = p.Dk, Dv = p.Dv, dkp = round_up(Dk, kPad);
+  const i64 dk32 = round_up(Dk, 32), dv32 = round_up(Dv, 32);
   const i64 br = imin(kTileRows, p.Nq - i0), brp = round_up(br, kPad);
   constexpr i64 BC = kTileCols;
-  const auto s = carve_scratch<QTileScratch>(p, scratch);
+  const bool amx = backward_on_amx<AMX>(p);
+  const auto s = carve_scratch<QTileScratch>(p, scratch, amx);
+  const AmxTiles tiles(amx);
 
-  pack_transposed(t.q, b, h, i0, br, Dk, s.QT, brp);
-  pack_transposed(t.dout, b, h, i0, br, Dv, s.doutT, brp);
+  if (amx) {
+    const Bf16Rows q_rows = bf16_rows(t.q, b, h, i0, br, Dk, s.rows16);
+    amx::pack_pairs_transposed(q_rows.data, q_rows.ld, br, Dk, brp, s.QTp, brp);
+    const Bf16Rows dout_rows = bf16_rows(t.dout, b, h, i0, br, Dv, s.rows16);
+    amx::pack_pairs_transposed(dout_rows.data, dout_rows.ld, br, Dv, brp, s.doutTp, brp);
+  } else {
+    pack_transposed(t.q, b, h, i0, br, Dk, s.QT, brp);
+    pack_transposed(t.dout, b, h, i0, br, Dv, s.doutT, brp);
+  }
   load_row_constants(p, t, delta, b, h, i0, br, brp, s.row_lse, s.row_delta);
   for (i64 x = 0; x < br * dkp; ++x) s.dQ[x] = 0.0f;
 
   const LanesSee see = rows_see(p, b, h, i0, br);
   const KeyRange keys = visible_keys(see, 0, p.Nk);
   for (i64 j0 = keys.first / BC * BC; j0 <= keys.last; j0 += BC) {
-    const i64 bc = imin(BC, p.Nk - j0);
-    const RowsOperand k_op = rows_operand(t.k, b, g, j0, bc, Dk, s.K_rows, /*scan_in_place=*/true);
-    const AOperand k_a = a_operand(t.k, b, g, j0, k_op);
-    gemm<false, false>(bc, brp, Dk, k_a.data, k_a.rs, k_a.cs, s.QT, brp, s.ST, brp);
+    const i64 bc = imin(BC, p.Nk - j0), bc16 = round_up(bc, 16);
+    bool k_pairs_finite = false;  // AMX: dQ += dX K on tiles
+    if (amx) {
+      const Bf16Rows k_rows = bf16_rows(t.k, b, g, j0, bc, Dk, s.rows16);
+      k_pairs_finite = amx::pack_rows_in_pairs(k_rows.data, k_rows.ld, bc, Dk, round_up(bc, 32), s.Kp, dkp);
+      const Bf16Rows K = bf16_tile_rows(k_rows, bc, Dk, bc16, dk32, s.K16);
+      amx::gemm(bc16, brp, dk32, K.data, K.ld, s.QTp, brp, s.ST, brp, /*accumulate=*/false);
+    }
+    const RowsOperand k_op = k_pairs_finite ? RowsOperand{}
+                                            : rows_operand(t.k, b, g, j0, bc, Dk, s.K_rows, /*scan_in_place=*/true);
+    if (!amx) {
+      const AOperand k_a = a_operand(t.k, b, g, j0, k_op);
+      gemm<false, false>(bc, brp, Dk, k_a.data, k_a.rs, k_a.cs, s.QT, brp, s.ST, brp);
+    }
     scale_softcap(p, s.ST, brp, bc, brp, s.TT);
     if (tile_needs_mask(see, j0, bc))
       mask_tile(p, s.ST, 1, brp, br, b, j0, bc, [&](i64 r) { return LaneRow{h, i0 + r}; });
     for (i64 c = 0; c < bc; ++c)  // P = exp(s - lse), lse along the lanes (+inf on padding lanes)
       for (i64 r = 0; r < brp; r += W)
         Vec::store(s.ST + c * brp + r, Vec::exp(Vec::sub(Vec::load(s.ST + c * brp + r), Vec::load(s.row_lse + r))));
-    const AOperand v_a = t.v.dtype == Dtype::f32
-                             ? a_in_place(t.v, b, g, j0)
-                             : a_rows(rows_operand(t.v, b, g, j0, bc, Dv, s.V_rows, /*scan_in_place=*/false));
-    gemm<false, false>(bc, brp, Dv, v_a.data, v_a.rs, v_a.cs, s.doutT, brp, s.dPT, brp);
+    if (amx) {
+      const Bf16Rows V = bf16_tile_rows(bf16_rows(t.v, b, g, j0, bc, Dv, s.rows16), bc, Dv, bc16, dv32, s.V16);
+      amx::gemm(bc16, brp, dv32, V.data, V.ld, s.doutTp, brp, s.dPT, brp, /*accumulate=*/false);
+    } else {
+      const AOperand v_a = t.v.dtype == Dtype::f32
+                               ? a_in_place(t.v, b, g, j0)
+                               : a_rows(rows_operand(t.v, b, g, j0, bc, Dv, s.V_rows, /*scan_in_place=*/false));
+      gemm<false, false>(bc, brp, Dv, v_a.data, v_a.rs, v_a.cs, s.doutT, brp, s.dPT, brp);
+    }
     if (p.has_dropout) {  // dP through the mask, as pass A (same multipliers, same product)
       dropout_tile(p, s.drop, 1, brp, br, b, j0, bc, [&](i64 r) { return LaneRow{h, i0 + r}; });
       mul_tile(s.dPT, brp, s.drop, brp, bc, round_up(br, W));
     }
     ds_from_p<false>(p, s.ST, s.dPT, s.TT, s.row_delta, brp, bc, brp);
     // dQ += dX K: A[r][c] = dXᵀ[c·brp + r].
-    gemm_acc_skip_zero(k_op.finite, br, k_op.cols, bc, s.dPT, 1, brp, k_op.data, k_op.ld, s.dQ, dkp, nullptr);
+    if (k_pairs_finite) {
+      const i64 bc32 = round_up(bc, 32);
+      amx::pack_transposed_bf16(s.dPT, brp, bc, bc32, s.dX16, kTileCols);
+      amx::gemm(brp, dkp, bc32, s.dX16, kTileCols, s.Kp, dkp, s.dQ, dkp, /*accumulate=*/true);
+    } else {
+      gemm_acc_skip_zero(k_op.finite, br, k_op.cols, bc, s.dPT, 1, brp, k_op.data, k_op.ld, s.dQ, dkp, nullptr);
+    }
   }
 
   for (i64 r = 0; r < br; ++r) store_row(t.dq, off(t.dq, b, h, i0 + r, 0), Dk, s.dQ + r * dkp);
+  if (amx) note_amx_backward_item();
 }
 
 // Floats per worker: the larger of the two passes' layouts (one block serves both) ...
+template <bool AMX>
 i64 backward_scratch(const Problem& p) {
-  return imax(scratch_floats<KvTileScratch>(p, i64{1}), scratch_floats<QTileScratch>(p));
+  const bool amx = backward_on_amx<AMX>(p);
+  return imax(scratch_floats<KvTileScratch>(p, i64{1}, amx), scratch_floats<QTileScratch>(p, amx));
 }
 // ... and the one pass's.
-i64 backward_item_scratch(const Problem& p) { return scratch_floats<ItemBackwardScratch>(p); }
+template <bool AMX>
+i64 backward_item_scratch(const Problem& p) {
+  return scratch_floats<ItemBackwardScratch>(p, backward_on_amx<AMX>(p));
+}
 
 void exp_n(const float* x, float* y, i64 n) {
   for (i64 i = 0; i < n; i += W) Vec::store(y + i, Vec::exp(Vec::load(x + i)));
@@ -959,18 +1149,24 @@ void tanh_n(const float* x, float* y, i64 n) {
 }
 
 const FastKernels& table() {
-  static const FastKernels k{forward_scratch, backward_scratch, backward_item_scratch, forward_item,
-                             backward_item,   backward_kv_tile, backward_q_tile,       exp_n,
-                             tanh_n};
+  static const FastKernels k{forward_scratch,        backward_scratch<false>, backward_item_scratch<false>,
+                             forward_item,           backward_item<false>,    backward_kv_tile<false>,
+                             backward_q_tile<false>, exp_n,                   tanh_n};
   return k;
 }
 #ifdef SDPA_AMX_BF16
-// The same kernel with the bf16 tiled forward on AMX tiles (forward_item_on<true>).
+// The same kernel with bf16's tiled forward and its backward on AMX tiles
+// (forward_item_on<true>, the backward's <true> instantiations).
 const FastKernels& table_amx() {
   static const FastKernels k = [] {
     FastKernels amx = table();
     amx.forward_scratch = forward_scratch_amx;
     amx.forward_item = forward_item_on<true>;
+    amx.backward_scratch = backward_scratch<true>;
+    amx.backward_item_scratch = backward_item_scratch<true>;
+    amx.backward_item = backward_item<true>;
+    amx.backward_kv_tile = backward_kv_tile<true>;
+    amx.backward_q_tile = backward_q_tile<true>;
     return amx;
   }();
   return k;

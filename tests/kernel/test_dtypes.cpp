@@ -4,7 +4,7 @@
 // floor of fp32 arithmetic and of rounding each output once. The kernel converts on load and
 // keeps P in fp32, so it is more accurate than the naive one that rounds P; the factor 2 is
 // the rule's margin, not a fit. On AMX-BF16 (the avx512_amx variant) the bf16 forward rounds
-// P to bf16 before P·V, as the naive one does. Every ISA this CPU runs; same bits for 1, 2
+// P to bf16 before P·V, and the backward P̃ and dX before their products, as the naive one does. Every ISA this CPU runs; same bits for 1, 2
 // and 7 threads.
 #include <cstring>
 
@@ -158,6 +158,7 @@ void check_case(const Case& c) {
     o.isa = kv.isa;
     o.threads = 2;
     const i64 fused_before = detail::fused_decode_items(), amx_before = detail::amx_items();
+    const i64 amx_backward_before = detail::amx_backward_items();
     const Run16<H> r = run16<H>(c, in, q, k, v, dout, o);
     if (c.fused_decode && kv.isa != Isa::scalar)
       EXPECT_GT(detail::fused_decode_items(), fused_before) << "the decoding case did not reach the fused loop";
@@ -168,6 +169,11 @@ void check_case(const Case& c) {
       EXPECT_GT(detail::amx_items(), amx_before) << "the tiled case did not reach the AMX loop";
     else
       EXPECT_EQ(detail::amx_items(), amx_before) << "only the AMX variant's bf16 tiled items take the AMX loop";
+    // Every bf16 backward item takes the AMX products on that variant, and only there.
+    if (t == Dtype::bf16 && kv.emulated == &detail::fast_kernels_avx512_amx())
+      EXPECT_GT(detail::amx_backward_items(), amx_backward_before) << "the backward did not reach the AMX products";
+    else
+      EXPECT_EQ(detail::amx_backward_items(), amx_backward_before) << "only the AMX variant's bf16 backward uses AMX";
     SDPA_EXPECT_WITHIN("out", rule.out(widen(r.out)));
     SDPA_EXPECT_WITHIN("lse", rule.lse(r.lse.data));
     SDPA_EXPECT_WITHIN("dq", rule.dq(widen(r.dq)));

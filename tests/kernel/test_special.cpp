@@ -172,6 +172,55 @@ TEST_P(NaNs, Bf16KeyAndValueReachOnlyRowsThatSeeThem) {
   }
 }
 
+TEST_P(NaNs, Bf16GradientsHaveTheNaNsOfTheFp32Path) {
+  // A NaN in q row 37, k row 50, v row 50 or dout row 20, causal top-left: the bf16
+  // backward's dq, dk, dv hold NaN in exactly the rows the fp32 backward's do, on the same
+  // (widened) values. On the AMX variant a product whose B operand holds the NaN (Q for dk,
+  // K for dq, dout for dv) must take the fp32 product that skips zero weights. Nq = 100
+  // leaves a query tile of 36 rows (dQ's last block short of 16); 1 thread takes the one
+  // pass, 2 the two passes.
+  struct Hit {
+    const char* name;
+    int tensor;  // 0 q, 1 k, 2 v, 3 dout
+    i64 row;
+  };
+  for (const Hit hit : {Hit{"q", 0, 37}, Hit{"k", 1, 50}, Hit{"v", 2, 50}, Hit{"dout", 3, 20}})
+    for (int threads : {1, 2}) {
+      SCOPED_TRACE(std::string(hit.name) + " threads " + std::to_string(threads));
+      Problem4 P(1, 1, 1, 100, 128, 64, 64, 12);
+      Buf<float>* x[4] = {&P.q, &P.k, &P.v, &P.dout};
+      for (Buf<float>* b : x) b->data = b->cast<bf16>().cast<float>().data;  // values of bf16
+      x[hit.tensor]->at(0, 0, hit.row, 5) = kNaN;
+      Options o;
+      o.isa = GetParam().isa;
+      o.causal = Causal::top_left;
+      o.threads = threads;
+      P.run(o);  // fp32
+      const Buf<bf16> q = P.q.cast<bf16>(), k = P.k.cast<bf16>(), v = P.v.cast<bf16>(), dout = P.dout.cast<bf16>();
+      Buf<bf16> out(P.out.shape), dq(P.dq.shape), dk(P.dk.shape), dv(P.dv.shape);
+      Buf3<float> lse(P.lse.shape);
+      forward(q.cview(), k.cview(), v.cview(), out.view(), lse.view(), o);
+      backward(q.cview(), k.cview(), v.cview(), out.cview(), lse.cview(), dout.cview(), dq.view(), dk.view(),
+               dv.view(), o);
+      Buf<float> dq_f = dq.cast<float>(), dk_f = dk.cast<float>(), dv_f = dv.cast<float>();
+      i64 dq_nan_rows = 0, dkv_nan_rows = 0;
+      for (i64 i = 0; i < 100; ++i) {
+        EXPECT_EQ(row_has_nan(dq_f, 0, 0, i), row_has_nan(P.dq, 0, 0, i)) << "dq " << i;
+        dq_nan_rows += row_has_nan(P.dq, 0, 0, i);
+      }
+      for (i64 j = 0; j < 128; ++j) {
+        EXPECT_EQ(row_has_nan(dk_f, 0, 0, j), row_has_nan(P.dk, 0, 0, j)) << "dk " << j;
+        EXPECT_EQ(row_has_nan(dv_f, 0, 0, j), row_has_nan(P.dv, 0, 0, j)) << "dv " << j;
+        dkv_nan_rows += row_has_nan(P.dk, 0, 0, j) + row_has_nan(P.dv, 0, 0, j);
+      }
+      // The NaN reached dk or dv, and some dq rows but not all (rows before it never see
+      // it, but for a NaN in q or dout, which only its own row meets).
+      EXPECT_GT(dkv_nan_rows, 0);
+      EXPECT_GT(dq_nan_rows, 0);
+      EXPECT_LT(dq_nan_rows, 100);
+    }
+}
+
 TEST_P(NaNs, DecodingValueReachesOnlyHeadsThatSeeIt) {
   // One query row per head, four heads on one kv head (the decoding path, few lanes):
   // v_50 holds NaN and a keep-mask hides key 50 from heads 0 and 2 only.
