@@ -46,6 +46,22 @@ void pack_transposed_bf16(const float* ST, i64 rows, i64 bc, i64 kp, bf16* P, i6
 // rounded up to 16. Returns whether every value read is finite.
 bool pack_rows_in_pairs(const bf16* V, i64 ldv, i64 n, i64 D, i64 kp, std::uint32_t* Vp, i64 ldvp);
 
+// Vᵀ (dp × kp bf16 rows, row stride ldo; dp = D rounded up to 16): out[e][c] = V[c][e] for
+// rows c < n of V (bf16, row stride ldv, unit stride along D), zero for c in [n, kp) and e
+// in [D, dp); kp a multiple of 32. The A operand of Oᵀ += Vᵀ·Pᵀ (forward_tiled_amx).
+// Returns whether every value read is finite.
+bool pack_transposed_rows(const bf16* V, i64 ldv, i64 n, i64 D, i64 kp, bf16* out, i64 ldo);
+
+// X's rows in pairs, rounded to bf16: pair row k, column l holds (X[2k][l], X[2k+1][l]) for
+// rows < n of X (fp32, row stride ldx), zero past n; kp/2 pair rows of `cols` (a multiple
+// of 16), row stride ldo pairs. Pᵀ (keys × lanes) becomes the B operand of Oᵀ += Vᵀ·Pᵀ with
+// one conversion and one permutation per 2 × 16 values, no transpose.
+void pack_rows_in_pairs_f32(const float* X, i64 ldx, i64 n, i64 kp, i64 cols, std::uint32_t* out, i64 ldo);
+
+// out (cols × rows, row stride ldo) = X (rows × cols fp32, row stride ldx) transposed; rows
+// and cols multiples of 16.
+void transpose_f32(const float* X, i64 ldx, i64 rows, i64 cols, float* out, i64 ldo);
+
 // Xᵀ in pairs, the B operand of a product that contracts over X's row elements (S = Q·Kᵀ:
 // Kᵀ; dP = dout·Vᵀ: Vᵀ; pass B's Qᵀ and doutᵀ): pair row k, column c holds (X[c][2k],
 // X[c][2k+1]) for rows c < n of X (bf16, row stride ldx, unit stride along D), zero for

@@ -198,4 +198,55 @@ void round_rows_bf16(const float* X, i64 ldx, i64 n, i64 D, i64 rows, i64 cols, 
     }
 }
 
+bool pack_transposed_rows(const bf16* V, i64 ldv, i64 n, i64 D, i64 kp, bf16* out, i64 ldo) {
+  const i64 dp = (D + 15) / 16 * 16;
+  const __m512i exponent = _mm512_set1_epi16(0x7F80);
+  __mmask32 not_finite = 0;
+  for (i64 c0 = 0; c0 < kp; c0 += 16)
+    for (i64 d0 = 0; d0 < dp; d0 += 32) {  // 16 keys × 32 elements, as 16 × 16 pairs
+      const __mmask32 m = first_halves(D - d0);
+      __m512 x[16];
+      for (i64 c = 0; c < 16; ++c) {
+        const __m512i row = c0 + c < n ? _mm512_maskz_loadu_epi16(m, V + (c0 + c) * ldv + d0) : _mm512_setzero_si512();
+        not_finite |= _mm512_cmpeq_epi16_mask(_mm512_and_si512(row, exponent), exponent);
+        x[c] = _mm512_castsi512_ps(row);
+      }
+      transpose16(x);  // x[k]: the pairs (2k, 2k + 1) of keys c0..c0+15
+      for (i64 k = 0; k < 16 && d0 + 2 * k < dp; ++k) {
+        const __m512i pairs = _mm512_castps_si512(x[k]);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + (d0 + 2 * k) * ldo + c0), _mm512_cvtepi32_epi16(pairs));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + (d0 + 2 * k + 1) * ldo + c0),
+                            _mm512_cvtepi32_epi16(_mm512_srli_epi32(pairs, 16)));
+      }
+    }
+  return not_finite == 0;
+}
+
+void pack_rows_in_pairs_f32(const float* X, i64 ldx, i64 n, i64 kp, i64 cols, std::uint32_t* out, i64 ldo) {
+  // cvtne2ps gives row 2k in bf16 elements 0..15 and row 2k + 1 in 16..31; element e of
+  // the result takes e/2 + 16·(e%2): lane l's pair.
+  alignas(64) std::uint16_t idx[32];
+  for (int e = 0; e < 32; ++e) idx[e] = static_cast<std::uint16_t>(e / 2 + (e % 2) * 16);
+  const __m512i interleave = _mm512_load_si512(idx);
+  for (i64 k = 0; k < kp; k += 2)
+    for (i64 l = 0; l < cols; l += 16) {
+      const __m512 even = k < n ? _mm512_loadu_ps(X + k * ldx + l) : _mm512_setzero_ps();
+      const __m512 odd = k + 1 < n ? _mm512_loadu_ps(X + (k + 1) * ldx + l) : _mm512_setzero_ps();
+      const __m512bh both = _mm512_cvtne2ps_pbh(odd, even);
+      __m512i bits;
+      std::memcpy(&bits, &both, sizeof bits);
+      _mm512_storeu_si512(out + k / 2 * ldo + l, _mm512_permutexvar_epi16(interleave, bits));
+    }
+}
+
+void transpose_f32(const float* X, i64 ldx, i64 rows, i64 cols, float* out, i64 ldo) {
+  for (i64 r0 = 0; r0 < rows; r0 += 16)
+    for (i64 c0 = 0; c0 < cols; c0 += 16) {
+      __m512 x[16];
+      for (i64 r = 0; r < 16; ++r) x[r] = _mm512_loadu_ps(X + (r0 + r) * ldx + c0);
+      transpose16(x);
+      for (i64 c = 0; c < 16; ++c) _mm512_storeu_ps(out + (c0 + c) * ldo + r0, x[c]);
+    }
+}
+
 }  // namespace sdpa::detail::amx

@@ -41,6 +41,12 @@ struct WorkerScratch {
   i64 floats = 0;
 };
 
+// The layout of V packed once per call (Tensors::v_packed): rows `ld` 16-bit elements apart,
+// `per_head` elements per (b, kv head); per_head 0: the kernel takes no packed V.
+struct VPackLayout {
+  i64 ld = 0, per_head = 0;
+};
+
 struct FastKernels {
   i64 (*forward_scratch)(const Problem&);   // floats per worker
   i64 (*backward_scratch)(const Problem&);       // floats per worker, two passes
@@ -55,6 +61,12 @@ struct FastKernels {
   // The vector math the kernel uses, over n floats (n a multiple of kPad), for tests.
   void (*exp)(const float* x, float* y, i64 n);
   void (*tanh)(const float* x, float* y, i64 n);
+  // V packed once per call for forward_item (Tensors::v_packed): the layout per (b, kv head)
+  // this kernel reads (per_head 0: none, for this problem), and the packing of key tile
+  // [j0, j0 + kTileCols) of (b, g) into its head's block; returns whether its values are
+  // all finite. api.cpp allocates the buffer and runs the packing over all workers.
+  VPackLayout (*forward_v_pack_layout)(const Problem&);
+  bool (*forward_v_pack_tile)(const Problem&, const Tensors&, i64 b, i64 g, i64 j0, void* head, i64 ld);
 };
 
 // Items the fused decoding loop (decode_kernel.inl) has run in this process, counted so
@@ -67,6 +79,8 @@ void note_amx_item();
 i64 amx_items();
 void note_amx_backward_item();
 i64 amx_backward_items();
+// Calls whose V api.cpp packed once for the kernel (Tensors::v_packed).
+i64 v_packs();
 // Bytes the strided-input copies (api.cpp, TightCopies) have allocated in this process, and
 // the most one call's copies may take (512 MiB); the setter is for tests, which lower the cap
 // to show a call above it reads its inputs in place, with the same bits.

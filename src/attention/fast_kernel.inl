@@ -305,9 +305,10 @@ struct OnlineRows {
 // The part of a key tile both loops share, between their Sᵀ (bc keys × np lanes, row
 // stride np) and their P·V: scale and soft-cap, the masks, the online softmax (Sᵀ becomes
 // P), dropout (Sᵀ becomes P∘M, M = keep/(1 - p), in the layout of Sᵀ: the buffer `drop`),
-// and O's rows rescaled by the change of their lane's max.
+// and O's rows rescaled by the change of their lane's max (unless !rescale_rows: the
+// caller keeps O in another layout and rescales it by rows.alpha itself).
 inline void forward_tile_softmax(const Problem& p, const ItemLanes& lanes, const LanesSee& see, i64 b, i64 j0, i64 bc,
-                                 float* ST, float* drop, const OnlineRows& rows, i64 dvp) {
+                                 float* ST, float* drop, const OnlineRows& rows, i64 dvp, bool rescale_rows = true) {
   const i64 np = lanes.np;
   const auto lane_at = [&](i64 r) { return LaneRow{lanes.h[r], lanes.i[r]}; };
   scale_softcap(p, ST, np, bc, np, nullptr);
@@ -325,6 +326,7 @@ inline void forward_tile_softmax(const Problem& p, const ItemLanes& lanes, const
     dropout_tile(p, drop, 1, np, lanes.n, b, j0, bc, lane_at);
     mul_tile(ST, np, drop, np, bc, round_up(lanes.n, W));
   }
+  if (!rescale_rows) return;
   for (i64 r = 0; r < lanes.n; ++r)
     if (rows.alpha[r] != 1.0f) {
       const R av = Vec::set1(rows.alpha[r]);
@@ -540,21 +542,25 @@ class AmxTiles {
 
 #ifdef SDPA_AMX_BF16
 // The tiled forward with both products on AMX-BF16 tiles (amx.hpp), for bf16 tensors: the
-// same tiles and the same forward_tile_softmax as forward_tiled, with
-//   Sᵀ = K·Qᵀ   A: K rows as they are (16 keys × 32 bf16 per tile; copied, zero-padded, when
-//               their stride or Dk does not allow that), B: Qᵀ in pairs, packed once per item;
-//   O += P·V    A: P rounded to bf16 and transposed into rows (lanes × keys), B: V in pairs,
-//               packed per key tile; O's fp32 tiles loaded, accumulated and stored.
+// same tiles and the same forward_tile_softmax as forward_tiled, in the transposed layout
+// throughout, so no tile is ever transposed between the products:
+//   Sᵀ = K·Qᵀ     A: K rows as they are (16 keys × 32 bf16 per tile; copied, zero-padded, when
+//                 their stride or Dk does not allow that), B: Qᵀ in pairs, packed once per item;
+//   Oᵀ += Vᵀ·Pᵀ   A: Vᵀ (Dv × keys), packed per key tile, B: Pᵀ in pairs, two key rows of the
+//                 softmax's tile interleaved and rounded to bf16; Oᵀ's fp32 tiles loaded,
+//                 accumulated and stored, rescaled by alpha one lane vector at a time, and
+//                 transposed into O's rows once, at the end of the item.
 // Rounding P to bf16 before P·V is what the naive bf16 implementation of the error rule
 // does (reference::forward_naive). Keys, Dk and Dv are zero-padded to the tile sizes. A key
-// tile whose V holds an inf or NaN takes the fp32 P·V that skips zero weights (a masked key
+// tile whose V holds an inf or NaN takes an fp32 P·V that skips zero weights (a masked key
 // must not turn O into NaN through 0·inf), as forward_tiled's does.
 struct AmxForwardScratch {
   std::uint32_t* QT;  // (dk32/2, np)  Qᵀ in pairs: (Q[r][2k], Q[r][2k+1]) at [k][r]
   bf16* K_rows;       // (bc16, dk32)  K rows, when not read in place
   float* ST;          // (bc16, np)    scores, then probabilities
-  bf16* P;            // (np, kTileCols)  P rows in bf16
-  std::uint32_t* V;   // (kTileCols/2, dvp)  V in pairs
+  std::uint32_t* PT;  // (kTileCols/2, np)  Pᵀ in pairs
+  bf16* VT;           // (dvp, kTileCols)   Vᵀ
+  float* OT;          // (dvp, np)     Oᵀ, unnormalised
   bf16* rows16;       // (kTileCols, max(Dk, Dv))  K or V rows gathered, when not unit stride
   float* V_rows;      // (bc, dvp)     V widened, for a key tile with non-finite V
   float* drop;        // (bc, np)      dropout multipliers, with dropout
@@ -566,8 +572,9 @@ struct AmxForwardScratch {
     s.QT = reinterpret_cast<std::uint32_t*>(arena.take(dk32 / 2 * kTileRows));
     s.K_rows = reinterpret_cast<bf16*>(halves(kTileCols * dk32));
     s.ST = arena.take(kTileCols * kTileRows);
-    s.P = reinterpret_cast<bf16*>(halves(kTileRows * kTileCols));
-    s.V = reinterpret_cast<std::uint32_t*>(arena.take(kTileCols / 2 * dvp));
+    s.PT = reinterpret_cast<std::uint32_t*>(arena.take(kTileCols / 2 * kTileRows));
+    s.VT = reinterpret_cast<bf16*>(halves(dvp * kTileCols));
+    s.OT = arena.take(dvp * kTileRows);
     s.rows16 = reinterpret_cast<bf16*>(halves(kTileCols * imax(p.Dk, p.Dv)));
     s.V_rows = arena.take(kTileCols * dvp);
     s.drop = arena.take(p.has_dropout ? kTileCols * kTileRows : 0);
@@ -575,6 +582,26 @@ struct AmxForwardScratch {
     return s;
   }
 };
+
+// Vᵀ of key tile [j0, j0 + kTileCols) of (b, g): (dvp, kp) bf16 at out, row stride ld;
+// rows16 (kTileCols × Dv) gathers V rows that are not unit stride. Returns whether all finite.
+inline bool pack_vt_tile(const Problem& p, const Tensors& t, i64 b, i64 g, i64 j0, bf16* out, i64 ld, bf16* rows16) {
+  const i64 bc = imin(kTileCols, p.Nk - j0);
+  const Bf16Rows v_rows = bf16_rows(t.v, b, g, j0, bc, p.Dv, rows16);
+  return amx::pack_transposed_rows(v_rows.data, v_rows.ld, bc, p.Dv, round_up(bc, 32), out, ld);
+}
+// The whole call's Vᵀ (Tensors::v_packed), for bf16: per (b, g) dvp rows of the keys
+// rounded up to 32, the row stride an odd number of 64-byte lines (a tile's 16 rows then
+// fall in 16 L1 sets, not one: at Nk = 4096 the bare stride is 8 KiB).
+VPackLayout forward_v_pack_layout_amx(const Problem& p) {
+  if (p.dtype != Dtype::bf16) return {};
+  const i64 lines = round_up(p.Nk, 32) / 32, ld = (lines % 2 == 0 ? lines + 1 : lines) * 32;
+  return {ld, round_up(p.Dv, kPad) * ld};
+}
+bool forward_v_pack_tile_amx(const Problem& p, const Tensors& t, i64 b, i64 g, i64 j0, void* head, i64 ld) {
+  std::vector<bf16> rows16(t.v.stride[3] == 1 ? 0 : static_cast<std::size_t>(kTileCols * p.Dv));
+  return pack_vt_tile(p, t, b, g, j0, static_cast<bf16*>(head) + j0, ld, rows16.data());
+}
 
 void forward_tiled_amx(const Problem& p, const Tensors& t, const ForwardItem& it, const ItemLanes& lanes,
                        WorkerScratch scratch) {
@@ -591,7 +618,7 @@ void forward_tiled_amx(const Problem& p, const Tensors& t, const ForwardItem& it
       s.QT[k * np + r] = pair;
     }
   s.rows.start(lanes, dvp);
-  for (i64 x = n * dvp; x < np * dvp; ++x) s.rows.O[x] = 0.0f;  // padding lanes: P·V writes them too
+  for (i64 x = 0; x < dvp * np; ++x) s.OT[x] = 0.0f;
   const LanesSee see = item_sees(p, b, lanes);
   const KeyRange keys = visible_keys(see, it.j_begin, it.j_end);
   const AmxTiles tiles(true);
@@ -600,17 +627,42 @@ void forward_tiled_amx(const Problem& p, const Tensors& t, const ForwardItem& it
     // Sᵀ = K Qᵀ. K rows in place when they fill whole tiles, else copied with zero padding.
     const Bf16Rows K = bf16_tile_rows(bf16_rows(t.k, b, g, j0, bc, Dk, s.rows16), bc, Dk, bc16, dk32, s.K_rows);
     amx::gemm(bc16, np, dk32, K.data, K.ld, s.QT, np, s.ST, np, /*accumulate=*/false);
-    forward_tile_softmax(p, lanes, see, b, j0, bc, s.ST, s.drop, s.rows, dvp);
-    // O += P V.
-    const Bf16Rows v_rows = bf16_rows(t.v, b, g, j0, bc, Dv, s.rows16);
-    if (amx::pack_rows_in_pairs(v_rows.data, v_rows.ld, bc, Dv, kp, s.V, dvp)) {
-      amx::pack_transposed_bf16(s.ST, np, bc, kp, s.P, kTileCols);
-      amx::gemm(np, dvp, kp, s.P, kTileCols, s.V, dvp, s.rows.O, dvp, /*accumulate=*/true);
+    forward_tile_softmax(p, lanes, see, b, j0, bc, s.ST, s.drop, s.rows, dvp, /*rescale_rows=*/false);
+    for (i64 rv = 0; rv < np; rv += W) {  // Oᵀ's columns rescaled by their lane's alpha
+      bool unchanged = true;  // every lane's max the same as before: the common case after a few tiles
+      for (i64 r = rv; r < rv + W; ++r) unchanged &= s.rows.alpha[r] == 1.0f;
+      if (unchanged) continue;
+      const R alpha = Vec::load(s.rows.alpha + rv);
+      for (i64 e = 0; e < dvp; ++e) Vec::store(s.OT + e * np + rv, Vec::mul(Vec::load(s.OT + e * np + rv), alpha));
+    }
+    // Oᵀ += Vᵀ Pᵀ, Vᵀ packed for the whole call (api.cpp) or here.
+    const bf16* VT = s.VT;
+    i64 ldvt = kTileCols;
+    bool v_finite;
+    if (t.v_packed.data != nullptr) {
+      const i64 head = b * p.Hkv + g;
+      VT = static_cast<const bf16*>(t.v_packed.data) + head * t.v_packed.per_head + j0, ldvt = t.v_packed.ld;
+      v_finite = t.v_packed.finite[head * t.v_packed.tiles + j0 / kTileCols] != 0;
     } else {
+      v_finite = pack_vt_tile(p, t, b, g, j0, s.VT, kTileCols, s.rows16);
+    }
+    if (v_finite) {
+      amx::pack_rows_in_pairs_f32(s.ST, np, bc, kp, np, s.PT, np);
+      amx::gemm(dvp, np, kp, VT, ldvt, s.PT, np, s.OT, np, /*accumulate=*/true);
+    } else {  // Oᵀ[e] += v_ce · Pᵀ[c], each product kept only where P is not 0
       const RowsOperand V = rows_operand(t.v, b, g, j0, bc, Dv, s.V_rows, /*scan_in_place=*/true);
-      gemm_acc_skip_zero(V.finite, n, V.cols, bc, s.ST, 1, np, V.data, V.ld, s.rows.O, dvp, nullptr);
+      for (i64 c = 0; c < bc; ++c)
+        for (i64 e = 0; e < Dv; ++e) {
+          const R v = Vec::set1(V.data[c * V.ld + e]);
+          for (i64 rv = 0; rv < np; rv += W) {
+            const R P = Vec::load(s.ST + c * np + rv);
+            float* o = s.OT + e * np + rv;
+            Vec::store(o, Vec::add(Vec::load(o), Vec::zero_where_zero(P, Vec::mul(v, P))));
+          }
+        }
     }
   }
+  amx::transpose_f32(s.OT, np, dvp, np, s.rows.O, dvp);
   s.rows.finish(p, t, it, lanes, dvp);
   note_amx_item();
 }
@@ -1148,10 +1200,13 @@ void tanh_n(const float* x, float* y, i64 n) {
   for (i64 i = 0; i < n; i += W) Vec::store(y + i, Vec::tanh(Vec::load(x + i)));
 }
 
+VPackLayout no_v_pack(const Problem&) { return {}; }
+
 const FastKernels& table() {
   static const FastKernels k{forward_scratch,        backward_scratch<false>, backward_item_scratch<false>,
                              forward_item,           backward_item<false>,    backward_kv_tile<false>,
-                             backward_q_tile<false>, exp_n,                   tanh_n};
+                             backward_q_tile<false>, exp_n,                   tanh_n,
+                             no_v_pack,              nullptr};
   return k;
 }
 #ifdef SDPA_AMX_BF16
@@ -1167,6 +1222,8 @@ const FastKernels& table_amx() {
     amx.backward_item = backward_item<true>;
     amx.backward_kv_tile = backward_kv_tile<true>;
     amx.backward_q_tile = backward_q_tile<true>;
+    amx.forward_v_pack_layout = forward_v_pack_layout_amx;
+    amx.forward_v_pack_tile = forward_v_pack_tile_amx;
     return amx;
   }();
   return k;

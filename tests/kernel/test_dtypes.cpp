@@ -394,6 +394,52 @@ TEST(Dtypes, StridedViewsAboveTheCopyCapGiveTheSameBits) {
     }
 }
 
+// The AMX forward reads V packed once per call (api.cpp, VPack) where its heads have two
+// lane tiles or more, else packs it per key tile: the same bits either way, with a NaN in
+// one key tile's V too (that tile's product skips zero weights in both). The cap on the
+// strided copies, lowered to 0, turns the call's packing off.
+TEST(Dtypes, Bf16PackedVGivesThePerTileBits) {
+  const i64 B = 2, Hq = 4, Hkv = 2, Nq = 100, Nk = 300, D = 64;
+  std::mt19937_64 rng(21);
+  Buf<float> qf({B, Hq, Nq, D}), kf({B, Hkv, Nk, D}), vf({B, Hkv, Nk, D});
+  for (auto* x : {&qf, &kf, &vf}) fill_normal(x->data, rng);
+  for (bool nan : {false, true}) {
+    if (nan) vf.at(1, 0, 150, 7) = kNaN;
+    const Buf<bf16> q = qf.cast<bf16>(), k = kf.cast<bf16>(), v = vf.cast<bf16>();
+    for (const KernelVariant& kv : kernel_variants()) {
+      SCOPED_TRACE(std::string(kv.name) + (nan ? " NaN in V" : ""));
+      const KernelScope scope(kv);
+      Options o;
+      o.isa = kv.isa, o.threads = 2, o.causal = Causal::bottom_right;
+      Buf<bf16> packed({B, Hq, Nq, D}), per_tile({B, Hq, Nq, D});
+      Buf3<float> lse_packed({B, Hq, Nq}), lse_per_tile({B, Hq, Nq});
+      const i64 packs_before = detail::v_packs();
+      forward(q.cview(), k.cview(), v.cview(), packed.view(), lse_packed.view(), o);
+      EXPECT_EQ(detail::v_packs() - packs_before, kv.emulated == &detail::fast_kernels_avx512_amx() ? 1 : 0);
+      {
+        const CopyLimit none(0);
+        forward(q.cview(), k.cview(), v.cview(), per_tile.view(), lse_per_tile.view(), o);
+      }
+      EXPECT_EQ(detail::v_packs() - packs_before, kv.emulated == &detail::fast_kernels_avx512_amx() ? 1 : 0);
+      EXPECT_EQ(0, std::memcmp(packed.data.data(), per_tile.data.data(), packed.data.size() * sizeof(bf16)));
+      EXPECT_EQ(0, std::memcmp(lse_packed.data.data(), lse_per_tile.data.data(), lse_packed.data.size() * sizeof(float)));
+      if (nan) {  // the NaN reached the rows of head group (1, 0) that see key 150, and only those
+        Buf<float> out = packed.cast<float>();
+        i64 nan_rows = 0;
+        for (i64 b = 0; b < B; ++b)
+          for (i64 h = 0; h < Hq; ++h)
+            for (i64 i = 0; i < Nq; ++i) {
+              bool has = false;
+              for (i64 d = 0; d < D; ++d) has |= std::isnan(out.at(b, h, i, d));
+              EXPECT_EQ(has, b == 1 && h < 2 && i + (Nk - Nq) >= 150) << b << " " << h << " " << i;
+              nan_rows += has;
+            }
+        EXPECT_GT(nan_rows, 0);
+      }
+    }
+  }
+}
+
 // Errors in a 16-bit call name the argument, as in fp32, and nothing is written.
 TEST(Dtypes, BadShapesNameTheArgument) {
   std::vector<bf16> q(1 * 2 * 8 * 16, bf16(1.0f)), kv(1 * 2 * 8 * 8, bf16(1.0f)), out(1 * 2 * 8 * 16, bf16(7.0f));
