@@ -554,14 +554,19 @@ class AmxTiles {
 // does (reference::forward_naive). Keys, Dk and Dv are zero-padded to the tile sizes. A key
 // tile whose V holds an inf or NaN takes an fp32 P·V that skips zero weights (a masked key
 // must not turn O into NaN through 0·inf), as forward_tiled's does.
+// Keys per tile of the AMX forward: twice forward_tiled's. Oᵀ += Vᵀ·Pᵀ then sums 128 keys
+// per load and store of Oᵀ's tiles, whose K of 64 left the tile unit waiting on them (a
+// 64 × 64 × 64 product with C loaded runs at 25 % of the tile peak, 33 % at K = 128, on one
+// Xeon thread); the softmax's tile, 128 × 64 floats, still fits in L1 beside the rest.
+constexpr i64 kAmxKeys = 2 * kTileCols;
 struct AmxForwardScratch {
   std::uint32_t* QT;  // (dk32/2, np)  Qᵀ in pairs: (Q[r][2k], Q[r][2k+1]) at [k][r]
   bf16* K_rows;       // (bc16, dk32)  K rows, when not read in place
   float* ST;          // (bc16, np)    scores, then probabilities
-  std::uint32_t* PT;  // (kTileCols/2, np)  Pᵀ in pairs
-  bf16* VT;           // (dvp, kTileCols)   Vᵀ
+  std::uint32_t* PT;  // (kAmxKeys/2, np)  Pᵀ in pairs
+  bf16* VT;           // (dvp, kAmxKeys)   Vᵀ, when not packed for the call
   float* OT;          // (dvp, np)     Oᵀ, unnormalised
-  bf16* rows16;       // (kTileCols, max(Dk, Dv))  K or V rows gathered, when not unit stride
+  bf16* rows16;       // (kAmxKeys, max(Dk, Dv))  K or V rows gathered, when not unit stride
   float* V_rows;      // (bc, dvp)     V widened, for a key tile with non-finite V
   float* drop;        // (bc, np)      dropout multipliers, with dropout
   OnlineRows rows;
@@ -570,14 +575,14 @@ struct AmxForwardScratch {
     const auto halves = [&](i64 n) { return arena.take((n + 1) / 2); };  // n 16-bit values
     AmxForwardScratch s;
     s.QT = reinterpret_cast<std::uint32_t*>(arena.take(dk32 / 2 * kTileRows));
-    s.K_rows = reinterpret_cast<bf16*>(halves(kTileCols * dk32));
-    s.ST = arena.take(kTileCols * kTileRows);
-    s.PT = reinterpret_cast<std::uint32_t*>(arena.take(kTileCols / 2 * kTileRows));
-    s.VT = reinterpret_cast<bf16*>(halves(dvp * kTileCols));
+    s.K_rows = reinterpret_cast<bf16*>(halves(kAmxKeys * dk32));
+    s.ST = arena.take(kAmxKeys * kTileRows);
+    s.PT = reinterpret_cast<std::uint32_t*>(arena.take(kAmxKeys / 2 * kTileRows));
+    s.VT = reinterpret_cast<bf16*>(halves(dvp * kAmxKeys));
     s.OT = arena.take(dvp * kTileRows);
-    s.rows16 = reinterpret_cast<bf16*>(halves(kTileCols * imax(p.Dk, p.Dv)));
-    s.V_rows = arena.take(kTileCols * dvp);
-    s.drop = arena.take(p.has_dropout ? kTileCols * kTileRows : 0);
+    s.rows16 = reinterpret_cast<bf16*>(halves(kAmxKeys * imax(p.Dk, p.Dv)));
+    s.V_rows = arena.take(kAmxKeys * dvp);
+    s.drop = arena.take(p.has_dropout ? kAmxKeys * kTileRows : 0);
     s.rows = OnlineRows::carve(p, arena, kTileRows);
     return s;
   }
@@ -622,29 +627,33 @@ void forward_tiled_amx(const Problem& p, const Tensors& t, const ForwardItem& it
   const LanesSee see = item_sees(p, b, lanes);
   const KeyRange keys = visible_keys(see, it.j_begin, it.j_end);
   const AmxTiles tiles(true);
-  for (i64 j0 = keys.first / kTileCols * kTileCols; j0 <= keys.last; j0 += kTileCols) {
-    const i64 bc = imin(kTileCols, p.Nk - j0), bc16 = round_up(bc, 16), kp = round_up(bc, 32);
+  // Key tiles of kAmxKeys from a multiple of kTileCols (a split's keys start at one), never
+  // past the item's last key.
+  for (i64 j0 = keys.first / kTileCols * kTileCols; j0 <= keys.last; j0 += kAmxKeys) {
+    const i64 bc = imin(kAmxKeys, it.j_end - j0), bc16 = round_up(bc, 16), kp = round_up(bc, 32);
     // Sᵀ = K Qᵀ. K rows in place when they fill whole tiles, else copied with zero padding.
     const Bf16Rows K = bf16_tile_rows(bf16_rows(t.k, b, g, j0, bc, Dk, s.rows16), bc, Dk, bc16, dk32, s.K_rows);
     amx::gemm(bc16, np, dk32, K.data, K.ld, s.QT, np, s.ST, np, /*accumulate=*/false);
     forward_tile_softmax(p, lanes, see, b, j0, bc, s.ST, s.drop, s.rows, dvp, /*rescale_rows=*/false);
     for (i64 rv = 0; rv < np; rv += W) {  // Oᵀ's columns rescaled by their lane's alpha
-      bool unchanged = true;  // every lane's max the same as before: the common case after a few tiles
+      bool unchanged = true;              // every lane's max the same as before: the common case after a few tiles
       for (i64 r = rv; r < rv + W; ++r) unchanged &= s.rows.alpha[r] == 1.0f;
       if (unchanged) continue;
       const R alpha = Vec::load(s.rows.alpha + rv);
       for (i64 e = 0; e < dvp; ++e) Vec::store(s.OT + e * np + rv, Vec::mul(Vec::load(s.OT + e * np + rv), alpha));
     }
-    // Oᵀ += Vᵀ Pᵀ, Vᵀ packed for the whole call (api.cpp) or here.
+    // Oᵀ += Vᵀ Pᵀ, Vᵀ packed for the whole call (api.cpp) or here, kTileCols keys at a time.
     const bf16* VT = s.VT;
-    i64 ldvt = kTileCols;
-    bool v_finite;
+    i64 ldvt = kAmxKeys;
+    bool v_finite = true;
     if (t.v_packed.data != nullptr) {
       const i64 head = b * p.Hkv + g;
       VT = static_cast<const bf16*>(t.v_packed.data) + head * t.v_packed.per_head + j0, ldvt = t.v_packed.ld;
-      v_finite = t.v_packed.finite[head * t.v_packed.tiles + j0 / kTileCols] != 0;
+      for (i64 j = j0; j < j0 + bc; j += kTileCols)
+        v_finite &= t.v_packed.finite[head * t.v_packed.tiles + j / kTileCols] != 0;
     } else {
-      v_finite = pack_vt_tile(p, t, b, g, j0, s.VT, kTileCols, s.rows16);
+      for (i64 j = j0; j < j0 + bc; j += kTileCols)
+        v_finite &= pack_vt_tile(p, t, b, g, j, s.VT + (j - j0), kAmxKeys, s.rows16);
     }
     if (v_finite) {
       amx::pack_rows_in_pairs_f32(s.ST, np, bc, kp, np, s.PT, np);
@@ -801,25 +810,25 @@ struct AmxOperands {
 };
 struct KvTileScratch {
   struct KeyTile {
-    float* KT;          // (Dk, odd_lines_ld(bcp))
-    float* VT;          // (Dv, odd_lines_ld(bcp))
-    float* K_rows;      // (bc, odd_lines_ld(Dk))  K rows (one pass's dQ += dX K)
-    float* dK;          // (bc, dkp)
-    float* dV;          // (bc, dvp)
+    float* KT;           // (Dk, odd_lines_ld(bcp))
+    float* VT;           // (Dv, odd_lines_ld(bcp))
+    float* K_rows;       // (bc, odd_lines_ld(Dk))  K rows (one pass's dQ += dX K)
+    float* dK;           // (bc, dkp)
+    float* dV;           // (bc, dvp)
     std::uint32_t* KTp;  // (dk32/2, kTileCols)  AMX: Kᵀ in pairs
     std::uint32_t* VTp;  // (dv32/2, kTileCols)  AMX: Vᵀ in pairs
     std::uint32_t* Kp;   // (kTileCols/2, dkp)   AMX: K in pairs (one pass's dQ += dX K)
   };
   KeyTile key[kKvTilesPerSweep];  // the sweep's key tiles: `tiles` of them carved
-  float* Q_rows;     // (br, odd_lines_ld(Dk))
-  float* dout_rows;  // (br, odd_lines_ld(Dv))
-  float* S;          // (br, bcp)  P
-  float* T;          // (br, bcp)  soft-cap tanh
-  float* dP;         // (br, bcp)  dP, then dX
-  float* row_lse;    // (br)
-  float* row_delta;  // (br)
-  float* drop;       // (br, bcp)  dropout multipliers, with dropout
-  AmxOperands amx;   // carved empty unless `amx`
+  float* Q_rows;                  // (br, odd_lines_ld(Dk))
+  float* dout_rows;               // (br, odd_lines_ld(Dv))
+  float* S;                       // (br, bcp)  P
+  float* T;                       // (br, bcp)  soft-cap tanh
+  float* dP;                      // (br, bcp)  dP, then dX
+  float* row_lse;                 // (br)
+  float* row_delta;               // (br)
+  float* drop;                    // (br, bcp)  dropout multipliers, with dropout
+  AmxOperands amx;                // carved empty unless `amx`
   // amx: the products run on AMX tiles (bf16 on the AMX table): no fp32 Kᵀ and Vᵀ then.
   static KvTileScratch carve(const Problem& p, Arena& arena, i64 tiles, bool amx) {
     const i64 dkp = round_up(p.Dk, kPad), dvp = round_up(p.Dv, kPad);
@@ -964,7 +973,7 @@ void kv_tiles(const Problem& p, const Tensors& t, const float* delta, i64 b, i64
         ds_from_p<true>(p, s.S, s.dP, s.T, s.row_delta, bcp, br, bcp);
         if (dropout) mul_tile(s.S, bcp, s.drop, bcp, br, bcp);
         float* dQ_rows = dQ == nullptr ? nullptr : dQ + ((h - g * p.group) * p.Nq + i0) * dkp;
-        if constexpr (AMX) {  // each product on tiles where its B operand is all finite
+        if constexpr (AMX) {        // each product on tiles where its B operand is all finite
           if (dout_pairs_finite) {  // dV += P̃ᵀ dout
             amx::pack_transposed_bf16(s.S, bcp, br, br32, a16.A16, kTileRows);
             amx::gemm(bcp, dvp, br32, a16.A16, kTileRows, a16.doutp, dvp, key.dV, dvp, /*accumulate=*/true);
@@ -985,8 +994,8 @@ void kv_tiles(const Problem& p, const Tensors& t, const float* delta, i64 b, i64
         if (!q_pairs_finite)
           gemm_acc_skip_zero(q_op.finite, bc, q_op.cols, br, s.dP, 1, bcp, q_op.data, q_op.ld, key.dK, dkp, nullptr);
         if (dQ_rows != nullptr && !k_pairs_finite[u])  // dQ += dX K: A[r][c] = tile[r·bcp + c]
-          gemm_acc_skip_zero(k_op[u].finite, br, k_op[u].cols, bc, s.dP, bcp, 1, k_op[u].data, k_op[u].ld, dQ_rows,
-                             dkp, nullptr);
+          gemm_acc_skip_zero(k_op[u].finite, br, k_op[u].cols, bc, s.dP, bcp, 1, k_op[u].data, k_op[u].ld, dQ_rows, dkp,
+                             nullptr);
       }
     }
 
@@ -1065,17 +1074,17 @@ void backward_item(const Problem& p, const Tensors& t, const float* delta, i64 b
 // doutᵀ in pairs, K and V rows as bf16 tiles, dX rounded to bf16 and K in pairs for dQ,
 // which a K tile holding an inf or NaN takes in fp32 instead, as kv_tiles does.
 struct QTileScratch {
-  float* QT;         // (Dk, brp)
-  float* doutT;      // (Dv, brp)
-  float* K_rows;     // (bc, dkp)  K rows, when not rows_in_place
-  float* V_rows;     // (bc, dvp)  V rows widened, for 16-bit V
-  float* ST;         // (bc, brp)  P transposed
-  float* TT;         // (bc, brp)  soft-cap tanh, transposed
-  float* dPT;        // (bc, brp)  dP, then dX, transposed
-  float* dQ;         // (br, dkp)
-  float* row_lse;    // (brp)
-  float* row_delta;  // (brp)
-  float* drop;       // (bc, brp)  dropout multipliers, with dropout
+  float* QT;              // (Dk, brp)
+  float* doutT;           // (Dv, brp)
+  float* K_rows;          // (bc, dkp)  K rows, when not rows_in_place
+  float* V_rows;          // (bc, dvp)  V rows widened, for 16-bit V
+  float* ST;              // (bc, brp)  P transposed
+  float* TT;              // (bc, brp)  soft-cap tanh, transposed
+  float* dPT;             // (bc, brp)  dP, then dX, transposed
+  float* dQ;              // (br, dkp)
+  float* row_lse;         // (brp)
+  float* row_delta;       // (brp)
+  float* drop;            // (bc, brp)  dropout multipliers, with dropout
   std::uint32_t* QTp;     // (dk32/2, kTileRows)  AMX: Qᵀ in pairs
   std::uint32_t* doutTp;  // (dv32/2, kTileRows)  AMX: doutᵀ in pairs
   std::uint32_t* Kp;      // (kTileCols/2, dkp)   AMX: K in pairs
@@ -1141,8 +1150,8 @@ void backward_q_tile(const Problem& p, const Tensors& t, const float* delta, i64
       const Bf16Rows K = bf16_tile_rows(k_rows, bc, Dk, bc16, dk32, s.K16);
       amx::gemm(bc16, brp, dk32, K.data, K.ld, s.QTp, brp, s.ST, brp, /*accumulate=*/false);
     }
-    const RowsOperand k_op = k_pairs_finite ? RowsOperand{}
-                                            : rows_operand(t.k, b, g, j0, bc, Dk, s.K_rows, /*scan_in_place=*/true);
+    const RowsOperand k_op =
+        k_pairs_finite ? RowsOperand{} : rows_operand(t.k, b, g, j0, bc, Dk, s.K_rows, /*scan_in_place=*/true);
     if (!amx) {
       const AOperand k_a = a_operand(t.k, b, g, j0, k_op);
       gemm<false, false>(bc, brp, Dk, k_a.data, k_a.rs, k_a.cs, s.QT, brp, s.ST, brp);
@@ -1203,10 +1212,17 @@ void tanh_n(const float* x, float* y, i64 n) {
 VPackLayout no_v_pack(const Problem&) { return {}; }
 
 const FastKernels& table() {
-  static const FastKernels k{forward_scratch,        backward_scratch<false>, backward_item_scratch<false>,
-                             forward_item,           backward_item<false>,    backward_kv_tile<false>,
-                             backward_q_tile<false>, exp_n,                   tanh_n,
-                             no_v_pack,              nullptr};
+  static const FastKernels k{forward_scratch,
+                             backward_scratch<false>,
+                             backward_item_scratch<false>,
+                             forward_item,
+                             backward_item<false>,
+                             backward_kv_tile<false>,
+                             backward_q_tile<false>,
+                             exp_n,
+                             tanh_n,
+                             no_v_pack,
+                             nullptr};
   return k;
 }
 #ifdef SDPA_AMX_BF16
