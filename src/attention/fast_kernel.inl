@@ -518,9 +518,11 @@ inline Bf16Rows bf16_rows(const InView& x, i64 b, i64 g, i64 j0, i64 n, i64 D, b
   return {buf, D};
 }
 // ... and as an A operand of whole tiles: n rows × D in place when they fill rows16 × d32
-// (n, D multiples of 16 and 32), else copied with zero padding into buf (row stride d32).
-inline Bf16Rows bf16_tile_rows(const Bf16Rows& x, i64 n, i64 D, i64 rows16, i64 d32, bf16* buf) {
-  if (n == rows16 && D == d32) return x;
+// (n, D multiples of 16 and 32) and in_place allows it, else copied with zero padding into
+// buf (row stride d32).
+inline Bf16Rows bf16_tile_rows(const Bf16Rows& x, i64 n, i64 D, i64 rows16, i64 d32, bf16* buf,
+                               bool in_place = true) {
+  if (in_place && n == rows16 && D == d32) return x;
   amx::copy_rows_padded(x.data, x.ld, n, D, rows16, d32, buf, d32);
   return {buf, d32};
 }
@@ -933,12 +935,17 @@ void kv_tiles(const Problem& p, const Tensors& t, const float* delta, i64 b, i64
       // their pairs hold an inf or NaN).
       RowsOperand q_op{}, dout_op{};
       bool q_pairs_finite = false, dout_pairs_finite = false;
+      Bf16Rows Q16{}, dout16{};  // AMX: the A operands of S and dP, in place where they fill whole tiles
       if constexpr (AMX) {
+        // Rows gathered into rows16 are copied out before the next gather reuses it.
+        const auto tile_rows = [&](const Bf16Rows& x, i64 D, i64 d32, bf16* buf) {
+          return bf16_tile_rows(x, br, D, br16, d32, buf, /*in_place=*/x.data != a16.rows16);
+        };
         const Bf16Rows q_rows = bf16_rows(t.q, b, h, i0, br, Dk, a16.rows16);
-        amx::copy_rows_padded(q_rows.data, q_rows.ld, br, Dk, br16, dk32, a16.Q16, dk32);
+        Q16 = tile_rows(q_rows, Dk, dk32, a16.Q16);
         q_pairs_finite = amx::pack_rows_in_pairs(q_rows.data, q_rows.ld, br, Dk, br32, a16.Qp, dkp);
         const Bf16Rows dout_rows = bf16_rows(t.dout, b, h, i0, br, Dv, a16.rows16);
-        amx::copy_rows_padded(dout_rows.data, dout_rows.ld, br, Dv, br16, dv32, a16.dout16, dv32);
+        dout16 = tile_rows(dout_rows, Dv, dv32, a16.dout16);
         dout_pairs_finite = amx::pack_rows_in_pairs(dout_rows.data, dout_rows.ld, br, Dv, br32, a16.doutp, dvp);
       }
       if (!q_pairs_finite) q_op = rows_packed(t.q, b, h, i0, br, Dk, s.Q_rows);
@@ -951,7 +958,7 @@ void kv_tiles(const Problem& p, const Tensors& t, const float* delta, i64 b, i64
         const KeyRange keys = visible_keys(see, ju, ju + bc);
         if (keys.last < keys.first) continue;  // tile fully masked
         if constexpr (AMX)
-          amx::gemm(br16, bcp, dk32, a16.Q16, dk32, key.KTp, kTileCols, s.S, bcp, /*accumulate=*/false);
+          amx::gemm(br16, bcp, dk32, Q16.data, Q16.ld, key.KTp, kTileCols, s.S, bcp, /*accumulate=*/false);
         else
           gemm<false, false>(br, bcp, Dk, q_a.data, q_a.rs, q_a.cs, key.KT, ldt, s.S, bcp);
         scale_softcap(p, s.S, bcp, br, bcp, s.T);
@@ -963,7 +970,7 @@ void kv_tiles(const Problem& p, const Tensors& t, const float* delta, i64 b, i64
             Vec::store(s.S + r * bcp + c, Vec::exp(Vec::sub(Vec::load(s.S + r * bcp + c), Lr)));
         }
         if constexpr (AMX)
-          amx::gemm(br16, bcp, dv32, a16.dout16, dv32, key.VTp, kTileCols, s.dP, bcp, /*accumulate=*/false);
+          amx::gemm(br16, bcp, dv32, dout16.data, dout16.ld, key.VTp, kTileCols, s.dP, bcp, /*accumulate=*/false);
         else
           gemm<false, false>(br, bcp, Dv, dout_a.data, dout_a.rs, dout_a.cs, key.VT, ldt, s.dP, bcp);
         if (dropout) {  // dP through the mask; P becomes P∘M for dV once dX is made
