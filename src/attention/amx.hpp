@@ -46,17 +46,38 @@ void pack_transposed_bf16(const float* ST, i64 rows, i64 bc, i64 kp, bf16* P, i6
 // rounded up to 16. Returns whether every value read is finite.
 bool pack_rows_in_pairs(const bf16* V, i64 ldv, i64 n, i64 D, i64 kp, std::uint32_t* Vp, i64 ldvp);
 
-// Vᵀ (dp × kp bf16 rows, row stride ldo; dp = D rounded up to 16): out[e][c] = V[c][e] for
-// rows c < n of V (bf16, row stride ldv, unit stride along D), zero for c in [n, kp) and e
-// in [D, dp); kp a multiple of 32. The A operand of Oᵀ += Vᵀ·Pᵀ (forward_tiled_amx).
-// Returns whether every value read is finite.
-bool pack_transposed_rows(const bf16* V, i64 ldv, i64 n, i64 D, i64 kp, bf16* out, i64 ldo);
+// Vᵀ (dp × kp 16-bit rows, row stride ldo; dp = D rounded up to 16): out[e][c] = V[c][e]
+// for rows c < n of V (16-bit values, bf16 or fp16, moved as bits; row stride ldv, unit
+// stride along D), zero for c in [n, kp) and e in [D, dp); kp a multiple of 32. The A
+// operand of Oᵀ += Vᵀ·Pᵀ (forward_tiled_amx). Returns whether every value read is finite
+// (exponent: the dtype's exponent bits, 0x7F80 for bf16, 0x7C00 for fp16).
+bool pack_transposed_rows(const bf16* V, i64 ldv, i64 n, i64 D, i64 kp, bf16* out, i64 ldo,
+                          std::uint16_t exponent = 0x7F80);
+
+// fp16 on bf16 tiles. An fp16 value x is hi + lo exactly, hi = x rounded to bf16 and lo =
+// x − hi (fp16's 11 significant bits are bf16's 8 and at most 3 more, and lo's exponent is
+// in bf16's range), so a product x·y = hi·hi' + hi·lo' + lo·hi' + lo·lo'. The tiles sum the
+// first three; the last is at most 2^-18 of |x·y|, no more than fp32 summation of 64 terms
+// may lose (64 · 2^-24). The contraction dimension is split in chunks of 32 (one tile
+// step), each widened to 96: the A operand's chunk as (hi, hi, lo), the B operand's as
+// (hi, lo, hi), so one tile product over 3× the length sums the three terms.
+inline constexpr i64 kSplitTerms = 3;
+// out (rows × 3·d32 bf16, row stride ldo) = X's rows [0, n) × elements [0, D) (fp16, row
+// stride ldx, unit stride) split as an A operand, chunk by chunk; zero past n and D.
+// Returns whether every value read is finite. An infinite x has lo = 0, but its products
+// with the other operand's lo (often 0) would still be inf·0 = NaN: a caller takes the
+// widened product where an operand is not all finite.
+bool split_rows_fp16(const fp16* X, i64 ldx, i64 n, i64 D, i64 rows, i64 d32, bf16* out, i64 ldo);
 
 // X's rows in pairs, rounded to bf16: pair row k, column l holds (X[2k][l], X[2k+1][l]) for
 // rows < n of X (fp32, row stride ldx), zero past n; kp/2 pair rows of `cols` (a multiple
 // of 16), row stride ldo pairs. Pᵀ (keys × lanes) becomes the B operand of Oᵀ += Vᵀ·Pᵀ with
 // one conversion and one permutation per 2 × 16 values, no transpose.
 void pack_rows_in_pairs_f32(const float* X, i64 ldx, i64 n, i64 kp, i64 cols, std::uint32_t* out, i64 ldo);
+// The same for fp16 as a split B operand: each X rounded to fp16 (as the naive fp16
+// implementation rounds P), then each chunk of 32 rows (16 pair rows) written as its hi, lo
+// and hi pairs: 3·kp/2 pair rows.
+void pack_rows_in_pairs_f32_split(const float* X, i64 ldx, i64 n, i64 kp, i64 cols, std::uint32_t* out, i64 ldo);
 
 // out (cols × rows, row stride ldo) = X (rows × cols fp32, row stride ldx) transposed; rows
 // and cols multiples of 16.

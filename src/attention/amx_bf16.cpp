@@ -198,9 +198,10 @@ void round_rows_bf16(const float* X, i64 ldx, i64 n, i64 D, i64 rows, i64 cols, 
     }
 }
 
-bool pack_transposed_rows(const bf16* V, i64 ldv, i64 n, i64 D, i64 kp, bf16* out, i64 ldo) {
+bool pack_transposed_rows(const bf16* V, i64 ldv, i64 n, i64 D, i64 kp, bf16* out, i64 ldo,
+                          std::uint16_t exponent_bits) {
   const i64 dp = (D + 15) / 16 * 16;
-  const __m512i exponent = _mm512_set1_epi16(0x7F80);
+  const __m512i exponent = _mm512_set1_epi16(static_cast<short>(exponent_bits));
   __mmask32 not_finite = 0;
   for (i64 c0 = 0; c0 < kp; c0 += 16)
     for (i64 d0 = 0; d0 < dp; d0 += 32) {  // 16 keys × 32 elements, as 16 × 16 pairs
@@ -236,6 +237,59 @@ void pack_rows_in_pairs_f32(const float* X, i64 ldx, i64 n, i64 kp, i64 cols, st
       __m512i bits;
       std::memcpy(&bits, &both, sizeof bits);
       _mm512_storeu_si512(out + k / 2 * ldo + l, _mm512_permutexvar_epi16(interleave, bits));
+    }
+}
+
+// x (16 floats, each an fp16 value) as bf16 hi and lo: hi = x rounded, lo = x − hi exactly;
+// lo = 0 for an infinite x (not inf − inf: ±inf·y must stay ±inf, as widened).
+inline void split16(__m512 x, __m256i& hi, __m256i& lo) {
+  const __m256bh h = _mm512_cvtneps_pbh(x);
+  std::memcpy(&hi, &h, sizeof hi);
+  const __m512 h_f = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(hi), 16));
+  const __mmask16 infinite = _mm512_fpclass_ps_mask(h_f, 0x18);  // +inf, -inf
+  const __m256bh l = _mm512_cvtneps_pbh(_mm512_maskz_sub_ps(static_cast<__mmask16>(~infinite), x, h_f));
+  std::memcpy(&lo, &l, sizeof lo);
+}
+
+bool split_rows_fp16(const fp16* X, i64 ldx, i64 n, i64 D, i64 rows, i64 d32, bf16* out, i64 ldo) {
+  const __m256i exponent = _mm256_set1_epi16(0x7C00);
+  __mmask16 not_finite = 0;
+  for (i64 r = 0; r < rows; ++r)
+    for (i64 d = 0; d < d32; d += 16) {
+      const __m256i bits = r < n ? _mm256_maskz_loadu_epi16(first_floats(D - d), X + r * ldx + d) : _mm256_setzero_si256();
+      not_finite |= _mm256_cmpeq_epi16_mask(_mm256_and_si256(bits, exponent), exponent);
+      __m256i hi, lo;
+      split16(_mm512_cvtph_ps(bits), hi, lo);
+      bf16* chunk = out + r * ldo + (d / 32) * 96 + d % 32;  // (hi, hi, lo) of this chunk
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(chunk), hi);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(chunk + 32), hi);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(chunk + 64), lo);
+    }
+  return not_finite == 0;
+}
+
+void pack_rows_in_pairs_f32_split(const float* X, i64 ldx, i64 n, i64 kp, i64 cols, std::uint32_t* out, i64 ldo) {
+  for (i64 k = 0; k < kp; k += 2)
+    for (i64 l = 0; l < cols; l += 16) {
+      // Rows 2k and 2k + 1 rounded to fp16 and back (exact), then split.
+      const __m512 even = k < n ? _mm512_cvtph_ps(_mm512_cvtps_ph(_mm512_loadu_ps(X + k * ldx + l), _MM_FROUND_TO_NEAREST_INT))
+                                : _mm512_setzero_ps();
+      const __m512 odd = k + 1 < n ? _mm512_cvtph_ps(_mm512_cvtps_ph(_mm512_loadu_ps(X + (k + 1) * ldx + l),
+                                                                      _MM_FROUND_TO_NEAREST_INT))
+                                   : _mm512_setzero_ps();
+      __m256i even_hi, even_lo, odd_hi, odd_lo;
+      split16(even, even_hi, even_lo);
+      split16(odd, odd_hi, odd_lo);
+      // Pairs (even[l], odd[l]) as 32-bit words: interleave the two rows' 16-bit values.
+      const auto pairs = [](__m256i a, __m256i b) {
+        const __m512i wa = _mm512_cvtepu16_epi32(a), wb = _mm512_cvtepu16_epi32(b);
+        return _mm512_or_si512(wa, _mm512_slli_epi32(wb, 16));
+      };
+      std::uint32_t* chunk = out + ((k / 32) * 48 + (k % 32) / 2) * ldo + l;  // pair row in (hi, lo, hi)
+      const __m512i hi = pairs(even_hi, odd_hi), lo = pairs(even_lo, odd_lo);
+      _mm512_storeu_si512(chunk, hi);
+      _mm512_storeu_si512(chunk + 16 * ldo, lo);
+      _mm512_storeu_si512(chunk + 32 * ldo, hi);
     }
 }
 

@@ -561,68 +561,101 @@ class AmxTiles {
 // 64 × 64 × 64 product with C loaded runs at 25 % of the tile peak, 33 % at K = 128, on one
 // Xeon thread); the softmax's tile, 128 × 64 floats, still fits in L1 beside the rest.
 constexpr i64 kAmxKeys = 2 * kTileCols;
+// fp16 runs the same loop on bf16 tiles, each operand split into hi + lo (amx.hpp,
+// kSplitTerms): its contraction dimensions (Dk for Sᵀ, the keys for Oᵀ) are 3× as long.
+inline i64 amx_terms(const Problem& p) { return p.dtype == Dtype::fp16 ? amx::kSplitTerms : 1; }
 struct AmxForwardScratch {
-  std::uint32_t* QT;  // (dk32/2, np)  Qᵀ in pairs: (Q[r][2k], Q[r][2k+1]) at [k][r]
-  bf16* K_rows;       // (bc16, dk32)  K rows, when not read in place
+  std::uint32_t* QT;  // (terms·dk32/2, np)  Qᵀ in pairs: (Q[r][2k], Q[r][2k+1]) at [k][r]
+  bf16* K_rows;       // (bc16, terms·dk32)  K rows, when not read in place (fp16: always, split)
   float* ST;          // (bc16, np)    scores, then probabilities
-  std::uint32_t* PT;  // (kAmxKeys/2, np)  Pᵀ in pairs
-  bf16* VT;           // (dvp, kAmxKeys)   Vᵀ, when not packed for the call
+  std::uint32_t* PT;  // (terms·kAmxKeys/2, np)  Pᵀ in pairs
+  bf16* VT;           // (dvp, terms·kAmxKeys)   Vᵀ, when not packed for the call
+  bf16* VT16;         // (dvp, kTileCols)  fp16: Vᵀ before its split
   float* OT;          // (dvp, np)     Oᵀ, unnormalised
   bf16* rows16;       // (kAmxKeys, max(Dk, Dv))  K or V rows gathered, when not unit stride
   float* V_rows;      // (bc, dvp)     V widened, for a key tile with non-finite V
+  float* QTf;         // (Dk, np)      fp16: Qᵀ widened, for Sᵀ of a tile with non-finite K or Q
+  float* K_rows_f;    // (bc, dkp)     fp16: K widened, likewise
   float* drop;        // (bc, np)      dropout multipliers, with dropout
   OnlineRows rows;
   static AmxForwardScratch carve(const Problem& p, Arena& arena) {
-    const i64 dk32 = round_up(p.Dk, 32), dvp = round_up(p.Dv, kPad);
+    const i64 dk32 = round_up(p.Dk, 32), dvp = round_up(p.Dv, kPad), terms = amx_terms(p);
     const auto halves = [&](i64 n) { return arena.take((n + 1) / 2); };  // n 16-bit values
     AmxForwardScratch s;
-    s.QT = reinterpret_cast<std::uint32_t*>(arena.take(dk32 / 2 * kTileRows));
-    s.K_rows = reinterpret_cast<bf16*>(halves(kAmxKeys * dk32));
+    s.QT = reinterpret_cast<std::uint32_t*>(arena.take(terms * dk32 / 2 * kTileRows));
+    s.K_rows = reinterpret_cast<bf16*>(halves(kAmxKeys * terms * dk32));
     s.ST = arena.take(kAmxKeys * kTileRows);
-    s.PT = reinterpret_cast<std::uint32_t*>(arena.take(kAmxKeys / 2 * kTileRows));
-    s.VT = reinterpret_cast<bf16*>(halves(dvp * kAmxKeys));
+    s.PT = reinterpret_cast<std::uint32_t*>(arena.take(terms * kAmxKeys / 2 * kTileRows));
+    s.VT = reinterpret_cast<bf16*>(halves(dvp * terms * kAmxKeys));
+    s.VT16 = reinterpret_cast<bf16*>(halves(terms > 1 ? dvp * kTileCols : 0));
     s.OT = arena.take(dvp * kTileRows);
     s.rows16 = reinterpret_cast<bf16*>(halves(kAmxKeys * imax(p.Dk, p.Dv)));
     s.V_rows = arena.take(kAmxKeys * dvp);
+    s.QTf = arena.take(terms > 1 ? p.Dk * kTileRows : 0);
+    s.K_rows_f = arena.take(terms > 1 ? kAmxKeys * round_up(p.Dk, kPad) : 0);
     s.drop = arena.take(p.has_dropout ? kAmxKeys * kTileRows : 0);
     s.rows = OnlineRows::carve(p, arena, kTileRows);
     return s;
   }
 };
 
-// Vᵀ of key tile [j0, j0 + kTileCols) of (b, g): (dvp, kp) bf16 at out, row stride ld;
-// rows16 (kTileCols × Dv) gathers V rows that are not unit stride. Returns whether all finite.
-inline bool pack_vt_tile(const Problem& p, const Tensors& t, i64 b, i64 g, i64 j0, bf16* out, i64 ld, bf16* rows16) {
-  const i64 bc = imin(kTileCols, p.Nk - j0);
+// Vᵀ of key tile [j0, j0 + kTileCols) of (b, g): (dvp, terms·kp) bf16 at out, row stride ld;
+// rows16 (kTileCols × Dv) gathers V rows that are not unit stride, VT16 (dvp × kTileCols)
+// holds fp16's Vᵀ before its split. Returns whether all finite.
+inline bool pack_vt_tile(const Problem& p, const Tensors& t, i64 b, i64 g, i64 j0, bf16* out, i64 ld, bf16* rows16,
+                         bf16* VT16) {
+  const i64 bc = imin(kTileCols, p.Nk - j0), kp = round_up(bc, 32);
   const Bf16Rows v_rows = bf16_rows(t.v, b, g, j0, bc, p.Dv, rows16);
-  return amx::pack_transposed_rows(v_rows.data, v_rows.ld, bc, p.Dv, round_up(bc, 32), out, ld);
+  if (p.dtype != Dtype::fp16) return amx::pack_transposed_rows(v_rows.data, v_rows.ld, bc, p.Dv, kp, out, ld);
+  const i64 dvp = round_up(p.Dv, kPad);
+  const bool finite = amx::pack_transposed_rows(v_rows.data, v_rows.ld, bc, p.Dv, kp, VT16, kTileCols, 0x7C00);
+  amx::split_rows_fp16(reinterpret_cast<const fp16*>(VT16), kTileCols, dvp, kp, dvp, kp, out, ld);
+  return finite;
 }
-// The whole call's Vᵀ (Tensors::v_packed), for bf16: per (b, g) dvp rows of the keys
-// rounded up to 32, the row stride an odd number of 64-byte lines (a tile's 16 rows then
-// fall in 16 L1 sets, not one: at Nk = 4096 the bare stride is 8 KiB).
+// The whole call's Vᵀ (Tensors::v_packed), for bf16 and fp16: per (b, g) dvp rows of the
+// keys rounded up to 32 (fp16: 3× that, split), the row stride an odd number of 64-byte
+// lines (a tile's 16 rows then fall in 16 L1 sets, not one: at Nk = 4096 the bare stride is
+// 8 KiB).
 VPackLayout forward_v_pack_layout_amx(const Problem& p) {
-  if (p.dtype != Dtype::bf16) return {};
-  const i64 lines = round_up(p.Nk, 32) / 32, ld = (lines % 2 == 0 ? lines + 1 : lines) * 32;
+  if (p.dtype != Dtype::bf16 && p.dtype != Dtype::fp16) return {};
+  const i64 lines = amx_terms(p) * round_up(p.Nk, 32) / 32, ld = (lines % 2 == 0 ? lines + 1 : lines) * 32;
   return {ld, round_up(p.Dv, kPad) * ld};
 }
 bool forward_v_pack_tile_amx(const Problem& p, const Tensors& t, i64 b, i64 g, i64 j0, void* head, i64 ld) {
   std::vector<bf16> rows16(t.v.stride[3] == 1 ? 0 : static_cast<std::size_t>(kTileCols * p.Dv));
-  return pack_vt_tile(p, t, b, g, j0, static_cast<bf16*>(head) + j0, ld, rows16.data());
+  std::vector<bf16> VT16(amx_terms(p) > 1 ? static_cast<std::size_t>(round_up(p.Dv, kPad) * kTileCols) : 0);
+  return pack_vt_tile(p, t, b, g, j0, static_cast<bf16*>(head) + amx_terms(p) * j0, ld, rows16.data(), VT16.data());
 }
 
 void forward_tiled_amx(const Problem& p, const Tensors& t, const ForwardItem& it, const ItemLanes& lanes,
                        WorkerScratch scratch) {
   const i64 b = it.b, g = it.g, Dk = p.Dk, Dv = p.Dv, dvp = round_up(Dv, kPad), n = lanes.n, np = lanes.np;
-  const i64 dk32 = round_up(Dk, 32);
+  const i64 dk32 = round_up(Dk, 32), terms = amx_terms(p);
+  const bool split = terms > 1;
   const auto s = carve_scratch<AmxForwardScratch>(p, scratch);
-  const bf16* q_bits = static_cast<const bf16*>(t.q.bits);
-  for (i64 k = 0; k < dk32 / 2; ++k)  // Qᵀ in pairs, lanes and Dk zero-padded
+  const std::uint16_t* q_bits = static_cast<const std::uint16_t*>(t.q.bits);
+  bool q_finite = true;               // fp16: else every Sᵀ widened (see amx::split_rows_fp16)
+  for (i64 k = 0; k < dk32 / 2; ++k)  // Qᵀ in pairs, lanes and Dk zero-padded; fp16 split
     for (i64 r = 0; r < np; ++r) {
-      std::uint32_t pair = 0;
+      std::uint32_t pair = 0, pair_lo = 0;
       if (r < n)
-        for (i64 half = 0; half < 2 && 2 * k + half < Dk; ++half)
-          pair |= std::uint32_t{q_bits[off(t.q, b, lanes.h[r], lanes.i[r], 2 * k + half)].bits} << (16 * half);
-      s.QT[k * np + r] = pair;
+        for (i64 half = 0; half < 2 && 2 * k + half < Dk; ++half) {
+          const std::uint16_t x = q_bits[off(t.q, b, lanes.h[r], lanes.i[r], 2 * k + half)];
+          if (!split) {
+            pair |= std::uint32_t{x} << (16 * half);
+            continue;
+          }
+          const float f = static_cast<float>(fp16::from_bits(x));
+          q_finite &= std::isfinite(f);
+          const bf16 hi(f), lo(std::isinf(f) ? 0.0f : f - static_cast<float>(hi));  // as amx::split16
+          pair |= std::uint32_t{hi.bits} << (16 * half), pair_lo |= std::uint32_t{lo.bits} << (16 * half);
+        }
+      if (!split) {
+        s.QT[k * np + r] = pair;
+        continue;
+      }
+      const i64 row = k / 16 * 48 + k % 16;  // the chunk's (hi, lo, hi) pair rows
+      s.QT[row * np + r] = pair, s.QT[(row + 16) * np + r] = pair_lo, s.QT[(row + 32) * np + r] = pair;
     }
   s.rows.start(lanes, dvp);
   for (i64 x = 0; x < dvp * np; ++x) s.OT[x] = 0.0f;
@@ -633,9 +666,27 @@ void forward_tiled_amx(const Problem& p, const Tensors& t, const ForwardItem& it
   // past the item's last key.
   for (i64 j0 = keys.first / kTileCols * kTileCols; j0 <= keys.last; j0 += kAmxKeys) {
     const i64 bc = imin(kAmxKeys, it.j_end - j0), bc16 = round_up(bc, 16), kp = round_up(bc, 32);
-    // Sᵀ = K Qᵀ. K rows in place when they fill whole tiles, else copied with zero padding.
-    const Bf16Rows K = bf16_tile_rows(bf16_rows(t.k, b, g, j0, bc, Dk, s.rows16), bc, Dk, bc16, dk32, s.K_rows);
-    amx::gemm(bc16, np, dk32, K.data, K.ld, s.QT, np, s.ST, np, /*accumulate=*/false);
+    // Sᵀ = K Qᵀ. K rows in place when they fill whole tiles, else copied with zero padding;
+    // fp16's split into (hi, hi, lo) chunks.
+    const Bf16Rows k_rows = bf16_rows(t.k, b, g, j0, bc, Dk, s.rows16);
+    Bf16Rows K{s.K_rows, terms * dk32};
+    bool k_finite = true;
+    if (split)
+      k_finite = amx::split_rows_fp16(reinterpret_cast<const fp16*>(k_rows.data), k_rows.ld, bc, Dk, bc16, dk32,
+                                      s.K_rows, K.ld);
+    else
+      K = bf16_tile_rows(k_rows, bc, Dk, bc16, dk32, s.K_rows);
+    if (k_finite && q_finite) {
+      amx::gemm(bc16, np, terms * dk32, K.data, K.ld, s.QT, np, s.ST, np, /*accumulate=*/false);
+    } else {  // fp16 with an inf or NaN in K or Q: Sᵀ widened, as forward_tiled computes it
+      for (i64 r = 0; r < np; ++r)
+        if (r < n)
+          load_row(t.q, off(t.q, b, lanes.h[r], lanes.i[r], 0), Dk, s.QTf + r, np);
+        else
+          for (i64 d = 0; d < Dk; ++d) s.QTf[d * np + r] = 0.0f;
+      const AOperand Kf = a_rows(rows_operand(t.k, b, g, j0, bc, Dk, s.K_rows_f, /*scan_in_place=*/false));
+      gemm<false, false>(bc, np, Dk, Kf.data, Kf.rs, Kf.cs, s.QTf, np, s.ST, np);
+    }
     forward_tile_softmax(p, lanes, see, b, j0, bc, s.ST, s.drop, s.rows, dvp, /*rescale_rows=*/false);
     for (i64 rv = 0; rv < np; rv += W) {  // Oᵀ's columns rescaled by their lane's alpha
       bool unchanged = true;              // every lane's max the same as before: the common case after a few tiles
@@ -646,20 +697,23 @@ void forward_tiled_amx(const Problem& p, const Tensors& t, const ForwardItem& it
     }
     // Oᵀ += Vᵀ Pᵀ, Vᵀ packed for the whole call (api.cpp) or here, kTileCols keys at a time.
     const bf16* VT = s.VT;
-    i64 ldvt = kAmxKeys;
+    i64 ldvt = terms * kAmxKeys;
     bool v_finite = true;
     if (t.v_packed.data != nullptr) {
       const i64 head = b * p.Hkv + g;
-      VT = static_cast<const bf16*>(t.v_packed.data) + head * t.v_packed.per_head + j0, ldvt = t.v_packed.ld;
+      VT = static_cast<const bf16*>(t.v_packed.data) + head * t.v_packed.per_head + terms * j0, ldvt = t.v_packed.ld;
       for (i64 j = j0; j < j0 + bc; j += kTileCols)
         v_finite &= t.v_packed.finite[head * t.v_packed.tiles + j / kTileCols] != 0;
     } else {
       for (i64 j = j0; j < j0 + bc; j += kTileCols)
-        v_finite &= pack_vt_tile(p, t, b, g, j, s.VT + (j - j0), kAmxKeys, s.rows16);
+        v_finite &= pack_vt_tile(p, t, b, g, j, s.VT + terms * (j - j0), ldvt, s.rows16, s.VT16);
     }
     if (v_finite) {
-      amx::pack_rows_in_pairs_f32(s.ST, np, bc, kp, np, s.PT, np);
-      amx::gemm(dvp, np, kp, VT, ldvt, s.PT, np, s.OT, np, /*accumulate=*/true);
+      if (split)
+        amx::pack_rows_in_pairs_f32_split(s.ST, np, bc, kp, np, s.PT, np);
+      else
+        amx::pack_rows_in_pairs_f32(s.ST, np, bc, kp, np, s.PT, np);
+      amx::gemm(dvp, np, terms * kp, VT, ldvt, s.PT, np, s.OT, np, /*accumulate=*/true);
     } else {  // Oᵀ[e] += v_ce · Pᵀ[c], each product kept only where P is not 0
       const RowsOperand V = rows_operand(t.v, b, g, j0, bc, Dv, s.V_rows, /*scan_in_place=*/true);
       for (i64 c = 0; c < bc; ++c)
@@ -690,7 +744,7 @@ void forward_item_on(const Problem& p, const Tensors& t, const ForwardItem& it, 
 #endif
   if (lanes.n <= kFewLanes && t.k.stride[3] == 1) return forward_few_lanes(p, t, it, lanes, scratch);
 #ifdef SDPA_AMX_BF16
-  if (AMX && p.dtype == Dtype::bf16) return forward_tiled_amx(p, t, it, lanes, scratch);
+  if (AMX && p.dtype != Dtype::f32) return forward_tiled_amx(p, t, it, lanes, scratch);
 #endif
   forward_tiled(p, t, it, lanes, scratch);
 }
@@ -708,7 +762,7 @@ i64 forward_scratch(const Problem& p) {
 }
 #ifdef SDPA_AMX_BF16
 i64 forward_scratch_amx(const Problem& p) {  // the AMX layout only where forward_item_on<true> may take it
-  return p.dtype == Dtype::bf16 ? imax(forward_scratch(p), scratch_floats<AmxForwardScratch>(p)) : forward_scratch(p);
+  return p.dtype != Dtype::f32 ? imax(forward_scratch(p), scratch_floats<AmxForwardScratch>(p)) : forward_scratch(p);
 }
 #endif
 

@@ -4,8 +4,9 @@
 // floor of fp32 arithmetic and of rounding each output once. The kernel converts on load and
 // keeps P in fp32, so it is more accurate than the naive one that rounds P; the factor 2 is
 // the rule's margin, not a fit. On AMX-BF16 (the avx512_amx variant) the bf16 forward rounds
-// P to bf16 before P·V, and the backward P̃ and dX before their products, as the naive one does. Every ISA this CPU runs; same bits for 1, 2
-// and 7 threads.
+// P to bf16 before P·V, and the backward P̃ and dX before their products, as the naive one
+// does; the fp16 forward rounds P to fp16 and runs on bf16 tiles with each operand split in
+// two (amx.hpp). Every ISA this CPU runs; same bits for 1, 2 and 7 threads.
 #include <cstring>
 
 #include "util.hpp"
@@ -162,13 +163,13 @@ void check_case(const Case& c) {
     const Run16<H> r = run16<H>(c, in, q, k, v, dout, o);
     if (c.fused_decode && kv.isa != Isa::scalar)
       EXPECT_GT(detail::fused_decode_items(), fused_before) << "the decoding case did not reach the fused loop";
-    // A bf16 case with more lanes per kv head than a decoding item takes must reach the AMX
-    // loop on its variant, and only there.
+    // A bf16 or fp16 case with more lanes per kv head than a decoding item takes must reach
+    // the AMX loop on its variant (fp16 split into bf16 hi + lo), and only there.
     const bool tiled = c.Hq / c.Hkv * c.Nq > 8;  // kFewLanes
-    if (t == Dtype::bf16 && tiled && kv.emulated == &detail::fast_kernels_avx512_amx())
+    if (tiled && kv.emulated == &detail::fast_kernels_avx512_amx())
       EXPECT_GT(detail::amx_items(), amx_before) << "the tiled case did not reach the AMX loop";
     else
-      EXPECT_EQ(detail::amx_items(), amx_before) << "only the AMX variant's bf16 tiled items take the AMX loop";
+      EXPECT_EQ(detail::amx_items(), amx_before) << "only the AMX variant's 16-bit tiled items take the AMX loop";
     // Every bf16 backward item takes the AMX products on that variant, and only there.
     if (t == Dtype::bf16 && kv.emulated == &detail::fast_kernels_avx512_amx())
       EXPECT_GT(detail::amx_backward_items(), amx_backward_before) << "the backward did not reach the AMX products";
@@ -207,11 +208,11 @@ TEST_P(Dtypes, Fp16WithinTheRule) { check_case<fp16>(GetParam()); }
 INSTANTIATE_TEST_SUITE_P(Kernel, Dtypes, ::testing::ValuesIn(cases()),
                          [](const ::testing::TestParamInfo<Case>& i) { return i.param.name; });
 
-// Where AMX-BF16 is usable, the rule cases above ran on both AVX-512 tables: bf16 widened
-// and bf16 on AMX tiles. Elsewhere they ran on the widening path only, and this says so.
-TEST(Dtypes, Bf16CasesRanOnTheAmxAndTheWideningPath) {
+// Where AMX-BF16 is usable, the rule cases above ran on both AVX-512 tables: widened, and
+// on AMX tiles. Elsewhere they ran on the widening path only, and this says so.
+TEST(Dtypes, SixteenBitCasesRanOnTheAmxAndTheWideningPath) {
   if (!detail::amx_bf16_usable())
-    GTEST_SKIP() << "no AMX-BF16 on this CPU (or Linux refused the tile state): the bf16 cases ran widened only";
+    GTEST_SKIP() << "no AMX-BF16 on this CPU (or Linux refused the tile state): the 16-bit cases ran widened only";
   bool widening = false, amx = false;
   for (const KernelVariant& kv : kernel_variants()) {
     widening = widening || kv.emulated == &detail::fast_kernels_avx512();
@@ -396,22 +397,23 @@ TEST(Dtypes, StridedViewsAboveTheCopyCapGiveTheSameBits) {
 
 // The AMX forward reads V packed once per call (api.cpp, VPack) where its heads have two
 // lane tiles or more, else packs it per key tile: the same bits either way, with a NaN in
-// one key tile's V too (that tile's product skips zero weights in both). The cap on the
-// strided copies, lowered to 0, turns the call's packing off.
-TEST(Dtypes, Bf16PackedVGivesThePerTileBits) {
+// one key tile's V too (that tile's product skips zero weights in both), in bf16 and in
+// fp16 (split). The cap on the strided copies, lowered to 0, turns the call's packing off.
+template <class H>
+void check_packed_v() {
   const i64 B = 2, Hq = 4, Hkv = 2, Nq = 100, Nk = 300, D = 64;
   std::mt19937_64 rng(21);
   Buf<float> qf({B, Hq, Nq, D}), kf({B, Hkv, Nk, D}), vf({B, Hkv, Nk, D});
   for (auto* x : {&qf, &kf, &vf}) fill_normal(x->data, rng);
   for (bool nan : {false, true}) {
     if (nan) vf.at(1, 0, 150, 7) = kNaN;
-    const Buf<bf16> q = qf.cast<bf16>(), k = kf.cast<bf16>(), v = vf.cast<bf16>();
+    const Buf<H> q = qf.cast<H>(), k = kf.cast<H>(), v = vf.cast<H>();
     for (const KernelVariant& kv : kernel_variants()) {
       SCOPED_TRACE(std::string(kv.name) + (nan ? " NaN in V" : ""));
       const KernelScope scope(kv);
       Options o;
       o.isa = kv.isa, o.threads = 2, o.causal = Causal::bottom_right;
-      Buf<bf16> packed({B, Hq, Nq, D}), per_tile({B, Hq, Nq, D});
+      Buf<H> packed({B, Hq, Nq, D}), per_tile({B, Hq, Nq, D});
       Buf3<float> lse_packed({B, Hq, Nq}), lse_per_tile({B, Hq, Nq});
       const i64 packs_before = detail::v_packs();
       forward(q.cview(), k.cview(), v.cview(), packed.view(), lse_packed.view(), o);
@@ -421,10 +423,10 @@ TEST(Dtypes, Bf16PackedVGivesThePerTileBits) {
         forward(q.cview(), k.cview(), v.cview(), per_tile.view(), lse_per_tile.view(), o);
       }
       EXPECT_EQ(detail::v_packs() - packs_before, kv.emulated == &detail::fast_kernels_avx512_amx() ? 1 : 0);
-      EXPECT_EQ(0, std::memcmp(packed.data.data(), per_tile.data.data(), packed.data.size() * sizeof(bf16)));
+      EXPECT_EQ(0, std::memcmp(packed.data.data(), per_tile.data.data(), packed.data.size() * sizeof(H)));
       EXPECT_EQ(0, std::memcmp(lse_packed.data.data(), lse_per_tile.data.data(), lse_packed.data.size() * sizeof(float)));
       if (nan) {  // the NaN reached the rows of head group (1, 0) that see key 150, and only those
-        Buf<float> out = packed.cast<float>();
+        Buf<float> out = packed.template cast<float>();
         i64 nan_rows = 0;
         for (i64 b = 0; b < B; ++b)
           for (i64 h = 0; h < Hq; ++h)
@@ -439,6 +441,9 @@ TEST(Dtypes, Bf16PackedVGivesThePerTileBits) {
     }
   }
 }
+
+TEST(Dtypes, Bf16PackedVGivesThePerTileBits) { check_packed_v<bf16>(); }
+TEST(Dtypes, Fp16PackedVGivesThePerTileBits) { check_packed_v<fp16>(); }
 
 // Errors in a 16-bit call name the argument, as in fp32, and nothing is written.
 TEST(Dtypes, BadShapesNameTheArgument) {
