@@ -62,18 +62,38 @@ bool pack_transposed_rows(const bf16* V, i64 ldv, i64 n, i64 D, i64 kp, bf16* ou
 // step), each widened to 96: the A operand's chunk as (hi, hi, lo), the B operand's as
 // (hi, lo, hi), so one tile product over 3× the length sums the three terms.
 inline constexpr i64 kSplitTerms = 3;
+// The order of a chunk's three blocks. A tile product sums them in order, so swapping which
+// operand is A must not change which terms come where: the backward gives the Q and dout
+// side hi_hi_lo and the K and V side hi_lo_hi in both schedules, whichever is A there.
+enum class SplitOrder { hi_hi_lo, hi_lo_hi };
 // out (rows × 3·d32 bf16, row stride ldo) = X's rows [0, n) × elements [0, D) (fp16, row
 // stride ldx, unit stride) split as an A operand, chunk by chunk; zero past n and D.
 // Returns whether every value read is finite. An infinite x has lo = 0, but its products
 // with the other operand's lo (often 0) would still be inf·0 = NaN: a caller takes the
 // widened product where an operand is not all finite.
-bool split_rows_fp16(const fp16* X, i64 ldx, i64 n, i64 D, i64 rows, i64 d32, bf16* out, i64 ldo);
+bool split_rows_fp16(const fp16* X, i64 ldx, i64 n, i64 D, i64 rows, i64 d32, bf16* out, i64 ldo,
+                     SplitOrder order = SplitOrder::hi_hi_lo);
 
 // X's rows in pairs, rounded to bf16: pair row k, column l holds (X[2k][l], X[2k+1][l]) for
 // rows < n of X (fp32, row stride ldx), zero past n; kp/2 pair rows of `cols` (a multiple
 // of 16), row stride ldo pairs. Pᵀ (keys × lanes) becomes the B operand of Oᵀ += Vᵀ·Pᵀ with
 // one conversion and one permutation per 2 × 16 values, no transpose.
 void pack_rows_in_pairs_f32(const float* X, i64 ldx, i64 n, i64 kp, i64 cols, std::uint32_t* out, i64 ldo);
+// The backward's operands split, fp16 in (as the functions above without _split take bf16;
+// the A operands (hi, hi, lo) and the B operands (hi, lo, hi) per chunk of 32 along the
+// contraction, which the layouts make 3× as long):
+//   pack_pairs_transposed_split   Xᵀ in pairs (B): 3·d32/2 pair rows
+//   pack_rows_in_pairs_split      X in pairs (B): 3·kp/2 pair rows; returns all finite
+//   pack_transposed_bf16_split    fp32 tile transposed, rounded to fp16 (A): rows × 3·kp
+//   round_rows_bf16_split         fp32 rows rounded to fp16 (A): rows × 3·cols
+// (each in the given order of blocks; the defaults are an A's and a B's)
+void pack_pairs_transposed_split(const fp16* X, i64 ldx, i64 n, i64 D, i64 cols, std::uint32_t* out, i64 ldo,
+                                 SplitOrder order = SplitOrder::hi_lo_hi);
+bool pack_rows_in_pairs_split(const fp16* V, i64 ldv, i64 n, i64 D, i64 kp, std::uint32_t* Vp, i64 ldvp,
+                              SplitOrder order = SplitOrder::hi_lo_hi);
+void pack_transposed_bf16_split(const float* ST, i64 rows, i64 bc, i64 kp, bf16* P, i64 ldp);
+void round_rows_bf16_split(const float* X, i64 ldx, i64 n, i64 D, i64 rows, i64 cols, bf16* out, i64 ldo);
+
 // The same for fp16 as a split B operand: each X rounded to fp16 (as the naive fp16
 // implementation rounds P), then each chunk of 32 rows (16 pair rows) written as its hi, lo
 // and hi pairs: 3·kp/2 pair rows.

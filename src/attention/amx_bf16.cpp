@@ -251,7 +251,22 @@ inline void split16(__m512 x, __m256i& hi, __m256i& lo) {
   std::memcpy(&lo, &l, sizeof lo);
 }
 
-bool split_rows_fp16(const fp16* X, i64 ldx, i64 n, i64 D, i64 rows, i64 d32, bf16* out, i64 ldo) {
+// 16 fp32 values rounded to fp16 and back: exact fp16 values, as the naive fp16 rounds.
+inline __m512 to_fp16_values(__m512 x) { return _mm512_cvtph_ps(_mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT)); }
+// The 32-bit words (a[l], b[l]): two rows of 16 bf16 interleaved into pairs.
+inline __m512i pair_words(__m256i a, __m256i b) {
+  return _mm512_or_si512(_mm512_cvtepu16_epi32(a), _mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16));
+}
+// The block (0, 1, 2) of a chunk that holds lo, and the other two hi.
+inline int lo_block(SplitOrder order) { return order == SplitOrder::hi_hi_lo ? 2 : 1; }
+// One chunk's three blocks of 16 values at `at` (block stride 32), in `order`.
+inline void store_a_split(bf16* at, __m256i hi, __m256i lo, SplitOrder order = SplitOrder::hi_hi_lo) {
+  for (int blk = 0; blk < 3; ++blk)
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(at + 32 * blk), blk == lo_block(order) ? lo : hi);
+}
+
+bool split_rows_fp16(const fp16* X, i64 ldx, i64 n, i64 D, i64 rows, i64 d32, bf16* out, i64 ldo,
+                     SplitOrder order) {
   const __m256i exponent = _mm256_set1_epi16(0x7C00);
   __mmask16 not_finite = 0;
   for (i64 r = 0; r < rows; ++r)
@@ -260,10 +275,7 @@ bool split_rows_fp16(const fp16* X, i64 ldx, i64 n, i64 D, i64 rows, i64 d32, bf
       not_finite |= _mm256_cmpeq_epi16_mask(_mm256_and_si256(bits, exponent), exponent);
       __m256i hi, lo;
       split16(_mm512_cvtph_ps(bits), hi, lo);
-      bf16* chunk = out + r * ldo + (d / 32) * 96 + d % 32;  // (hi, hi, lo) of this chunk
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(chunk), hi);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(chunk + 32), hi);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(chunk + 64), lo);
+      store_a_split(out + r * ldo + (d / 32) * 96 + d % 32, hi, lo, order);
     }
   return not_finite == 0;
 }
@@ -290,6 +302,79 @@ void pack_rows_in_pairs_f32_split(const float* X, i64 ldx, i64 n, i64 kp, i64 co
       _mm512_storeu_si512(chunk, hi);
       _mm512_storeu_si512(chunk + 16 * ldo, lo);
       _mm512_storeu_si512(chunk + 32 * ldo, hi);
+    }
+}
+
+void pack_pairs_transposed_split(const fp16* X, i64 ldx, i64 n, i64 D, i64 cols, std::uint32_t* out, i64 ldo,
+                                 SplitOrder order) {
+  const i64 chunks = (D + 31) / 32;
+  for (i64 c0 = 0; c0 < cols; c0 += 16)
+    for (i64 ch = 0; ch < chunks; ++ch) {  // 16 rows of X × 32 elements: 16 pairs each, hi and lo
+      __m512 hi[16], lo[16];
+      for (i64 c = 0; c < 16; ++c) {
+        __m256i h[2], l[2];
+        for (int half = 0; half < 2; ++half) {
+          const i64 d = ch * 32 + half * 16;
+          const __m256i bits = c0 + c < n ? _mm256_maskz_loadu_epi16(first_floats(D - d), X + (c0 + c) * ldx + d)
+                                          : _mm256_setzero_si256();
+          split16(_mm512_cvtph_ps(bits), h[half], l[half]);
+        }
+        hi[c] = _mm512_castsi512_ps(_mm512_inserti64x4(_mm512_castsi256_si512(h[0]), h[1], 1));
+        lo[c] = _mm512_castsi512_ps(_mm512_inserti64x4(_mm512_castsi256_si512(l[0]), l[1], 1));
+      }
+      transpose16(hi);
+      transpose16(lo);
+      for (i64 k = 0; k < 16; ++k)
+        for (int blk = 0; blk < 3; ++blk)
+          _mm512_storeu_ps(out + (ch * 48 + blk * 16 + k) * ldo + c0, blk == lo_block(order) ? lo[k] : hi[k]);
+    }
+}
+
+bool pack_rows_in_pairs_split(const fp16* V, i64 ldv, i64 n, i64 D, i64 kp, std::uint32_t* Vp, i64 ldvp,
+                              SplitOrder order) {
+  const i64 dp = (D + 15) / 16 * 16;
+  const __m256i exponent = _mm256_set1_epi16(0x7C00);
+  __mmask16 not_finite = 0;
+  for (i64 k = 0; k < kp; k += 2) {
+    std::uint32_t* out = Vp + ((k / 32) * 48 + (k % 32) / 2) * ldvp;  // the chunk's hi pair row
+    for (i64 e = 0; e < dp; e += 16) {
+      const __mmask16 m = first_floats(D - e);
+      const __m256i a = k < n ? _mm256_maskz_loadu_epi16(m, V + k * ldv + e) : _mm256_setzero_si256();
+      const __m256i b = k + 1 < n ? _mm256_maskz_loadu_epi16(m, V + (k + 1) * ldv + e) : _mm256_setzero_si256();
+      not_finite |= _mm256_cmpeq_epi16_mask(_mm256_and_si256(a, exponent), exponent) |
+                    _mm256_cmpeq_epi16_mask(_mm256_and_si256(b, exponent), exponent);
+      __m256i a_hi, a_lo, b_hi, b_lo;
+      split16(_mm512_cvtph_ps(a), a_hi, a_lo);
+      split16(_mm512_cvtph_ps(b), b_hi, b_lo);
+      const __m512i hi = pair_words(a_hi, b_hi), lo = pair_words(a_lo, b_lo);
+      for (int blk = 0; blk < 3; ++blk) _mm512_storeu_si512(out + blk * 16 * ldvp + e, blk == lo_block(order) ? lo : hi);
+    }
+  }
+  return not_finite == 0;
+}
+
+void pack_transposed_bf16_split(const float* ST, i64 rows, i64 bc, i64 kp, bf16* P, i64 ldp) {
+  for (i64 r0 = 0; r0 < rows; r0 += 16)
+    for (i64 c0 = 0; c0 < kp; c0 += 16) {
+      __m512 x[16];
+      for (i64 c = 0; c < 16; ++c)
+        x[c] = c0 + c < bc ? _mm512_loadu_ps(ST + (c0 + c) * rows + r0) : _mm512_setzero_ps();
+      transpose16(x);
+      for (i64 r = 0; r < 16; ++r) {
+        __m256i hi, lo;
+        split16(to_fp16_values(x[r]), hi, lo);
+        store_a_split(P + (r0 + r) * ldp + c0 / 32 * 96 + c0 % 32, hi, lo);
+      }
+    }
+}
+
+void round_rows_bf16_split(const float* X, i64 ldx, i64 n, i64 D, i64 rows, i64 cols, bf16* out, i64 ldo) {
+  for (i64 r = 0; r < rows; ++r)
+    for (i64 d = 0; d < cols; d += 16) {
+      const __m512 x = r < n ? _mm512_maskz_loadu_ps(first_floats(D - d), X + r * ldx + d) : _mm512_setzero_ps();
+      __m256i hi, lo;
+      split16(to_fp16_values(x), hi, lo);
+      store_a_split(out + r * ldo + d / 32 * 96 + d % 32, hi, lo);
     }
 }
 

@@ -396,6 +396,22 @@ void forward_any(View4<const T> q, View4<const T> k, View4<const T> v, View4<T> 
   if (splits > 1) merge_splits(p, t, splits, lanes, part_out, part_lse, workers);
 }
 
+// Whether every value of a 16-bit tensor of `rows` rows (B·H·N) is finite: no exponent all ones.
+bool all_finite_16(const InView& x, i64 rows, int workers) {
+  const auto* bits = static_cast<const std::uint16_t*>(x.bits);
+  const std::uint16_t exponent = x.dtype == Dtype::fp16 ? 0x7C00 : 0x7F80;
+  const i64 H = x.shape[1], N = x.shape[2], D = x.shape[3];
+  bool finite = true;
+#pragma omp parallel for num_threads(workers) reduction(&& : finite) schedule(static)
+  for (i64 row = 0; row < rows; ++row) {
+    const std::uint16_t* r = bits + off4(x, row / (H * N), row / N % H, row % N, 0);
+    std::uint16_t all = 0;  // OR over the row of the exponent bits that are all ones
+    for (i64 d = 0; d < D; ++d) all |= static_cast<std::uint16_t>((r[d * x.stride[3]] & exponent) == exponent);
+    finite = finite && all == 0;
+  }
+  return finite;
+}
+
 template <class T>
 void backward_any(View4<const T> q, View4<const T> k, View4<const T> v, View4<const T> out, View3<const float> lse,
                   View4<const T> dout, View4<T> dq, View4<T> dk, View4<T> dv, const Options& opt) {
@@ -419,6 +435,15 @@ void backward_any(View4<const T> q, View4<const T> k, View4<const T> v, View4<co
                static_cast<double>(load_at(t.out, off4(t.out, b, h, i, e)));
       delta[static_cast<std::size_t>(row)] = static_cast<float>(acc);
     }
+  }
+
+  // fp16 on the AMX table: its backward runs on tiles only for finite inputs (Problem::
+  // inputs_finite); one read of each, O(N·D).
+  if (p.dtype == Dtype::fp16 && &kern == &fast_kernels_avx512_amx()) {
+    const i64 kv_rows = p.B * p.Hkv * p.Nk;
+    const int workers = workers_for(opt, rows);
+    p.inputs_finite = all_finite_16(t.q, rows, workers) && all_finite_16(t.dout, rows, workers) &&
+                      all_finite_16(t.k, kv_rows, workers) && all_finite_16(t.v, kv_rows, workers);
   }
 
   // One pass per (b, kv head) where there are items for every thread and its dQ buffer

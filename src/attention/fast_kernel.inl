@@ -526,6 +526,51 @@ inline Bf16Rows bf16_tile_rows(const Bf16Rows& x, i64 n, i64 D, i64 rows16, i64 
   amx::copy_rows_padded(x.data, x.ld, n, D, rows16, d32, buf, d32);
   return {buf, d32};
 }
+// The backward's AMX packings, for bf16 or for fp16 split into bf16 hi + lo (amx.hpp,
+// kSplitTerms): one choice per kind of operand, and `terms`, by which the split lengthens
+// every contraction. Rows are 16-bit values either way (Bf16Rows moves bits). `order`: the
+// split's blocks (amx::SplitOrder), by default an A operand's hi_hi_lo and a B's hi_lo_hi;
+// pass B gives Q and dout (B there) and K and V (A) the orders kv_tiles gives them, so S
+// and dP, and so dQ, keep the one pass's bits.
+using amx::SplitOrder;
+struct AmxPack {
+  bool split = false;
+  i64 terms = 1;
+  explicit AmxPack(const Problem& p) : split(p.dtype == Dtype::fp16), terms(split ? amx::kSplitTerms : 1) {}
+  static const fp16* half(const Bf16Rows& x) { return reinterpret_cast<const fp16*>(x.data); }
+  void pairs_transposed(const Bf16Rows& x, i64 n, i64 D, i64 cols, std::uint32_t* out, i64 ldo,
+                        SplitOrder order = SplitOrder::hi_lo_hi) const {
+    if (split)
+      amx::pack_pairs_transposed_split(half(x), x.ld, n, D, cols, out, ldo, order);
+    else
+      amx::pack_pairs_transposed(x.data, x.ld, n, D, cols, out, ldo);
+  }
+  bool rows_in_pairs(const Bf16Rows& x, i64 n, i64 D, i64 kp, std::uint32_t* out, i64 ldo) const {
+    return split ? amx::pack_rows_in_pairs_split(half(x), x.ld, n, D, kp, out, ldo)
+                 : amx::pack_rows_in_pairs(x.data, x.ld, n, D, kp, out, ldo);
+  }
+  void transposed(const float* ST, i64 rows, i64 bc, i64 kp, bf16* out, i64 ldo) const {
+    if (split)
+      amx::pack_transposed_bf16_split(ST, rows, bc, kp, out, ldo);
+    else
+      amx::pack_transposed_bf16(ST, rows, bc, kp, out, ldo);
+  }
+  void round_rows(const float* X, i64 ldx, i64 n, i64 D, i64 rows, i64 cols, bf16* out, i64 ldo) const {
+    if (split)
+      amx::round_rows_bf16_split(X, ldx, n, D, rows, cols, out, ldo);
+    else
+      amx::round_rows_bf16(X, ldx, n, D, rows, cols, out, ldo);
+  }
+  // n rows × D as an A operand of whole tiles (rows16 × terms·d32, into buf unless bf16 rows
+  // fill them in place).
+  Bf16Rows tile_rows(const Bf16Rows& x, i64 n, i64 D, i64 rows16, i64 d32, bf16* buf, bool in_place = true,
+                     SplitOrder order = SplitOrder::hi_hi_lo) const {
+    if (!split) return bf16_tile_rows(x, n, D, rows16, d32, buf, in_place);
+    amx::split_rows_fp16(half(x), x.ld, n, D, rows16, d32, buf, terms * d32, order);
+    return {buf, terms * d32};
+  }
+};
+
 // Tile configuration for the span of one item (amx::configure, amx::release), where `on`.
 class AmxTiles {
  public:
@@ -843,6 +888,7 @@ inline RowsOperand rows_packed(const InView& x, i64 b, i64 h, i64 r0, i64 n, i64
 constexpr i64 kKvTilesPerSweep = 2;
 // The AMX products' operands (bf16 on the AMX table, `amx` below): A operands as bf16 rows
 // padded to whole tiles (d32: D rounded up to 32), B operands in pairs (amx.hpp).
+// Sizes along a contraction are `terms` (AmxPack) times those given: fp16's split.
 struct AmxOperands {
   bf16* Q16;             // (kTileRows, dk32)       Q rows: S = Q Kᵀ
   bf16* dout16;          // (kTileRows, dv32)       dout rows: dP = dout Vᵀ
@@ -856,10 +902,11 @@ struct AmxOperands {
     const i64 dkp = round_up(p.Dk, kPad), dvp = round_up(p.Dv, kPad);
     const auto halves = [&](i64 n) { return reinterpret_cast<bf16*>(arena.take(amx ? (n + 1) / 2 : 0)); };
     const auto pairs = [&](i64 n) { return reinterpret_cast<std::uint32_t*>(arena.take(amx ? n : 0)); };
+    const i64 terms = AmxPack(p).terms;
     AmxOperands s;
-    s.Q16 = halves(kTileRows * dk32), s.dout16 = halves(kTileRows * dv32);
-    s.Qp = pairs(kTileRows / 2 * dkp), s.doutp = pairs(kTileRows / 2 * dvp);
-    s.A16 = halves(kTileCols * kTileCols), s.rows16 = halves(kTileCols * imax(p.Dk, p.Dv));
+    s.Q16 = halves(kTileRows * terms * dk32), s.dout16 = halves(kTileRows * terms * dv32);
+    s.Qp = pairs(terms * kTileRows / 2 * dkp), s.doutp = pairs(terms * kTileRows / 2 * dvp);
+    s.A16 = halves(kTileCols * terms * kTileCols), s.rows16 = halves(kTileCols * imax(p.Dk, p.Dv));
     s.dQ_spare = arena.take(amx ? 16 * dkp : 0);
     return s;
   }
@@ -871,9 +918,9 @@ struct KvTileScratch {
     float* K_rows;       // (bc, odd_lines_ld(Dk))  K rows (one pass's dQ += dX K)
     float* dK;           // (bc, dkp)
     float* dV;           // (bc, dvp)
-    std::uint32_t* KTp;  // (dk32/2, kTileCols)  AMX: Kᵀ in pairs
-    std::uint32_t* VTp;  // (dv32/2, kTileCols)  AMX: Vᵀ in pairs
-    std::uint32_t* Kp;   // (kTileCols/2, dkp)   AMX: K in pairs (one pass's dQ += dX K)
+    std::uint32_t* KTp;  // (terms·dk32/2, kTileCols)  AMX: Kᵀ in pairs
+    std::uint32_t* VTp;  // (terms·dv32/2, kTileCols)  AMX: Vᵀ in pairs
+    std::uint32_t* Kp;   // (terms·kTileCols/2, dkp)   AMX: K in pairs (one pass's dQ += dX K)
   };
   KeyTile key[kKvTilesPerSweep];  // the sweep's key tiles: `tiles` of them carved
   float* Q_rows;                  // (br, odd_lines_ld(Dk))
@@ -888,7 +935,7 @@ struct KvTileScratch {
   // amx: the products run on AMX tiles (bf16 on the AMX table): no fp32 Kᵀ and Vᵀ then.
   static KvTileScratch carve(const Problem& p, Arena& arena, i64 tiles, bool amx) {
     const i64 dkp = round_up(p.Dk, kPad), dvp = round_up(p.Dv, kPad);
-    const i64 dk32 = round_up(p.Dk, 32), dv32 = round_up(p.Dv, 32);
+    const i64 dk32 = round_up(p.Dk, 32), dv32 = round_up(p.Dv, 32), terms = AmxPack(p).terms;
     KvTileScratch s{};
     for (i64 u = 0; u < tiles; ++u) {
       KeyTile& k = s.key[u];
@@ -897,9 +944,9 @@ struct KvTileScratch {
       k.K_rows = arena.take(kTileCols * odd_lines_ld(p.Dk));
       k.dK = arena.take(kTileCols * dkp);
       k.dV = arena.take(kTileCols * dvp);
-      k.KTp = reinterpret_cast<std::uint32_t*>(arena.take(amx ? dk32 / 2 * kTileCols : 0));
-      k.VTp = reinterpret_cast<std::uint32_t*>(arena.take(amx ? dv32 / 2 * kTileCols : 0));
-      k.Kp = reinterpret_cast<std::uint32_t*>(arena.take(amx ? kTileCols / 2 * dkp : 0));
+      k.KTp = reinterpret_cast<std::uint32_t*>(arena.take(amx ? terms * dk32 / 2 * kTileCols : 0));
+      k.VTp = reinterpret_cast<std::uint32_t*>(arena.take(amx ? terms * dv32 / 2 * kTileCols : 0));
+      k.Kp = reinterpret_cast<std::uint32_t*>(arena.take(amx ? terms * kTileCols / 2 * dkp : 0));
     }
     s.Q_rows = arena.take(kTileRows * odd_lines_ld(p.Dk));
     s.dout_rows = arena.take(kTileRows * odd_lines_ld(p.Dv));
@@ -951,6 +998,8 @@ void kv_tiles(const Problem& p, const Tensors& t, const float* delta, i64 b, i64
   const i64 Dk = p.Dk, Dv = p.Dv, dkp = round_up(Dk, kPad), dvp = round_up(Dv, kPad);
   const i64 dk32 = round_up(Dk, 32), dv32 = round_up(Dv, 32);
   const AmxOperands& a16 = s.amx;
+  const AmxPack pk(p);
+  const i64 terms = pk.terms;
   constexpr i64 BR = kTileRows;
   tiles = imin(tiles, (p.Nk - j0 + kTileCols - 1) / kTileCols);
 
@@ -962,13 +1011,13 @@ void kv_tiles(const Problem& p, const Tensors& t, const float* delta, i64 b, i64
     if constexpr (AMX) {
       const i64 bcp = round_up(bc, kPad);
       const Bf16Rows k_rows = bf16_rows(t.k, b, g, ju, bc, Dk, a16.rows16);
-      amx::pack_pairs_transposed(k_rows.data, k_rows.ld, bc, Dk, bcp, key.KTp, kTileCols);
+      pk.pairs_transposed(k_rows, bc, Dk, bcp, key.KTp, kTileCols);
       if (dQ != nullptr) {
-        k_pairs_finite[u] = amx::pack_rows_in_pairs(k_rows.data, k_rows.ld, bc, Dk, round_up(bc, 32), key.Kp, dkp);
+        k_pairs_finite[u] = pk.rows_in_pairs(k_rows, bc, Dk, round_up(bc, 32), key.Kp, dkp);
         if (!k_pairs_finite[u]) k_op[u] = rows_packed(t.k, b, g, ju, bc, Dk, key.K_rows);
       }
       const Bf16Rows v_rows = bf16_rows(t.v, b, g, ju, bc, Dv, a16.rows16);
-      amx::pack_pairs_transposed(v_rows.data, v_rows.ld, bc, Dv, bcp, key.VTp, kTileCols);
+      pk.pairs_transposed(v_rows, bc, Dv, bcp, key.VTp, kTileCols);
     } else {
       pack_transposed(t.k, b, g, ju, bc, Dk, key.KT, ldt);
       pack_transposed(t.v, b, g, ju, bc, Dv, key.VT, ldt);
@@ -993,14 +1042,14 @@ void kv_tiles(const Problem& p, const Tensors& t, const float* delta, i64 b, i64
       if constexpr (AMX) {
         // Rows gathered into rows16 are copied out before the next gather reuses it.
         const auto tile_rows = [&](const Bf16Rows& x, i64 D, i64 d32, bf16* buf) {
-          return bf16_tile_rows(x, br, D, br16, d32, buf, /*in_place=*/x.data != a16.rows16);
+          return pk.tile_rows(x, br, D, br16, d32, buf, /*in_place=*/x.data != a16.rows16);
         };
         const Bf16Rows q_rows = bf16_rows(t.q, b, h, i0, br, Dk, a16.rows16);
         Q16 = tile_rows(q_rows, Dk, dk32, a16.Q16);
-        q_pairs_finite = amx::pack_rows_in_pairs(q_rows.data, q_rows.ld, br, Dk, br32, a16.Qp, dkp);
+        q_pairs_finite = pk.rows_in_pairs(q_rows, br, Dk, br32, a16.Qp, dkp);
         const Bf16Rows dout_rows = bf16_rows(t.dout, b, h, i0, br, Dv, a16.rows16);
         dout16 = tile_rows(dout_rows, Dv, dv32, a16.dout16);
-        dout_pairs_finite = amx::pack_rows_in_pairs(dout_rows.data, dout_rows.ld, br, Dv, br32, a16.doutp, dvp);
+        dout_pairs_finite = pk.rows_in_pairs(dout_rows, br, Dv, br32, a16.doutp, dvp);
       }
       if (!q_pairs_finite) q_op = rows_packed(t.q, b, h, i0, br, Dk, s.Q_rows);
       if (!dout_pairs_finite) dout_op = rows_packed(t.dout, b, h, i0, br, Dv, s.dout_rows);
@@ -1012,7 +1061,7 @@ void kv_tiles(const Problem& p, const Tensors& t, const float* delta, i64 b, i64
         const KeyRange keys = visible_keys(see, ju, ju + bc);
         if (keys.last < keys.first) continue;  // tile fully masked
         if constexpr (AMX)
-          amx::gemm(br16, bcp, dk32, Q16.data, Q16.ld, key.KTp, kTileCols, s.S, bcp, /*accumulate=*/false);
+          amx::gemm(br16, bcp, terms * dk32, Q16.data, Q16.ld, key.KTp, kTileCols, s.S, bcp, /*accumulate=*/false);
         else
           gemm<false, false>(br, bcp, Dk, q_a.data, q_a.rs, q_a.cs, key.KT, ldt, s.S, bcp);
         scale_softcap(p, s.S, bcp, br, bcp, s.T);
@@ -1024,7 +1073,8 @@ void kv_tiles(const Problem& p, const Tensors& t, const float* delta, i64 b, i64
             Vec::store(s.S + r * bcp + c, Vec::exp(Vec::sub(Vec::load(s.S + r * bcp + c), Lr)));
         }
         if constexpr (AMX)
-          amx::gemm(br16, bcp, dv32, dout16.data, dout16.ld, key.VTp, kTileCols, s.dP, bcp, /*accumulate=*/false);
+          amx::gemm(br16, bcp, terms * dv32, dout16.data, dout16.ld, key.VTp, kTileCols, s.dP, bcp,
+                    /*accumulate=*/false);
         else
           gemm<false, false>(br, bcp, Dv, dout_a.data, dout_a.rs, dout_a.cs, key.VT, ldt, s.dP, bcp);
         if (dropout) {  // dP through the mask; P becomes P∘M for dV once dX is made
@@ -1036,16 +1086,18 @@ void kv_tiles(const Problem& p, const Tensors& t, const float* delta, i64 b, i64
         float* dQ_rows = dQ == nullptr ? nullptr : dQ + ((h - g * p.group) * p.Nq + i0) * dkp;
         if constexpr (AMX) {        // each product on tiles where its B operand is all finite
           if (dout_pairs_finite) {  // dV += P̃ᵀ dout
-            amx::pack_transposed_bf16(s.S, bcp, br, br32, a16.A16, kTileRows);
-            amx::gemm(bcp, dvp, br32, a16.A16, kTileRows, a16.doutp, dvp, key.dV, dvp, /*accumulate=*/true);
+            pk.transposed(s.S, bcp, br, br32, a16.A16, terms * kTileRows);
+            amx::gemm(bcp, dvp, terms * br32, a16.A16, terms * kTileRows, a16.doutp, dvp, key.dV, dvp,
+                      /*accumulate=*/true);
           }
           if (q_pairs_finite) {  // dK += dXᵀ Q
-            amx::pack_transposed_bf16(s.dP, bcp, br, br32, a16.A16, kTileRows);
-            amx::gemm(bcp, dkp, br32, a16.A16, kTileRows, a16.Qp, dkp, key.dK, dkp, /*accumulate=*/true);
+            pk.transposed(s.dP, bcp, br, br32, a16.A16, terms * kTileRows);
+            amx::gemm(bcp, dkp, terms * br32, a16.A16, terms * kTileRows, a16.Qp, dkp, key.dK, dkp,
+                      /*accumulate=*/true);
           }
           if (dQ_rows != nullptr && k_pairs_finite[u]) {  // dQ += dX K
-            amx::round_rows_bf16(s.dP, bcp, br, bc, br16, round_up(bc, 32), a16.A16, kTileCols);
-            amx_dq_rows(br, dkp, round_up(bc, 32), a16.A16, kTileCols, key.Kp, dQ_rows, a16.dQ_spare);
+            pk.round_rows(s.dP, bcp, br, bc, br16, round_up(bc, 32), a16.A16, terms * kTileCols);
+            amx_dq_rows(br, dkp, terms * round_up(bc, 32), a16.A16, terms * kTileCols, key.Kp, dQ_rows, a16.dQ_spare);
           }
         }
         // dV += Pᵀ dout and dK += dXᵀ Q: A[c][r] = tile[r·bcp + c].
@@ -1075,12 +1127,12 @@ using KvTilesFn = void (*)(const Problem&, const Tensors&, const float*, i64, i6
                            float*);
 template <bool AMX>
 inline bool backward_on_amx(const Problem& p) {
-  return AMX && p.dtype == Dtype::bf16;
+  return AMX && (p.dtype == Dtype::bf16 || (p.dtype == Dtype::fp16 && p.inputs_finite));
 }
 template <bool AMX>
 inline KvTilesFn kv_tiles_for(const Problem& p) {
   if constexpr (AMX)
-    if (p.dtype == Dtype::bf16) return kv_tiles<false, true>;
+    if (backward_on_amx<AMX>(p)) return kv_tiles<false, true>;
   return p.dtype == Dtype::f32 && !p.has_dropout ? kv_tiles<true, false> : kv_tiles<false, false>;
 }
 
@@ -1146,12 +1198,13 @@ struct QTileScratch {
   float* row_lse;         // (brp)
   float* row_delta;       // (brp)
   float* drop;            // (bc, brp)  dropout multipliers, with dropout
-  std::uint32_t* QTp;     // (dk32/2, kTileRows)  AMX: Qᵀ in pairs
-  std::uint32_t* doutTp;  // (dv32/2, kTileRows)  AMX: doutᵀ in pairs
-  std::uint32_t* Kp;      // (kTileCols/2, dkp)   AMX: K in pairs
-  bf16* K16;              // (kTileCols, dk32)    AMX: K rows padded to whole tiles
-  bf16* V16;              // (kTileCols, dv32)    AMX: V rows likewise
-  bf16* dX16;             // (kTileRows, kTileCols)  AMX: dX rows in bf16
+  // AMX (contractions `terms` (AmxPack) times as long for fp16's split):
+  std::uint32_t* QTp;     // (dk32/2, kTileRows)  Qᵀ in pairs
+  std::uint32_t* doutTp;  // (dv32/2, kTileRows)  doutᵀ in pairs
+  std::uint32_t* Kp;      // (kTileCols/2, dkp)   K in pairs
+  bf16* K16;              // (kTileCols, dk32)    K rows padded to whole tiles
+  bf16* V16;              // (kTileCols, dv32)    V rows likewise
+  bf16* dX16;             // (kTileRows, kTileCols)  dX rows in bf16
   bf16* rows16;           // (kTileCols, max(Dk, Dv))  AMX: rows gathered, when not unit stride
   static QTileScratch carve(const Problem& p, Arena& arena, bool amx) {
     const i64 dkp = round_up(p.Dk, kPad), dk32 = round_up(p.Dk, 32), dv32 = round_up(p.Dv, 32);
@@ -1169,10 +1222,11 @@ struct QTileScratch {
     s.row_lse = arena.take(kTileRows);
     s.row_delta = arena.take(kTileRows);
     s.drop = arena.take(p.has_dropout ? kTileCols * kTileRows : 0);
-    s.QTp = pairs(dk32 / 2 * kTileRows), s.doutTp = pairs(dv32 / 2 * kTileRows);
-    s.Kp = pairs(kTileCols / 2 * dkp);
-    s.K16 = halves(kTileCols * dk32), s.V16 = halves(kTileCols * dv32);
-    s.dX16 = halves(kTileRows * kTileCols), s.rows16 = halves(kTileCols * imax(p.Dk, p.Dv));
+    const i64 terms = AmxPack(p).terms;
+    s.QTp = pairs(terms * dk32 / 2 * kTileRows), s.doutTp = pairs(terms * dv32 / 2 * kTileRows);
+    s.Kp = pairs(terms * kTileCols / 2 * dkp);
+    s.K16 = halves(kTileCols * terms * dk32), s.V16 = halves(kTileCols * terms * dv32);
+    s.dX16 = halves(kTileRows * terms * kTileCols), s.rows16 = halves(kTileCols * imax(p.Dk, p.Dv));
     return s;
   }
 };
@@ -1187,12 +1241,14 @@ void backward_q_tile(const Problem& p, const Tensors& t, const float* delta, i64
   const bool amx = backward_on_amx<AMX>(p);
   const auto s = carve_scratch<QTileScratch>(p, scratch, amx);
   const AmxTiles tiles(amx);
+  const AmxPack pk(p);
+  const i64 terms = pk.terms;
 
   if (amx) {
     const Bf16Rows q_rows = bf16_rows(t.q, b, h, i0, br, Dk, s.rows16);
-    amx::pack_pairs_transposed(q_rows.data, q_rows.ld, br, Dk, brp, s.QTp, brp);
+    pk.pairs_transposed(q_rows, br, Dk, brp, s.QTp, brp, SplitOrder::hi_hi_lo);
     const Bf16Rows dout_rows = bf16_rows(t.dout, b, h, i0, br, Dv, s.rows16);
-    amx::pack_pairs_transposed(dout_rows.data, dout_rows.ld, br, Dv, brp, s.doutTp, brp);
+    pk.pairs_transposed(dout_rows, br, Dv, brp, s.doutTp, brp, SplitOrder::hi_hi_lo);
   } else {
     pack_transposed(t.q, b, h, i0, br, Dk, s.QT, brp);
     pack_transposed(t.dout, b, h, i0, br, Dv, s.doutT, brp);
@@ -1207,9 +1263,9 @@ void backward_q_tile(const Problem& p, const Tensors& t, const float* delta, i64
     bool k_pairs_finite = false;  // AMX: dQ += dX K on tiles
     if (amx) {
       const Bf16Rows k_rows = bf16_rows(t.k, b, g, j0, bc, Dk, s.rows16);
-      k_pairs_finite = amx::pack_rows_in_pairs(k_rows.data, k_rows.ld, bc, Dk, round_up(bc, 32), s.Kp, dkp);
-      const Bf16Rows K = bf16_tile_rows(k_rows, bc, Dk, bc16, dk32, s.K16);
-      amx::gemm(bc16, brp, dk32, K.data, K.ld, s.QTp, brp, s.ST, brp, /*accumulate=*/false);
+      k_pairs_finite = pk.rows_in_pairs(k_rows, bc, Dk, round_up(bc, 32), s.Kp, dkp);
+      const Bf16Rows K = pk.tile_rows(k_rows, bc, Dk, bc16, dk32, s.K16, true, SplitOrder::hi_lo_hi);
+      amx::gemm(bc16, brp, terms * dk32, K.data, K.ld, s.QTp, brp, s.ST, brp, /*accumulate=*/false);
     }
     const RowsOperand k_op =
         k_pairs_finite ? RowsOperand{} : rows_operand(t.k, b, g, j0, bc, Dk, s.K_rows, /*scan_in_place=*/true);
@@ -1224,8 +1280,9 @@ void backward_q_tile(const Problem& p, const Tensors& t, const float* delta, i64
       for (i64 r = 0; r < brp; r += W)
         Vec::store(s.ST + c * brp + r, Vec::exp(Vec::sub(Vec::load(s.ST + c * brp + r), Vec::load(s.row_lse + r))));
     if (amx) {
-      const Bf16Rows V = bf16_tile_rows(bf16_rows(t.v, b, g, j0, bc, Dv, s.rows16), bc, Dv, bc16, dv32, s.V16);
-      amx::gemm(bc16, brp, dv32, V.data, V.ld, s.doutTp, brp, s.dPT, brp, /*accumulate=*/false);
+      const Bf16Rows V =
+          pk.tile_rows(bf16_rows(t.v, b, g, j0, bc, Dv, s.rows16), bc, Dv, bc16, dv32, s.V16, true, SplitOrder::hi_lo_hi);
+      amx::gemm(bc16, brp, terms * dv32, V.data, V.ld, s.doutTp, brp, s.dPT, brp, /*accumulate=*/false);
     } else {
       const AOperand v_a = t.v.dtype == Dtype::f32
                                ? a_in_place(t.v, b, g, j0)
@@ -1240,8 +1297,8 @@ void backward_q_tile(const Problem& p, const Tensors& t, const float* delta, i64
     // dQ += dX K: A[r][c] = dXᵀ[c·brp + r].
     if (k_pairs_finite) {
       const i64 bc32 = round_up(bc, 32);
-      amx::pack_transposed_bf16(s.dPT, brp, bc, bc32, s.dX16, kTileCols);
-      amx::gemm(brp, dkp, bc32, s.dX16, kTileCols, s.Kp, dkp, s.dQ, dkp, /*accumulate=*/true);
+      pk.transposed(s.dPT, brp, bc, bc32, s.dX16, terms * kTileCols);
+      amx::gemm(brp, dkp, terms * bc32, s.dX16, terms * kTileCols, s.Kp, dkp, s.dQ, dkp, /*accumulate=*/true);
     } else {
       gemm_acc_skip_zero(k_op.finite, br, k_op.cols, bc, s.dPT, 1, brp, k_op.data, k_op.ld, s.dQ, dkp, nullptr);
     }

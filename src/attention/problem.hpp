@@ -32,6 +32,11 @@ struct Problem {
   i64 B = 0, Hq = 0, Hkv = 0, Nq = 0, Nk = 0, Dk = 0, Dv = 0;
   i64 group = 1;  // Hq / Hkv: query head h reads kv head h / group
   Dtype dtype = Dtype::f32;  // of q, k, v, out, dout, dq, dk, dv (lse is always fp32)
+  // fp16 backward on AMX only: every value of q, k, v and dout is finite (api.cpp scans them
+  // where the AMX table runs an fp16 backward). Split into bf16 hi + lo, an infinite value's
+  // products with the other operand's lo would be inf·0 = NaN where the widened product is
+  // ±inf, so a call with one takes the widening path.
+  bool inputs_finite = false;
 
   double scale = 1.0;    // β
   double softcap = 0.0;  // c; 0 = no soft-cap

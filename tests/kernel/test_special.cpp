@@ -172,13 +172,14 @@ TEST_P(NaNs, Bf16KeyAndValueReachOnlyRowsThatSeeThem) {
   }
 }
 
-TEST_P(NaNs, Bf16GradientsHaveTheNaNsOfTheFp32Path) {
-  // A NaN in q row 37, k row 50, v row 50 or dout row 20, causal top-left: the bf16
+template <class H>
+void check_gradient_nans(Isa isa) {
+  // A NaN in q row 37, k row 50, v row 50 or dout row 20, causal top-left: the 16-bit
   // backward's dq, dk, dv hold NaN in exactly the rows the fp32 backward's do, on the same
-  // (widened) values. On the AMX variant a product whose B operand holds the NaN (Q for dk,
-  // K for dq, dout for dv) must take the fp32 product that skips zero weights. Nq = 100
-  // leaves a query tile of 36 rows (dQ's last block short of 16); 1 thread takes the one
-  // pass, 2 the two passes.
+  // (widened) values. On the AMX variant a bf16 product whose B operand holds the NaN (Q for
+  // dk, K for dq, dout for dv) must take the fp32 product that skips zero weights, and an
+  // fp16 call with one the widening path (Problem::inputs_finite). Nq = 100 leaves a query
+  // tile of 36 rows (dQ's last block short of 16); 1 thread takes the one pass, 2 the two.
   struct Hit {
     const char* name;
     int tensor;  // 0 q, 1 k, 2 v, 3 dout
@@ -189,20 +190,23 @@ TEST_P(NaNs, Bf16GradientsHaveTheNaNsOfTheFp32Path) {
       SCOPED_TRACE(std::string(hit.name) + " threads " + std::to_string(threads));
       Problem4 P(1, 1, 1, 100, 128, 64, 64, 12);
       Buf<float>* x[4] = {&P.q, &P.k, &P.v, &P.dout};
-      for (Buf<float>* b : x) b->data = b->cast<bf16>().cast<float>().data;  // values of bf16
+      for (Buf<float>* b : x) b->data = b->template cast<H>().template cast<float>().data;  // values of H
       x[hit.tensor]->at(0, 0, hit.row, 5) = kNaN;
       Options o;
-      o.isa = GetParam().isa;
+      o.isa = isa;
       o.causal = Causal::top_left;
       o.threads = threads;
       P.run(o);  // fp32
-      const Buf<bf16> q = P.q.cast<bf16>(), k = P.k.cast<bf16>(), v = P.v.cast<bf16>(), dout = P.dout.cast<bf16>();
-      Buf<bf16> out(P.out.shape), dq(P.dq.shape), dk(P.dk.shape), dv(P.dv.shape);
+      const Buf<H> q = P.q.template cast<H>(), k = P.k.template cast<H>(), v = P.v.template cast<H>(),
+                   dout = P.dout.template cast<H>();
+      Buf<H> out(P.out.shape), dq(P.dq.shape), dk(P.dk.shape), dv(P.dv.shape);
       Buf3<float> lse(P.lse.shape);
       forward(q.cview(), k.cview(), v.cview(), out.view(), lse.view(), o);
+      const i64 amx_before = detail::amx_backward_items();
       backward(q.cview(), k.cview(), v.cview(), out.cview(), lse.cview(), dout.cview(), dq.view(), dk.view(),
                dv.view(), o);
-      Buf<float> dq_f = dq.cast<float>(), dk_f = dk.cast<float>(), dv_f = dv.cast<float>();
+      if (std::is_same_v<H, fp16>) EXPECT_EQ(detail::amx_backward_items(), amx_before) << "fp16 with a NaN: widened";
+      Buf<float> dq_f = dq.template cast<float>(), dk_f = dk.template cast<float>(), dv_f = dv.template cast<float>();
       i64 dq_nan_rows = 0, dkv_nan_rows = 0;
       for (i64 i = 0; i < 100; ++i) {
         EXPECT_EQ(row_has_nan(dq_f, 0, 0, i), row_has_nan(P.dq, 0, 0, i)) << "dq " << i;
@@ -220,6 +224,9 @@ TEST_P(NaNs, Bf16GradientsHaveTheNaNsOfTheFp32Path) {
       EXPECT_LT(dq_nan_rows, 100);
     }
 }
+
+TEST_P(NaNs, Bf16GradientsHaveTheNaNsOfTheFp32Path) { check_gradient_nans<bf16>(GetParam().isa); }
+TEST_P(NaNs, Fp16GradientsHaveTheNaNsOfTheFp32Path) { check_gradient_nans<fp16>(GetParam().isa); }
 
 TEST_P(NaNs, Fp16InfinitiesActAsOnTheFp32Path) {
   // fp16 inputs with +inf in q row 37 or k row 50 (causal top-left): a score ±inf. On the
