@@ -57,9 +57,9 @@ nlohmann::ordered_json json_row(const bench::SuiteResult& res, const bench::Row&
           {"dtype", dtype_name(r.c.dtype)},
           {"threads", r.c.threads},
           {"isa", isa_name(res.isa)},
-          // Whether this row ran on AMX tiles: bf16 forwards and backwards, but not decoding,
-          // which reads K and V once and never takes the tiled loop.
-          {"amx_bf16", r.c.dtype == Dtype::bf16 && !dec && amx_bf16_active(res.isa)},
+          // Whether this row ran on AMX-BF16 tiles: bf16 and fp16 (split) forwards and
+          // backwards, but not decoding, which reads K and V once and never takes the tiled loop.
+          {"amx_bf16", r.c.dtype != Dtype::f32 && !dec && amx_bf16_active(res.isa)},
           {"seconds_median", r.sdpa.median_seconds},
           {"runs", r.sdpa.runs},
           {"gflops", r.gflops()},
@@ -123,7 +123,7 @@ void print_table(const Args& a, const bench::SuiteResult& res) {
       "sdpa bench: fp32 (bf16/fp16 where the pass says so), isa {}{}, medians after {} warm-up of >= {} runs adding "
       "up to >= {} s (at most {} runs); peaks "
       "measured in this run (before and after the timings, the larger kept)\n",
-      isa_name(res.isa), amx_bf16_active(res.isa) ? " (bf16 forward and backward on AMX-BF16 tiles; SDPA_AMX=0: widened)" : "",
+      isa_name(res.isa), amx_bf16_active(res.isa) ? " (bf16 and fp16 on AMX-BF16 tiles; SDPA_AMX=0: widened)" : "",
       rule.warmup_runs, rule.min_runs, rule.min_seconds, std::max(rule.max_runs, rule.min_runs));
   for (auto [t, gf] : res.peaks.fma_gflops)
     fmt::print("  FMA peak   {:7.1f} GFLOP/s on {} thread{} ({}){}\n", gf, t, t > 1 ? "s" : "", res.peaks.fma_isa,

@@ -30,7 +30,7 @@ int main(int argc, char** argv) {
   try {
     if (version) {
       fmt::print("sdpa {} (isa: {}{})\n", SDPA_VERSION_STRING, sdpa::isa_name(sdpa::active_isa()),
-                 sdpa::amx_bf16_active() ? ", bf16 on AMX-BF16" : "");
+                 sdpa::amx_bf16_active() ? ", bf16 and fp16 on AMX-BF16" : "");
       return 0;
     }
     for (auto& c : commands)

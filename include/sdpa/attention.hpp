@@ -149,10 +149,10 @@ bool isa_supported(Isa isa);
 const char* isa_name(Isa isa);
 /// Parses an ISA name; throws sdpa::Error naming `what` for an unknown one.
 Isa parse_isa(const char* name, const char* what = "isa");
-/// Whether the avx512 path runs the bf16 forward's two products and the bf16 backward's five
-/// on AMX-BF16 tiles in this process: the CPU has AMX-BF16, Linux granted the tile state, and
-/// the environment variable SDPA_AMX is not "0" (read once, as SDPA_ISA). Decoding, fp16 and
-/// fp32 are unaffected.
+/// Whether the avx512 path runs the 16-bit forward's two products and backward's five on
+/// AMX-BF16 tiles in this process (bf16 as it is, fp16 split into bf16 hi + lo; docs/contract.md):
+/// the CPU has AMX-BF16, Linux granted the tile state, and the environment variable SDPA_AMX
+/// is not "0" (read once, as SDPA_ISA). Decoding and fp32 are unaffected.
 bool amx_bf16_active(Isa isa = Isa::automatic);
 
 }  // namespace sdpa

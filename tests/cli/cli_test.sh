@@ -35,7 +35,7 @@ case $case in
     "$sdpa" --help | grep -q attention || fail "--help lists no subcommands"
     "$sdpa" attention --help | grep -q -- '--causal' || fail "attention --help"
     "$sdpa" check --help | grep -q -- '--seq' || fail "check --help"
-    "$sdpa" --version | grep -qE '^sdpa [0-9]+\.[0-9]+\.[0-9]+ \(isa: (scalar|avx2|avx512(, bf16 on AMX-BF16)?)\)$' || fail "--version: $("$sdpa" --version)"
+    "$sdpa" --version | grep -qE '^sdpa [0-9]+\.[0-9]+\.[0-9]+ \(isa: (scalar|avx2|avx512(, bf16 and fp16 on AMX-BF16)?)\)$' || fail "--version: $("$sdpa" --version)"
     rc=0; "$sdpa" > /dev/null 2>&1 || rc=$?; [ "$rc" -eq 2 ] || fail "no subcommand should exit 2, got $rc"
     rc=0; "$sdpa" attention --bogus 2> /dev/null || rc=$?; [ "$rc" -eq 2 ] || fail "unknown option should exit 2, got $rc"
     echo "ok: help, version, usage errors" ;;
