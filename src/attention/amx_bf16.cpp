@@ -125,18 +125,36 @@ void gemm(i64 M, i64 N, i64 K, const bf16* A, i64 lda, const std::uint32_t* B, i
   }
 }
 
-void pack_transposed_bf16(const float* ST, i64 rows, i64 bc, i64 kp, bf16* P, i64 ldp) {
+namespace {
+// ST (keys × rows fp32, row stride `rows`) transposed 16 × 16 at a time: put(r, c0, x) gets
+// row r's values of keys [c0, c0 + 16), keys past bc zero, for c0 < kp. The one loop of
+// pack_transposed_bf16 and its fp16 twin.
+template <class Put>
+void for_each_transposed(const float* ST, i64 rows, i64 bc, i64 kp, Put put) {
   for (i64 r0 = 0; r0 < rows; r0 += 16)
     for (i64 c0 = 0; c0 < kp; c0 += 16) {
       __m512 x[16];
       for (i64 c = 0; c < 16; ++c)
         x[c] = c0 + c < bc ? _mm512_loadu_ps(ST + (c0 + c) * rows + r0) : _mm512_setzero_ps();
       transpose16(x);
-      for (i64 r = 0; r < 16; ++r) {
-        const __m256bh h = _mm512_cvtneps_pbh(x[r]);
-        std::memcpy(P + (r0 + r) * ldp + c0, &h, sizeof h);
-      }
+      for (i64 r = 0; r < 16; ++r) put(r0 + r, c0, x[r]);
     }
+}
+// X's rows [0, rows) by 16 values: put(r, d, x) gets elements [d, d + 16) of row r (rows past
+// n and elements past D zero), for d < cols. The one loop of round_rows_bf16 and its twin.
+template <class Put>
+void for_each_row_vector(const float* X, i64 ldx, i64 n, i64 D, i64 rows, i64 cols, Put put) {
+  for (i64 r = 0; r < rows; ++r)
+    for (i64 d = 0; d < cols; d += 16)
+      put(r, d, r < n ? _mm512_maskz_loadu_ps(first_floats(D - d), X + r * ldx + d) : _mm512_setzero_ps());
+}
+}  // namespace
+
+void pack_transposed_bf16(const float* ST, i64 rows, i64 bc, i64 kp, bf16* P, i64 ldp) {
+  for_each_transposed(ST, rows, bc, kp, [&](i64 r, i64 c0, __m512 x) {
+    const __m256bh h = _mm512_cvtneps_pbh(x);
+    std::memcpy(P + r * ldp + c0, &h, sizeof h);
+  });
 }
 
 bool pack_rows_in_pairs(const bf16* V, i64 ldv, i64 n, i64 D, i64 kp, std::uint32_t* Vp, i64 ldvp) {
@@ -188,14 +206,12 @@ void copy_rows_padded(const bf16* X, i64 ldx, i64 n, i64 D, i64 rows, i64 cols, 
 }
 
 void round_rows_bf16(const float* X, i64 ldx, i64 n, i64 D, i64 rows, i64 cols, bf16* out, i64 ldo) {
-  for (i64 r = 0; r < rows; ++r)
-    for (i64 d = 0; d < cols; d += 16) {
-      const __m512 x = r < n ? _mm512_maskz_loadu_ps(first_floats(D - d), X + r * ldx + d) : _mm512_setzero_ps();
-      const __m256bh h = _mm512_cvtneps_pbh(x);
-      __m256i bits;
-      std::memcpy(&bits, &h, sizeof h);
-      _mm256_mask_storeu_epi16(out + r * ldo + d, first_floats(cols - d), bits);
-    }
+  for_each_row_vector(X, ldx, n, D, rows, cols, [&](i64 r, i64 d, __m512 x) {
+    const __m256bh h = _mm512_cvtneps_pbh(x);
+    __m256i bits;
+    std::memcpy(&bits, &h, sizeof h);
+    _mm256_mask_storeu_epi16(out + r * ldo + d, first_floats(cols - d), bits);
+  });
 }
 
 bool pack_transposed_rows(const bf16* V, i64 ldv, i64 n, i64 D, i64 kp, bf16* out, i64 ldo,
@@ -240,9 +256,10 @@ void pack_rows_in_pairs_f32(const float* X, i64 ldx, i64 n, i64 kp, i64 cols, st
     }
 }
 
+namespace {
 // x (16 floats, each an fp16 value) as bf16 hi and lo: hi = x rounded, lo = x − hi exactly;
 // lo = 0 for an infinite x (not inf − inf: ±inf·y must stay ±inf, as widened).
-inline void split16(__m512 x, __m256i& hi, __m256i& lo) {
+void split16(__m512 x, __m256i& hi, __m256i& lo) {
   const __m256bh h = _mm512_cvtneps_pbh(x);
   std::memcpy(&hi, &h, sizeof hi);
   const __m512 h_f = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(hi), 16));
@@ -252,17 +269,34 @@ inline void split16(__m512 x, __m256i& hi, __m256i& lo) {
 }
 
 // 16 fp32 values rounded to fp16 and back: exact fp16 values, as the naive fp16 rounds.
-inline __m512 to_fp16_values(__m512 x) { return _mm512_cvtph_ps(_mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT)); }
+__m512 to_fp16_values(__m512 x) { return _mm512_cvtph_ps(_mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT)); }
 // The 32-bit words (a[l], b[l]): two rows of 16 bf16 interleaved into pairs.
-inline __m512i pair_words(__m256i a, __m256i b) {
+__m512i pair_words(__m256i a, __m256i b) {
   return _mm512_or_si512(_mm512_cvtepu16_epi32(a), _mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16));
 }
 // The block (0, 1, 2) of a chunk that holds lo, and the other two hi.
-inline int lo_block(SplitOrder order) { return order == SplitOrder::hi_hi_lo ? 2 : 1; }
+int lo_block(SplitOrder order) { return order == SplitOrder::hi_hi_lo ? 2 : 1; }
 // One chunk's three blocks of 16 values at `at` (block stride 32), in `order`.
-inline void store_a_split(bf16* at, __m256i hi, __m256i lo, SplitOrder order = SplitOrder::hi_hi_lo) {
+void store_a_split(bf16* at, __m256i hi, __m256i lo, SplitOrder order = SplitOrder::hi_hi_lo) {
   for (int blk = 0; blk < 3; ++blk)
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(at + 32 * blk), blk == lo_block(order) ? lo : hi);
+}
+}  // namespace
+
+void pack_rows_in_pairs_f32_split(const float* X, i64 ldx, i64 n, i64 kp, i64 cols, std::uint32_t* out, i64 ldo) {
+  for (i64 k = 0; k < kp; k += 2)
+    for (i64 l = 0; l < cols; l += 16) {
+      // Rows 2k and 2k + 1 rounded to fp16 (exact in fp32), split, and paired lane by lane.
+      const __m512 even = k < n ? to_fp16_values(_mm512_loadu_ps(X + k * ldx + l)) : _mm512_setzero_ps();
+      const __m512 odd = k + 1 < n ? to_fp16_values(_mm512_loadu_ps(X + (k + 1) * ldx + l)) : _mm512_setzero_ps();
+      __m256i even_hi, even_lo, odd_hi, odd_lo;
+      split16(even, even_hi, even_lo);
+      split16(odd, odd_hi, odd_lo);
+      const __m512i hi = pair_words(even_hi, odd_hi), lo = pair_words(even_lo, odd_lo);
+      std::uint32_t* chunk = out + ((k / 32) * 48 + (k % 32) / 2) * ldo + l;  // the chunk's first pair row
+      for (int blk = 0; blk < 3; ++blk)
+        _mm512_storeu_si512(chunk + blk * 16 * ldo, blk == lo_block(SplitOrder::hi_lo_hi) ? lo : hi);
+    }
 }
 
 bool split_rows_fp16(const fp16* X, i64 ldx, i64 n, i64 D, i64 rows, i64 d32, bf16* out, i64 ldo,
@@ -280,30 +314,6 @@ bool split_rows_fp16(const fp16* X, i64 ldx, i64 n, i64 D, i64 rows, i64 d32, bf
   return not_finite == 0;
 }
 
-void pack_rows_in_pairs_f32_split(const float* X, i64 ldx, i64 n, i64 kp, i64 cols, std::uint32_t* out, i64 ldo) {
-  for (i64 k = 0; k < kp; k += 2)
-    for (i64 l = 0; l < cols; l += 16) {
-      // Rows 2k and 2k + 1 rounded to fp16 and back (exact), then split.
-      const __m512 even = k < n ? _mm512_cvtph_ps(_mm512_cvtps_ph(_mm512_loadu_ps(X + k * ldx + l), _MM_FROUND_TO_NEAREST_INT))
-                                : _mm512_setzero_ps();
-      const __m512 odd = k + 1 < n ? _mm512_cvtph_ps(_mm512_cvtps_ph(_mm512_loadu_ps(X + (k + 1) * ldx + l),
-                                                                      _MM_FROUND_TO_NEAREST_INT))
-                                   : _mm512_setzero_ps();
-      __m256i even_hi, even_lo, odd_hi, odd_lo;
-      split16(even, even_hi, even_lo);
-      split16(odd, odd_hi, odd_lo);
-      // Pairs (even[l], odd[l]) as 32-bit words: interleave the two rows' 16-bit values.
-      const auto pairs = [](__m256i a, __m256i b) {
-        const __m512i wa = _mm512_cvtepu16_epi32(a), wb = _mm512_cvtepu16_epi32(b);
-        return _mm512_or_si512(wa, _mm512_slli_epi32(wb, 16));
-      };
-      std::uint32_t* chunk = out + ((k / 32) * 48 + (k % 32) / 2) * ldo + l;  // pair row in (hi, lo, hi)
-      const __m512i hi = pairs(even_hi, odd_hi), lo = pairs(even_lo, odd_lo);
-      _mm512_storeu_si512(chunk, hi);
-      _mm512_storeu_si512(chunk + 16 * ldo, lo);
-      _mm512_storeu_si512(chunk + 32 * ldo, hi);
-    }
-}
 
 void pack_pairs_transposed_split(const fp16* X, i64 ldx, i64 n, i64 D, i64 cols, std::uint32_t* out, i64 ldo,
                                  SplitOrder order) {
@@ -354,28 +364,19 @@ bool pack_rows_in_pairs_split(const fp16* V, i64 ldv, i64 n, i64 D, i64 kp, std:
 }
 
 void pack_transposed_bf16_split(const float* ST, i64 rows, i64 bc, i64 kp, bf16* P, i64 ldp) {
-  for (i64 r0 = 0; r0 < rows; r0 += 16)
-    for (i64 c0 = 0; c0 < kp; c0 += 16) {
-      __m512 x[16];
-      for (i64 c = 0; c < 16; ++c)
-        x[c] = c0 + c < bc ? _mm512_loadu_ps(ST + (c0 + c) * rows + r0) : _mm512_setzero_ps();
-      transpose16(x);
-      for (i64 r = 0; r < 16; ++r) {
-        __m256i hi, lo;
-        split16(to_fp16_values(x[r]), hi, lo);
-        store_a_split(P + (r0 + r) * ldp + c0 / 32 * 96 + c0 % 32, hi, lo);
-      }
-    }
+  for_each_transposed(ST, rows, bc, kp, [&](i64 r, i64 c0, __m512 x) {
+    __m256i hi, lo;
+    split16(to_fp16_values(x), hi, lo);
+    store_a_split(P + r * ldp + c0 / 32 * 96 + c0 % 32, hi, lo);
+  });
 }
 
 void round_rows_bf16_split(const float* X, i64 ldx, i64 n, i64 D, i64 rows, i64 cols, bf16* out, i64 ldo) {
-  for (i64 r = 0; r < rows; ++r)
-    for (i64 d = 0; d < cols; d += 16) {
-      const __m512 x = r < n ? _mm512_maskz_loadu_ps(first_floats(D - d), X + r * ldx + d) : _mm512_setzero_ps();
-      __m256i hi, lo;
-      split16(to_fp16_values(x), hi, lo);
-      store_a_split(out + r * ldo + d / 32 * 96 + d % 32, hi, lo);
-    }
+  for_each_row_vector(X, ldx, n, D, rows, cols, [&](i64 r, i64 d, __m512 x) {
+    __m256i hi, lo;
+    split16(to_fp16_values(x), hi, lo);
+    store_a_split(out + r * ldo + d / 32 * 96 + d % 32, hi, lo);
+  });
 }
 
 void transpose_f32(const float* X, i64 ldx, i64 rows, i64 cols, float* out, i64 ldo) {
