@@ -708,9 +708,14 @@ void forward_tiled_amx(const Problem& p, const Tensors& t, const ForwardItem& it
   const KeyRange keys = visible_keys(see, it.j_begin, it.j_end);
   const AmxTiles tiles(true);
   // Key tiles of kAmxKeys from a multiple of kTileCols (a split's keys start at one), never
-  // past the item's last key.
-  for (i64 j0 = keys.first / kTileCols * kTileCols; j0 <= keys.last; j0 += kAmxKeys) {
-    const i64 bc = imin(kAmxKeys, it.j_end - j0), bc16 = round_up(bc, 16), kp = round_up(bc, 32);
+  // past the item's last key; a tile that a mask cuts (the causal diagonal, a window's
+  // edges) is kTileCols keys, so less of what the mask hides is computed (causal N = 1024,
+  // D = 64: 128-key tiles there were 18 % slower).
+  i64 bc = 0;
+  for (i64 j0 = keys.first / kTileCols * kTileCols; j0 <= keys.last; j0 += bc) {
+    bc = imin(kAmxKeys, it.j_end - j0);
+    if (bc > kTileCols && tile_needs_mask(see, j0, bc)) bc = kTileCols;
+    const i64 bc16 = round_up(bc, 16), kp = round_up(bc, 32);
     // Sᵀ = K Qᵀ. K rows in place when they fill whole tiles, else copied with zero padding;
     // fp16's split into (hi, hi, lo) chunks.
     const Bf16Rows k_rows = bf16_rows(t.k, b, g, j0, bc, Dk, s.rows16);
