@@ -232,11 +232,13 @@ class VPack {
     data_ = static_cast<std::byte*>(::operator new (static_cast<std::size_t>(bytes), std::align_val_t{64}));
     const i64 tiles = ceil_div(p.Nk, kTileCols);
     finite_.assign(static_cast<std::size_t>(heads * tiles), 0);
+    std::vector<std::uint16_t> scratch(static_cast<std::size_t>(workers * layout.scratch));
 #pragma omp parallel for num_threads(workers) schedule(static)
     for (i64 x = 0; x < heads * tiles; ++x) {
       const i64 head = x / tiles, b = head / p.Hkv, g = head % p.Hkv;
       finite_[static_cast<std::size_t>(x)] =
-          kern.forward_v_pack_tile(p, t, b, g, x % tiles * kTileCols, data_ + head * layout.per_head * 2, layout.ld);
+          kern.forward_v_pack_tile(p, t, b, g, x % tiles * kTileCols, data_ + head * layout.per_head * 2, layout.ld,
+                                   scratch.data() + omp_get_thread_num() * layout.scratch);
     }
     t.v_packed = {data_, layout.ld, layout.per_head, tiles, finite_.data()};
     v_pack_count.fetch_add(1, std::memory_order_relaxed);

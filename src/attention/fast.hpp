@@ -42,9 +42,11 @@ struct WorkerScratch {
 };
 
 // The layout of V packed once per call (Tensors::v_packed): rows `ld` 16-bit elements apart,
-// `per_head` elements per (b, kv head); per_head 0: the kernel takes no packed V.
+// `per_head` elements per (b, kv head); per_head 0: the kernel takes no packed V. The
+// packing of a tile needs `scratch` 16-bit elements of its worker's own (api.cpp allocates
+// them: an ISA's object file holds no standard-library code, kernel.isa_objects_share_no_inline_code).
 struct VPackLayout {
-  i64 ld = 0, per_head = 0;
+  i64 ld = 0, per_head = 0, scratch = 0;
 };
 
 struct FastKernels {
@@ -66,7 +68,8 @@ struct FastKernels {
   // [j0, j0 + kTileCols) of (b, g) into its head's block; returns whether its values are
   // all finite. api.cpp allocates the buffer and runs the packing over all workers.
   VPackLayout (*forward_v_pack_layout)(const Problem&);
-  bool (*forward_v_pack_tile)(const Problem&, const Tensors&, i64 b, i64 g, i64 j0, void* head, i64 ld);
+  bool (*forward_v_pack_tile)(const Problem&, const Tensors&, i64 b, i64 g, i64 j0, void* head, i64 ld,
+                              void* scratch);
 };
 
 // Items the fused decoding loop (decode_kernel.inl) has run in this process, counted so

@@ -1,9 +1,6 @@
 // fast_avx512.cpp — the tiled kernel compiled for the avx512 path (flags: src/CMakeLists.txt).
 // decode_avx512.hpp comes first, so this file shows that it stands on its own; it also puts
 // the AVX-512 `Vec` and kernel_common.inl into the namespace the tile loops are added to.
-#include <cmath>   // std::isinf: forward_tiled_amx splits fp16
-#include <vector>  // forward_v_pack_tile_amx: a gather buffer for V rows that are not unit stride
-
 #include "attention/amx.hpp"
 #include "attention/decode_avx512.hpp"
 

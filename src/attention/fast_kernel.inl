@@ -661,15 +661,18 @@ inline bool pack_vt_tile(const Problem& p, const Tensors& t, i64 b, i64 g, i64 j
 // keys rounded up to 32 (fp16: 3× that, split), the row stride an odd number of 64-byte
 // lines (a tile's 16 rows then fall in 16 L1 sets, not one: at Nk = 4096 the bare stride is
 // 8 KiB).
+// Scratch per worker: rows16 (kTileCols × Dv) and VT16 (dvp × kTileCols), as pack_vt_tile takes them.
 VPackLayout forward_v_pack_layout_amx(const Problem& p) {
   if (p.dtype != Dtype::bf16 && p.dtype != Dtype::fp16) return {};
   const i64 lines = amx_terms(p) * round_up(p.Nk, 32) / 32, ld = (lines % 2 == 0 ? lines + 1 : lines) * 32;
-  return {ld, round_up(p.Dv, kPad) * ld};
+  const i64 dvp = round_up(p.Dv, kPad);
+  return {ld, dvp * ld, kTileCols * p.Dv + dvp * kTileCols};
 }
-bool forward_v_pack_tile_amx(const Problem& p, const Tensors& t, i64 b, i64 g, i64 j0, void* head, i64 ld) {
-  std::vector<bf16> rows16(t.v.stride[3] == 1 ? 0 : static_cast<std::size_t>(kTileCols * p.Dv));
-  std::vector<bf16> VT16(amx_terms(p) > 1 ? static_cast<std::size_t>(round_up(p.Dv, kPad) * kTileCols) : 0);
-  return pack_vt_tile(p, t, b, g, j0, static_cast<bf16*>(head) + amx_terms(p) * j0, ld, rows16.data(), VT16.data());
+bool forward_v_pack_tile_amx(const Problem& p, const Tensors& t, i64 b, i64 g, i64 j0, void* head, i64 ld,
+                             void* scratch) {
+  bf16* rows16 = static_cast<bf16*>(scratch);
+  return pack_vt_tile(p, t, b, g, j0, static_cast<bf16*>(head) + amx_terms(p) * j0, ld, rows16,
+                      rows16 + kTileCols * p.Dv);
 }
 
 void forward_tiled_amx(const Problem& p, const Tensors& t, const ForwardItem& it, const ItemLanes& lanes,
@@ -691,8 +694,9 @@ void forward_tiled_amx(const Problem& p, const Tensors& t, const ForwardItem& it
             continue;
           }
           const float f = static_cast<float>(fp16::from_bits(x));
-          q_finite &= std::isfinite(f);
-          const bf16 hi(f), lo(std::isinf(f) ? 0.0f : f - static_cast<float>(hi));  // as amx::split16
+          const bool special = (x & 0x7C00) == 0x7C00;  // inf or NaN: lo 0, as amx::split16
+          q_finite &= !special;
+          const bf16 hi(f), lo(special ? 0.0f : f - static_cast<float>(hi));
           pair |= std::uint32_t{hi.bits} << (16 * half), pair_lo |= std::uint32_t{lo.bits} << (16 * half);
         }
       if (!split) {
