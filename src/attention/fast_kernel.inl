@@ -606,9 +606,8 @@ class AmxTiles {
 // 64 × 64 × 64 product with C loaded runs at 25 % of the tile peak, 33 % at K = 128, on one
 // Xeon thread); the softmax's tile, 128 × 64 floats, still fits in L1 beside the rest.
 constexpr i64 kAmxKeys = 2 * kTileCols;
-// fp16 runs the same loop on bf16 tiles, each operand split into hi + lo (amx.hpp,
-// kSplitTerms): its contraction dimensions (Dk for Sᵀ, the keys for Oᵀ) are 3× as long.
-inline i64 amx_terms(const Problem& p) { return p.dtype == Dtype::fp16 ? amx::kSplitTerms : 1; }
+// fp16 runs the same loop on bf16 tiles, each operand split into hi + lo (AmxPack::terms):
+// its contraction dimensions (Dk for Sᵀ, the keys for Oᵀ) are 3× as long.
 struct AmxForwardScratch {
   std::uint32_t* QT;  // (terms·dk32/2, np)  Qᵀ in pairs: (Q[r][2k], Q[r][2k+1]) at [k][r]
   bf16* K_rows;       // (bc16, terms·dk32)  K rows, when not read in place (fp16: always, split)
@@ -624,7 +623,7 @@ struct AmxForwardScratch {
   float* drop;        // (bc, np)      dropout multipliers, with dropout
   OnlineRows rows;
   static AmxForwardScratch carve(const Problem& p, Arena& arena) {
-    const i64 dk32 = round_up(p.Dk, 32), dvp = round_up(p.Dv, kPad), terms = amx_terms(p);
+    const i64 dk32 = round_up(p.Dk, 32), dvp = round_up(p.Dv, kPad), terms = AmxPack(p).terms;
     const auto halves = [&](i64 n) { return arena.take((n + 1) / 2); };  // n 16-bit values
     AmxForwardScratch s;
     s.QT = reinterpret_cast<std::uint32_t*>(arena.take(terms * dk32 / 2 * kTileRows));
@@ -664,22 +663,23 @@ inline bool pack_vt_tile(const Problem& p, const Tensors& t, i64 b, i64 g, i64 j
 // Scratch per worker: rows16 (kTileCols × Dv) and VT16 (dvp × kTileCols), as pack_vt_tile takes them.
 VPackLayout forward_v_pack_layout_amx(const Problem& p) {
   if (p.dtype != Dtype::bf16 && p.dtype != Dtype::fp16) return {};
-  const i64 lines = amx_terms(p) * round_up(p.Nk, 32) / 32, ld = (lines % 2 == 0 ? lines + 1 : lines) * 32;
+  const i64 lines = AmxPack(p).terms * round_up(p.Nk, 32) / 32, ld = (lines % 2 == 0 ? lines + 1 : lines) * 32;
   const i64 dvp = round_up(p.Dv, kPad);
   return {ld, dvp * ld, kTileCols * p.Dv + dvp * kTileCols};
 }
 bool forward_v_pack_tile_amx(const Problem& p, const Tensors& t, i64 b, i64 g, i64 j0, void* head, i64 ld,
                              void* scratch) {
   bf16* rows16 = static_cast<bf16*>(scratch);
-  return pack_vt_tile(p, t, b, g, j0, static_cast<bf16*>(head) + amx_terms(p) * j0, ld, rows16,
+  return pack_vt_tile(p, t, b, g, j0, static_cast<bf16*>(head) + AmxPack(p).terms * j0, ld, rows16,
                       rows16 + kTileCols * p.Dv);
 }
 
 void forward_tiled_amx(const Problem& p, const Tensors& t, const ForwardItem& it, const ItemLanes& lanes,
                        WorkerScratch scratch) {
   const i64 b = it.b, g = it.g, Dk = p.Dk, Dv = p.Dv, dvp = round_up(Dv, kPad), n = lanes.n, np = lanes.np;
-  const i64 dk32 = round_up(Dk, 32), terms = amx_terms(p);
+  const i64 dk32 = round_up(Dk, 32), terms = AmxPack(p).terms;
   const bool split = terms > 1;
+  bool qt_widened = false;  // s.QTf holds the item's Qᵀ (fp16's widened Sᵀ, built once)
   const auto s = carve_scratch<AmxForwardScratch>(p, scratch);
   const std::uint16_t* q_bits = static_cast<const std::uint16_t*>(t.q.bits);
   bool q_finite = true;               // fp16: else every Sᵀ widened (see amx::split_rows_fp16)
@@ -733,11 +733,12 @@ void forward_tiled_amx(const Problem& p, const Tensors& t, const ForwardItem& it
     if (k_finite && q_finite) {
       amx::gemm(bc16, np, terms * dk32, K.data, K.ld, s.QT, np, s.ST, np, /*accumulate=*/false);
     } else {  // fp16 with an inf or NaN in K or Q: Sᵀ widened, as forward_tiled computes it
-      for (i64 r = 0; r < np; ++r)
+      for (i64 r = 0; r < np && !qt_widened; ++r)
         if (r < n)
           load_row(t.q, off(t.q, b, lanes.h[r], lanes.i[r], 0), Dk, s.QTf + r, np);
         else
           for (i64 d = 0; d < Dk; ++d) s.QTf[d * np + r] = 0.0f;
+      qt_widened = true;
       const AOperand Kf = a_rows(rows_operand(t.k, b, g, j0, bc, Dk, s.K_rows_f, /*scan_in_place=*/false));
       gemm<false, false>(bc, np, Dk, Kf.data, Kf.rs, Kf.cs, s.QTf, np, s.ST, np);
     }
