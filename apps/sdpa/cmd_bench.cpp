@@ -60,6 +60,8 @@ nlohmann::ordered_json json_row(const bench::SuiteResult& res, const bench::Row&
           // Whether this row ran on AMX-BF16 tiles: bf16 and fp16 (split) forwards and
           // backwards, but not decoding, which reads K and V once and never takes the tiled loop.
           {"amx_bf16", r.c.dtype != Dtype::f32 && !dec && amx_bf16_active(res.isa)},
+          // ... and whether it ran on AVX512_BF16 dot products (bf16 only: fp16 widens there).
+          {"bf16_dot", r.c.dtype == Dtype::bf16 && !dec && bf16_dot_active(res.isa)},
           {"seconds_median", r.sdpa.median_seconds},
           {"runs", r.sdpa.runs},
           {"gflops", r.gflops()},
@@ -123,7 +125,10 @@ void print_table(const Args& a, const bench::SuiteResult& res) {
       "sdpa bench: fp32 (bf16/fp16 where the pass says so), isa {}{}, medians after {} warm-up of >= {} runs adding "
       "up to >= {} s (at most {} runs); peaks "
       "measured in this run (before and after the timings, the larger kept)\n",
-      isa_name(res.isa), amx_bf16_active(res.isa) ? " (bf16 and fp16 on AMX-BF16 tiles; SDPA_AMX=0: widened)" : "",
+      isa_name(res.isa),
+      amx_bf16_active(res.isa)   ? " (bf16 and fp16 on AMX-BF16 tiles; SDPA_AMX=0: off)"
+      : bf16_dot_active(res.isa) ? " (bf16 on AVX512_BF16 dot products; SDPA_BF16_DOT=0: widened)"
+                                 : "",
       rule.warmup_runs, rule.min_runs, rule.min_seconds, std::max(rule.max_runs, rule.min_runs));
   for (auto [t, gf] : res.peaks.fma_gflops)
     fmt::print("  FMA peak   {:7.1f} GFLOP/s on {} thread{} ({}){}\n", gf, t, t > 1 ? "s" : "", res.peaks.fma_isa,

@@ -30,7 +30,9 @@ int main(int argc, char** argv) {
   try {
     if (version) {
       fmt::print("sdpa {} (isa: {}{})\n", SDPA_VERSION_STRING, sdpa::isa_name(sdpa::active_isa()),
-                 sdpa::amx_bf16_active() ? ", bf16 and fp16 on AMX-BF16" : "");
+                 sdpa::amx_bf16_active()   ? ", bf16 and fp16 on AMX-BF16"
+                 : sdpa::bf16_dot_active() ? ", bf16 on AVX512_BF16 dot products"
+                                           : "");
       return 0;
     }
     for (auto& c : commands)

@@ -549,3 +549,11 @@ def amx_bf16_active() -> bool:
     AMX-BF16 tiles in this process (fp16 split into bf16 hi + lo): the CPU has AMX-BF16, Linux granted the tile state, the kernel is the avx512 one, and the
     SDPA_AMX environment variable is not 0 (docs/contract.md)."""
     return _ext.amx_bf16_active()
+
+
+def bf16_dot_active() -> bool:
+    """Whether bf16 calls (the tiled forward's two products, the backward's five) run on AVX512_BF16
+    dot products (vdpbf16ps) in this process: the CPU has AVX512_BF16, AMX is not active (no AMX, as on
+    AMD Zen 4, or SDPA_AMX=0), the kernel is the avx512 one, and SDPA_BF16_DOT is not 0. fp16 widens
+    on that path (docs/contract.md)."""
+    return _ext.bf16_dot_active()

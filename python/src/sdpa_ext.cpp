@@ -435,6 +435,9 @@ NB_MODULE(_ext, m) {
       "amx_bf16_active", [] { return sdpa::amx_bf16_active(); },
       "Whether bf16 forward calls in this process run their products on AMX-BF16 tiles.");
   m.def(
+      "bf16_dot_active", [] { return sdpa::bf16_dot_active(); },
+      "Whether bf16 calls in this process run their products on AVX512_BF16 dot products (no AMX).");
+  m.def(
       "isa_supported", [](const std::string& name) { return sdpa::isa_supported(sdpa::parse_isa(name.c_str())); },
       nb::arg("isa"), "Whether this CPU can run the named ISA's kernel.");
 

@@ -23,6 +23,13 @@ bool amx_bf16_usable();
 /// environment variable SDPA_AMX=0 (read once per process, as SDPA_ISA).
 bool amx_bf16_enabled();
 
+/// Whether this process may run AVX512_BF16's vdpbf16ps beside the AVX-512 path (isa.cpp).
+bool bf16_dot_usable();
+/// Whether sdpa::forward takes the dot-product engine for bf16 where AMX is not enabled:
+/// usable and not turned off by SDPA_BF16_DOT=0 (read once per process). The AVX-512 path
+/// then runs the bf16 tiled forward and backward on vdpbf16ps (amx::gemm_dot).
+bool bf16_dot_enabled();
+
 namespace amx {
 
 // Tile configuration is per thread and any other library may change it: the forward loads
@@ -35,6 +42,13 @@ void release();
 // K a multiple of 32. accumulate: C loaded and added to; else overwritten.
 void gemm(i64 M, i64 N, i64 K, const bf16* A, i64 lda, const std::uint32_t* B, i64 ldb, float* C, i64 ldc,
           bool accumulate);
+
+// The same product by AVX512_BF16 dot products (vdpbf16ps), no tiles: for CPUs with
+// AVX512_BF16 but no AMX (AMD Zen 4). Same operands, same shapes (M, N multiples of 16, K of
+// 32); each lane sums its products in pairs (a0·b0 + a1·b1 added to C), as a tile does in
+// its own order, so the two engines' bits may differ. No configure() needed.
+void gemm_dot(i64 M, i64 N, i64 K, const bf16* A, i64 lda, const std::uint32_t* B, i64 ldb, float* C, i64 ldc,
+              bool accumulate);
 
 // P (rows × kp bf16, row stride ldp) = ST transposed and rounded to bf16 (round to nearest
 // even, subnormals flushed: vcvtneps2bf16): ST is keys × rows fp32 (row stride `rows`, a

@@ -126,6 +126,51 @@ void gemm(i64 M, i64 N, i64 K, const bf16* A, i64 lda, const std::uint32_t* B, i
 }
 
 namespace {
+// C's rows [0, MR) × columns [0, 16·NV) over all of K by vdpbf16ps: each step takes one
+// pair row of B (NV vectors of 16 pairs) and, per row of A, its pair (A[r][2k], A[r][2k+1])
+// broadcast to every lane, so lane n gains A[r][2k]·B[2k][n] + A[r][2k+1]·B[2k+1][n]. The
+// MR·NV accumulators (16 in every shape gemm_dot takes) are independent chains enough to
+// cover the instruction's latency.
+template <int MR, int NV>
+void dot_block(i64 K, const bf16* A, i64 lda, const std::uint32_t* B, i64 ldb, float* C, i64 ldc, bool accumulate) {
+  __m512 c[MR][NV];
+  for (int r = 0; r < MR; ++r)
+    for (int v = 0; v < NV; ++v) c[r][v] = accumulate ? _mm512_loadu_ps(C + r * ldc + 16 * v) : _mm512_setzero_ps();
+  for (i64 k = 0; k < K / 2; ++k) {
+    __m512bh b[NV];
+    for (int v = 0; v < NV; ++v) b[v] = (__m512bh)_mm512_loadu_si512(B + k * ldb + 16 * v);
+    for (int r = 0; r < MR; ++r) {
+      std::uint32_t pair;
+      std::memcpy(&pair, A + r * lda + 2 * k, sizeof pair);
+      const __m512bh a = (__m512bh)_mm512_set1_epi32(static_cast<int>(pair));
+      for (int v = 0; v < NV; ++v) c[r][v] = _mm512_dpbf16_ps(c[r][v], a, b[v]);
+    }
+  }
+  for (int r = 0; r < MR; ++r)
+    for (int v = 0; v < NV; ++v) _mm512_storeu_ps(C + r * ldc + 16 * v, c[r][v]);
+}
+template <int MR, int NV>
+void dot_panel(i64 M, i64 K, const bf16* A, i64 lda, const std::uint32_t* B, i64 ldb, float* C, i64 ldc,
+               bool accumulate) {
+  for (i64 m = 0; m < M; m += MR) dot_block<MR, NV>(K, A + m * lda, lda, B, ldb, C + m * ldc, ldc, accumulate);
+}
+}  // namespace
+
+void gemm_dot(i64 M, i64 N, i64 K, const bf16* A, i64 lda, const std::uint32_t* B, i64 ldb, float* C, i64 ldc,
+              bool accumulate) {
+  // Panels of 64 columns by 4 rows; the last panel's 16, 32 or 48 columns by 16, 8 or 4 rows
+  // (M is a multiple of 16, so every shape divides it).
+  i64 n = 0;
+  for (; n + 64 <= N; n += 64) dot_panel<4, 4>(M, K, A, lda, B + n, ldb, C + n, ldc, accumulate);
+  switch ((N - n) / 16) {
+    case 3: dot_panel<4, 3>(M, K, A, lda, B + n, ldb, C + n, ldc, accumulate); break;
+    case 2: dot_panel<8, 2>(M, K, A, lda, B + n, ldb, C + n, ldc, accumulate); break;
+    case 1: dot_panel<16, 1>(M, K, A, lda, B + n, ldb, C + n, ldc, accumulate); break;
+    default: break;
+  }
+}
+
+namespace {
 // ST (keys × rows fp32, row stride `rows`) transposed 16 × 16 at a time: put(r, c0, x) gets
 // row r's values of keys [c0, c0 + 16), keys past bc zero, for c0 < kp. The one loop of
 // pack_transposed_bf16 and its fp16 twin.

@@ -25,8 +25,7 @@ namespace detail {
 
 namespace {
 std::atomic<i64> fused_decode_item_count{0};
-std::atomic<i64> amx_item_count{0};
-std::atomic<i64> amx_backward_item_count{0};
+std::atomic<i64> engine_item_count[3][2] = {};  // [Engine16][backward]
 std::atomic<i64> v_pack_count{0};
 std::atomic<i64> strided_copy_byte_count{0};
 // 512 MiB: the strided copies of one call (below) may add at most this much memory.
@@ -35,10 +34,12 @@ std::atomic<const FastKernels*> kernels_for_tests{nullptr};
 }  // namespace
 void note_fused_decode_item() { fused_decode_item_count.fetch_add(1, std::memory_order_relaxed); }
 i64 fused_decode_items() { return fused_decode_item_count.load(std::memory_order_relaxed); }
-void note_amx_item() { amx_item_count.fetch_add(1, std::memory_order_relaxed); }
-i64 amx_items() { return amx_item_count.load(std::memory_order_relaxed); }
-void note_amx_backward_item() { amx_backward_item_count.fetch_add(1, std::memory_order_relaxed); }
-i64 amx_backward_items() { return amx_backward_item_count.load(std::memory_order_relaxed); }
+void note_engine_item(Engine16 engine, bool backward) {
+  engine_item_count[static_cast<int>(engine)][backward ? 1 : 0].fetch_add(1, std::memory_order_relaxed);
+}
+i64 engine_items(Engine16 engine, bool backward) {
+  return engine_item_count[static_cast<int>(engine)][backward ? 1 : 0].load(std::memory_order_relaxed);
+}
 i64 v_packs() { return v_pack_count.load(std::memory_order_relaxed); }
 i64 strided_copy_bytes() { return strided_copy_byte_count.load(std::memory_order_relaxed); }
 i64 strided_copy_limit_bytes() { return strided_copy_limit.load(std::memory_order_relaxed); }
@@ -51,7 +52,10 @@ const FastKernels& kernels_for(const Options& opt) {
   if (const FastKernels* k = kernels_for_tests.load(std::memory_order_relaxed)) return *k;
   Isa isa = opt.isa == Isa::automatic ? active_isa() : opt.isa;
   switch (isa) {
-    case Isa::avx512: return amx_bf16_enabled() ? fast_kernels_avx512_amx() : fast_kernels_avx512();
+    case Isa::avx512:
+      return amx_bf16_enabled()   ? fast_kernels_avx512_amx()
+             : bf16_dot_enabled() ? fast_kernels_avx512_dot()
+                                  : fast_kernels_avx512();
     case Isa::avx2: return fast_kernels_avx2();
     default: return fast_kernels_scalar();
   }

@@ -72,16 +72,26 @@ struct FastKernels {
                               void* scratch);
 };
 
+// The engine of a table's 16-bit products (amx.hpp): none (widened to fp32 on load), AMX-BF16
+// tiles, or AVX512_BF16 dot products (vdpbf16ps, for CPUs without AMX such as AMD Zen 4).
+enum class Engine16 { widened, amx, dot };
+// Which dtypes' calls an engine runs (the forward's tiled items, the backward's items; the
+// fp16 backward on tiles only for finite inputs, Problem::inputs_finite): AMX tiles take bf16
+// and fp16 (split into bf16 hi + lo, amx.hpp); the dot products bf16 only, since the split
+// triples the products, which at twice the FMA's rate is slower than widening fp16.
+constexpr bool engine_takes(Engine16 engine, Dtype d) {
+  return engine == Engine16::amx ? d != Dtype::f32 : engine == Engine16::dot && d == Dtype::bf16;
+}
+
 // Items the fused decoding loop (decode_kernel.inl) has run in this process, counted so
 // the tests can show that their decoding cases reach it (relaxed: a count, not an order).
 void note_fused_decode_item();
 i64 fused_decode_items();
-// Items the AMX-BF16 tiled forward (fast_kernel.inl, forward_tiled_amx) has run, likewise,
-// and backward items (either schedule's) that ran their products on AMX tiles.
-void note_amx_item();
-i64 amx_items();
-void note_amx_backward_item();
-i64 amx_backward_items();
+// Forward items the 16-bit tiled loop on an engine (fast_kernel.inl, forward_tiled_amx) has
+// run, likewise, or with `backward` backward items (either schedule's) that ran their
+// products on it; per engine (widened: never counted).
+void note_engine_item(Engine16 engine, bool backward);
+i64 engine_items(Engine16 engine, bool backward = false);
 // Calls whose V api.cpp packed once for the kernel (Tensors::v_packed).
 i64 v_packs();
 // Bytes the strided-input copies (api.cpp, TightCopies) have allocated in this process, and
@@ -100,5 +110,9 @@ const FastKernels& fast_kernels_avx512();
 // The AVX-512 table whose bf16 tiled forward and backward run on AMX-BF16 tiles; only where
 // amx_bf16_usable() (amx.hpp). api.cpp hands it out when amx_bf16_enabled().
 const FastKernels& fast_kernels_avx512_amx();
+// The AVX-512 table whose bf16 tiled forward and backward run on vdpbf16ps (fp16 widened), for
+// CPUs with AVX512_BF16 and no AMX: only where bf16_dot_usable(); api.cpp hands it out when
+// bf16_dot_enabled() and the AMX table is not.
+const FastKernels& fast_kernels_avx512_dot();
 
 }  // namespace sdpa::detail

@@ -6,7 +6,7 @@
 
 namespace sdpa::detail::avx512 {
 #define SDPA_FUSED_DECODE 1  // forward_item sends decoding items to decode::forward
-#define SDPA_AMX_BF16 1      // and table_amx(): the bf16 tiled forward on AMX tiles (amx.hpp)
+#define SDPA_AMX_BF16 1      // and table_on<E>(): the 16-bit tiled forward on AMX tiles or vdpbf16ps (amx.hpp)
 #include "attention/fast_kernel.inl"
 #undef SDPA_AMX_BF16
 #undef SDPA_FUSED_DECODE
@@ -14,5 +14,6 @@ namespace sdpa::detail::avx512 {
 
 namespace sdpa::detail {
 const FastKernels& fast_kernels_avx512() { return avx512::table(); }
-const FastKernels& fast_kernels_avx512_amx() { return avx512::table_amx(); }
+const FastKernels& fast_kernels_avx512_amx() { return avx512::table_on<Engine16::amx>(); }
+const FastKernels& fast_kernels_avx512_dot() { return avx512::table_on<Engine16::dot>(); }
 }  // namespace sdpa::detail

@@ -571,6 +571,16 @@ struct AmxPack {
   }
 };
 
+// The engine's product, C (+)= A·B in amx::gemm's layouts (amx.hpp): on tiles, or by vdpbf16ps.
+template <Engine16 E>
+inline void engine_gemm(i64 M, i64 N, i64 K, const bf16* A, i64 lda, const std::uint32_t* B, i64 ldb, float* C,
+                        i64 ldc, bool accumulate) {
+  if constexpr (E == Engine16::dot)
+    amx::gemm_dot(M, N, K, A, lda, B, ldb, C, ldc, accumulate);
+  else
+    amx::gemm(M, N, K, A, lda, B, ldb, C, ldc, accumulate);
+}
+
 // Tile configuration for the span of one item (amx::configure, amx::release), where `on`.
 class AmxTiles {
  public:
@@ -661,8 +671,9 @@ inline bool pack_vt_tile(const Problem& p, const Tensors& t, i64 b, i64 g, i64 j
 // lines (a tile's 16 rows then fall in 16 L1 sets, not one: at Nk = 4096 the bare stride is
 // 8 KiB).
 // Scratch per worker: rows16 (kTileCols × Dv) and VT16 (dvp × kTileCols), as pack_vt_tile takes them.
-VPackLayout forward_v_pack_layout_amx(const Problem& p) {
-  if (p.dtype != Dtype::bf16 && p.dtype != Dtype::fp16) return {};
+template <Engine16 E>
+VPackLayout forward_v_pack_layout_on(const Problem& p) {
+  if (!engine_takes(E, p.dtype)) return {};
   const i64 lines = AmxPack(p).terms * round_up(p.Nk, 32) / 32, ld = (lines % 2 == 0 ? lines + 1 : lines) * 32;
   const i64 dvp = round_up(p.Dv, kPad);
   return {ld, dvp * ld, kTileCols * p.Dv + dvp * kTileCols};
@@ -674,6 +685,7 @@ bool forward_v_pack_tile_amx(const Problem& p, const Tensors& t, i64 b, i64 g, i
                       rows16 + kTileCols * p.Dv);
 }
 
+template <Engine16 E>
 void forward_tiled_amx(const Problem& p, const Tensors& t, const ForwardItem& it, const ItemLanes& lanes,
                        WorkerScratch scratch) {
   const i64 b = it.b, g = it.g, Dk = p.Dk, Dv = p.Dv, dvp = round_up(Dv, kPad), n = lanes.n, np = lanes.np;
@@ -710,7 +722,7 @@ void forward_tiled_amx(const Problem& p, const Tensors& t, const ForwardItem& it
   for (i64 x = 0; x < dvp * np; ++x) s.OT[x] = 0.0f;
   const LanesSee see = item_sees(p, b, lanes);
   const KeyRange keys = visible_keys(see, it.j_begin, it.j_end);
-  const AmxTiles tiles(true);
+  const AmxTiles tiles(E == Engine16::amx);
   // Key tiles of kAmxKeys from a multiple of kTileCols (a split's keys start at one), never
   // past the item's last key; a tile that a mask cuts (the causal diagonal, a window's
   // edges) is kTileCols keys, so less of what the mask hides is computed (causal N = 1024,
@@ -731,7 +743,7 @@ void forward_tiled_amx(const Problem& p, const Tensors& t, const ForwardItem& it
     else
       K = bf16_tile_rows(k_rows, bc, Dk, bc16, dk32, s.K_rows);
     if (k_finite && q_finite) {
-      amx::gemm(bc16, np, terms * dk32, K.data, K.ld, s.QT, np, s.ST, np, /*accumulate=*/false);
+      engine_gemm<E>(bc16, np, terms * dk32, K.data, K.ld, s.QT, np, s.ST, np, /*accumulate=*/false);
     } else {  // fp16 with an inf or NaN in K or Q: Sᵀ widened, as forward_tiled computes it
       for (i64 r = 0; r < np && !qt_widened; ++r)
         if (r < n)
@@ -768,7 +780,7 @@ void forward_tiled_amx(const Problem& p, const Tensors& t, const ForwardItem& it
         amx::pack_rows_in_pairs_f32_split(s.ST, np, bc, kp, np, s.PT, np);
       else
         amx::pack_rows_in_pairs_f32(s.ST, np, bc, kp, np, s.PT, np);
-      amx::gemm(dvp, np, terms * kp, VT, ldvt, s.PT, np, s.OT, np, /*accumulate=*/true);
+      engine_gemm<E>(dvp, np, terms * kp, VT, ldvt, s.PT, np, s.OT, np, /*accumulate=*/true);
     } else {  // Oᵀ[e] += v_ce · Pᵀ[c], each product kept only where P is not 0
       const RowsOperand V = rows_operand(t.v, b, g, j0, bc, Dv, s.V_rows, /*scan_in_place=*/true);
       for (i64 c = 0; c < bc; ++c)
@@ -784,14 +796,14 @@ void forward_tiled_amx(const Problem& p, const Tensors& t, const ForwardItem& it
   }
   amx::transpose_f32(s.OT, np, dvp, np, s.rows.O, dvp);
   s.rows.finish(p, t, it, lanes, dvp);
-  note_amx_item();
+  note_engine_item(E, /*backward=*/false);
 }
 #endif
 
 // The forward of one item, by the loop that suits it; the one place that chooses. AMX:
 // whether bf16 items that are neither decoding nor few-lane take forward_tiled_amx (the
 // AVX-512 path's second table, where amx_bf16_enabled()).
-template <bool AMX>
+template <Engine16 E>
 void forward_item_on(const Problem& p, const Tensors& t, const ForwardItem& it, WorkerScratch scratch) {
   const ItemLanes lanes = item_lanes(p, it);
 #ifdef SDPA_FUSED_DECODE
@@ -799,12 +811,12 @@ void forward_item_on(const Problem& p, const Tensors& t, const ForwardItem& it, 
 #endif
   if (lanes.n <= kFewLanes && t.k.stride[3] == 1) return forward_few_lanes(p, t, it, lanes, scratch);
 #ifdef SDPA_AMX_BF16
-  if (AMX && p.dtype != Dtype::f32) return forward_tiled_amx(p, t, it, lanes, scratch);
+  if (engine_takes(E, p.dtype)) return forward_tiled_amx<E>(p, t, it, lanes, scratch);
 #endif
   forward_tiled(p, t, it, lanes, scratch);
 }
 void forward_item(const Problem& p, const Tensors& t, const ForwardItem& it, WorkerScratch scratch) {
-  forward_item_on<false>(p, t, it, scratch);
+  forward_item_on<Engine16::widened>(p, t, it, scratch);
 }
 
 // Floats per worker: the largest of the layouts forward_item may carve.
@@ -816,8 +828,9 @@ i64 forward_scratch(const Problem& p) {
   return floats;
 }
 #ifdef SDPA_AMX_BF16
-i64 forward_scratch_amx(const Problem& p) {  // the AMX layout only where forward_item_on<true> may take it
-  return p.dtype != Dtype::f32 ? imax(forward_scratch(p), scratch_floats<AmxForwardScratch>(p)) : forward_scratch(p);
+template <Engine16 E>
+i64 forward_scratch_on(const Problem& p) {  // the engine's layout only where forward_item_on<E> may take it
+  return engine_takes(E, p.dtype) ? imax(forward_scratch(p), scratch_floats<AmxForwardScratch>(p)) : forward_scratch(p);
 }
 #endif
 
@@ -907,17 +920,17 @@ struct AmxOperands {
   bf16* A16;             // (kTileCols, kTileCols)  P̃ᵀ, dXᵀ or dX in bf16, one product at a time
   bf16* rows16;          // (kTileCols, max(Dk, Dv))  rows gathered, when not unit stride
   float* dQ_spare;       // (16, dkp)               amx_dq_rows' last block
-  static AmxOperands carve(const Problem& p, Arena& arena, bool amx) {
+  static AmxOperands carve(const Problem& p, Arena& arena, bool engine) {
     const i64 dk32 = round_up(p.Dk, 32), dv32 = round_up(p.Dv, 32);
     const i64 dkp = round_up(p.Dk, kPad), dvp = round_up(p.Dv, kPad);
-    const auto halves = [&](i64 n) { return reinterpret_cast<bf16*>(arena.take(amx ? (n + 1) / 2 : 0)); };
-    const auto pairs = [&](i64 n) { return reinterpret_cast<std::uint32_t*>(arena.take(amx ? n : 0)); };
+    const auto halves = [&](i64 n) { return reinterpret_cast<bf16*>(arena.take(engine ? (n + 1) / 2 : 0)); };
+    const auto pairs = [&](i64 n) { return reinterpret_cast<std::uint32_t*>(arena.take(engine ? n : 0)); };
     const i64 terms = AmxPack(p).terms;
     AmxOperands s;
     s.Q16 = halves(kTileRows * terms * dk32), s.dout16 = halves(kTileRows * terms * dv32);
     s.Qp = pairs(terms * kTileRows / 2 * dkp), s.doutp = pairs(terms * kTileRows / 2 * dvp);
     s.A16 = halves(kTileCols * terms * kTileCols), s.rows16 = halves(kTileCols * imax(p.Dk, p.Dv));
-    s.dQ_spare = arena.take(amx ? 16 * dkp : 0);
+    s.dQ_spare = arena.take(engine ? 16 * dkp : 0);
     return s;
   }
 };
@@ -941,22 +954,22 @@ struct KvTileScratch {
   float* row_lse;                 // (br)
   float* row_delta;               // (br)
   float* drop;                    // (br, bcp)  dropout multipliers, with dropout
-  AmxOperands amx;                // carved empty unless `amx`
+  AmxOperands ops16;                // carved empty unless `engine`
   // amx: the products run on AMX tiles (bf16 on the AMX table): no fp32 Kᵀ and Vᵀ then.
-  static KvTileScratch carve(const Problem& p, Arena& arena, i64 tiles, bool amx) {
+  static KvTileScratch carve(const Problem& p, Arena& arena, i64 tiles, bool engine) {
     const i64 dkp = round_up(p.Dk, kPad), dvp = round_up(p.Dv, kPad);
     const i64 dk32 = round_up(p.Dk, 32), dv32 = round_up(p.Dv, 32), terms = AmxPack(p).terms;
     KvTileScratch s{};
     for (i64 u = 0; u < tiles; ++u) {
       KeyTile& k = s.key[u];
-      k.KT = arena.take(amx ? 0 : p.Dk * odd_lines_ld(kTileCols));
-      k.VT = arena.take(amx ? 0 : p.Dv * odd_lines_ld(kTileCols));
+      k.KT = arena.take(engine ? 0 : p.Dk * odd_lines_ld(kTileCols));
+      k.VT = arena.take(engine ? 0 : p.Dv * odd_lines_ld(kTileCols));
       k.K_rows = arena.take(kTileCols * odd_lines_ld(p.Dk));
       k.dK = arena.take(kTileCols * dkp);
       k.dV = arena.take(kTileCols * dvp);
-      k.KTp = reinterpret_cast<std::uint32_t*>(arena.take(amx ? terms * dk32 / 2 * kTileCols : 0));
-      k.VTp = reinterpret_cast<std::uint32_t*>(arena.take(amx ? terms * dv32 / 2 * kTileCols : 0));
-      k.Kp = reinterpret_cast<std::uint32_t*>(arena.take(amx ? terms * kTileCols / 2 * dkp : 0));
+      k.KTp = reinterpret_cast<std::uint32_t*>(arena.take(engine ? terms * dk32 / 2 * kTileCols : 0));
+      k.VTp = reinterpret_cast<std::uint32_t*>(arena.take(engine ? terms * dv32 / 2 * kTileCols : 0));
+      k.Kp = reinterpret_cast<std::uint32_t*>(arena.take(engine ? terms * kTileCols / 2 * dkp : 0));
     }
     s.Q_rows = arena.take(kTileRows * odd_lines_ld(p.Dk));
     s.dout_rows = arena.take(kTileRows * odd_lines_ld(p.Dv));
@@ -966,7 +979,7 @@ struct KvTileScratch {
     s.row_lse = arena.take(kTileRows);
     s.row_delta = arena.take(kTileRows);
     s.drop = arena.take(p.has_dropout ? kTileRows * kTileCols : 0);
-    s.amx = AmxOperands::carve(p, arena, amx);
+    s.ops16 = AmxOperands::carve(p, arena, engine);
     return s;
   }
 };
@@ -975,13 +988,14 @@ struct KvTileScratch {
 // ldx, br rounded up to 16 of them, zero past br), K in pairs (B, kp/2 pair rows). A tile
 // writes 16 whole rows, so a last block short of 16 rows goes through `spare` (16 rows of
 // dkp): the rows after br are another head's and stay untouched.
+template <Engine16 E>
 inline void amx_dq_rows(i64 br, i64 dkp, i64 kp, const bf16* dX, i64 ldx, const std::uint32_t* Kp, float* dQ_rows,
                         float* spare) {
   const i64 whole = br / 16 * 16;
-  if (whole > 0) amx::gemm(whole, dkp, kp, dX, ldx, Kp, dkp, dQ_rows, dkp, /*accumulate=*/true);
+  if (whole > 0) engine_gemm<E>(whole, dkp, kp, dX, ldx, Kp, dkp, dQ_rows, dkp, /*accumulate=*/true);
   if (whole == br) return;
   for (i64 x = 0; x < 16 * dkp; ++x) spare[x] = x < (br - whole) * dkp ? dQ_rows[whole * dkp + x] : 0.0f;
-  amx::gemm(16, dkp, kp, dX + whole * ldx, ldx, Kp, dkp, spare, dkp, /*accumulate=*/true);
+  engine_gemm<E>(16, dkp, kp, dX + whole * ldx, ldx, Kp, dkp, spare, dkp, /*accumulate=*/true);
   for (i64 x = 0; x < (br - whole) * dkp; ++x) dQ_rows[whole * dkp + x] = spare[x];
 }
 
@@ -1001,13 +1015,13 @@ inline void amx_dq_rows(i64 br, i64 dkp, i64 kp, const bf16* dX, i64 ldx, const 
 // dK, dout for dV, K for dQ) takes the fp32 one that does, as the widening path always
 // does: a row or key that sees nothing must not meet 0·inf. Pass B decides dQ's product by
 // the same K tile, so both schedules keep the same bits. Chosen once per call by kv_tiles_for.
-template <bool PLAIN, bool AMX>
+template <bool PLAIN, Engine16 E>
 void kv_tiles(const Problem& p, const Tensors& t, const float* delta, i64 b, i64 g, i64 j0, i64 tiles,
               const KvTileScratch& s, float* dQ) {
   const bool dropout = !PLAIN && p.has_dropout;
   const i64 Dk = p.Dk, Dv = p.Dv, dkp = round_up(Dk, kPad), dvp = round_up(Dv, kPad);
   const i64 dk32 = round_up(Dk, 32), dv32 = round_up(Dv, 32);
-  const AmxOperands& a16 = s.amx;
+  const AmxOperands& a16 = s.ops16;
   const AmxPack pk(p);
   const i64 terms = pk.terms;
   constexpr i64 BR = kTileRows;
@@ -1018,7 +1032,7 @@ void kv_tiles(const Problem& p, const Tensors& t, const float* delta, i64 b, i64
   for (i64 u = 0; u < tiles; ++u) {
     const KvTileScratch::KeyTile& key = s.key[u];
     const i64 ju = j0 + u * kTileCols, bc = imin(kTileCols, p.Nk - ju), ldt = odd_lines_ld(bc);
-    if constexpr (AMX) {
+    if constexpr (E != Engine16::widened) {
       const i64 bcp = round_up(bc, kPad);
       const Bf16Rows k_rows = bf16_rows(t.k, b, g, ju, bc, Dk, a16.rows16);
       pk.pairs_transposed(k_rows, bc, Dk, bcp, key.KTp, kTileCols);
@@ -1049,7 +1063,7 @@ void kv_tiles(const Problem& p, const Tensors& t, const float* delta, i64 b, i64
       RowsOperand q_op{}, dout_op{};
       bool q_pairs_finite = false, dout_pairs_finite = false;
       Bf16Rows Q16{}, dout16{};  // AMX: the A operands of S and dP, in place where they fill whole tiles
-      if constexpr (AMX) {
+      if constexpr (E != Engine16::widened) {
         // Rows gathered into rows16 are copied out before the next gather reuses it.
         const auto tile_rows = [&](const Bf16Rows& x, i64 D, i64 d32, bf16* buf) {
           return pk.tile_rows(x, br, D, br16, d32, buf, /*in_place=*/x.data != a16.rows16);
@@ -1070,8 +1084,8 @@ void kv_tiles(const Problem& p, const Tensors& t, const float* delta, i64 b, i64
         const i64 ldt = odd_lines_ld(bc);
         const KeyRange keys = visible_keys(see, ju, ju + bc);
         if (keys.last < keys.first) continue;  // tile fully masked
-        if constexpr (AMX)
-          amx::gemm(br16, bcp, terms * dk32, Q16.data, Q16.ld, key.KTp, kTileCols, s.S, bcp, /*accumulate=*/false);
+        if constexpr (E != Engine16::widened)
+          engine_gemm<E>(br16, bcp, terms * dk32, Q16.data, Q16.ld, key.KTp, kTileCols, s.S, bcp, /*accumulate=*/false);
         else
           gemm<false, false>(br, bcp, Dk, q_a.data, q_a.rs, q_a.cs, key.KT, ldt, s.S, bcp);
         scale_softcap(p, s.S, bcp, br, bcp, s.T);
@@ -1082,8 +1096,8 @@ void kv_tiles(const Problem& p, const Tensors& t, const float* delta, i64 b, i64
           for (i64 c = 0; c < bcp; c += W)
             Vec::store(s.S + r * bcp + c, Vec::exp(Vec::sub(Vec::load(s.S + r * bcp + c), Lr)));
         }
-        if constexpr (AMX)
-          amx::gemm(br16, bcp, terms * dv32, dout16.data, dout16.ld, key.VTp, kTileCols, s.dP, bcp,
+        if constexpr (E != Engine16::widened)
+          engine_gemm<E>(br16, bcp, terms * dv32, dout16.data, dout16.ld, key.VTp, kTileCols, s.dP, bcp,
                     /*accumulate=*/false);
         else
           gemm<false, false>(br, bcp, Dv, dout_a.data, dout_a.rs, dout_a.cs, key.VT, ldt, s.dP, bcp);
@@ -1094,20 +1108,20 @@ void kv_tiles(const Problem& p, const Tensors& t, const float* delta, i64 b, i64
         ds_from_p<true>(p, s.S, s.dP, s.T, s.row_delta, bcp, br, bcp);
         if (dropout) mul_tile(s.S, bcp, s.drop, bcp, br, bcp);
         float* dQ_rows = dQ == nullptr ? nullptr : dQ + ((h - g * p.group) * p.Nq + i0) * dkp;
-        if constexpr (AMX) {        // each product on tiles where its B operand is all finite
+        if constexpr (E != Engine16::widened) {        // each product on tiles where its B operand is all finite
           if (dout_pairs_finite) {  // dV += P̃ᵀ dout
             pk.transposed(s.S, bcp, br, br32, a16.A16, terms * kTileRows);
-            amx::gemm(bcp, dvp, terms * br32, a16.A16, terms * kTileRows, a16.doutp, dvp, key.dV, dvp,
+            engine_gemm<E>(bcp, dvp, terms * br32, a16.A16, terms * kTileRows, a16.doutp, dvp, key.dV, dvp,
                       /*accumulate=*/true);
           }
           if (q_pairs_finite) {  // dK += dXᵀ Q
             pk.transposed(s.dP, bcp, br, br32, a16.A16, terms * kTileRows);
-            amx::gemm(bcp, dkp, terms * br32, a16.A16, terms * kTileRows, a16.Qp, dkp, key.dK, dkp,
+            engine_gemm<E>(bcp, dkp, terms * br32, a16.A16, terms * kTileRows, a16.Qp, dkp, key.dK, dkp,
                       /*accumulate=*/true);
           }
           if (dQ_rows != nullptr && k_pairs_finite[u]) {  // dQ += dX K
             pk.round_rows(s.dP, bcp, br, bc, br16, round_up(bc, 32), a16.A16, terms * kTileCols);
-            amx_dq_rows(br, dkp, terms * round_up(bc, 32), a16.A16, terms * kTileCols, key.Kp, dQ_rows, a16.dQ_spare);
+            amx_dq_rows<E>(br, dkp, terms * round_up(bc, 32), a16.A16, terms * kTileCols, key.Kp, dQ_rows, a16.dQ_spare);
           }
         }
         // dV += Pᵀ dout and dK += dXᵀ Q: A[c][r] = tile[r·bcp + c].
@@ -1135,24 +1149,24 @@ void kv_tiles(const Problem& p, const Tensors& t, const float* delta, i64 b, i64
 // dropout; and whether the backward's items of a call on that table run on AMX tiles.
 using KvTilesFn = void (*)(const Problem&, const Tensors&, const float*, i64, i64, i64, i64, const KvTileScratch&,
                            float*);
-template <bool AMX>
-inline bool backward_on_amx(const Problem& p) {
-  return AMX && (p.dtype == Dtype::bf16 || (p.dtype == Dtype::fp16 && p.inputs_finite));
+template <Engine16 E>
+inline bool backward_on_engine(const Problem& p) {
+  return engine_takes(E, p.dtype) && (p.dtype != Dtype::fp16 || p.inputs_finite);
 }
-template <bool AMX>
+template <Engine16 E>
 inline KvTilesFn kv_tiles_for(const Problem& p) {
-  if constexpr (AMX)
-    if (backward_on_amx<AMX>(p)) return kv_tiles<false, true>;
-  return p.dtype == Dtype::f32 && !p.has_dropout ? kv_tiles<true, false> : kv_tiles<false, false>;
+  if constexpr (E != Engine16::widened)
+    if (backward_on_engine<E>(p)) return kv_tiles<false, E>;
+  return p.dtype == Dtype::f32 && !p.has_dropout ? kv_tiles<true, Engine16::widened> : kv_tiles<false, Engine16::widened>;
 }
 
-template <bool AMX>
+template <Engine16 E>
 void backward_kv_tile(const Problem& p, const Tensors& t, const float* delta, i64 b, i64 g, i64 j0,
                       WorkerScratch scratch) {
-  const bool amx = backward_on_amx<AMX>(p);
-  const AmxTiles tiles(amx);
-  kv_tiles_for<AMX>(p)(p, t, delta, b, g, j0, 1, carve_scratch<KvTileScratch>(p, scratch, i64{1}, amx), nullptr);
-  if (amx) note_amx_backward_item();
+  const bool engine = backward_on_engine<E>(p);
+  const AmxTiles tiles(E == Engine16::amx && engine);
+  kv_tiles_for<E>(p)(p, t, delta, b, g, j0, 1, carve_scratch<KvTileScratch>(p, scratch, i64{1}, engine), nullptr);
+  if (engine) note_engine_item(E, /*backward=*/true);
 }
 
 // The one pass: item (b, g) owns dk, dv of its keys and dq of its group's query rows, so
@@ -1163,23 +1177,23 @@ void backward_kv_tile(const Problem& p, const Tensors& t, const float* delta, i6
 struct ItemBackwardScratch {
   KvTileScratch tiles;
   float* dQ;  // (group·Nq, dkp)
-  static ItemBackwardScratch carve(const Problem& p, Arena& arena, bool amx) {
+  static ItemBackwardScratch carve(const Problem& p, Arena& arena, bool engine) {
     ItemBackwardScratch s;
-    s.tiles = KvTileScratch::carve(p, arena, kKvTilesPerSweep, amx);
+    s.tiles = KvTileScratch::carve(p, arena, kKvTilesPerSweep, engine);
     s.dQ = arena.take(p.group * p.Nq * round_up(p.Dk, kPad));
     return s;
   }
 };
 
-template <bool AMX>
+template <Engine16 E>
 void backward_item(const Problem& p, const Tensors& t, const float* delta, i64 b, i64 g, WorkerScratch scratch) {
   const i64 dkp = round_up(p.Dk, kPad), rows = p.group * p.Nq;
-  const bool amx = backward_on_amx<AMX>(p);
-  const auto s = carve_scratch<ItemBackwardScratch>(p, scratch, amx);
+  const bool engine = backward_on_engine<E>(p);
+  const auto s = carve_scratch<ItemBackwardScratch>(p, scratch, engine);
   for (i64 x = 0; x < rows * dkp; ++x) s.dQ[x] = 0.0f;
-  const KvTilesFn sweep = kv_tiles_for<AMX>(p);
+  const KvTilesFn sweep = kv_tiles_for<E>(p);
   {
-    const AmxTiles tiles(amx);
+    const AmxTiles tiles(E == Engine16::amx && engine);
     for (i64 j0 = 0; j0 < p.Nk; j0 += kKvTilesPerSweep * kTileCols)
       sweep(p, t, delta, b, g, j0, kKvTilesPerSweep, s.tiles, s.dQ);
   }
@@ -1187,7 +1201,7 @@ void backward_item(const Problem& p, const Tensors& t, const float* delta, i64 b
     const i64 h = g * p.group + l / p.Nq, i = l % p.Nq;
     store_row(t.dq, off(t.dq, b, h, i, 0), p.Dk, s.dQ + l * dkp);
   }
-  if (amx) note_amx_backward_item();
+  if (engine) note_engine_item(E, /*backward=*/true);
 }
 
 // Pass B: dq of one query tile; loops over the key tiles it can see. Tiles in the
@@ -1216,15 +1230,15 @@ struct QTileScratch {
   bf16* V16;              // (kTileCols, dv32)    V rows likewise
   bf16* dX16;             // (kTileRows, kTileCols)  dX rows in bf16
   bf16* rows16;           // (kTileCols, max(Dk, Dv))  AMX: rows gathered, when not unit stride
-  static QTileScratch carve(const Problem& p, Arena& arena, bool amx) {
+  static QTileScratch carve(const Problem& p, Arena& arena, bool engine) {
     const i64 dkp = round_up(p.Dk, kPad), dk32 = round_up(p.Dk, 32), dv32 = round_up(p.Dv, 32);
-    const auto halves = [&](i64 n) { return reinterpret_cast<bf16*>(arena.take(amx ? (n + 1) / 2 : 0)); };
-    const auto pairs = [&](i64 n) { return reinterpret_cast<std::uint32_t*>(arena.take(amx ? n : 0)); };
+    const auto halves = [&](i64 n) { return reinterpret_cast<bf16*>(arena.take(engine ? (n + 1) / 2 : 0)); };
+    const auto pairs = [&](i64 n) { return reinterpret_cast<std::uint32_t*>(arena.take(engine ? n : 0)); };
     QTileScratch s;
-    s.QT = arena.take(amx ? 0 : p.Dk * kTileRows);
-    s.doutT = arena.take(amx ? 0 : p.Dv * kTileRows);
+    s.QT = arena.take(engine ? 0 : p.Dk * kTileRows);
+    s.doutT = arena.take(engine ? 0 : p.Dv * kTileRows);
     s.K_rows = arena.take(kTileCols * dkp);
-    s.V_rows = arena.take(p.dtype == Dtype::f32 || amx ? 0 : kTileCols * round_up(p.Dv, kPad));
+    s.V_rows = arena.take(p.dtype == Dtype::f32 || engine ? 0 : kTileCols * round_up(p.Dv, kPad));
     s.ST = arena.take(kTileCols * kTileRows);
     s.TT = arena.take(kTileCols * kTileRows);
     s.dPT = arena.take(kTileCols * kTileRows);
@@ -1241,20 +1255,20 @@ struct QTileScratch {
   }
 };
 
-template <bool AMX>
+template <Engine16 E>
 void backward_q_tile(const Problem& p, const Tensors& t, const float* delta, i64 b, i64 h, i64 i0,
                      WorkerScratch scratch) {
   const i64 g = h / p.group, Dk = p.Dk, Dv = p.Dv, dkp = round_up(Dk, kPad);
   const i64 dk32 = round_up(Dk, 32), dv32 = round_up(Dv, 32);
   const i64 br = imin(kTileRows, p.Nq - i0), brp = round_up(br, kPad);
   constexpr i64 BC = kTileCols;
-  const bool amx = backward_on_amx<AMX>(p);
-  const auto s = carve_scratch<QTileScratch>(p, scratch, amx);
-  const AmxTiles tiles(amx);
+  const bool engine = backward_on_engine<E>(p);
+  const auto s = carve_scratch<QTileScratch>(p, scratch, engine);
+  const AmxTiles tiles(E == Engine16::amx && engine);
   const AmxPack pk(p);
   const i64 terms = pk.terms;
 
-  if (amx) {
+  if (engine) {
     const Bf16Rows q_rows = bf16_rows(t.q, b, h, i0, br, Dk, s.rows16);
     pk.pairs_transposed(q_rows, br, Dk, brp, s.QTp, brp, SplitOrder::hi_hi_lo);
     const Bf16Rows dout_rows = bf16_rows(t.dout, b, h, i0, br, Dv, s.rows16);
@@ -1271,15 +1285,15 @@ void backward_q_tile(const Problem& p, const Tensors& t, const float* delta, i64
   for (i64 j0 = keys.first / BC * BC; j0 <= keys.last; j0 += BC) {
     const i64 bc = imin(BC, p.Nk - j0), bc16 = round_up(bc, 16);
     bool k_pairs_finite = false;  // AMX: dQ += dX K on tiles
-    if (amx) {
+    if (engine) {
       const Bf16Rows k_rows = bf16_rows(t.k, b, g, j0, bc, Dk, s.rows16);
       k_pairs_finite = pk.rows_in_pairs(k_rows, bc, Dk, round_up(bc, 32), s.Kp, dkp);
       const Bf16Rows K = pk.tile_rows(k_rows, bc, Dk, bc16, dk32, s.K16, true, SplitOrder::hi_lo_hi);
-      amx::gemm(bc16, brp, terms * dk32, K.data, K.ld, s.QTp, brp, s.ST, brp, /*accumulate=*/false);
+      engine_gemm<E>(bc16, brp, terms * dk32, K.data, K.ld, s.QTp, brp, s.ST, brp, /*accumulate=*/false);
     }
     const RowsOperand k_op =
         k_pairs_finite ? RowsOperand{} : rows_operand(t.k, b, g, j0, bc, Dk, s.K_rows, /*scan_in_place=*/true);
-    if (!amx) {
+    if (!engine) {
       const AOperand k_a = a_operand(t.k, b, g, j0, k_op);
       gemm<false, false>(bc, brp, Dk, k_a.data, k_a.rs, k_a.cs, s.QT, brp, s.ST, brp);
     }
@@ -1289,10 +1303,10 @@ void backward_q_tile(const Problem& p, const Tensors& t, const float* delta, i64
     for (i64 c = 0; c < bc; ++c)  // P = exp(s - lse), lse along the lanes (+inf on padding lanes)
       for (i64 r = 0; r < brp; r += W)
         Vec::store(s.ST + c * brp + r, Vec::exp(Vec::sub(Vec::load(s.ST + c * brp + r), Vec::load(s.row_lse + r))));
-    if (amx) {
+    if (engine) {
       const Bf16Rows V =
           pk.tile_rows(bf16_rows(t.v, b, g, j0, bc, Dv, s.rows16), bc, Dv, bc16, dv32, s.V16, true, SplitOrder::hi_lo_hi);
-      amx::gemm(bc16, brp, terms * dv32, V.data, V.ld, s.doutTp, brp, s.dPT, brp, /*accumulate=*/false);
+      engine_gemm<E>(bc16, brp, terms * dv32, V.data, V.ld, s.doutTp, brp, s.dPT, brp, /*accumulate=*/false);
     } else {
       const AOperand v_a = t.v.dtype == Dtype::f32
                                ? a_in_place(t.v, b, g, j0)
@@ -1308,26 +1322,26 @@ void backward_q_tile(const Problem& p, const Tensors& t, const float* delta, i64
     if (k_pairs_finite) {
       const i64 bc32 = round_up(bc, 32);
       pk.transposed(s.dPT, brp, bc, bc32, s.dX16, terms * kTileCols);
-      amx::gemm(brp, dkp, terms * bc32, s.dX16, terms * kTileCols, s.Kp, dkp, s.dQ, dkp, /*accumulate=*/true);
+      engine_gemm<E>(brp, dkp, terms * bc32, s.dX16, terms * kTileCols, s.Kp, dkp, s.dQ, dkp, /*accumulate=*/true);
     } else {
       gemm_acc_skip_zero(k_op.finite, br, k_op.cols, bc, s.dPT, 1, brp, k_op.data, k_op.ld, s.dQ, dkp, nullptr);
     }
   }
 
   for (i64 r = 0; r < br; ++r) store_row(t.dq, off(t.dq, b, h, i0 + r, 0), Dk, s.dQ + r * dkp);
-  if (amx) note_amx_backward_item();
+  if (engine) note_engine_item(E, /*backward=*/true);
 }
 
 // Floats per worker: the larger of the two passes' layouts (one block serves both) ...
-template <bool AMX>
+template <Engine16 E>
 i64 backward_scratch(const Problem& p) {
-  const bool amx = backward_on_amx<AMX>(p);
-  return imax(scratch_floats<KvTileScratch>(p, i64{1}, amx), scratch_floats<QTileScratch>(p, amx));
+  const bool engine = backward_on_engine<E>(p);
+  return imax(scratch_floats<KvTileScratch>(p, i64{1}, engine), scratch_floats<QTileScratch>(p, engine));
 }
 // ... and the one pass's.
-template <bool AMX>
+template <Engine16 E>
 i64 backward_item_scratch(const Problem& p) {
-  return scratch_floats<ItemBackwardScratch>(p, backward_on_amx<AMX>(p));
+  return scratch_floats<ItemBackwardScratch>(p, backward_on_engine<E>(p));
 }
 
 void exp_n(const float* x, float* y, i64 n) {
@@ -1341,12 +1355,12 @@ VPackLayout no_v_pack(const Problem&) { return {}; }
 
 const FastKernels& table() {
   static const FastKernels k{forward_scratch,
-                             backward_scratch<false>,
-                             backward_item_scratch<false>,
+                             backward_scratch<Engine16::widened>,
+                             backward_item_scratch<Engine16::widened>,
                              forward_item,
-                             backward_item<false>,
-                             backward_kv_tile<false>,
-                             backward_q_tile<false>,
+                             backward_item<Engine16::widened>,
+                             backward_kv_tile<Engine16::widened>,
+                             backward_q_tile<Engine16::widened>,
                              exp_n,
                              tanh_n,
                              no_v_pack,
@@ -1354,21 +1368,22 @@ const FastKernels& table() {
   return k;
 }
 #ifdef SDPA_AMX_BF16
-// The same kernel with bf16's tiled forward and its backward on AMX tiles
-// (forward_item_on<true>, the backward's <true> instantiations).
-const FastKernels& table_amx() {
+// The same kernel with the 16-bit tiled forward and the backward's products on the engine E
+// (forward_item_on<E>, the backward's <E> instantiations): AMX tiles, or vdpbf16ps.
+template <Engine16 E>
+const FastKernels& table_on() {
   static const FastKernels k = [] {
-    FastKernels amx = table();
-    amx.forward_scratch = forward_scratch_amx;
-    amx.forward_item = forward_item_on<true>;
-    amx.backward_scratch = backward_scratch<true>;
-    amx.backward_item_scratch = backward_item_scratch<true>;
-    amx.backward_item = backward_item<true>;
-    amx.backward_kv_tile = backward_kv_tile<true>;
-    amx.backward_q_tile = backward_q_tile<true>;
-    amx.forward_v_pack_layout = forward_v_pack_layout_amx;
-    amx.forward_v_pack_tile = forward_v_pack_tile_amx;
-    return amx;
+    FastKernels on = table();
+    on.forward_scratch = forward_scratch_on<E>;
+    on.forward_item = forward_item_on<E>;
+    on.backward_scratch = backward_scratch<E>;
+    on.backward_item_scratch = backward_item_scratch<E>;
+    on.backward_item = backward_item<E>;
+    on.backward_kv_tile = backward_kv_tile<E>;
+    on.backward_q_tile = backward_q_tile<E>;
+    on.forward_v_pack_layout = forward_v_pack_layout_on<E>;
+    on.forward_v_pack_tile = forward_v_pack_tile_amx;
+    return on;
   }();
   return k;
 }

@@ -72,6 +72,11 @@ bool amx_bf16_active(Isa isa) {
   return (isa == Isa::automatic ? active_isa() : isa) == Isa::avx512 && detail::amx_bf16_enabled();
 }
 
+bool bf16_dot_active(Isa isa) {
+  return (isa == Isa::automatic ? active_isa() : isa) == Isa::avx512 && !detail::amx_bf16_enabled() &&
+         detail::bf16_dot_enabled();
+}
+
 namespace detail {
 
 // AMX's tile registers are 8 KiB of state that Linux (5.16 on) gives a process only on
@@ -101,6 +106,20 @@ bool amx_bf16_enabled() {
     const char* env = std::getenv("SDPA_AMX");
     if (env != nullptr && std::strcmp(env, "0") == 0) return false;
     return amx_bf16_usable();
+  }();
+  return enabled;
+}
+
+bool bf16_dot_usable() {
+  static const bool usable = isa_supported(Isa::avx512) && __builtin_cpu_supports("avx512bf16");
+  return usable;
+}
+
+bool bf16_dot_enabled() {
+  static const bool enabled = [] {
+    const char* env = std::getenv("SDPA_BF16_DOT");
+    if (env != nullptr && std::strcmp(env, "0") == 0) return false;
+    return bf16_dot_usable();
   }();
   return enabled;
 }

@@ -253,6 +253,18 @@ has = all(f in flags for f in ["avx512f", "avx512dq", "avx512bw", "avx512vl", "a
 got = rows[0]["bf16_dot_peak_gflops"]
 assert (isinstance(got, float) and got > 0) if has else got is None, (has, rows[0])
 PY
+    # With AMX off a bf16 row runs on vdpbf16ps exactly where the CPU has it (SDPA_BF16_DOT=0: widened).
+    for dot in 1 0; do
+      SDPA_AMX=0 SDPA_BF16_DOT=$dot "$sdpa" bench --seq 64 --heads 1 --dtype bfloat16 --repeat 1 --no-torch --no-blas \
+        --format json > bfd.json
+      /usr/bin/python3 - bfd.json $dot <<'PY' || fail "bench bf16 json, SDPA_BF16_DOT=$dot"
+import json, sys
+row = json.load(open(sys.argv[1]))[0]
+flags = next(l for l in open("/proc/cpuinfo") if l.startswith("flags")).split()
+has = all(f in flags for f in ["avx512f", "avx512dq", "avx512bw", "avx512vl", "avx512_bf16"])
+assert row["amx_bf16"] is False and row["bf16_dot"] is (has and sys.argv[2] == "1" and row["isa"] == "avx512"), row
+PY
+    done
     "$sdpa" bench --seq 130 --kv-seq 70 --heads 4 --kv-heads 2 --backward --causal --repeat 1 --no-torch | tee b.txt
     grep -q 'causal bwd' b.txt || fail "bench table lacks the causal bwd row"
     grep -q 'FMA peak' b.txt || fail "bench table lacks the measured peak"

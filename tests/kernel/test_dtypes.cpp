@@ -6,7 +6,8 @@
 // the rule's margin, not a fit. On AMX-BF16 (the avx512_amx variant) the bf16 forward rounds
 // P to bf16 before P·V, and the backward P̃ and dX before their products, as the naive one
 // does; the fp16 forward rounds P to fp16 and runs on bf16 tiles with each operand split in
-// two (amx.hpp). Every ISA this CPU runs; same bits for 1, 2 and 7 threads.
+// two (amx.hpp). On AVX512_BF16 (the avx512_dot variant) bf16 rounds as on AMX, its products
+// by vdpbf16ps; fp16 widens there. Every ISA this CPU runs; same bits for 1, 2 and 7 threads.
 #include <cstring>
 
 #include "util.hpp"
@@ -158,24 +159,33 @@ void check_case(const Case& c) {
     Options o = in.opt;
     o.isa = kv.isa;
     o.threads = 2;
-    const i64 fused_before = detail::fused_decode_items(), amx_before = detail::amx_items();
-    const i64 amx_backward_before = detail::amx_backward_items();
+    using detail::Engine16;
+    const i64 fused_before = detail::fused_decode_items();
+    i64 engine_before[2][2];  // [amx, dot][backward]
+    for (int e = 0; e < 2; ++e)
+      for (int bwd = 0; bwd < 2; ++bwd) engine_before[e][bwd] = detail::engine_items(Engine16(e + 1), bwd == 1);
     const Run16<H> r = run16<H>(c, in, q, k, v, dout, o);
     if (c.fused_decode && kv.isa != Isa::scalar)
       EXPECT_GT(detail::fused_decode_items(), fused_before) << "the decoding case did not reach the fused loop";
-    // A bf16 or fp16 case with more lanes per kv head than a decoding item takes must reach
-    // the AMX loop on its variant (fp16 split into bf16 hi + lo), and only there.
+    // A case with more lanes per kv head than a decoding item takes must reach the 16-bit
+    // tiled loop on its variant's engine where that engine takes the dtype (AMX: bf16, and
+    // fp16 split into bf16 hi + lo; dot products: bf16), and on no other engine; so must
+    // every backward item (the inputs are finite).
     const bool tiled = c.Hq / c.Hkv * c.Nq > 8;  // kFewLanes
-    if (tiled && kv.emulated == &detail::fast_kernels_avx512_amx())
-      EXPECT_GT(detail::amx_items(), amx_before) << "the tiled case did not reach the AMX loop";
-    else
-      EXPECT_EQ(detail::amx_items(), amx_before) << "only the AMX variant's 16-bit tiled items take the AMX loop";
-    // Every 16-bit backward item takes the AMX products on that variant (the inputs are
-    // finite), and only there.
-    if (kv.emulated == &detail::fast_kernels_avx512_amx())
-      EXPECT_GT(detail::amx_backward_items(), amx_backward_before) << "the backward did not reach the AMX products";
-    else
-      EXPECT_EQ(detail::amx_backward_items(), amx_backward_before) << "only the AMX variant's backward uses AMX";
+    for (Engine16 e : {Engine16::amx, Engine16::dot}) {
+      SCOPED_TRACE(e == Engine16::amx ? "AMX tiles" : "dot products");
+      const bool takes = kv.engine() == e && detail::engine_takes(e, t);
+      const i64 fwd_before = engine_before[static_cast<int>(e) - 1][0];
+      const i64 bwd_before = engine_before[static_cast<int>(e) - 1][1];
+      if (tiled && takes)
+        EXPECT_GT(detail::engine_items(e), fwd_before) << "the tiled case did not reach the engine's loop";
+      else
+        EXPECT_EQ(detail::engine_items(e), fwd_before) << "only this engine's variant takes its loop, for its dtypes";
+      if (takes)
+        EXPECT_GT(detail::engine_items(e, true), bwd_before) << "the backward did not reach the engine's products";
+      else
+        EXPECT_EQ(detail::engine_items(e, true), bwd_before) << "only this engine's variant runs its products";
+    }
     SDPA_EXPECT_WITHIN("out", rule.out(widen(r.out)));
     SDPA_EXPECT_WITHIN("lse", rule.lse(r.lse.data));
     SDPA_EXPECT_WITHIN("dq", rule.dq(widen(r.dq)));
@@ -209,18 +219,21 @@ TEST_P(Dtypes, Fp16WithinTheRule) { check_case<fp16>(GetParam()); }
 INSTANTIATE_TEST_SUITE_P(Kernel, Dtypes, ::testing::ValuesIn(cases()),
                          [](const ::testing::TestParamInfo<Case>& i) { return i.param.name; });
 
-// Where AMX-BF16 is usable, the rule cases above ran on both AVX-512 tables: widened, and
-// on AMX tiles. Elsewhere they ran on the widening path only, and this says so.
-TEST(Dtypes, SixteenBitCasesRanOnTheAmxAndTheWideningPath) {
-  if (!detail::amx_bf16_usable())
-    GTEST_SKIP() << "no AMX-BF16 on this CPU (or Linux refused the tile state): the 16-bit cases ran widened only";
-  bool widening = false, amx = false;
+// Where AMX-BF16 or AVX512_BF16 is usable, the rule cases above ran on each AVX-512 table
+// this CPU runs: widened, and on its engines. Elsewhere they ran on the widening path only,
+// and this says so.
+TEST(Dtypes, SixteenBitCasesRanOnEveryEngine) {
+  if (!detail::amx_bf16_usable() && !detail::bf16_dot_usable())
+    GTEST_SKIP() << "no AMX-BF16 or AVX512_BF16 on this CPU: the 16-bit cases ran widened only";
+  bool widening = false, amx = false, dot = false;
   for (const KernelVariant& kv : kernel_variants()) {
     widening = widening || kv.emulated == &detail::fast_kernels_avx512();
-    amx = amx || kv.emulated == &detail::fast_kernels_avx512_amx();
+    amx = amx || kv.engine() == detail::Engine16::amx;
+    dot = dot || kv.engine() == detail::Engine16::dot;
   }
   EXPECT_TRUE(widening);
-  EXPECT_TRUE(amx);
+  EXPECT_EQ(amx, detail::amx_bf16_usable());
+  EXPECT_TRUE(dot);
 }
 
 // The reference kernel takes 16-bit views too (the fp64 oracle on the widened inputs, each
@@ -418,12 +431,12 @@ void check_packed_v() {
       Buf3<float> lse_packed({B, Hq, Nq}), lse_per_tile({B, Hq, Nq});
       const i64 packs_before = detail::v_packs();
       forward(q.cview(), k.cview(), v.cview(), packed.view(), lse_packed.view(), o);
-      EXPECT_EQ(detail::v_packs() - packs_before, kv.emulated == &detail::fast_kernels_avx512_amx() ? 1 : 0);
+      EXPECT_EQ(detail::v_packs() - packs_before, detail::engine_takes(kv.engine(), dtype_of<H>()) ? 1 : 0);
       {
         const CopyLimit none(0);
         forward(q.cview(), k.cview(), v.cview(), per_tile.view(), lse_per_tile.view(), o);
       }
-      EXPECT_EQ(detail::v_packs() - packs_before, kv.emulated == &detail::fast_kernels_avx512_amx() ? 1 : 0);
+      EXPECT_EQ(detail::v_packs() - packs_before, detail::engine_takes(kv.engine(), dtype_of<H>()) ? 1 : 0);
       EXPECT_EQ(0, std::memcmp(packed.data.data(), per_tile.data.data(), packed.data.size() * sizeof(H)));
       EXPECT_EQ(0, std::memcmp(lse_packed.data.data(), lse_per_tile.data.data(), lse_packed.data.size() * sizeof(float)));
       if (nan) {  // the NaN reached the rows of head group (1, 0) that see key 150, and only those

@@ -180,9 +180,33 @@ TEST(Isa, AmxEnvironmentVariable) {
     for (std::size_t e = 0; e < x.size(); ++e) b->data[e] = bf16(x[e]);
   }
   Buf3<float> lse({1, 1, 100});
-  const i64 before = detail::amx_items();
+  const i64 before = detail::engine_items(detail::Engine16::amx);
   forward(q.cview(), k.cview(), v.cview(), out.view(), lse.view());
-  EXPECT_EQ(detail::amx_items() > before, !off);
+  EXPECT_EQ(detail::engine_items(detail::Engine16::amx) > before, !off);
+}
+
+// SDPA_BF16_DOT: where AMX is not active (no AMX, or SDPA_AMX=0), sdpa::forward on bf16 takes
+// the vdpbf16ps engine where the CPU has AVX512_BF16, unless SDPA_BF16_DOT=0; ctest runs this
+// test as it finds the environment and with SDPA_AMX=0, with and without SDPA_BF16_DOT=0
+// (kernel.env.SDPA_BF16_DOT_*).
+TEST(Isa, Bf16DotEnvironmentVariable) {
+  if (!detail::bf16_dot_usable()) GTEST_SKIP() << "no AVX512_BF16 on this CPU: bf16 is widened or on AMX";
+  if (active_isa() != Isa::avx512) GTEST_SKIP() << "SDPA_ISA chose " << isa_name(active_isa()) << ", not avx512";
+  const char* env = std::getenv("SDPA_BF16_DOT");
+  const bool expected = !amx_bf16_active() && !(env != nullptr && std::string(env) == "0");
+  EXPECT_EQ(bf16_dot_active(), expected);
+  EXPECT_FALSE(bf16_dot_active(Isa::avx2));
+  Buf<bf16> q({1, 1, 100, 64}), k({1, 1, 100, 64}), v({1, 1, 100, 64}), out({1, 1, 100, 64});
+  std::mt19937_64 rng(3);
+  for (auto* b : {&q, &k, &v}) {
+    std::vector<float> x(b->data.size());
+    fill_normal(x, rng);
+    for (std::size_t e = 0; e < x.size(); ++e) b->data[e] = bf16(x[e]);
+  }
+  Buf3<float> lse({1, 1, 100});
+  const i64 before = detail::engine_items(detail::Engine16::dot);
+  forward(q.cview(), k.cview(), v.cview(), out.view(), lse.view());
+  EXPECT_EQ(detail::engine_items(detail::Engine16::dot) > before, expected);
 }
 
 }  // namespace

@@ -177,15 +177,24 @@ struct KernelVariant {
   const char* name = "";                          // for traces
   const char* id = "";                            // for gtest's parameter names
   const detail::FastKernels& kernels() const { return emulated != nullptr ? *emulated : fast_kernels(isa); }
+  // The engine of its 16-bit products (detail::Engine16).
+  detail::Engine16 engine() const {
+    return emulated == &detail::fast_kernels_avx512_amx()   ? detail::Engine16::amx
+           : emulated == &detail::fast_kernels_avx512_dot() ? detail::Engine16::dot
+                                                             : detail::Engine16::widened;
+  }
 };
 
 inline std::vector<KernelVariant> kernel_variants() {
   std::vector<KernelVariant> out;
   for (Isa isa : runnable_isas()) {
-    if (isa == Isa::avx512 && detail::amx_bf16_usable()) {
-      // Both AVX-512 tables, whatever SDPA_AMX says: bf16 widened to fp32, and on AMX tiles.
+    if (isa == Isa::avx512 && (detail::amx_bf16_usable() || detail::bf16_dot_usable())) {
+      // Every AVX-512 table this CPU runs, whatever SDPA_AMX and SDPA_BF16_DOT say: 16-bit
+      // widened to fp32, on AMX tiles, and on vdpbf16ps (a CPU with AMX has AVX512_BF16 too).
       out.push_back({isa, &detail::fast_kernels_avx512(), "avx512", "avx512"});
-      out.push_back({isa, &detail::fast_kernels_avx512_amx(), "avx512 with AMX-BF16", "avx512_amx"});
+      if (detail::amx_bf16_usable())
+        out.push_back({isa, &detail::fast_kernels_avx512_amx(), "avx512 with AMX-BF16", "avx512_amx"});
+      out.push_back({isa, &detail::fast_kernels_avx512_dot(), "avx512 with AVX512_BF16 dot products", "avx512_dot"});
       continue;
     }
     out.push_back({isa, nullptr, isa_name(isa), isa_name(isa)});

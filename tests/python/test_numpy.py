@@ -347,6 +347,24 @@ def test_amx_bf16_active_follows_the_cpu_and_sdpa_amx():
     assert off.stdout.strip() == "False"
 
 
+def test_bf16_dot_active_follows_the_cpu_amx_and_sdpa_bf16_dot():
+    import os
+    import subprocess
+    import sys
+    flags = next((l for l in open("/proc/cpuinfo") if l.startswith("flags")), "").split()
+    has_dot = sdpa.active_isa() == "avx512" and "avx512_bf16" in flags
+    expected = has_dot and not sdpa.amx_bf16_active() and os.environ.get("SDPA_BF16_DOT") != "0"
+    assert sdpa.bf16_dot_active() is expected
+    probe = [sys.executable, "-c", "import sdpa; print(sdpa.amx_bf16_active(), sdpa.bf16_dot_active())"]
+    # AMX off: the dot products take over where the CPU has them, unless they are turned off too.
+    amx_off = subprocess.run(probe, env=dict(os.environ, SDPA_AMX="0", SDPA_BF16_DOT="1"), capture_output=True,
+                             text=True, check=True)
+    assert amx_off.stdout.split() == ["False", str(has_dot)]
+    both_off = subprocess.run(probe, env=dict(os.environ, SDPA_AMX="0", SDPA_BF16_DOT="0"), capture_output=True,
+                              text=True, check=True)
+    assert both_off.stdout.split() == ["False", "False"]
+
+
 def test_import_does_not_need_torch():
     import subprocess
     import sys
