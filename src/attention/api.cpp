@@ -26,7 +26,7 @@ namespace detail {
 namespace {
 std::atomic<i64> fused_decode_item_count{0};
 std::atomic<i64> engine_item_count[3][2] = {};  // [Engine16][backward]
-std::atomic<i64> v_pack_count{0};
+std::atomic<i64> operand_pack_count[2] = {};  // [PackedOperand]
 std::atomic<i64> strided_copy_byte_count{0};
 // 512 MiB: the strided copies of one call (below) may add at most this much memory.
 std::atomic<i64> strided_copy_limit{i64{512} << 20};
@@ -40,7 +40,9 @@ void note_engine_item(Engine16 engine, bool backward) {
 i64 engine_items(Engine16 engine, bool backward) {
   return engine_item_count[static_cast<int>(engine)][backward ? 1 : 0].load(std::memory_order_relaxed);
 }
-i64 v_packs() { return v_pack_count.load(std::memory_order_relaxed); }
+i64 operand_packs(PackedOperand which) {
+  return operand_pack_count[static_cast<int>(which)].load(std::memory_order_relaxed);
+}
 i64 strided_copy_bytes() { return strided_copy_byte_count.load(std::memory_order_relaxed); }
 i64 strided_copy_limit_bytes() { return strided_copy_limit.load(std::memory_order_relaxed); }
 void set_strided_copy_limit_bytes(i64 bytes) { strided_copy_limit.store(bytes, std::memory_order_relaxed); }
@@ -215,21 +217,23 @@ class TightCopies {
   std::byte* data_ = nullptr;
 };
 
-// V packed once per call where the kernel reads it packed (the AMX forward's Vᵀ, fast.hpp's
-// forward_v_pack_layout) and at least two items read each head's V: packed per item, each
-// lane tile of a head would transpose the same V again (20 % of a bf16 forward's time at
-// N = 4096, D = 64). At most strided_copy_limit_bytes() (the same cap as the strided
-// copies, for the same reason); above it the kernel packs per tile, with the same bits.
-class VPack {
+// K or V packed once per call where the kernel reads it packed (the 16-bit engine forward's
+// Vᵀ, and fp16's K split into bf16 hi + lo: fast.hpp's forward_pack_layout) and at least two
+// items read each head's K and V: packed per item, each lane tile of a head would transpose
+// the same V again (20 % of a bf16 forward's time at N = 4096, D = 64) and split the same K
+// (15 % of an fp16 forward's). Each at most strided_copy_limit_bytes() (the same cap as the
+// strided copies, for the same reason); above it the kernel packs per tile, with the same bits.
+class OperandPack {
  public:
-  VPack() = default;
-  VPack(const VPack&) = delete;
-  VPack& operator=(const VPack&) = delete;
-  ~VPack() {
+  OperandPack() = default;
+  OperandPack(const OperandPack&) = delete;
+  OperandPack& operator=(const OperandPack&) = delete;
+  ~OperandPack() {
     if (data_ != nullptr) ::operator delete (data_, std::align_val_t{64});
   }
-  void pack(const FastKernels& kern, const Problem& p, Tensors& t, i64 items_per_head, int workers) {
-    const VPackLayout layout = kern.forward_v_pack_layout(p);
+  void pack(const FastKernels& kern, const Problem& p, Tensors& t, PackedOperand which, i64 items_per_head,
+            int workers) {
+    const PackLayout layout = kern.forward_pack_layout(p, which);
     if (layout.per_head == 0 || items_per_head < 2) return;
     const i64 heads = p.B * p.Hkv, bytes = heads * layout.per_head * 2;
     if (bytes > strided_copy_limit_bytes()) return;
@@ -241,11 +245,11 @@ class VPack {
     for (i64 x = 0; x < heads * tiles; ++x) {
       const i64 head = x / tiles, b = head / p.Hkv, g = head % p.Hkv;
       finite_[static_cast<std::size_t>(x)] =
-          kern.forward_v_pack_tile(p, t, b, g, x % tiles * kTileCols, data_ + head * layout.per_head * 2, layout.ld,
-                                   scratch.data() + omp_get_thread_num() * layout.scratch);
+          kern.forward_pack_tile(p, t, which, b, g, x % tiles * kTileCols, data_ + head * layout.per_head * 2,
+                                 layout.ld, scratch.data() + omp_get_thread_num() * layout.scratch);
     }
-    t.v_packed = {data_, layout.ld, layout.per_head, tiles, finite_.data()};
-    v_pack_count.fetch_add(1, std::memory_order_relaxed);
+    (which == PackedOperand::k ? t.k_packed : t.v_packed) = {data_, layout.ld, layout.per_head, tiles, finite_.data()};
+    operand_pack_count[static_cast<int>(which)].fetch_add(1, std::memory_order_relaxed);
   }
 
  private:
@@ -383,8 +387,9 @@ void forward_any(View4<const T> q, View4<const T> k, View4<const T> v, View4<T> 
   TightCopies copies;
   copies.add(t.v, lane_tiles), copies.add(t.k, lane_tiles), copies.add(t.q, lane_tiles);
   copies.copy(workers);
-  VPack v_pack;
-  v_pack.pack(kern, p, t, lane_tiles, workers);
+  OperandPack v_pack, k_pack;
+  v_pack.pack(kern, p, t, PackedOperand::v, lane_tiles, workers);
+  k_pack.pack(kern, p, t, PackedOperand::k, lane_tiles, workers);
   MaskRowTable mask_rows;  // what each explicit mask row lets through, read once (mask_rows.hpp)
   mask_rows.attach(p, workers);
   const ScratchBlocks blocks(workers, kern.forward_scratch(p));

@@ -41,11 +41,13 @@ struct WorkerScratch {
   i64 floats = 0;
 };
 
-// The layout of V packed once per call (Tensors::v_packed): rows `ld` 16-bit elements apart,
-// `per_head` elements per (b, kv head); per_head 0: the kernel takes no packed V. The
-// packing of a tile needs `scratch` 16-bit elements of its worker's own (api.cpp allocates
-// them: an ISA's object file holds no standard-library code, kernel.isa_objects_share_no_inline_code).
-struct VPackLayout {
+// The operands a kernel's forward may read packed once per call (Tensors::k_packed, v_packed).
+enum class PackedOperand { k, v };
+// The layout of one such operand: rows `ld` 16-bit elements apart, `per_head` elements per
+// (b, kv head); per_head 0: the kernel takes no packed operand. The packing of a tile needs
+// `scratch` 16-bit elements of its worker's own (api.cpp allocates them: an ISA's object
+// file holds no standard-library code, kernel.isa_objects_share_no_inline_code).
+struct PackLayout {
   i64 ld = 0, per_head = 0, scratch = 0;
 };
 
@@ -63,13 +65,13 @@ struct FastKernels {
   // The vector math the kernel uses, over n floats (n a multiple of kPad), for tests.
   void (*exp)(const float* x, float* y, i64 n);
   void (*tanh)(const float* x, float* y, i64 n);
-  // V packed once per call for forward_item (Tensors::v_packed): the layout per (b, kv head)
-  // this kernel reads (per_head 0: none, for this problem), and the packing of key tile
-  // [j0, j0 + kTileCols) of (b, g) into its head's block; returns whether its values are
-  // all finite. api.cpp allocates the buffer and runs the packing over all workers.
-  VPackLayout (*forward_v_pack_layout)(const Problem&);
-  bool (*forward_v_pack_tile)(const Problem&, const Tensors&, i64 b, i64 g, i64 j0, void* head, i64 ld,
-                              void* scratch);
+  // K or V packed once per call for forward_item (Tensors::k_packed, v_packed): the layout
+  // per (b, kv head) this kernel reads (per_head 0: none, for this problem), and the packing
+  // of key tile [j0, j0 + kTileCols) of (b, g) into its head's block; returns whether its
+  // values are all finite. api.cpp allocates the buffer and runs the packing over all workers.
+  PackLayout (*forward_pack_layout)(const Problem&, PackedOperand which);
+  bool (*forward_pack_tile)(const Problem&, const Tensors&, PackedOperand which, i64 b, i64 g, i64 j0, void* head,
+                            i64 ld, void* scratch);
 };
 
 // The engine of a table's 16-bit products (amx.hpp): none (widened to fp32 on load), AMX-BF16
@@ -92,8 +94,8 @@ i64 fused_decode_items();
 // products on it; per engine (widened: never counted).
 void note_engine_item(Engine16 engine, bool backward);
 i64 engine_items(Engine16 engine, bool backward = false);
-// Calls whose V api.cpp packed once for the kernel (Tensors::v_packed).
-i64 v_packs();
+// Calls whose K, or V, api.cpp packed once for the kernel (Tensors::k_packed, v_packed).
+i64 operand_packs(PackedOperand which);
 // Bytes the strided-input copies (api.cpp, TightCopies) have allocated in this process, and
 // the most one call's copies may take (512 MiB); the setter is for tests, which lower the cap
 // to show a call above it reads its inputs in place, with the same bits.

@@ -671,18 +671,44 @@ inline bool pack_vt_tile(const Problem& p, const Tensors& t, i64 b, i64 g, i64 j
 // lines (a tile's 16 rows then fall in 16 L1 sets, not one: at Nk = 4096 the bare stride is
 // 8 KiB).
 // Scratch per worker: rows16 (kTileCols × Dv) and VT16 (dvp × kTileCols), as pack_vt_tile takes them.
+// fp16's K split into (hi, hi, lo) chunks (Tensors::k_packed): the A operand of Sᵀ = K·Qᵀ as
+// forward_tiled_amx splits it per key tile, rows of terms·dk32 (its row stride there too),
+// round_up(Nk, 16) rows per (b, g), zero past Nk. bf16's K is read in place. Scratch:
+// rows16 (kTileCols × Dk), for rows that are not unit stride.
 template <Engine16 E>
-VPackLayout forward_v_pack_layout_on(const Problem& p) {
+PackLayout forward_pack_layout_on(const Problem& p, PackedOperand which) {
   if (!engine_takes(E, p.dtype)) return {};
-  const i64 lines = AmxPack(p).terms * round_up(p.Nk, 32) / 32, ld = (lines % 2 == 0 ? lines + 1 : lines) * 32;
+  const i64 terms = AmxPack(p).terms;
+  if (which == PackedOperand::k) {
+    if (terms == 1) return {};
+    const i64 ld = terms * round_up(p.Dk, 32);
+    return {ld, round_up(p.Nk, 16) * ld, kTileCols * p.Dk};
+  }
+  const i64 lines = terms * round_up(p.Nk, 32) / 32, ld = (lines % 2 == 0 ? lines + 1 : lines) * 32;
   const i64 dvp = round_up(p.Dv, kPad);
   return {ld, dvp * ld, kTileCols * p.Dv + dvp * kTileCols};
 }
-bool forward_v_pack_tile_amx(const Problem& p, const Tensors& t, i64 b, i64 g, i64 j0, void* head, i64 ld,
-                             void* scratch) {
+// Key tile [j0, j0 + kTileCols) of K split (rows j0 on, of row stride ld, into k_rows) or of
+// Vᵀ (pack_vt_tile); whether its values are all finite.
+inline bool split_k_tile(const Problem& p, const Tensors& t, i64 b, i64 g, i64 j0, bf16* k_rows, i64 ld,
+                         bf16* rows16) {
+  const i64 bc = imin(kTileCols, p.Nk - j0);
+  const Bf16Rows x = bf16_rows(t.k, b, g, j0, bc, p.Dk, rows16);
+  return amx::split_rows_fp16(reinterpret_cast<const fp16*>(x.data), x.ld, bc, p.Dk, round_up(bc, 16),
+                              round_up(p.Dk, 32), k_rows, ld);
+}
+bool forward_pack_tile_amx(const Problem& p, const Tensors& t, PackedOperand which, i64 b, i64 g, i64 j0, void* head,
+                           i64 ld, void* scratch) {
   bf16* rows16 = static_cast<bf16*>(scratch);
+  if (which == PackedOperand::k) return split_k_tile(p, t, b, g, j0, static_cast<bf16*>(head) + j0 * ld, ld, rows16);
   return pack_vt_tile(p, t, b, g, j0, static_cast<bf16*>(head) + AmxPack(p).terms * j0, ld, rows16,
                       rows16 + kTileCols * p.Dv);
+}
+// Whether key tiles [j0, j0 + bc) of head `head` are all finite, by a packed operand's flags.
+inline bool packed_tiles_finite(const Packed16& x, i64 head, i64 j0, i64 bc) {
+  bool finite = true;
+  for (i64 j = j0; j < j0 + bc; j += kTileCols) finite &= x.finite[head * x.tiles + j / kTileCols] != 0;
+  return finite;
 }
 
 template <Engine16 E>
@@ -733,15 +759,19 @@ void forward_tiled_amx(const Problem& p, const Tensors& t, const ForwardItem& it
     if (bc > kTileCols && tile_needs_mask(see, j0, bc)) bc = kTileCols;
     const i64 bc16 = round_up(bc, 16), kp = round_up(bc, 32);
     // Sᵀ = K Qᵀ. K rows in place when they fill whole tiles, else copied with zero padding;
-    // fp16's split into (hi, hi, lo) chunks.
-    const Bf16Rows k_rows = bf16_rows(t.k, b, g, j0, bc, Dk, s.rows16);
+    // fp16's split into (hi, hi, lo) chunks, once for the call (api.cpp) or here.
+    const i64 head = b * p.Hkv + g;
     Bf16Rows K{s.K_rows, terms * dk32};
     bool k_finite = true;
-    if (split)
-      k_finite = amx::split_rows_fp16(reinterpret_cast<const fp16*>(k_rows.data), k_rows.ld, bc, Dk, bc16, dk32,
-                                      s.K_rows, K.ld);
-    else
-      K = bf16_tile_rows(k_rows, bc, Dk, bc16, dk32, s.K_rows);
+    if (t.k_packed.data != nullptr) {
+      K = {static_cast<const bf16*>(t.k_packed.data) + head * t.k_packed.per_head + j0 * t.k_packed.ld, t.k_packed.ld};
+      k_finite = packed_tiles_finite(t.k_packed, head, j0, bc);
+    } else if (split) {
+      for (i64 j = j0; j < j0 + bc; j += kTileCols)
+        k_finite &= split_k_tile(p, t, b, g, j, s.K_rows + (j - j0) * K.ld, K.ld, s.rows16);
+    } else {
+      K = bf16_tile_rows(bf16_rows(t.k, b, g, j0, bc, Dk, s.rows16), bc, Dk, bc16, dk32, s.K_rows);
+    }
     if (k_finite && q_finite) {
       engine_gemm<E>(bc16, np, terms * dk32, K.data, K.ld, s.QT, np, s.ST, np, /*accumulate=*/false);
     } else {  // fp16 with an inf or NaN in K or Q: Sᵀ widened, as forward_tiled computes it
@@ -767,10 +797,8 @@ void forward_tiled_amx(const Problem& p, const Tensors& t, const ForwardItem& it
     i64 ldvt = terms * kAmxKeys;
     bool v_finite = true;
     if (t.v_packed.data != nullptr) {
-      const i64 head = b * p.Hkv + g;
       VT = static_cast<const bf16*>(t.v_packed.data) + head * t.v_packed.per_head + terms * j0, ldvt = t.v_packed.ld;
-      for (i64 j = j0; j < j0 + bc; j += kTileCols)
-        v_finite &= t.v_packed.finite[head * t.v_packed.tiles + j / kTileCols] != 0;
+      v_finite = packed_tiles_finite(t.v_packed, head, j0, bc);
     } else {
       for (i64 j = j0; j < j0 + bc; j += kTileCols)
         v_finite &= pack_vt_tile(p, t, b, g, j, s.VT + terms * (j - j0), ldvt, s.rows16, s.VT16);
@@ -1351,7 +1379,7 @@ void tanh_n(const float* x, float* y, i64 n) {
   for (i64 i = 0; i < n; i += W) Vec::store(y + i, Vec::tanh(Vec::load(x + i)));
 }
 
-VPackLayout no_v_pack(const Problem&) { return {}; }
+PackLayout no_pack(const Problem&, PackedOperand) { return {}; }
 
 const FastKernels& table() {
   static const FastKernels k{forward_scratch,
@@ -1363,7 +1391,7 @@ const FastKernels& table() {
                              backward_q_tile<Engine16::widened>,
                              exp_n,
                              tanh_n,
-                             no_v_pack,
+                             no_pack,
                              nullptr};
   return k;
 }
@@ -1381,8 +1409,8 @@ const FastKernels& table_on() {
     on.backward_item = backward_item<E>;
     on.backward_kv_tile = backward_kv_tile<E>;
     on.backward_q_tile = backward_q_tile<E>;
-    on.forward_v_pack_layout = forward_v_pack_layout_on<E>;
-    on.forward_v_pack_tile = forward_v_pack_tile_amx;
+    on.forward_pack_layout = forward_pack_layout_on<E>;
+    on.forward_pack_tile = forward_pack_tile_amx;
     return on;
   }();
   return k;

@@ -114,12 +114,12 @@ using OutView = DtypeView<float>;
 
 /// The tensors of one call; views not used by a pass are empty. All of q, k, v, out, dout,
 /// dq, dk, dv have Problem::dtype; lse is fp32.
-// V of every (b, kv head) packed once per call, in the layout a kernel's forward reads it,
-// where the kernel asks for one (fast.hpp, FastKernels::forward_v_pack_layout; api.cpp
+// K or V of every (b, kv head) packed once per call, in the layout a kernel's forward reads
+// it, where the kernel asks for one (fast.hpp, FastKernels::forward_pack_layout; api.cpp
 // packs it before the items). Head (b, g) starts at element (b·Hkv + g)·per_head of `data`
 // (16-bit elements), rows `ld` apart; finite[(b·Hkv + g)·tiles + tile]: whether that key
-// tile's values are all finite. data null: the kernel packs V itself, tile by tile.
-struct PackedV {
+// tile's values are all finite. data null: the kernel packs it itself, tile by tile.
+struct Packed16 {
   const void* data = nullptr;
   i64 ld = 0, per_head = 0, tiles = 0;
   const std::uint8_t* finite = nullptr;
@@ -130,7 +130,7 @@ struct Tensors {
   View3<const float> lse_in;
   OutView out_w, dq, dk, dv;
   View3<float> lse_w;
-  PackedV v_packed;
+  Packed16 k_packed, v_packed;
 };
 
 /// lse's element type for a call in T: fp32 for the 16-bit types, else T.

@@ -409,34 +409,42 @@ TEST(Dtypes, StridedViewsAboveTheCopyCapGiveTheSameBits) {
     }
 }
 
-// The AMX forward reads V packed once per call (api.cpp, VPack) where its heads have two
-// lane tiles or more, else packs it per key tile: the same bits either way, with a NaN in
-// one key tile's V too (that tile's product skips zero weights in both), in bf16 and in
-// fp16 (split). The cap on the strided copies, lowered to 0, turns the call's packing off.
+// The engines' forward reads Vᵀ, and fp16's K split, packed once per call (api.cpp,
+// OperandPack) where its heads have two lane tiles or more, else packs them per key tile:
+// the same bits either way, with a NaN in one key tile's V (that tile's product skips zero
+// weights in both) or K (fp16: that tile's scores widened) too, in bf16 and in fp16
+// (split). The cap on the strided copies, lowered to 0, turns the call's packing off.
 template <class H>
-void check_packed_v() {
+void check_packed_operands() {
   const i64 B = 2, Hq = 4, Hkv = 2, Nq = 100, Nk = 300, D = 64;
   std::mt19937_64 rng(21);
   Buf<float> qf({B, Hq, Nq, D}), kf({B, Hkv, Nk, D}), vf({B, Hkv, Nk, D});
   for (auto* x : {&qf, &kf, &vf}) fill_normal(x->data, rng);
-  for (bool nan : {false, true}) {
-    if (nan) vf.at(1, 0, 150, 7) = kNaN;
+  const Buf<float> v_finite = vf;
+  for (const char* nan_in : {"", "V", "K"}) {
+    const bool nan = *nan_in != '\0';
+    if (std::string(nan_in) == "V") vf.at(1, 0, 150, 7) = kNaN;
+    if (std::string(nan_in) == "K") vf = v_finite, kf.at(1, 0, 150, 7) = kNaN;
     const Buf<H> q = qf.cast<H>(), k = kf.cast<H>(), v = vf.cast<H>();
     for (const KernelVariant& kv : kernel_variants()) {
-      SCOPED_TRACE(std::string(kv.name) + (nan ? " NaN in V" : ""));
+      SCOPED_TRACE(std::string(kv.name) + (nan ? std::string(" NaN in ") + nan_in : ""));
       const KernelScope scope(kv);
       Options o;
       o.isa = kv.isa, o.threads = 2, o.causal = Causal::bottom_right;
       Buf<H> packed({B, Hq, Nq, D}), per_tile({B, Hq, Nq, D});
       Buf3<float> lse_packed({B, Hq, Nq}), lse_per_tile({B, Hq, Nq});
-      const i64 packs_before = detail::v_packs();
-      forward(q.cview(), k.cview(), v.cview(), packed.view(), lse_packed.view(), o);
-      EXPECT_EQ(detail::v_packs() - packs_before, detail::engine_takes(kv.engine(), dtype_of<H>()) ? 1 : 0);
-      {
-        const CopyLimit none(0);
-        forward(q.cview(), k.cview(), v.cview(), per_tile.view(), lse_per_tile.view(), o);
+      using detail::PackedOperand;
+      const i64 v_before = detail::operand_packs(PackedOperand::v), k_before = detail::operand_packs(PackedOperand::k);
+      // V packed wherever the engine takes the dtype; K only where it is split (fp16 on AMX).
+      const bool v_packs = detail::engine_takes(kv.engine(), dtype_of<H>());
+      const bool k_packs = v_packs && kv.engine() == detail::Engine16::amx && std::is_same_v<H, fp16>;
+      for (bool capped : {false, true}) {
+        const CopyLimit limit(capped ? 0 : detail::strided_copy_limit_bytes());
+        forward(q.cview(), k.cview(), v.cview(), capped ? per_tile.view() : packed.view(),
+                capped ? lse_per_tile.view() : lse_packed.view(), o);
+        EXPECT_EQ(detail::operand_packs(PackedOperand::v) - v_before, v_packs ? 1 : 0);
+        EXPECT_EQ(detail::operand_packs(PackedOperand::k) - k_before, k_packs ? 1 : 0);
       }
-      EXPECT_EQ(detail::v_packs() - packs_before, detail::engine_takes(kv.engine(), dtype_of<H>()) ? 1 : 0);
       EXPECT_EQ(0, std::memcmp(packed.data.data(), per_tile.data.data(), packed.data.size() * sizeof(H)));
       EXPECT_EQ(0, std::memcmp(lse_packed.data.data(), lse_per_tile.data.data(), lse_packed.data.size() * sizeof(float)));
       if (nan) {  // the NaN reached the rows of head group (1, 0) that see key 150, and only those
@@ -456,8 +464,8 @@ void check_packed_v() {
   }
 }
 
-TEST(Dtypes, Bf16PackedVGivesThePerTileBits) { check_packed_v<bf16>(); }
-TEST(Dtypes, Fp16PackedVGivesThePerTileBits) { check_packed_v<fp16>(); }
+TEST(Dtypes, Bf16PackedOperandsGiveThePerTileBits) { check_packed_operands<bf16>(); }
+TEST(Dtypes, Fp16PackedOperandsGiveThePerTileBits) { check_packed_operands<fp16>(); }
 
 // Errors in a 16-bit call name the argument, as in fp32, and nothing is written.
 TEST(Dtypes, BadShapesNameTheArgument) {
