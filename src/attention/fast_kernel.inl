@@ -626,7 +626,7 @@ struct AmxForwardScratch {
   bf16* VT;           // (dvp, terms·kAmxKeys)   Vᵀ, when not packed for the call
   bf16* VT16;         // (dvp, kTileCols)  fp16: Vᵀ before its split
   float* OT;          // (dvp, np)     Oᵀ, unnormalised
-  bf16* rows16;       // (kAmxKeys, max(Dk, Dv))  K or V rows gathered, when not unit stride
+  bf16* rows16;       // (kAmxKeys, max(Dk, Dv))  the lanes' Q rows; K or V rows gathered, when not unit stride
   float* V_rows;      // (bc, dvp)     V widened, for a key tile with non-finite V
   float* QTf;         // (Dk, np)      fp16: Qᵀ widened, for Sᵀ of a tile with non-finite K or Q
   float* K_rows_f;    // (bc, dkp)     fp16: K widened, likewise
@@ -719,31 +719,27 @@ void forward_tiled_amx(const Problem& p, const Tensors& t, const ForwardItem& it
   const bool split = terms > 1;
   bool qt_widened = false;  // s.QTf holds the item's Qᵀ (fp16's widened Sᵀ, built once)
   const auto s = carve_scratch<AmxForwardScratch>(p, scratch);
+  // Qᵀ in pairs (fp16: split into (hi, lo, hi) chunks), lanes and Dk zero-padded: the
+  // lanes' rows gathered into rows16 (n × Dk 16-bit values), then packed by the vector
+  // packers. A scalar split of every element here was a fifth of the fp16 forward at
+  // N = 1024 (one thread, Xeon).
   const std::uint16_t* q_bits = static_cast<const std::uint16_t*>(t.q.bits);
-  bool q_finite = true;               // fp16: else every Sᵀ widened (see amx::split_rows_fp16)
-  for (i64 k = 0; k < dk32 / 2; ++k)  // Qᵀ in pairs, lanes and Dk zero-padded; fp16 split
-    for (i64 r = 0; r < np; ++r) {
-      std::uint32_t pair = 0, pair_lo = 0;
-      if (r < n)
-        for (i64 half = 0; half < 2 && 2 * k + half < Dk; ++half) {
-          const std::uint16_t x = q_bits[off(t.q, b, lanes.h[r], lanes.i[r], 2 * k + half)];
-          if (!split) {
-            pair |= std::uint32_t{x} << (16 * half);
-            continue;
-          }
-          const float f = static_cast<float>(fp16::from_bits(x));
-          const bool special = (x & 0x7C00) == 0x7C00;  // inf or NaN: lo 0, as amx::split16
-          q_finite &= !special;
-          const bf16 hi(f), lo(special ? 0.0f : f - static_cast<float>(hi));
-          pair |= std::uint32_t{hi.bits} << (16 * half), pair_lo |= std::uint32_t{lo.bits} << (16 * half);
-        }
-      if (!split) {
-        s.QT[k * np + r] = pair;
-        continue;
-      }
-      const i64 row = k / 16 * 48 + k % 16;  // the chunk's (hi, lo, hi) pair rows
-      s.QT[row * np + r] = pair, s.QT[(row + 16) * np + r] = pair_lo, s.QT[(row + 32) * np + r] = pair;
+  std::uint16_t* q_rows = reinterpret_cast<std::uint16_t*>(s.rows16);
+  std::uint16_t q_special = 0;  // fp16: an inf or NaN among the queries: every Sᵀ widened (see amx::split_rows_fp16)
+  for (i64 r = 0; r < n; ++r) {
+    const i64 at = off(t.q, b, lanes.h[r], lanes.i[r], 0);
+    for (i64 d = 0; d < Dk; ++d) {
+      const std::uint16_t x = q_bits[at + d * t.q.stride[3]];
+      q_rows[r * Dk + d] = x;
+      q_special |= static_cast<std::uint16_t>((x & 0x7C00) == 0x7C00);
     }
+  }
+  const bool q_finite = !split || q_special == 0;
+  if (split)
+    amx::pack_pairs_transposed_split(reinterpret_cast<const fp16*>(q_rows), Dk, n, Dk, np, s.QT, np,
+                                     SplitOrder::hi_lo_hi);
+  else
+    amx::pack_pairs_transposed(s.rows16, Dk, n, Dk, np, s.QT, np);
   s.rows.start(lanes, dvp);
   for (i64 x = 0; x < dvp * np; ++x) s.OT[x] = 0.0f;
   const LanesSee see = item_sees(p, b, lanes);
