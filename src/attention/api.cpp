@@ -448,9 +448,9 @@ void backward_any(View4<const T> q, View4<const T> k, View4<const T> v, View4<co
     }
   }
 
-  // fp16 on the AMX table: its backward runs on tiles only for finite inputs (Problem::
+  // fp16 on AMX tiles: its backward runs on them only for finite inputs (Problem::
   // inputs_finite); one read of each, O(N·D).
-  if (p.dtype == Dtype::fp16 && &kern == &fast_kernels_avx512_amx()) {
+  if (engine_backward_needs_finite(kern.engine, p.dtype)) {
     const i64 kv_rows = p.B * p.Hkv * p.Nk;
     const int workers = workers_for(opt, rows);
     p.inputs_finite = all_finite_16(t.q, rows, workers) && all_finite_16(t.dout, rows, workers) &&

@@ -51,7 +51,24 @@ struct PackLayout {
   i64 ld = 0, per_head = 0, scratch = 0;
 };
 
+// The engine of a table's 16-bit products (amx.hpp): none (widened to fp32 on load), AMX-BF16
+// tiles, or AVX512_BF16 dot products (vdpbf16ps, for CPUs without AMX such as AMD Zen 4).
+enum class Engine16 { widened, amx, dot };
+// Which dtypes' calls an engine runs (the forward's tiled items, the backward's items; the
+// fp16 backward on tiles only for finite inputs, Problem::inputs_finite): AMX tiles take bf16
+// and fp16 (split into bf16 hi + lo, amx.hpp); the dot products bf16 only, since the split
+// triples the products, which at twice the FMA's rate is slower than widening fp16.
+constexpr bool engine_takes(Engine16 engine, Dtype d) {
+  return engine == Engine16::amx ? d != Dtype::f32 : engine == Engine16::dot && d == Dtype::bf16;
+}
+// Whether the engine's backward needs Problem::inputs_finite (api.cpp scans q, k, v and dout
+// for it): fp16 split on tiles, where an infinity's zero lo would meet it as inf·0 = NaN.
+constexpr bool engine_backward_needs_finite(Engine16 engine, Dtype d) {
+  return engine == Engine16::amx && d == Dtype::fp16;
+}
+
 struct FastKernels {
+  Engine16 engine;  // what runs its 16-bit products
   i64 (*forward_scratch)(const Problem&);   // floats per worker
   i64 (*backward_scratch)(const Problem&);       // floats per worker, two passes
   i64 (*backward_item_scratch)(const Problem&);  // floats per worker, one pass
@@ -73,17 +90,6 @@ struct FastKernels {
   bool (*forward_pack_tile)(const Problem&, const Tensors&, PackedOperand which, i64 b, i64 g, i64 j0, void* head,
                             i64 ld, void* scratch);
 };
-
-// The engine of a table's 16-bit products (amx.hpp): none (widened to fp32 on load), AMX-BF16
-// tiles, or AVX512_BF16 dot products (vdpbf16ps, for CPUs without AMX such as AMD Zen 4).
-enum class Engine16 { widened, amx, dot };
-// Which dtypes' calls an engine runs (the forward's tiled items, the backward's items; the
-// fp16 backward on tiles only for finite inputs, Problem::inputs_finite): AMX tiles take bf16
-// and fp16 (split into bf16 hi + lo, amx.hpp); the dot products bf16 only, since the split
-// triples the products, which at twice the FMA's rate is slower than widening fp16.
-constexpr bool engine_takes(Engine16 engine, Dtype d) {
-  return engine == Engine16::amx ? d != Dtype::f32 : engine == Engine16::dot && d == Dtype::bf16;
-}
 
 // Items the fused decoding loop (decode_kernel.inl) has run in this process, counted so
 // the tests can show that their decoding cases reach it (relaxed: a count, not an order).

@@ -1175,7 +1175,7 @@ using KvTilesFn = void (*)(const Problem&, const Tensors&, const float*, i64, i6
                            float*);
 template <Engine16 E>
 inline bool backward_on_engine(const Problem& p) {
-  return engine_takes(E, p.dtype) && (p.dtype != Dtype::fp16 || p.inputs_finite);
+  return engine_takes(E, p.dtype) && (!engine_backward_needs_finite(E, p.dtype) || p.inputs_finite);
 }
 template <Engine16 E>
 inline KvTilesFn kv_tiles_for(const Problem& p) {
@@ -1378,7 +1378,8 @@ void tanh_n(const float* x, float* y, i64 n) {
 PackLayout no_pack(const Problem&, PackedOperand) { return {}; }
 
 const FastKernels& table() {
-  static const FastKernels k{forward_scratch,
+  static const FastKernels k{Engine16::widened,
+                             forward_scratch,
                              backward_scratch<Engine16::widened>,
                              backward_item_scratch<Engine16::widened>,
                              forward_item,
@@ -1398,6 +1399,7 @@ template <Engine16 E>
 const FastKernels& table_on() {
   static const FastKernels k = [] {
     FastKernels on = table();
+    on.engine = E;
     on.forward_scratch = forward_scratch_on<E>;
     on.forward_item = forward_item_on<E>;
     on.backward_scratch = backward_scratch<E>;

@@ -177,12 +177,8 @@ struct KernelVariant {
   const char* name = "";                          // for traces
   const char* id = "";                            // for gtest's parameter names
   const detail::FastKernels& kernels() const { return emulated != nullptr ? *emulated : fast_kernels(isa); }
-  // The engine of its 16-bit products (detail::Engine16).
-  detail::Engine16 engine() const {
-    return emulated == &detail::fast_kernels_avx512_amx()   ? detail::Engine16::amx
-           : emulated == &detail::fast_kernels_avx512_dot() ? detail::Engine16::dot
-                                                             : detail::Engine16::widened;
-  }
+  // The engine of its 16-bit products.
+  detail::Engine16 engine() const { return kernels().engine; }
 };
 
 inline std::vector<KernelVariant> kernel_variants() {
