@@ -155,9 +155,9 @@ Isa parse_isa(const char* name, const char* what = "isa");
 /// is not "0" (read once, as SDPA_ISA). Decoding and fp32 are unaffected.
 bool amx_bf16_active(Isa isa = Isa::automatic);
 /// Whether the avx512 path runs bf16's forward products and backward's five by AVX512_BF16
-/// dot products (vdpbf16ps) in this process, as it does where the CPU has AVX512_BF16 but AMX
-/// is not active (AMD Zen 4; docs/contract.md) and SDPA_BF16_DOT is not "0". fp16 widens on
-/// that path; decoding and fp32 are unaffected.
+/// dot products (vdpbf16ps) in this process: the CPU has AVX512_BF16, AMX is not active, and
+/// the CPU is AMD's (Zen 4 on) or SDPA_BF16_DOT is "1"; "0" turns it off (docs/contract.md).
+/// fp16 widens on that path; decoding and fp32 are unaffected.
 bool bf16_dot_active(Isa isa = Isa::automatic);
 
 }  // namespace sdpa

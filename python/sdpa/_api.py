@@ -553,7 +553,7 @@ def amx_bf16_active() -> bool:
 
 def bf16_dot_active() -> bool:
     """Whether bf16 calls (the tiled forward's two products, the backward's five) run on AVX512_BF16
-    dot products (vdpbf16ps) in this process: the CPU has AVX512_BF16, AMX is not active (no AMX, as on
-    AMD Zen 4, or SDPA_AMX=0), the kernel is the avx512 one, and SDPA_BF16_DOT is not 0. fp16 widens
-    on that path (docs/contract.md)."""
+    dot products (vdpbf16ps) in this process: the CPU has AVX512_BF16, AMX is not active, the kernel
+    is the avx512 one, and the CPU is AMD's (Zen 4 on) or SDPA_BF16_DOT is 1; SDPA_BF16_DOT=0 turns it
+    off. fp16 widens on that path (docs/contract.md)."""
     return _ext.bf16_dot_active()

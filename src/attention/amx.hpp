@@ -26,8 +26,9 @@ bool amx_bf16_enabled();
 /// Whether this process may run AVX512_BF16's vdpbf16ps beside the AVX-512 path (isa.cpp).
 bool bf16_dot_usable();
 /// Whether sdpa::forward takes the dot-product engine for bf16 where AMX is not enabled:
-/// usable and not turned off by SDPA_BF16_DOT=0 (read once per process). The AVX-512 path
-/// then runs the bf16 tiled forward and backward on vdpbf16ps (amx::gemm_dot).
+/// usable, and on an AMD CPU or forced by SDPA_BF16_DOT=1; SDPA_BF16_DOT=0 turns it off
+/// (read once per process; another value throws sdpa::Error). The AVX-512 path then runs the
+/// bf16 tiled forward and backward on vdpbf16ps (amx::gemm_dot).
 bool bf16_dot_enabled();
 
 namespace amx {

@@ -115,11 +115,19 @@ bool bf16_dot_usable() {
   return usable;
 }
 
+// By default only on AMD's cores (Zen 4 on): on Intel's Sapphire Rapids vdpbf16ps issues at a
+// quarter of the FMA's rate, half its flops, and the dot engine ran at 0.63-0.71 × the widening
+// path (docs/performance.md, "The vdpbf16ps engine"): an Intel CPU whose AMX is hidden or
+// refused widens, as before. SDPA_BF16_DOT=1 takes it wherever the CPU has it, 0 never.
 bool bf16_dot_enabled() {
   static const bool enabled = [] {
     const char* env = std::getenv("SDPA_BF16_DOT");
-    if (env != nullptr && std::strcmp(env, "0") == 0) return false;
-    return bf16_dot_usable();
+    const std::string want = env != nullptr ? env : "";
+    if (want == "0") return false;
+    if (want == "1") return bf16_dot_usable();
+    if (!want.empty() && want != "auto")
+      throw Error("SDPA_BF16_DOT: expected 0, 1 or auto, not '" + want + "'");
+    return bf16_dot_usable() && __builtin_cpu_is("amd");
   }();
   return enabled;
 }

@@ -265,6 +265,11 @@ has = all(f in flags for f in ["avx512f", "avx512dq", "avx512bw", "avx512vl", "a
 assert row["amx_bf16"] is False and row["bf16_dot"] is (has and sys.argv[2] == "1" and row["isa"] == "avx512"), row
 PY
     done
+    # Another value is an error that names the variable, where the avx512 path would read it.
+    if grep -q avx512f /proc/cpuinfo; then
+      if SDPA_AMX=0 SDPA_BF16_DOT=yes "$sdpa" --version > dot_err.txt 2>&1; then fail "SDPA_BF16_DOT=yes accepted"; fi
+      grep -q "SDPA_BF16_DOT: expected 0, 1 or auto" dot_err.txt || fail "SDPA_BF16_DOT error: $(cat dot_err.txt)"
+    fi
     "$sdpa" bench --seq 130 --kv-seq 70 --heads 4 --kv-heads 2 --backward --causal --repeat 1 --no-torch | tee b.txt
     grep -q 'causal bwd' b.txt || fail "bench table lacks the causal bwd row"
     grep -q 'FMA peak' b.txt || fail "bench table lacks the measured peak"

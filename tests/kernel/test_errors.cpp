@@ -186,14 +186,15 @@ TEST(Isa, AmxEnvironmentVariable) {
 }
 
 // SDPA_BF16_DOT: where AMX is not active (no AMX, or SDPA_AMX=0), sdpa::forward on bf16 takes
-// the vdpbf16ps engine where the CPU has AVX512_BF16, unless SDPA_BF16_DOT=0; ctest runs this
-// test as it finds the environment and with SDPA_AMX=0, with and without SDPA_BF16_DOT=0
-// (kernel.env.SDPA_BF16_DOT_*).
+// the vdpbf16ps engine where the CPU has AVX512_BF16 and is AMD's, or SDPA_BF16_DOT=1; never
+// with SDPA_BF16_DOT=0. ctest runs this test as it finds the environment and with SDPA_AMX=0
+// and SDPA_BF16_DOT=1, 0 and auto (kernel.env.SDPA_BF16_DOT_*).
 TEST(Isa, Bf16DotEnvironmentVariable) {
   if (!detail::bf16_dot_usable()) GTEST_SKIP() << "no AVX512_BF16 on this CPU: bf16 is widened or on AMX";
   if (active_isa() != Isa::avx512) GTEST_SKIP() << "SDPA_ISA chose " << isa_name(active_isa()) << ", not avx512";
   const char* env = std::getenv("SDPA_BF16_DOT");
-  const bool expected = !amx_bf16_active() && !(env != nullptr && std::string(env) == "0");
+  const std::string want = env != nullptr ? env : "";
+  const bool expected = !amx_bf16_active() && want != "0" && (want == "1" || __builtin_cpu_is("amd"));
   EXPECT_EQ(bf16_dot_active(), expected);
   EXPECT_FALSE(bf16_dot_active(Isa::avx2));
   Buf<bf16> q({1, 1, 100, 64}), k({1, 1, 100, 64}), v({1, 1, 100, 64}), out({1, 1, 100, 64});

@@ -353,10 +353,12 @@ def test_bf16_dot_active_follows_the_cpu_amx_and_sdpa_bf16_dot():
     import sys
     flags = next((l for l in open("/proc/cpuinfo") if l.startswith("flags")), "").split()
     has_dot = sdpa.active_isa() == "avx512" and "avx512_bf16" in flags
-    expected = has_dot and not sdpa.amx_bf16_active() and os.environ.get("SDPA_BF16_DOT") != "0"
+    amd = "AuthenticAMD" in open("/proc/cpuinfo").read()
+    want = os.environ.get("SDPA_BF16_DOT", "")
+    expected = has_dot and not sdpa.amx_bf16_active() and want != "0" and (want == "1" or amd)
     assert sdpa.bf16_dot_active() is expected
     probe = [sys.executable, "-c", "import sdpa; print(sdpa.amx_bf16_active(), sdpa.bf16_dot_active())"]
-    # AMX off: the dot products take over where the CPU has them, unless they are turned off too.
+    # AMX off and the dot products forced: they run wherever the CPU has them; turned off: never.
     amx_off = subprocess.run(probe, env=dict(os.environ, SDPA_AMX="0", SDPA_BF16_DOT="1"), capture_output=True,
                              text=True, check=True)
     assert amx_off.stdout.split() == ["False", str(has_dot)]
