@@ -26,7 +26,7 @@ namespace detail {
 namespace {
 std::atomic<i64> fused_decode_item_count{0};
 std::atomic<i64> engine_item_count[3][2] = {};  // [Engine16][backward]
-std::atomic<i64> operand_pack_count[2] = {};  // [PackedOperand]
+std::atomic<i64> operand_pack_count[2] = {};    // [PackedOperand]
 std::atomic<i64> strided_copy_byte_count{0};
 // 512 MiB: the strided copies of one call (below) may add at most this much memory.
 std::atomic<i64> strided_copy_limit{i64{512} << 20};

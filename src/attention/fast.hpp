@@ -68,7 +68,7 @@ constexpr bool engine_backward_needs_finite(Engine16 engine, Dtype d) {
 }
 
 struct FastKernels {
-  Engine16 engine;  // what runs its 16-bit products
+  Engine16 engine;                          // what runs its 16-bit products
   i64 (*forward_scratch)(const Problem&);   // floats per worker
   i64 (*backward_scratch)(const Problem&);       // floats per worker, two passes
   i64 (*backward_item_scratch)(const Problem&);  // floats per worker, one pass

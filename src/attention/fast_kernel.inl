@@ -573,8 +573,8 @@ struct AmxPack {
 
 // The engine's product, C (+)= A·B in amx::gemm's layouts (amx.hpp): on tiles, or by vdpbf16ps.
 template <Engine16 E>
-inline void engine_gemm(i64 M, i64 N, i64 K, const bf16* A, i64 lda, const std::uint32_t* B, i64 ldb, float* C,
-                        i64 ldc, bool accumulate) {
+inline void engine_gemm(i64 M, i64 N, i64 K, const bf16* A, i64 lda, const std::uint32_t* B, i64 ldb, float* C, i64 ldc,
+                        bool accumulate) {
   if constexpr (E == Engine16::dot)
     amx::gemm_dot(M, N, K, A, lda, B, ldb, C, ldc, accumulate);
   else
@@ -690,8 +690,7 @@ PackLayout forward_pack_layout_on(const Problem& p, PackedOperand which) {
 }
 // Key tile [j0, j0 + kTileCols) of K split (rows j0 on, of row stride ld, into k_rows) or of
 // Vᵀ (pack_vt_tile); whether its values are all finite.
-inline bool split_k_tile(const Problem& p, const Tensors& t, i64 b, i64 g, i64 j0, bf16* k_rows, i64 ld,
-                         bf16* rows16) {
+inline bool split_k_tile(const Problem& p, const Tensors& t, i64 b, i64 g, i64 j0, bf16* k_rows, i64 ld, bf16* rows16) {
   const i64 bc = imin(kTileCols, p.Nk - j0);
   const Bf16Rows x = bf16_rows(t.k, b, g, j0, bc, p.Dk, rows16);
   return amx::split_rows_fp16(reinterpret_cast<const fp16*>(x.data), x.ld, bc, p.Dk, round_up(bc, 16),
@@ -824,9 +823,10 @@ void forward_tiled_amx(const Problem& p, const Tensors& t, const ForwardItem& it
 }
 #endif
 
-// The forward of one item, by the loop that suits it; the one place that chooses. AMX:
-// whether bf16 items that are neither decoding nor few-lane take forward_tiled_amx (the
-// AVX-512 path's second table, where amx_bf16_enabled()).
+// The forward of one item, by the loop that suits it; the one place that chooses. E: the
+// engine of the table's 16-bit products; the items of the dtypes it takes that are neither
+// decoding nor few-lane go to forward_tiled_amx on it (the AVX-512 path's AMX and dot
+// tables, table_on<E>).
 template <Engine16 E>
 void forward_item_on(const Problem& p, const Tensors& t, const ForwardItem& it, WorkerScratch scratch) {
   const ItemLanes lanes = item_lanes(p, it);
@@ -978,8 +978,8 @@ struct KvTileScratch {
   float* row_lse;                 // (br)
   float* row_delta;               // (br)
   float* drop;                    // (br, bcp)  dropout multipliers, with dropout
-  AmxOperands ops16;                // carved empty unless `engine`
-  // amx: the products run on AMX tiles (bf16 on the AMX table): no fp32 Kᵀ and Vᵀ then.
+  AmxOperands ops16;              // carved empty unless `engine`
+  // engine: the products run on the table's engine (AMX tiles or vdpbf16ps): no fp32 Kᵀ and Vᵀ then.
   static KvTileScratch carve(const Problem& p, Arena& arena, i64 tiles, bool engine) {
     const i64 dkp = round_up(p.Dk, kPad), dvp = round_up(p.Dv, kPad);
     const i64 dk32 = round_up(p.Dk, 32), dv32 = round_up(p.Dv, 32), terms = AmxPack(p).terms;
@@ -1032,10 +1032,10 @@ inline void amx_dq_rows(i64 br, i64 dkp, i64 kp, const bf16* dX, i64 ldx, const 
 // so both schedules give the same bits; each key tile's dK and dV see the query tiles in
 // the same order whatever the sweep.
 // PLAIN: fp32 tensors and no dropout (the common call), known at compile time so the tile
-// loop carries no dtype or dropout test. AMX: bf16 tensors with the five products on AMX
-// tiles, their operands rounded where the naive bf16 implementation rounds them (P̃ for dV,
-// dX for dK and dQ: reference::backward_naive); S and dP are fp32 sums of exact products.
-// A tile cannot skip a zero weight, so a product whose B operand holds an inf or NaN (Q for
+// loop carries no dtype or dropout test. E (not widened): the five products on the engine
+// (AMX tiles, or vdpbf16ps; one GEMM, engine_gemm), their operands rounded where the naive
+// bf16 implementation rounds them (P̃ for dV, dX for dK and dQ: reference::backward_naive);
+// S and dP are fp32 sums of exact products. Neither engine can skip a zero weight, so a product whose B operand holds an inf or NaN (Q for
 // dK, dout for dV, K for dQ) takes the fp32 one that does, as the widening path always
 // does: a row or key that sees nothing must not meet 0·inf. Pass B decides dQ's product by
 // the same K tile, so both schedules keep the same bits. Chosen once per call by kv_tiles_for.
@@ -1122,7 +1122,7 @@ void kv_tiles(const Problem& p, const Tensors& t, const float* delta, i64 b, i64
         }
         if constexpr (E != Engine16::widened)
           engine_gemm<E>(br16, bcp, terms * dv32, dout16.data, dout16.ld, key.VTp, kTileCols, s.dP, bcp,
-                    /*accumulate=*/false);
+                         /*accumulate=*/false);
         else
           gemm<false, false>(br, bcp, Dv, dout_a.data, dout_a.rs, dout_a.cs, key.VT, ldt, s.dP, bcp);
         if (dropout) {  // dP through the mask; P becomes P∘M for dV once dX is made
@@ -1132,20 +1132,21 @@ void kv_tiles(const Problem& p, const Tensors& t, const float* delta, i64 b, i64
         ds_from_p<true>(p, s.S, s.dP, s.T, s.row_delta, bcp, br, bcp);
         if (dropout) mul_tile(s.S, bcp, s.drop, bcp, br, bcp);
         float* dQ_rows = dQ == nullptr ? nullptr : dQ + ((h - g * p.group) * p.Nq + i0) * dkp;
-        if constexpr (E != Engine16::widened) {        // each product on tiles where its B operand is all finite
+        if constexpr (E != Engine16::widened) {  // each product on tiles where its B operand is all finite
           if (dout_pairs_finite) {  // dV += P̃ᵀ dout
             pk.transposed(s.S, bcp, br, br32, a16.A16, terms * kTileRows);
             engine_gemm<E>(bcp, dvp, terms * br32, a16.A16, terms * kTileRows, a16.doutp, dvp, key.dV, dvp,
-                      /*accumulate=*/true);
+                           /*accumulate=*/true);
           }
           if (q_pairs_finite) {  // dK += dXᵀ Q
             pk.transposed(s.dP, bcp, br, br32, a16.A16, terms * kTileRows);
             engine_gemm<E>(bcp, dkp, terms * br32, a16.A16, terms * kTileRows, a16.Qp, dkp, key.dK, dkp,
-                      /*accumulate=*/true);
+                           /*accumulate=*/true);
           }
           if (dQ_rows != nullptr && k_pairs_finite[u]) {  // dQ += dX K
             pk.round_rows(s.dP, bcp, br, bc, br16, round_up(bc, 32), a16.A16, terms * kTileCols);
-            amx_dq_rows<E>(br, dkp, terms * round_up(bc, 32), a16.A16, terms * kTileCols, key.Kp, dQ_rows, a16.dQ_spare);
+            amx_dq_rows<E>(br, dkp, terms * round_up(bc, 32), a16.A16, terms * kTileCols, key.Kp, dQ_rows,
+                           a16.dQ_spare);
           }
         }
         // dV += Pᵀ dout and dK += dXᵀ Q: A[c][r] = tile[r·bcp + c].
@@ -1181,7 +1182,8 @@ template <Engine16 E>
 inline KvTilesFn kv_tiles_for(const Problem& p) {
   if constexpr (E != Engine16::widened)
     if (backward_on_engine<E>(p)) return kv_tiles<false, E>;
-  return p.dtype == Dtype::f32 && !p.has_dropout ? kv_tiles<true, Engine16::widened> : kv_tiles<false, Engine16::widened>;
+  return p.dtype == Dtype::f32 && !p.has_dropout ? kv_tiles<true, Engine16::widened>
+                                                 : kv_tiles<false, Engine16::widened>;
 }
 
 template <Engine16 E>

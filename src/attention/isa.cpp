@@ -125,8 +125,7 @@ bool bf16_dot_enabled() {
     const std::string want = env != nullptr ? env : "";
     if (want == "0") return false;
     if (want == "1") return bf16_dot_usable();
-    if (!want.empty() && want != "auto")
-      throw Error("SDPA_BF16_DOT: expected 0, 1 or auto, not '" + want + "'");
+    if (!want.empty() && want != "auto") throw Error("SDPA_BF16_DOT: expected 0, 1 or auto, not '" + want + "'");
     return bf16_dot_usable() && __builtin_cpu_is("amd");
   }();
   return enabled;
