@@ -1,7 +1,9 @@
-// amx.hpp — the AMX-BF16 pieces of the bf16 tiled forward (fast_kernel.inl,
-// forward_tiled_amx): tile configuration, one bf16 GEMM on tiles and the two packings its
-// operands need, and the bf16 backward's five products (kv_tiles, backward_q_tile). Compiled alone with -mamx-tile -mamx-bf16 -mavx512bf16 (amx_bf16.cpp,
-// src/CMakeLists.txt); called from the AVX-512 path only where amx_bf16_usable().
+// amx.hpp — the engine pieces of the 16-bit tiled forward (fast_kernel.inl,
+// forward_tiled_amx) and of the backward's five products (kv_tiles, backward_q_tile): tile
+// configuration, one bf16 GEMM on AMX tiles and the same GEMM by vdpbf16ps, and the packings
+// their operands need. Compiled alone with -mamx-tile -mamx-bf16 -mavx512bf16 (amx_bf16.cpp,
+// src/CMakeLists.txt); called from the AVX-512 path only where amx_bf16_usable() (tiles) or
+// bf16_dot_usable() (gemm_dot and the packings).
 //
 // Every tile this file uses is 16 rows × 64 bytes: an fp32 C tile is 16 × 16 floats, an A
 // tile 16 rows × 32 bf16, a B tile 16 rows of 16 bf16 pairs (AMX's B layout: element

@@ -1,5 +1,6 @@
 // amx_bf16.cpp — see amx.hpp. The only file compiled with -mamx-tile -mamx-bf16
-// -mavx512bf16 (src/CMakeLists.txt); its functions run only where amx_bf16_usable().
+// -mavx512bf16 (src/CMakeLists.txt); configure, release and gemm run only where
+// amx_bf16_usable(), gemm_dot and the packings where bf16_dot_usable() (AVX512_BF16).
 // Names with weak linkage stay in sdpa::detail::amx (kernel.isa_objects_share_no_inline_code).
 #include <immintrin.h>
 
