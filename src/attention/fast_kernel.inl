@@ -688,8 +688,8 @@ PackLayout forward_pack_layout_on(const Problem& p, PackedOperand which) {
   const i64 dvp = round_up(p.Dv, kPad);
   return {ld, dvp * ld, kTileCols * p.Dv + dvp * kTileCols};
 }
-// Key tile [j0, j0 + kTileCols) of K split (rows j0 on, of row stride ld, into k_rows) or of
-// Vᵀ (pack_vt_tile); whether its values are all finite.
+// Key tile [j0, j0 + kTileCols) of fp16's K split into (hi, hi, lo) chunks, into k_rows (its
+// first row, row stride ld); whether its values are all finite.
 inline bool split_k_tile(const Problem& p, const Tensors& t, i64 b, i64 g, i64 j0, bf16* k_rows, i64 ld, bf16* rows16) {
   const i64 bc = imin(kTileCols, p.Nk - j0);
   const Bf16Rows x = bf16_rows(t.k, b, g, j0, bc, p.Dk, rows16);
@@ -730,7 +730,7 @@ void forward_tiled_amx(const Problem& p, const Tensors& t, const ForwardItem& it
     for (i64 d = 0; d < Dk; ++d) {
       const std::uint16_t x = q_bits[at + d * t.q.stride[3]];
       q_rows[r * Dk + d] = x;
-      q_special |= static_cast<std::uint16_t>((x & 0x7C00) == 0x7C00);
+      if (split) q_special |= static_cast<std::uint16_t>((x & 0x7C00) == 0x7C00);
     }
   }
   const bool q_finite = !split || q_special == 0;
