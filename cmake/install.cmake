@@ -9,6 +9,7 @@ install(TARGETS sdpa EXPORT sdpaTargets
 install(FILES
           ${PROJECT_SOURCE_DIR}/include/sdpa/attention.hpp
           ${PROJECT_SOURCE_DIR}/include/sdpa/blocks.hpp
+          ${PROJECT_SOURCE_DIR}/include/sdpa/dispatch.hpp
           ${PROJECT_SOURCE_DIR}/include/sdpa/error.hpp
           ${PROJECT_SOURCE_DIR}/include/sdpa/half.hpp
           ${PROJECT_SOURCE_DIR}/include/sdpa/philox.hpp

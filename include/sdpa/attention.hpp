@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <optional>
 
+#include "sdpa/dispatch.hpp"
 #include "sdpa/error.hpp"
 #include "sdpa/half.hpp"
 #include "sdpa/philox.hpp"
@@ -34,11 +35,6 @@ enum class Causal { none, top_left, bottom_right };
 ///   fast:      tiled online-softmax fp32 kernel, O(block) scratch, multi-threaded.
 ///   reference: fp64 accumulation over the materialised score matrix; the oracle.
 enum class Kernel { fast, reference };
-
-/// Instruction set of the fast kernel. `automatic` is resolved once per process:
-/// the SDPA_ISA environment variable (scalar | avx2 | avx512) if set, else the best
-/// the CPU supports. Forcing an ISA the CPU lacks throws sdpa::Error.
-enum class Isa { automatic, scalar, avx2, avx512 };
 
 /// Sliding window around the diagonal d_i of query i (the causal diagonal when
 /// Options::causal is set, else the bottom-right one): key j is visible iff
@@ -140,24 +136,5 @@ void backward_varlen(View3<const fp16> q, View3<const fp16> k, View3<const fp16>
 
 /// β for these options and key width: opt.scale, or 1/√dk.
 double resolve_scale(const Options& opt, std::int64_t dk);
-
-/// The ISA `automatic` resolves to in this process.
-Isa active_isa();
-/// Whether this CPU can run the given ISA's kernel.
-bool isa_supported(Isa isa);
-/// "scalar", "avx2", "avx512", "automatic".
-const char* isa_name(Isa isa);
-/// Parses an ISA name; throws sdpa::Error naming `what` for an unknown one.
-Isa parse_isa(const char* name, const char* what = "isa");
-/// Whether the avx512 path runs the 16-bit forward's two products and backward's five on
-/// AMX-BF16 tiles in this process (bf16 as it is, fp16 split into bf16 hi + lo; docs/contract.md):
-/// the CPU has AMX-BF16, Linux granted the tile state, and the environment variable SDPA_AMX
-/// is not "0" (read once, as SDPA_ISA). Decoding and fp32 are unaffected.
-bool amx_bf16_active(Isa isa = Isa::automatic);
-/// Whether the avx512 path runs bf16's forward products and backward's five by AVX512_BF16
-/// dot products (vdpbf16ps) in this process: the CPU has AVX512_BF16, AMX is not active, and
-/// the CPU is AMD's (Zen 4 on) or SDPA_BF16_DOT is "1"; "0" turns it off (docs/contract.md).
-/// fp16 widens on that path; decoding and fp32 are unaffected.
-bool bf16_dot_active(Isa isa = Isa::automatic);
 
 }  // namespace sdpa

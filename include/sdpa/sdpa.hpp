@@ -3,6 +3,7 @@
 
 #include "sdpa/attention.hpp"
 #include "sdpa/blocks.hpp"
+#include "sdpa/dispatch.hpp"
 #include "sdpa/error.hpp"
 #include "sdpa/half.hpp"
 #include "sdpa/reference.hpp"

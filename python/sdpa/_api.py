@@ -547,7 +547,7 @@ def active_isa() -> str:
 def amx_bf16_active() -> bool:
     """Whether bf16 and fp16 calls (the tiled forward's two products, the backward's five) run on
     AMX-BF16 tiles in this process (fp16 split into bf16 hi + lo): the CPU has AMX-BF16, Linux granted the tile state, the kernel is the avx512 one, and the
-    SDPA_AMX environment variable is not 0 (docs/contract.md)."""
+    SDPA_AMX environment variable is not 0 (docs/contract.md); sdpa.dispatch() says why."""
     return _ext.amx_bf16_active()
 
 

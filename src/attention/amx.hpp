@@ -2,8 +2,8 @@
 // forward_tiled_amx) and of the backward's five products (kv_tiles, backward_q_tile): tile
 // configuration, one bf16 GEMM on AMX tiles and the same GEMM by vdpbf16ps, and the packings
 // their operands need. Compiled alone with -mamx-tile -mamx-bf16 -mavx512bf16 (amx_bf16.cpp,
-// src/CMakeLists.txt); called from the AVX-512 path only where amx_bf16_usable() (tiles) or
-// bf16_dot_usable() (gemm_dot and the packings).
+// src/CMakeLists.txt); called from the AVX-512 path only where the dispatch chose an engine (sdpa/dispatch.hpp:
+// Engine16::amx for the tiles, Engine16::dot for gemm_dot and the packings).
 //
 // Every tile this file uses is 16 rows × 64 bytes: an fp32 C tile is 16 × 16 floats, an A
 // tile 16 rows × 32 bf16, a B tile 16 rows of 16 bf16 pairs (AMX's B layout: element
@@ -17,21 +17,6 @@
 #include "sdpa/half.hpp"
 
 namespace sdpa::detail {
-
-/// Whether this process may run AMX-BF16 (isa.cpp): the CPU reports amx-tile and amx-bf16
-/// and Linux granted the tile data state (arch_prctl ARCH_REQ_XCOMP_PERM). Asked once.
-bool amx_bf16_usable();
-/// Whether sdpa::forward takes the AMX path for bf16: usable and not turned off by the
-/// environment variable SDPA_AMX=0 (read once per process, as SDPA_ISA).
-bool amx_bf16_enabled();
-
-/// Whether this process may run AVX512_BF16's vdpbf16ps beside the AVX-512 path (isa.cpp).
-bool bf16_dot_usable();
-/// Whether sdpa::forward takes the dot-product engine for bf16 where AMX is not enabled:
-/// usable, and on an AMD CPU or forced by SDPA_BF16_DOT=1; SDPA_BF16_DOT=0 turns it off
-/// (read once per process; another value throws sdpa::Error). The AVX-512 path then runs the
-/// bf16 tiled forward and backward on vdpbf16ps (amx::gemm_dot).
-bool bf16_dot_enabled();
 
 namespace amx {
 

@@ -52,12 +52,13 @@ namespace {
 
 const FastKernels& kernels_for(const Options& opt) {
   if (const FastKernels* k = kernels_for_tests.load(std::memory_order_relaxed)) return *k;
-  Isa isa = opt.isa == Isa::automatic ? active_isa() : opt.isa;
-  switch (isa) {
+  switch (opt.isa == Isa::automatic ? active_isa() : opt.isa) {
     case Isa::avx512:
-      return amx_bf16_enabled()   ? fast_kernels_avx512_amx()
-             : bf16_dot_enabled() ? fast_kernels_avx512_dot()
-                                  : fast_kernels_avx512();
+      switch (engine_for(Isa::avx512)) {
+        case Engine16::amx: return fast_kernels_avx512_amx();
+        case Engine16::dot: return fast_kernels_avx512_dot();
+        default: return fast_kernels_avx512();
+      }
     case Isa::avx2: return fast_kernels_avx2();
     default: return fast_kernels_scalar();
   }

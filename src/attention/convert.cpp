@@ -31,10 +31,7 @@ const ConvertKernels& convert_kernels(Isa isa) {
   }
 }
 
-bool avx512bf16_supported() {
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx512bf16");
-}
+bool avx512bf16_supported() { return cpu_features().avx512_bf16; }
 
 }  // namespace detail
 

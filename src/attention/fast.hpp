@@ -51,9 +51,8 @@ struct PackLayout {
   i64 ld = 0, per_head = 0, scratch = 0;
 };
 
-// The engine of a table's 16-bit products (amx.hpp): none (widened to fp32 on load), AMX-BF16
-// tiles, or AVX512_BF16 dot products (vdpbf16ps, for CPUs without AMX such as AMD Zen 4).
-enum class Engine16 { widened, amx, dot };
+// The engine of a table's 16-bit products (sdpa/dispatch.hpp's Engine16; amx.hpp): none
+// (widened to fp32 on load), AMX-BF16 tiles, or AVX512_BF16 dot products.
 // Which dtypes' calls an engine runs (the forward's tiled items, the backward's items; the
 // fp16 backward on tiles only for finite inputs, Problem::inputs_finite): AMX tiles take bf16
 // and fp16 (split into bf16 hi + lo, amx.hpp); the dot products bf16 only, since the split
@@ -115,12 +114,11 @@ void set_kernels_for_tests(const FastKernels* kernels);
 const FastKernels& fast_kernels_scalar();
 const FastKernels& fast_kernels_avx2();
 const FastKernels& fast_kernels_avx512();
-// The AVX-512 table whose bf16 tiled forward and backward run on AMX-BF16 tiles; only where
-// amx_bf16_usable() (amx.hpp). api.cpp hands it out when amx_bf16_enabled().
+// The AVX-512 table whose bf16 tiled forward and backward run on AMX-BF16 tiles; api.cpp hands
+// it out where the dispatch chose Engine16::amx (sdpa/dispatch.hpp).
 const FastKernels& fast_kernels_avx512_amx();
 // The AVX-512 table whose bf16 tiled forward and backward run on vdpbf16ps (fp16 widened), for
-// CPUs with AVX512_BF16 and no AMX: only where bf16_dot_usable(); api.cpp hands it out when
-// bf16_dot_enabled() and the AMX table is not.
+// CPUs with AVX512_BF16 and no AMX: api.cpp hands it out where the dispatch chose Engine16::dot.
 const FastKernels& fast_kernels_avx512_dot();
 
 }  // namespace sdpa::detail

@@ -208,7 +208,7 @@ Result measure(int threads, double seconds, Isa isa) {
   return r;
 }
 
-bool bf16_dot_supported() { return isa_supported(Isa::avx512) && __builtin_cpu_supports("avx512bf16"); }
+bool bf16_dot_supported() { return cpu_features().avx512_bf16; }
 
 Result measure_bf16_dot(int threads, double seconds) {
   if (!bf16_dot_supported()) throw Error("peak: this CPU has no AVX512_BF16 (vdpbf16ps)");

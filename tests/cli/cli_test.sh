@@ -35,7 +35,36 @@ case $case in
     "$sdpa" --help | grep -q attention || fail "--help lists no subcommands"
     "$sdpa" attention --help | grep -q -- '--causal' || fail "attention --help"
     "$sdpa" check --help | grep -q -- '--seq' || fail "check --help"
-    "$sdpa" --version | grep -qE '^sdpa [0-9]+\.[0-9]+\.[0-9]+ \(isa: (scalar|avx2|avx512(, bf16 and fp16 on AMX-BF16)?)\)$' || fail "--version: $("$sdpa" --version)"
+    # --version names the path and the 16-bit engine this CPU runs, under each setting of the
+    # variables that steer them: the expectation is derived here from /proc/cpuinfo, not listed.
+    for vars in "" "SDPA_AMX=0" "SDPA_AMX=0 SDPA_BF16_DOT=1" "SDPA_AMX=0 SDPA_BF16_DOT=0" "SDPA_BF16_DOT=0" \
+                "SDPA_ISA=avx2" "SDPA_ISA=scalar"; do
+      if [ "$vars" = "SDPA_ISA=avx2" ] && ! grep -qw avx2 /proc/cpuinfo; then continue; fi
+      got=$(env $vars "$sdpa" --version) || fail "--version with '$vars'"
+      want=$(env $vars /usr/bin/python3 - <<'PY'
+import os, platform
+flags = set(next(l for l in open("/proc/cpuinfo") if l.startswith("flags")).split(":")[1].split())
+vendor = next((l.split(":")[1].strip() for l in open("/proc/cpuinfo") if l.startswith("vendor_id")), "")
+avx2 = {"avx2", "fma", "f16c"} <= flags
+avx512 = avx2 and {"avx512f", "avx512dq", "avx512bw", "avx512vl"} <= flags
+bf16 = avx512 and "avx512_bf16" in flags
+release = tuple(int(x) for x in platform.release().split("-")[0].split(".")[:2])
+amx = bf16 and {"amx_tile", "amx_bf16"} <= flags and release >= (5, 16)
+isa = os.environ.get("SDPA_ISA") or ("avx512" if avx512 else "avx2" if avx2 else "scalar")
+engine = ""
+if isa == "avx512":
+    dot = os.environ.get("SDPA_BF16_DOT", "auto")
+    if amx and os.environ.get("SDPA_AMX") != "0":
+        engine = ", bf16 and fp16 on AMX-BF16"
+    elif bf16 and dot != "0" and (dot == "1" or vendor == "AuthenticAMD"):
+        engine = ", bf16 on AVX512_BF16 dot products"
+print(f"(isa: {isa}{engine})")
+PY
+)
+      echo "$got" | grep -qE '^sdpa [0-9]+\.[0-9]+\.[0-9]+ \(' || fail "--version: $got"
+      [ "${got#* * }" = "$want" ] || fail "--version with '$vars': got '$got', this CPU's flags say '$want'"
+      echo "ok: --version with '$vars': $want"
+    done
     rc=0; "$sdpa" > /dev/null 2>&1 || rc=$?; [ "$rc" -eq 2 ] || fail "no subcommand should exit 2, got $rc"
     rc=0; "$sdpa" attention --bogus 2> /dev/null || rc=$?; [ "$rc" -eq 2 ] || fail "unknown option should exit 2, got $rc"
     echo "ok: help, version, usage errors" ;;

@@ -159,7 +159,6 @@ void check_case(const Case& c) {
     Options o = in.opt;
     o.isa = kv.isa;
     o.threads = 2;
-    using detail::Engine16;
     const i64 fused_before = detail::fused_decode_items();
     i64 engine_before[2][2];  // [amx, dot][backward]
     for (int e = 0; e < 2; ++e)
@@ -223,16 +222,16 @@ INSTANTIATE_TEST_SUITE_P(Kernel, Dtypes, ::testing::ValuesIn(cases()),
 // this CPU runs: widened, and on its engines. Elsewhere they ran on the widening path only,
 // and this says so.
 TEST(Dtypes, SixteenBitCasesRanOnEveryEngine) {
-  if (!detail::amx_bf16_usable() && !detail::bf16_dot_usable())
+  if (!cpu_features().amx_bf16 && !cpu_features().avx512_bf16)
     GTEST_SKIP() << "no AMX-BF16 or AVX512_BF16 on this CPU: the 16-bit cases ran widened only";
   bool widening = false, amx = false, dot = false;
   for (const KernelVariant& kv : kernel_variants()) {
     widening = widening || kv.emulated == &detail::fast_kernels_avx512();
-    amx = amx || kv.engine() == detail::Engine16::amx;
-    dot = dot || kv.engine() == detail::Engine16::dot;
+    amx = amx || kv.engine() == Engine16::amx;
+    dot = dot || kv.engine() == Engine16::dot;
   }
   EXPECT_TRUE(widening);
-  EXPECT_EQ(amx, detail::amx_bf16_usable());
+  EXPECT_EQ(amx, cpu_features().amx_bf16);
   EXPECT_TRUE(dot);
 }
 
@@ -437,7 +436,7 @@ void check_packed_operands() {
       const i64 v_before = detail::operand_packs(PackedOperand::v), k_before = detail::operand_packs(PackedOperand::k);
       // V packed wherever the engine takes the dtype; K only where it is split (fp16 on AMX).
       const bool v_packs = detail::engine_takes(kv.engine(), dtype_of<H>());
-      const bool k_packs = v_packs && kv.engine() == detail::Engine16::amx && std::is_same_v<H, fp16>;
+      const bool k_packs = v_packs && kv.engine() == Engine16::amx && std::is_same_v<H, fp16>;
       for (bool capped : {false, true}) {
         const CopyLimit limit(capped ? 0 : detail::strided_copy_limit_bytes());
         forward(q.cview(), k.cview(), v.cview(), capped ? per_tile.view() : packed.view(),

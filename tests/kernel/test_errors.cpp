@@ -165,7 +165,7 @@ TEST(Isa, EnvironmentVariableForcesPath) {
 
 // Whether one bf16 forward through the public API (no test seam: the table the environment
 // chose), 100 query rows and keys of D = 64, ran tiled items on `engine`.
-bool default_bf16_forward_reaches(detail::Engine16 engine) {
+bool default_bf16_forward_reaches(Engine16 engine) {
   Buf<bf16> q({1, 1, 100, 64}), k({1, 1, 100, 64}), v({1, 1, 100, 64}), out({1, 1, 100, 64});
   std::mt19937_64 rng(3);
   for (auto* b : {&q, &k, &v}) {
@@ -182,13 +182,13 @@ bool default_bf16_forward_reaches(detail::Engine16 engine) {
 // SDPA_AMX: sdpa::forward on bf16 (no test seam) takes the AMX loop where the CPU and Linux
 // allow it, unless SDPA_AMX=0; ctest runs this test both ways (kernel.env.SDPA_AMX_0).
 TEST(Isa, AmxEnvironmentVariable) {
-  if (!detail::amx_bf16_usable()) GTEST_SKIP() << "no AMX-BF16 on this CPU (or Linux refused it): bf16 is widened";
+  if (!cpu_features().amx_bf16) GTEST_SKIP() << "no AMX-BF16 on this CPU (or Linux refused it): bf16 is widened";
   if (active_isa() != Isa::avx512) GTEST_SKIP() << "SDPA_ISA chose " << isa_name(active_isa()) << ", not avx512";
   const char* env = std::getenv("SDPA_AMX");
   const bool off = env != nullptr && std::string(env) == "0";
   EXPECT_EQ(amx_bf16_active(), !off);
   EXPECT_FALSE(amx_bf16_active(Isa::avx2));
-  EXPECT_EQ(default_bf16_forward_reaches(detail::Engine16::amx), !off);
+  EXPECT_EQ(default_bf16_forward_reaches(Engine16::amx), !off);
 }
 
 // SDPA_BF16_DOT: where AMX is not active (no AMX, or SDPA_AMX=0), sdpa::forward on bf16 takes
@@ -196,14 +196,14 @@ TEST(Isa, AmxEnvironmentVariable) {
 // with SDPA_BF16_DOT=0. ctest runs this test as it finds the environment and with SDPA_AMX=0
 // and SDPA_BF16_DOT=1, 0 and auto (kernel.env.SDPA_BF16_DOT_*).
 TEST(Isa, Bf16DotEnvironmentVariable) {
-  if (!detail::bf16_dot_usable()) GTEST_SKIP() << "no AVX512_BF16 on this CPU: bf16 is widened or on AMX";
+  if (!cpu_features().avx512_bf16) GTEST_SKIP() << "no AVX512_BF16 on this CPU: bf16 is widened or on AMX";
   if (active_isa() != Isa::avx512) GTEST_SKIP() << "SDPA_ISA chose " << isa_name(active_isa()) << ", not avx512";
   const char* env = std::getenv("SDPA_BF16_DOT");
   const std::string want = env != nullptr ? env : "";
-  const bool expected = !amx_bf16_active() && want != "0" && (want == "1" || __builtin_cpu_is("amd"));
+  const bool expected = !amx_bf16_active() && want != "0" && (want == "1" || cpu_features().amd);
   EXPECT_EQ(bf16_dot_active(), expected);
   EXPECT_FALSE(bf16_dot_active(Isa::avx2));
-  EXPECT_EQ(default_bf16_forward_reaches(detail::Engine16::dot), expected);
+  EXPECT_EQ(default_bf16_forward_reaches(Engine16::dot), expected);
 }
 
 }  // namespace

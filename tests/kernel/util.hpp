@@ -178,17 +178,17 @@ struct KernelVariant {
   const char* id = "";                            // for gtest's parameter names
   const detail::FastKernels& kernels() const { return emulated != nullptr ? *emulated : fast_kernels(isa); }
   // The engine of its 16-bit products.
-  detail::Engine16 engine() const { return kernels().engine; }
+  Engine16 engine() const { return kernels().engine; }
 };
 
 inline std::vector<KernelVariant> kernel_variants() {
   std::vector<KernelVariant> out;
   for (Isa isa : runnable_isas()) {
-    if (isa == Isa::avx512 && (detail::amx_bf16_usable() || detail::bf16_dot_usable())) {
+    if (isa == Isa::avx512 && (cpu_features().amx_bf16 || cpu_features().avx512_bf16)) {
       // Every AVX-512 table this CPU runs, whatever SDPA_AMX and SDPA_BF16_DOT say: 16-bit
       // widened to fp32, on AMX tiles, and on vdpbf16ps (a CPU with AMX has AVX512_BF16 too).
       out.push_back({isa, &detail::fast_kernels_avx512(), "avx512", "avx512"});
-      if (detail::amx_bf16_usable())
+      if (cpu_features().amx_bf16)
         out.push_back({isa, &detail::fast_kernels_avx512_amx(), "avx512 with AMX-BF16", "avx512_amx"});
       out.push_back({isa, &detail::fast_kernels_avx512_dot(), "avx512 with AVX512_BF16 dot products", "avx512_dot"});
       continue;
