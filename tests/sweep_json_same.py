@@ -1,5 +1,5 @@
 """Whether two sweep.json files hold the same results: the one comparison of the sweep tests
-(tests/cli/cli_test.sh, tests/dist/ring_cli_test.sh).
+(tests/cli/cli_test.sh, tests/distributed/ring_cli_test.sh).
 
   sweep_json_same.py A B [--spread] [--runs N] [--min-from-store N]
 

@@ -1,5 +1,5 @@
 // cmd_ring.cpp — `sdpa attention --ring` and `sdpa bench --ring` under mpirun: MPI set-up,
-// the collective checks of what each rank read, the ring (src/dist/), rank 0's output.
+// the collective checks of what each rank read, the ring (src/distributed/), rank 0's output.
 #include <mpi.h>
 
 #include <algorithm>
@@ -10,9 +10,9 @@
 
 #include <fmt/core.h>
 
-#include "dist/ring.hpp"
-#include "dist/ring_bench.hpp"
-#include "dist/sweep_share.hpp"
+#include "distributed/ring.hpp"
+#include "distributed/ring_bench.hpp"
+#include "distributed/sweep_share.hpp"
 #include "io/atomic_file.hpp"
 #include "ring.hpp"
 

@@ -1,6 +1,6 @@
 // ring.hpp — what the CLI runs under mpirun (cmd_ring.cpp): the --ring modes of `sdpa
 // attention` and `sdpa bench`, and `sdpa sweep` over ranks; built only where MPI is
-// (sdpa_dist), else they refuse with a message (ring_disabled.cpp).
+// (sdpa_distributed), else they refuse with a message (ring_disabled.cpp).
 #pragma once
 
 #include <cstdlib>

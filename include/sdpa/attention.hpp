@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 
 #include "sdpa/dispatch.hpp"
 #include "sdpa/error.hpp"
@@ -44,6 +45,8 @@ struct Window {
   std::int64_t right = -1;
 };
 
+struct Plan;
+
 struct Options {
   std::optional<double> scale;    // β, any finite value; default 1/√Dk
   std::optional<double> softcap;  // c > 0: scores become c·tanh(s/c)
@@ -60,6 +63,36 @@ struct Options {
   Kernel kernel = Kernel::fast;
   Isa isa = Isa::automatic;
   Dropout dropout{};  // p > 0: attention dropout (sdpa/philox.hpp; docs/contract.md, "Dropout")
+  Plan* plan = nullptr;  // when set, the call writes what it ran there (sdpa::Plan)
+};
+
+/// What one call ran, and why. A call whose Options::plan is set overwrites it; with the
+/// environment variable SDPA_LOG=1 every call also prints plan.summary() to stderr, one line
+/// (read once per process). The counts are the call's own, recorded as it runs, so they
+/// cannot drift from what the kernel did.
+struct Plan {
+  std::string call;                     // "forward", "backward", "forward_varlen", "backward_varlen"
+  Kernel kernel = Kernel::fast;
+  Dtype dtype = Dtype::f32;
+  Isa isa = Isa::scalar;                // the path that ran (the fast kernel's)
+  Engine16 engine = Engine16::widened;  // what ran its 16-bit products; widened for fp32
+  std::string why;                      // the dispatch's reasons for the ISA and the engine
+  int threads = 0;                      // workers of the call's main loop (the most over its sequences)
+  std::int64_t sequences = 1;           // varlen: the sequences run (each its own call)
+  // The forward's work items and the loop each took (forward.inl's one choice):
+  std::int64_t kv_splits = 0;        // key splits per query tile (> 1: split-KV, merged by lse)
+  std::int64_t decoding_items = 0;   // the fused decoding loop (one to eight query lanes)
+  std::int64_t few_lane_items = 0;   // few lanes where the decoding loop does not apply
+  std::int64_t tiled_items = 0;      // the fp32 tile loop (16-bit inputs widened on load)
+  std::int64_t engine_items = 0;     // the tile loop with its products on `engine`
+  // The backward's schedule: one pass per (batch, kv head) item, or pass A (dk, dv per key
+  // tile) then pass B (dq per query tile); both give the same bits.
+  bool one_pass = false;
+  std::int64_t backward_items = 0;
+  std::int64_t strided_copies = 0;   // inputs whose far-apart rows were copied back to back once
+  std::int64_t packed_operands = 0;  // K or V packed once per call for the 16-bit engine
+  /// One line: the call, dtype, ISA, engine, loops and schedule, and the reasons.
+  std::string summary() const;
 };
 
 /// Forward pass. Writes out, and lse when lse is non-empty.

@@ -3,7 +3,7 @@
 // Cut the queries into shards and the keys into blocks; for a query shard, attention
 // over all keys equals the merge, by log-sum-exp, of its attention over each key block
 // (the merge is exact in real arithmetic; its fp32 rounding is bounded in
-// docs/scaling.md). Ring attention (src/dist/) and anything else that splits a sequence
+// docs/scaling.md). Ring attention (src/distributed/) and anything else that splits a sequence
 // use these three pieces; none needs MPI:
 //   forward:  sdpa::forward(q_shard, k_block, v_block, out_part, lse_part, block_options(opt, pos))
 //   merge:    merge_partial(out, lse, out_part, lse_part), over the blocks in a fixed order
@@ -19,7 +19,7 @@
 
 namespace sdpa {
 
-/// How a sequence is cut into shards over P ranks (ring attention, src/dist/ and
+/// How a sequence is cut into shards over P ranks (ring attention, src/distributed/ and
 /// sdpa.distributed).
 ///   contiguous: rank r holds [r·n/P, (r+1)·n/P)
 ///   zigzag:     the sequence cut in 2P chunks [c·n/2P, (c+1)·n/2P); rank r holds chunks r

@@ -538,10 +538,45 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=None, scale=
     return (out, lse) if return_lse else out
 
 
+def explain(q, k, v, *, backward=False, scale=None, causal=None, window=None, softcap=None, mask=None,
+            threads=None, dropout_p=0.0, dropout_seed=None, dropout_offset=0) -> dict:
+    """Runs sdpa.attention(q, k, v, ...) (q, k, v [B, H, N, D], NumPy or torch CPU) and returns what the call
+    ran, sdpa::Plan as a dict: 'isa', 'engine' (what ran the 16-bit products: 'widened', 'amx' or 'dot'),
+    the forward's items per loop ('decoding_items', 'few_lane_items', 'tiled_items', 'engine_items'),
+    'kv_splits' (> 1: split-KV), 'strided_copies', 'packed_operands', 'threads', 'why' (the dispatch's
+    reasons) and 'summary' (one line). backward=True runs the forward, then the backward of a dout of ones,
+    and returns the backward's plan ('one_pass' or two passes, 'backward_items'). The environment
+    variable SDPA_LOG=1 prints the same summary to stderr for every call instead."""
+    kind = _check_tensors({"q": q, "k": k, "v": v}, "q", half_ok=True)
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        _check_rank(name, x, 4)
+    opts = _options(scale=scale, causal=causal, window=window, softcap=softcap, mask=mask, threads=threads,
+                    kernel="fast", dropout_p=dropout_p, dropout_seed=_dropout_seed(kind, dropout_p, dropout_seed),
+                    dropout_offset=dropout_offset, kind=kind)
+    B, Hq, Nq, _ = q.shape
+    out = _empty(kind, (B, Hq, Nq, v.shape[3]), q.dtype)
+    lse = _empty(kind, (B, Hq, Nq))
+    plan = _ext.forward(*_fast_args(kind, q, k, v, out, lse), **_fast_masks(kind, opts), explain=True)
+    if not backward:
+        return plan
+    dout = _empty_like(kind, out)
+    dout[...] = 1
+    dq, dk, dv = _empty_like(kind, q), _empty_like(kind, k), _empty_like(kind, v)
+    return _ext.backward(*_fast_args(kind, q, k, v, out, lse, dout, dq, dk, dv), **_fast_masks(kind, opts),
+                         explain=True)
+
+
 def active_isa() -> str:
     """The instruction set the fast kernel uses in this process: 'avx512', 'avx2' or 'scalar'
     (the SDPA_ISA environment variable forces one)."""
     return _ext.active_isa()
+
+
+def dispatch() -> dict:
+    """The one selection rule's outcome in this process (sdpa::active_dispatch): 'isa' (the path `auto`
+    resolves to), 'engine' (what runs the avx512 path's 16-bit products: 'widened', 'amx' or 'dot'), and
+    'isa_reason' and 'engine_reason' in words. SDPA_ISA, SDPA_AMX and SDPA_BF16_DOT steer it."""
+    return _ext.dispatch()
 
 
 def amx_bf16_active() -> bool:

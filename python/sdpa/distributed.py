@@ -7,7 +7,7 @@ its queries against the block it holds, merging the partial results by their log
 backward sends dK, dV round after K, V so that each block comes home with every rank's share.
 The arithmetic is the C++ library's building blocks (``sdpa/blocks.hpp``, through ``sdpa._ext``);
 only the transport is torch.distributed's (gloo on CPU). The same algorithm over MPI is
-``src/dist/ring.cpp``; the layouts, the merge's error bound and the time model are in
+``src/distributed/ring.cpp``; the layouts, the merge's error bound and the time model are in
 docs/scaling.md.
 
 The result equals single-process attention within the merge's bound, and is deterministic for

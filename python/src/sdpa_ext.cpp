@@ -135,37 +135,73 @@ void with_element_type(sdpa::Dtype t, F f) {
   }
 }
 
-// dropout_p, dropout_seed, dropout_offset: sdpa::Dropout (the library checks p).
-void forward(AnyIn4 q, AnyIn4 k, AnyIn4 v, AnyOut4 out, Out3 lse, std::optional<double> scale, std::optional<double> softcap,
+// sdpa::Plan as a dict (sdpa.explain): the field names of the C++ struct.
+nb::dict plan_dict(const sdpa::Plan& p) {
+  nb::dict d;
+  d["call"] = p.call;
+  d["kernel"] = p.kernel == sdpa::Kernel::reference ? "reference" : "fast";
+  d["dtype"] = sdpa::dtype_name(p.dtype);
+  d["isa"] = sdpa::isa_name(p.isa);
+  d["engine"] = sdpa::engine_name(p.engine);
+  d["why"] = p.why;
+  d["threads"] = p.threads;
+  d["sequences"] = p.sequences;
+  d["kv_splits"] = p.kv_splits;
+  d["decoding_items"] = p.decoding_items;
+  d["few_lane_items"] = p.few_lane_items;
+  d["tiled_items"] = p.tiled_items;
+  d["engine_items"] = p.engine_items;
+  d["one_pass"] = p.one_pass;
+  d["backward_items"] = p.backward_items;
+  d["strided_copies"] = p.strided_copies;
+  d["packed_operands"] = p.packed_operands;
+  d["summary"] = p.summary();
+  return d;
+}
+
+// dropout_p, dropout_seed, dropout_offset: sdpa::Dropout (the library checks p). explain: return
+// the call's sdpa::Plan as a dict (else None).
+nb::object forward(AnyIn4 q, AnyIn4 k, AnyIn4 v, AnyOut4 out, Out3 lse, std::optional<double> scale, std::optional<double> softcap,
              const std::string& causal, std::int64_t window_left, std::int64_t window_right, In4 mask, Keep4 keep,
              int threads, const std::string& kernel, double dropout_p, std::uint64_t dropout_seed,
-             std::uint64_t dropout_offset) {
-  const sdpa::Options opt = options(scale, softcap, causal, window_left, window_right, mask, keep, threads, kernel,
-                                    {dropout_p, dropout_seed, dropout_offset});
+             std::uint64_t dropout_offset, bool explain) {
+  sdpa::Options opt = options(scale, softcap, causal, window_left, window_right, mask, keep, threads, kernel,
+                              {dropout_p, dropout_seed, dropout_offset});
+  sdpa::Plan plan;
+  if (explain) opt.plan = &plan;
   const sdpa::Dtype t = dtype_of({{"q", q.dtype()}, {"k", k.dtype()}, {"v", v.dtype()}, {"out", out.dtype()}});
   const auto lse_view = lse.is_valid() ? view_of<float, 3>(lse) : sdpa::View3<float>{};
-  nb::gil_scoped_release unlocked;
-  with_element_type(t, [&](auto element) {
-    using T = decltype(element);
-    sdpa::forward(view_of<const T, 4>(q), view_of<const T, 4>(k), view_of<const T, 4>(v), view_of<T, 4>(out),
-                  lse_view, opt);
-  });
+  {
+    nb::gil_scoped_release unlocked;
+    with_element_type(t, [&](auto element) {
+      using T = decltype(element);
+      sdpa::forward(view_of<const T, 4>(q), view_of<const T, 4>(k), view_of<const T, 4>(v), view_of<T, 4>(out),
+                    lse_view, opt);
+    });
+  }
+  return explain ? nb::object(plan_dict(plan)) : nb::none();
 }
 
 void backward(AnyIn4 q, AnyIn4 k, AnyIn4 v, AnyIn4 out, In3 lse, AnyIn4 dout, AnyOut4 dq, AnyOut4 dk, AnyOut4 dv,
               std::optional<double> scale, std::optional<double> softcap, const std::string& causal,
               std::int64_t window_left, std::int64_t window_right, In4 mask, Keep4 keep, int threads,
-              const std::string& kernel, double dropout_p, std::uint64_t dropout_seed, std::uint64_t dropout_offset) {
-  const sdpa::Options opt = options(scale, softcap, causal, window_left, window_right, mask, keep, threads, kernel,
-                                    {dropout_p, dropout_seed, dropout_offset});
+              const std::string& kernel, double dropout_p, std::uint64_t dropout_seed, std::uint64_t dropout_offset,
+              bool explain) {
+  sdpa::Options opt = options(scale, softcap, causal, window_left, window_right, mask, keep, threads, kernel,
+                              {dropout_p, dropout_seed, dropout_offset});
+  sdpa::Plan plan;
+  if (explain) opt.plan = &plan;
   const sdpa::Dtype t = backward_dtype_of(q, k, v, out, dout, dq, dk, dv);
-  nb::gil_scoped_release unlocked;
-  with_element_type(t, [&](auto element) {
-    using T = decltype(element);
-    sdpa::backward(view_of<const T, 4>(q), view_of<const T, 4>(k), view_of<const T, 4>(v), view_of<const T, 4>(out),
-                   view_of<const float, 3>(lse), view_of<const T, 4>(dout), view_of<T, 4>(dq), view_of<T, 4>(dk),
-                   view_of<T, 4>(dv), opt);
-  });
+  {
+    nb::gil_scoped_release unlocked;
+    with_element_type(t, [&](auto element) {
+      using T = decltype(element);
+      sdpa::backward(view_of<const T, 4>(q), view_of<const T, 4>(k), view_of<const T, 4>(v),
+                     view_of<const T, 4>(out), view_of<const float, 3>(lse), view_of<const T, 4>(dout),
+                     view_of<T, 4>(dq), view_of<T, 4>(dk), view_of<T, 4>(dv), opt);
+    });
+  }
+  return explain ? nb::object(plan_dict(plan)) : nb::none();
 }
 
 // Packed variable-length batches: q (Tq, Hq, Dk), k (Tk, Hkv, Dk), v (Tk, Hkv, Dv), out
@@ -396,13 +432,15 @@ NB_MODULE(_ext, m) {
         nb::arg("softcap").none(), nb::arg("causal"), nb::arg("window_left"), nb::arg("window_right"),
         nb::arg("mask").noconvert().none(), nb::arg("keep").noconvert().none(), nb::arg("threads"), nb::arg("kernel"),
         nb::arg("dropout_p") = 0.0, nb::arg("dropout_seed") = 0, nb::arg("dropout_offset") = 0,
-        "sdpa::forward into preallocated out (and lse, unless None).");
+        nb::arg("explain") = false,
+        "sdpa::forward into preallocated out (and lse, unless None); with explain, its sdpa::Plan as a dict.");
   m.def("backward", &backward, nb::arg("q").noconvert(), nb::arg("k").noconvert(), nb::arg("v").noconvert(),
         nb::arg("out").noconvert(), nb::arg("lse").noconvert(), nb::arg("dout").noconvert(), nb::arg("dq").noconvert(),
         nb::arg("dk").noconvert(), nb::arg("dv").noconvert(), nb::arg("scale").none(), nb::arg("softcap").none(),
         nb::arg("causal"), nb::arg("window_left"), nb::arg("window_right"), nb::arg("mask").noconvert().none(),
         nb::arg("keep").noconvert().none(), nb::arg("threads"), nb::arg("kernel"), nb::arg("dropout_p") = 0.0,
-        nb::arg("dropout_seed") = 0, nb::arg("dropout_offset") = 0, "sdpa::backward into preallocated dq, dk, dv.");
+        nb::arg("dropout_seed") = 0, nb::arg("dropout_offset") = 0, nb::arg("explain") = false,
+        "sdpa::backward into preallocated dq, dk, dv; with explain, its sdpa::Plan as a dict.");
   def_varlen<std::int32_t>(m);  // the offsets' two dtypes: one overload each, tried in turn
   def_varlen<std::int64_t>(m);
   m.def("inspect", &inspect, nb::arg("a").noconvert(),
@@ -428,6 +466,18 @@ NB_MODULE(_ext, m) {
   m.def("shard_segments", &shard_segments, nb::arg("n"), nb::arg("ranks"), nb::arg("rank"), nb::arg("layout"),
         "[(start, length)] of a rank's shard of a length-n sequence: layout 'contiguous' or 'zigzag'.");
 
+  m.def(
+      "dispatch",
+      [] {
+        const sdpa::Dispatch& d = sdpa::active_dispatch();
+        nb::dict r;
+        r["isa"] = sdpa::isa_name(d.isa);
+        r["engine"] = sdpa::engine_name(d.engine);
+        r["isa_reason"] = d.isa_reason;
+        r["engine_reason"] = d.engine_reason;
+        return r;
+      },
+      "sdpa::active_dispatch() as a dict.");
   m.def(
       "active_isa", [] { return std::string(sdpa::isa_name(sdpa::active_isa())); },
       "The instruction set the fast kernel uses in this process.");

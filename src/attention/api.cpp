@@ -1,6 +1,7 @@
 // api.cpp — sdpa::forward / sdpa::backward: validate, pick the kernel and ISA,
 // spread tiles over threads.
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cmath>
 #include <cstddef>
@@ -9,14 +10,17 @@
 #include <limits>
 #include <memory>
 #include <new>
+#include <string>
 #include <vector>
 
 #include <omp.h>
 
-#include "attention/amx.hpp"
+#include "attention/engine16.hpp"
 #include "attention/fast.hpp"
 #include "attention/mask_rows.hpp"
 #include "attention/merge.hpp"
+#include "attention/plan.hpp"
+#include "common/per_isa.hpp"
 #include "attention/problem.hpp"
 #include "sdpa/reference.hpp"
 
@@ -46,22 +50,42 @@ i64 operand_packs(PackedOperand which) {
 i64 strided_copy_bytes() { return strided_copy_byte_count.load(std::memory_order_relaxed); }
 i64 strided_copy_limit_bytes() { return strided_copy_limit.load(std::memory_order_relaxed); }
 void set_strided_copy_limit_bytes(i64 bytes) { strided_copy_limit.store(bytes, std::memory_order_relaxed); }
+bool backward_on_engine(Engine16 engine, const Problem& p) {
+  return engine_takes(engine, p.dtype) && (!engine_backward_needs_finite(engine, p.dtype) || p.inputs_finite);
+}
 void set_kernels_for_tests(const FastKernels* kernels) { kernels_for_tests.store(kernels, std::memory_order_relaxed); }
 
 namespace {
 
 const FastKernels& kernels_for(const Options& opt) {
   if (const FastKernels* k = kernels_for_tests.load(std::memory_order_relaxed)) return *k;
-  switch (opt.isa == Isa::automatic ? active_isa() : opt.isa) {
-    case Isa::avx512:
-      switch (engine_for(Isa::avx512)) {
-        case Engine16::amx: return fast_kernels_avx512_amx();
-        case Engine16::dot: return fast_kernels_avx512_dot();
-        default: return fast_kernels_avx512();
-      }
-    case Isa::avx2: return fast_kernels_avx2();
-    default: return fast_kernels_scalar();
-  }
+  // The avx512 path's table is the one of the engine the dispatch chose.
+  static const PerIsa<const FastKernels& (*)()> set{fast_kernels_scalar, fast_kernels_avx2, [] () -> const FastKernels& {
+    switch (engine_for(Isa::avx512)) {
+      case Engine16::amx: return fast_kernels_avx512_amx();
+      case Engine16::dot: return fast_kernels_avx512_dot();
+      default: return fast_kernels_avx512();
+    }
+  }};
+  return per_isa(set, opt.isa, "isa")();
+}
+
+// The plan's ISA, and the reasons for it and for the engine of a call of `dtype` on `kern`.
+void plan_dispatch(Plan& plan, const Options& opt, const FastKernels& kern, Dtype dtype) {
+  plan.isa = opt.isa == Isa::automatic ? active_isa() : opt.isa;
+  std::string why = opt.isa == Isa::automatic ? active_dispatch().isa_reason : "Options::isa";
+  if (kernels_for_tests.load(std::memory_order_relaxed) != nullptr)
+    why += "; a test's kernel table";
+  else if (dtype == Dtype::f32)
+    why += "; fp32 has no 16-bit products";
+  else if (plan.isa != Isa::avx512)
+    why += std::string("; the ") + isa_name(plan.isa) + " path widens 16-bit operands";
+  else if (!engine_takes(kern.engine, dtype))
+    why += std::string("; the ") + engine_name(kern.engine) + " engine does not take " + dtype_name(dtype) +
+           (kern.engine == Engine16::widened ? " (" + active_dispatch().engine_reason + ")" : ": widened");
+  else
+    why += "; " + active_dispatch().engine_reason;
+  plan.why = why;
 }
 
 // One 64-byte-aligned scratch block per worker, allocated before the parallel
@@ -142,7 +166,7 @@ void parallel_items(i64 items, int workers, const ScratchBlocks& blocks, Body bo
 constexpr i64 kCopyMinReads = 4;
 
 // Whether x's (b, h) rows already lie back to back: unit stride along D and at most a padded
-// row apart (fast_kernel.inl's rows_in_place), or a single row.
+// row apart (kernel/operands.inl's rows_in_place), or a single row.
 bool rows_tight(const InView& x) {
   const i64 D = x.shape[3], padded = ceil_div(D, kPad) * kPad;
   return x.shape[2] <= 1 || (x.stride[3] == 1 && x.stride[2] >= D && x.stride[2] <= padded);
@@ -170,6 +194,8 @@ class TightCopies {
     views_.push_back({&x, bytes_});
     bytes_ += bytes;
   }
+
+  i64 count() const { return static_cast<i64>(views_.size()); }
 
   void copy(int workers) {
     if (views_.empty()) return;
@@ -251,11 +277,14 @@ class OperandPack {
     }
     (which == PackedOperand::k ? t.k_packed : t.v_packed) = {data_, layout.ld, layout.per_head, tiles, finite_.data()};
     operand_pack_count[static_cast<int>(which)].fetch_add(1, std::memory_order_relaxed);
+    packed_ = true;
   }
+  bool packed() const { return packed_; }
 
  private:
   std::byte* data_ = nullptr;
   std::vector<std::uint8_t> finite_;
+  bool packed_ = false;
 };
 
 // Split-KV: with few items (decoding: a handful of query rows per kv head) the keys are
@@ -359,7 +388,11 @@ void backward_reference(View4<const T> q, View4<const T> k, View4<const T> v, Vi
 template <class T>
 void forward_any(View4<const T> q, View4<const T> k, View4<const T> v, View4<T> out, View3<float> lse,
                  const Options& opt) {
-  if (opt.kernel == Kernel::reference) return forward_reference<T>(q, k, v, out, lse, opt);
+  PlanRecord record(opt, "forward", dtype_of<T>());
+  if (opt.kernel == Kernel::reference) {
+    forward_reference<T>(q, k, v, out, lse, opt);
+    return record.finish();
+  }
   Problem p = validate_forward<T>(q, k, v, out, lse, opt);
   const FastKernels& kern = kernels_for(opt);
   Tensors t;
@@ -394,6 +427,7 @@ void forward_any(View4<const T> q, View4<const T> k, View4<const T> v, View4<T> 
   MaskRowTable mask_rows;  // what each explicit mask row lets through, read once (mask_rows.hpp)
   mask_rows.attach(p, workers);
   const ScratchBlocks blocks(workers, kern.forward_scratch(p));
+  std::vector<std::array<i64, 4>> loops(static_cast<std::size_t>(workers));  // [worker][ForwardLoop]
   parallel_items(items, workers, blocks, [&](i64 item, WorkerScratch s) {
     ForwardItem fi;
     const i64 sp = item % splits, bg = item / splits / lane_tiles, tile = item / splits % lane_tiles;
@@ -403,9 +437,25 @@ void forward_any(View4<const T> q, View4<const T> k, View4<const T> v, View4<T> 
       const i64 base = sp * p.B * p.Hkv + bg;
       fi.part_out = part_out.data() + base * lanes * p.Dv, fi.part_lse = part_lse.data() + base * lanes;
     }
-    kern.forward_item(p, t, fi, s);
+    const ForwardLoop loop = kern.forward_item(p, t, fi, s);
+    ++loops[static_cast<std::size_t>(omp_get_thread_num())][static_cast<std::size_t>(loop)];
   });
   if (splits > 1) merge_splits(p, t, splits, lanes, part_out, part_lse, workers);
+  if (Plan* plan = record.get()) {
+    plan_dispatch(*plan, opt, kern, p.dtype);
+    plan->threads = workers;
+    plan->kv_splits = splits;
+    for (const auto& w : loops) {
+      plan->decoding_items += w[static_cast<std::size_t>(ForwardLoop::decoding)];
+      plan->few_lane_items += w[static_cast<std::size_t>(ForwardLoop::few_lanes)];
+      plan->tiled_items += w[static_cast<std::size_t>(ForwardLoop::tiled)];
+      plan->engine_items += w[static_cast<std::size_t>(ForwardLoop::engine)];
+    }
+    plan->engine = plan->engine_items > 0 ? kern.engine : Engine16::widened;
+    plan->strided_copies = copies.count();
+    plan->packed_operands = (v_pack.packed() ? 1 : 0) + (k_pack.packed() ? 1 : 0);
+  }
+  record.finish();
 }
 
 // Whether every value of a 16-bit tensor of `rows` rows (B·H·N) is finite: no exponent all ones.
@@ -427,7 +477,11 @@ bool all_finite_16(const InView& x, i64 rows, int workers) {
 template <class T>
 void backward_any(View4<const T> q, View4<const T> k, View4<const T> v, View4<const T> out, View3<const float> lse,
                   View4<const T> dout, View4<T> dq, View4<T> dk, View4<T> dv, const Options& opt) {
-  if (opt.kernel == Kernel::reference) return backward_reference<T>(q, k, v, out, lse, dout, dq, dk, dv, opt);
+  PlanRecord record(opt, "backward", dtype_of<T>());
+  if (opt.kernel == Kernel::reference) {
+    backward_reference<T>(q, k, v, out, lse, dout, dq, dk, dv, opt);
+    return record.finish();
+  }
   Problem p = validate_backward<T>(q, k, v, out, lse, dout, dq, dk, dv, opt);
   const FastKernels& kern = kernels_for(opt);
   Tensors t;
@@ -475,16 +529,23 @@ void backward_any(View4<const T> q, View4<const T> k, View4<const T> v, View4<co
   copies.copy(workers_for(opt, rows));
   MaskRowTable mask_rows;  // what each explicit mask row lets through, read once (mask_rows.hpp)
   mask_rows.attach(p, workers_for(opt, rows));
+  const i64 items_a = p.B * p.Hkv * kv_tiles, items_b = p.B * p.Hq * q_tiles;
+  const int workers = one_pass ? workers_for(opt, items) : workers_for(opt, items_a > items_b ? items_a : items_b);
+  if (Plan* plan = record.get()) {
+    plan_dispatch(*plan, opt, kern, p.dtype);
+    plan->threads = workers;
+    plan->one_pass = one_pass;
+    plan->backward_items = one_pass ? items : items_a + items_b;
+    plan->engine = backward_on_engine(kern.engine, p) ? kern.engine : Engine16::widened;
+    plan->strided_copies = copies.count();
+  }
   if (one_pass) {
-    const int workers = workers_for(opt, items);
     const ScratchBlocks blocks(workers, item_floats);
     parallel_items(items, workers, blocks, [&](i64 item, WorkerScratch s) {
       kern.backward_item(p, t, delta.data(), item / p.Hkv, item % p.Hkv, s);
     });
-    return;
+    return record.finish();
   }
-  const i64 items_a = p.B * p.Hkv * kv_tiles, items_b = p.B * p.Hq * q_tiles;
-  const int workers = workers_for(opt, items_a > items_b ? items_a : items_b);
   const ScratchBlocks blocks(workers, kern.backward_scratch(p));
   parallel_items(items_a, workers, blocks, [&](i64 item, WorkerScratch s) {  // dk, dv
     const i64 b = item / (p.Hkv * kv_tiles), g = item / kv_tiles % p.Hkv, j0 = item % kv_tiles * kTileCols;
@@ -494,6 +555,7 @@ void backward_any(View4<const T> q, View4<const T> k, View4<const T> v, View4<co
     const i64 b = item / (p.Hq * q_tiles), h = item / q_tiles % p.Hq, i0 = item % q_tiles * kTileRows;
     kern.backward_q_tile(p, t, delta.data(), b, h, i0, s);
   });
+  record.finish();
 }
 
 }  // namespace

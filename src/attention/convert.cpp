@@ -1,6 +1,8 @@
 // convert.cpp — the scalar conversions, the dtype facts and the dispatch of the bulk ones.
 #include "attention/convert.hpp"
 
+#include "common/per_isa.hpp"
+
 #include <cmath>
 
 namespace sdpa {
@@ -24,11 +26,10 @@ const ConvertKernels& convert_kernels_avx2();
 const ConvertKernels& convert_kernels_avx512();
 
 const ConvertKernels& convert_kernels(Isa isa) {
-  switch (isa == Isa::automatic ? active_isa() : isa) {
-    case Isa::avx512: return convert_kernels_avx512();
-    case Isa::avx2: return convert_kernels_avx2();
-    default: return kScalar;
-  }
+  // Accessors, not their tables: an ISA's code runs only once that ISA is chosen.
+  static const PerIsa<const ConvertKernels& (*)()> set{[]() -> const ConvertKernels& { return kScalar; },
+                                                       convert_kernels_avx2, convert_kernels_avx512};
+  return per_isa(set, isa, "convert_kernels")();
 }
 
 bool avx512bf16_supported() { return cpu_features().avx512_bf16; }

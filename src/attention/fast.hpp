@@ -7,12 +7,12 @@
 //             (b, kv head) -> dk, dv and the group's dq (loops over sweeps of two key tiles,
 //             then the group's query heads and query tiles); else two passes: pass A: one
 //             item = (b, kv head, key tile) -> dk, dv;  pass B: one item = (b, h, query
-//             tile) -> dq. Both give the same bits (fast_kernel.inl, kv_tiles).
+//             tile) -> dq. Both give the same bits (kernel/backward.inl, kv_tiles).
 // Every output element is written by exactly one item, in a fixed order, so the
 // result does not depend on how items are spread over threads.
 #pragma once
 
-#include "attention/amx.hpp"
+#include "attention/engine16.hpp"
 #include "attention/convert.hpp"
 #include "attention/problem.hpp"
 
@@ -51,11 +51,11 @@ struct PackLayout {
   i64 ld = 0, per_head = 0, scratch = 0;
 };
 
-// The engine of a table's 16-bit products (sdpa/dispatch.hpp's Engine16; amx.hpp): none
+// The engine of a table's 16-bit products (sdpa/dispatch.hpp's Engine16; engine16.hpp): none
 // (widened to fp32 on load), AMX-BF16 tiles, or AVX512_BF16 dot products.
 // Which dtypes' calls an engine runs (the forward's tiled items, the backward's items; the
 // fp16 backward on tiles only for finite inputs, Problem::inputs_finite): AMX tiles take bf16
-// and fp16 (split into bf16 hi + lo, amx.hpp); the dot products bf16 only, since the split
+// and fp16 (split into bf16 hi + lo, engine16.hpp); the dot products bf16 only, since the split
 // triples the products, which at twice the FMA's rate is slower than widening fp16.
 constexpr bool engine_takes(Engine16 engine, Dtype d) {
   return engine == Engine16::amx ? d != Dtype::f32 : engine == Engine16::dot && d == Dtype::bf16;
@@ -66,12 +66,21 @@ constexpr bool engine_backward_needs_finite(Engine16 engine, Dtype d) {
   return engine == Engine16::amx && d == Dtype::fp16;
 }
 
+// Whether a backward item of the call runs its products on the table's engine: the engine
+// takes the dtype, and where it needs finite inputs (fp16 split on tiles) they are. Defined
+// in api.cpp (not inline: an inline function compiled into an ISA's unit could be handed to
+// another path by the linker, kernel.isa_objects_share_no_inline_code).
+bool backward_on_engine(Engine16 engine, const Problem& p);
+
+// The loop a forward item ran (kernel/forward.inl's one choice), for sdpa::Plan.
+enum class ForwardLoop { decoding, few_lanes, tiled, engine };
+
 struct FastKernels {
   Engine16 engine;                          // what runs its 16-bit products
   i64 (*forward_scratch)(const Problem&);   // floats per worker
   i64 (*backward_scratch)(const Problem&);       // floats per worker, two passes
   i64 (*backward_item_scratch)(const Problem&);  // floats per worker, one pass
-  void (*forward_item)(const Problem&, const Tensors&, const ForwardItem&, WorkerScratch scratch);
+  ForwardLoop (*forward_item)(const Problem&, const Tensors&, const ForwardItem&, WorkerScratch scratch);
   // delta: (B, Hq, Nq) row sums Σ_e dout·out, contiguous.
   void (*backward_item)(const Problem&, const Tensors&, const float* delta, i64 b, i64 g, WorkerScratch scratch);
   void (*backward_kv_tile)(const Problem&, const Tensors&, const float* delta, i64 b, i64 g, i64 j0,
@@ -90,11 +99,11 @@ struct FastKernels {
                             i64 ld, void* scratch);
 };
 
-// Items the fused decoding loop (decode_kernel.inl) has run in this process, counted so
+// Items the fused decoding loop (kernel/decode.inl) has run in this process, counted so
 // the tests can show that their decoding cases reach it (relaxed: a count, not an order).
 void note_fused_decode_item();
 i64 fused_decode_items();
-// Forward items the 16-bit tiled loop on an engine (fast_kernel.inl, forward_tiled_amx) has
+// Forward items the 16-bit tiled loop on an engine (kernel/forward_engine16.inl) has
 // run, likewise, or with `backward` backward items (either schedule's) that ran their
 // products on it; per engine (widened: never counted).
 void note_engine_item(Engine16 engine, bool backward);

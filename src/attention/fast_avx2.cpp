@@ -1,12 +1,8 @@
-// fast_avx2.cpp — the tiled kernel compiled for the avx2 path (flags: src/CMakeLists.txt).
-// decode_avx2.hpp comes first, as in fast_avx512.cpp: it puts the AVX2 `Vec`, the shared
-// helpers and the fused decoding loop into the namespace the tile loops are added to.
-#include "attention/decode_avx2.hpp"
+// fast_avx2.cpp — the attention kernel compiled for the avx2 path (flags: src/CMakeLists.txt).
+#include "attention/isa_avx2.hpp"  // kIsa, Vec and the features of this path
 
 namespace sdpa::detail::avx2 {
-#define SDPA_FUSED_DECODE 1  // forward_item sends decoding items to decode::forward
-#include "attention/fast_kernel.inl"
-#undef SDPA_FUSED_DECODE
+#include "attention/kernel/kernel.inl"
 }  // namespace sdpa::detail::avx2
 
 namespace sdpa::detail {

@@ -1,15 +1,8 @@
-// fast_avx512.cpp — the tiled kernel compiled for the avx512 path (flags: src/CMakeLists.txt).
-// decode_avx512.hpp comes first, so this file shows that it stands on its own; it also puts
-// the AVX-512 `Vec` and kernel_common.inl into the namespace the tile loops are added to.
-#include "attention/amx.hpp"
-#include "attention/decode_avx512.hpp"
+// fast_avx512.cpp — the attention kernel compiled for the avx512 path (flags: src/CMakeLists.txt).
+#include "attention/isa_avx512.hpp"  // kIsa, Vec and the features of this path
 
 namespace sdpa::detail::avx512 {
-#define SDPA_FUSED_DECODE 1  // forward_item sends decoding items to decode::forward
-#define SDPA_AMX_BF16 1      // and table_on<E>(): the 16-bit tiled forward on AMX tiles or vdpbf16ps (amx.hpp)
-#include "attention/fast_kernel.inl"
-#undef SDPA_AMX_BF16
-#undef SDPA_FUSED_DECODE
+#include "attention/kernel/kernel.inl"
 }  // namespace sdpa::detail::avx512
 
 namespace sdpa::detail {

@@ -1,11 +1,8 @@
-// fast_scalar.cpp — the tiled kernel compiled for the scalar path (flags: src/CMakeLists.txt).
-#include "attention/fast.hpp"
+// fast_scalar.cpp — the attention kernel compiled for the scalar path (flags: src/CMakeLists.txt).
+#include "attention/isa_scalar.hpp"  // kIsa, Vec and the features of this path
 
 namespace sdpa::detail::scalar {
-constexpr Isa kIsa = Isa::scalar;  // the converters of 16-bit tensors (kernel_common.inl)
-#include "attention/simd_scalar.hpp"
-#include "attention/kernel_common.inl"
-#include "attention/fast_kernel.inl"
+#include "attention/kernel/kernel.inl"
 }  // namespace sdpa::detail::scalar
 
 namespace sdpa::detail {

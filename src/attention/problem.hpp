@@ -51,7 +51,7 @@ struct Problem {
   // Dropout: p_ij kept iff dropout.keep(b, h, Hq, i, j) (decided at the sequence's
   // positions row0 + i, key0 + j), scaled by 1/(1 - p). The fast kernel reads the stream
   // and the scale resolved here (it calls no inline code shared with other objects;
-  // kernel_common.inl, dropout_tile).
+  // kernel/common.inl, dropout_tile).
   Dropout dropout{};
   bool has_dropout = false;
   DropoutStream dropout_stream{};

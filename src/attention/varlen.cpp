@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "attention/fast.hpp"
+#include "attention/plan.hpp"
 #include "attention/problem.hpp"
 
 namespace sdpa {
@@ -99,9 +100,13 @@ void check_packed_mask(const char* name, const View4<M>& m, i64 Hq, i64 Tq, i64 
 
 // Sequence s's options: the call's, with its share of the threads, its dropout batch (it draws
 // batch s's mask, as when padded) and its own rows and columns of the packed masks.
-Options sequence_options(const Options& opt, const Seq& sq, std::size_t s, int threads, i64 Tq, i64 Tk) {
+// Sequence s's call: its threads, dropout batch, mask blocks, and plan slot (plans[s] where the
+// batch's call records one, else none).
+Options sequence_options(const Options& opt, const Seq& sq, std::size_t s, int threads, i64 Tq, i64 Tk,
+                         std::vector<Plan>& plans) {
   Options o = opt;
   o.threads = threads;
+  o.plan = plans.empty() ? nullptr : &plans[s];
   o.dropout.batch0 += static_cast<i64>(s);
   o.mask = detail::cut_mask(opt.mask, Tq, Tk, sq.q0, sq.Lq, sq.k0, sq.Lk, "mask");
   o.keep = detail::cut_mask(opt.keep, Tq, Tk, sq.q0, sq.Lq, sq.k0, sq.Lk, "keep");
@@ -165,7 +170,10 @@ void forward_varlen_as(View3<const T> q, View3<const T> k, View3<const T> v, Seq
     items[s] = all.Hkv * tiles(all.group * seqs[s].Lq, detail::kTileRows);
     cost[s] = static_cast<double>(seqs[s].Lq) * static_cast<double>(seqs[s].Lk) * static_cast<double>(all.Hq);
   }
+  detail::PlanRecord record(opt, "forward_varlen", dtype_of<T>());
+  std::vector<Plan> plans(record.get() != nullptr ? seqs.size() : 0);
   run_sequences(seqs, items, cost, detail::resolve_threads(opt), [&](std::size_t s, int threads) {
+    const detail::PlanLogPause one_line_per_batch;
     const Seq& sq = seqs[s];
     if (sq.Lq == 0) return;
     const View4<T> o = rows(out, sq.q0, sq.Lq);
@@ -178,8 +186,14 @@ void forward_varlen_as(View3<const T> q, View3<const T> k, View3<const T> v, Seq
         }
       return;
     }
-    forward(rows(q, sq.q0, sq.Lq), rows(k, sq.k0, sq.Lk), rows(v, sq.k0, sq.Lk), o, l, sequence_options(opt, sq, s, threads, all.Nq, all.Nk));
+    forward(rows(q, sq.q0, sq.Lq), rows(k, sq.k0, sq.Lk), rows(v, sq.k0, sq.Lk), o, l,
+            sequence_options(opt, sq, s, threads, all.Nq, all.Nk, plans));
   });
+  if (Plan* plan = record.get()) {
+    plan->sequences = 0;
+    for (const Plan& sequence : plans) detail::merge_plan(*plan, sequence);
+  }
+  record.finish();
 }
 
 template <class T>
@@ -211,7 +225,10 @@ void backward_varlen_as(View3<const T> q, View3<const T> k, View3<const T> v, Se
     items[s] = std::min(all.Hkv * tiles(seqs[s].Lk, detail::kTileCols), all.Hq * tiles(seqs[s].Lq, detail::kTileRows));
     cost[s] = static_cast<double>(seqs[s].Lq) * static_cast<double>(seqs[s].Lk) * static_cast<double>(all.Hq);
   }
+  detail::PlanRecord record(opt, "backward_varlen", dtype_of<T>());
+  std::vector<Plan> plans(record.get() != nullptr ? seqs.size() : 0);
   run_sequences(seqs, items, cost, detail::resolve_threads(opt), [&](std::size_t s, int threads) {
+    const detail::PlanLogPause one_line_per_batch;
     const Seq& sq = seqs[s];
     if (sq.Lq == 0 || sq.Lk == 0) {  // nothing attended: zero gradients for whichever rows exist
       const auto zero = [](const View4<T>& g) {
@@ -226,8 +243,13 @@ void backward_varlen_as(View3<const T> q, View3<const T> k, View3<const T> v, Se
     }
     backward(rows(q, sq.q0, sq.Lq), rows(k, sq.k0, sq.Lk), rows(v, sq.k0, sq.Lk), rows(out, sq.q0, sq.Lq),
              lse_rows(lse, sq.q0, sq.Lq), rows(dout, sq.q0, sq.Lq), rows(dq, sq.q0, sq.Lq), rows(dk, sq.k0, sq.Lk),
-             rows(dv, sq.k0, sq.Lk), sequence_options(opt, sq, s, threads, all.Nq, all.Nk));
+             rows(dv, sq.k0, sq.Lk), sequence_options(opt, sq, s, threads, all.Nq, all.Nk, plans));
   });
+  if (Plan* plan = record.get()) {
+    plan->sequences = 0;
+    for (const Plan& sequence : plans) detail::merge_plan(*plan, sequence);
+  }
+  record.finish();
 }
 
 }  // namespace

@@ -1,6 +1,8 @@
 // peak.cpp — see peak.hpp. Inline assembly needs no -m flags; the path is sdpa::active_isa().
 #include "common/peak.hpp"
 
+#include "common/per_isa.hpp"
+
 #include <immintrin.h>
 #include <omp.h>
 
@@ -196,15 +198,17 @@ Result measure(int threads, double seconds, Isa isa) {
   r.threads = std::max(1, threads);
   // The ISA the kernels run (SDPA_ISA or the best this CPU has), so a fraction of this
   // peak compares a kernel with what its own instructions can do.
-  if (isa == Isa::automatic) isa = active_isa();
-  if (!isa_supported(isa)) throw Error(std::string("peak: this CPU cannot run ") + isa_name(isa) + " instructions");
-  r.isa = isa_name(isa);
-  void (*kernel)(std::int64_t) = isa == Isa::avx512 ? fma_avx512 : isa == Isa::avx2 ? fma_avx2 : mul_add_sse;
-  // FLOPs per iteration: kChains instructions of W floats, an FMA counting 2, a multiply or an add 1
-  const double flops_per_iter = isa == Isa::avx512 ? kChains * 16 * 2.0
-                                : isa == Isa::avx2 ? kChains * 8 * 2.0
-                                                   : kChains * 4 * 1.0;
-  r.gflops = best_gflops(kernel, flops_per_iter, r.threads, seconds);
+  // The meter and its FLOPs per iteration: kChains instructions of W floats, an FMA counting 2,
+  // a multiply or an add 1.
+  struct Meter {
+    void (*loop)(std::int64_t);
+    double flops_per_iter;
+  };
+  static const PerIsa<Meter> meters{{mul_add_sse, kChains * 4 * 1.0}, {fma_avx2, kChains * 8 * 2.0},
+                                    {fma_avx512, kChains * 16 * 2.0}};
+  const Meter& meter = per_isa(meters, isa, "peak");
+  r.isa = isa_name(isa == Isa::automatic ? active_isa() : isa);
+  r.gflops = best_gflops(meter.loop, meter.flops_per_iter, r.threads, seconds);
   return r;
 }
 

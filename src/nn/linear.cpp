@@ -9,18 +9,13 @@
 
 #include "nn/gelu.hpp"
 
-#include <string>
+#include "common/per_isa.hpp"
 
 namespace sdpa::nn {
 
 GemmF32 gemm_f32(Isa isa) {
-  if (isa == Isa::automatic) isa = active_isa();
-  if (!isa_supported(isa)) throw Error(std::string("gemm_f32: this CPU cannot run the ") + isa_name(isa) + " kernel");
-  switch (isa) {
-    case Isa::avx512: return gemm_f32_avx512;
-    case Isa::avx2: return gemm_f32_avx2;
-    default: return gemm_f32_scalar;
-  }
+  static const PerIsa<GemmF32> set{gemm_f32_scalar, gemm_f32_avx2, gemm_f32_avx512};
+  return per_isa(set, isa, "gemm_f32");
 }
 
 void gelu_forward_f32_avx2(float* out, const float* x, i64 n);
@@ -29,13 +24,10 @@ void gelu_forward_f32_avx512(float* out, const float* x, i64 n);
 void gelu_backward_f32_avx512(float* dx, const float* dout, const float* x, i64 n);
 
 GeluF32 gelu_f32(Isa isa) {
-  if (isa == Isa::automatic) isa = active_isa();
-  if (!isa_supported(isa)) throw Error(std::string("gelu_f32: this CPU cannot run the ") + isa_name(isa) + " kernel");
-  switch (isa) {
-    case Isa::avx512: return {gelu_forward_f32_avx512, gelu_backward_f32_avx512};
-    case Isa::avx2: return {gelu_forward_f32_avx2, gelu_backward_f32_avx2};
-    default: return {nullptr, nullptr};
-  }
+  static const PerIsa<GeluF32> set{{nullptr, nullptr},  // the scalar path's GELU is the layer's own loop
+                                   {gelu_forward_f32_avx2, gelu_backward_f32_avx2},
+                                   {gelu_forward_f32_avx512, gelu_backward_f32_avx512}};
+  return per_isa(set, isa, "gelu_f32");
 }
 
 void linear_forward_block_f32(GemmF32 gemm, float* out, const float* x, const float* W, const float* b, i64 r0, i64 r1,

@@ -6,7 +6,7 @@
 //                        (one fused instruction where the ISA has FMA);
 //   kTileRows, kTileVecs the register tile: rows × vectors of C, sized for the ISA's
 //                        register file (accumulators + kTileVecs rows of B + a broadcast).
-// Like the attention kernel (attention/fast_kernel.inl), it uses only intrinsics and
+// Like the attention kernel (attention/kernel/), it uses only intrinsics and
 // functions of its own namespace, so no inline code compiled for one ISA can be picked
 // by the linker for another (ctest kernel.isa_objects_share_no_inline_code).
 //

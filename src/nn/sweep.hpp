@@ -148,7 +148,7 @@ using SweepProgress = std::function<void(const SweepStatus&)>;
 /// in the store), then rank 0 receives every process's runs and computes the summary and
 /// the ensemble rule alone. Each run's bits depend on neither the process nor its thread
 /// count, so the result equals one process's. The transport is the caller's:
-/// src/dist/sweep_share.hpp gives these hooks over MPI, so sdpa_nn needs no MPI.
+/// src/distributed/sweep_share.hpp gives these hooks over MPI, so sdpa_nn needs no MPI.
 struct SweepShare {
   int rank = 0, ranks = 1;
   int ranks_on_node = 1;  // processes sharing this machine's cores: each takes its part of them

@@ -243,7 +243,13 @@ PY
     SDPA_ISA=scalar "$sdpa" attention --q q.npy --k k.npy --v v.npy --out s.npy
     "$sdpa" attention --q q.npy --k k.npy --v v.npy --out a.npy
     close s.npy a.npy 1e-5
-    expect_error "SDPA_ISA" env SDPA_ISA=mmx "$sdpa" attention --q q.npy --k k.npy --v v.npy --out o.npy ;;
+    expect_error "SDPA_ISA" env SDPA_ISA=mmx "$sdpa" attention --q q.npy --k k.npy --v v.npy --out o.npy
+    # SDPA_LOG=1: each call's plan on stderr, one line, naming the path it ran; the output unchanged.
+    SDPA_LOG=1 SDPA_ISA=scalar "$sdpa" attention --q q.npy --k k.npy --v v.npy --out l.npy 2> log.txt
+    grep -qE '^sdpa: forward float32: scalar, [0-9]+ threads?; items: ' log.txt || fail "SDPA_LOG=1: $(cat log.txt)"
+    [ "$(wc -l < log.txt)" -eq 1 ] || fail "SDPA_LOG=1 printed $(wc -l < log.txt) lines for one call"
+    close l.npy s.npy 0
+    expect_error "SDPA_LOG" env SDPA_LOG=yes "$sdpa" attention --q q.npy --k k.npy --v v.npy --out o.npy ;;
   check)
     "$sdpa" check --seq 256 --heads 2 | tee check.txt
     grep -q '^OK$' check.txt || fail "check did not pass"

@@ -2,7 +2,7 @@
 # Fails if an ISA translation unit defines a weak symbol outside its own namespace:
 # the attention kernel's fast_<isa>.cpp.o outside sdpa::detail::<isa>, the projections'
 # linear_<isa>.cpp.o outside sdpa::nn::<isa>, convert_<isa>.cpp.o outside sdpa::detail::<isa>,
-# amx_bf16.cpp.o (the AMX tiles) outside sdpa::detail::amx, and the kernel tests'
+# engine16.cpp.o (the 16-bit engines) outside sdpa::detail::engine16, and the kernel tests'
 # fast_w16_on_avx2.cpp.o outside sdpa::detail::w16.
 # Arguments: the object files of the libraries that hold them (';'-separated ok); every one
 # of the library's 9 must be among them; other objects are skipped.
@@ -13,12 +13,11 @@ for obj in $(echo "$*" | tr ';' ' '); do
     fast_scalar.cpp.o | fast_avx2.cpp.o | fast_avx512.cpp.o) space=detail ;;
     convert_avx2.cpp.o | convert_avx512.cpp.o) space=detail ;;  # the bf16/fp16 helpers (half_<isa>.hpp)
     linear_scalar.cpp.o | linear_avx2.cpp.o | linear_avx512.cpp.o) space=nn ;;
-    amx_bf16.cpp.o) space=detail ;;
+    engine16.cpp.o) space=detail ;;
     fast_w16_on_avx2.cpp.o) space=detail ;;  # test-only: checked, not counted among the 9
     *) continue ;;
   esac
   isa=$(basename "$obj" .cpp.o); isa=${isa#*_}
-  [ "$isa" = bf16 ] && isa=amx  # amx_bf16.cpp: namespace sdpa::detail::amx
   case "$isa" in
     w16_on_avx2) isa=w16 extra=" (and the tests' W = 16 object)" ;;
     *) checked=$((checked + 1)) ;;

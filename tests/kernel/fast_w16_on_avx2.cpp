@@ -10,18 +10,19 @@
 
 #include "attention/fast.hpp"
 
+#define SDPA_FUSED_DECODE 1  // kernel/forward.inl sends decoding items to decode::forward, as on AVX-512
+
 namespace sdpa::detail::w16 {
 
-// The converters of 16-bit tensors (kernel_common.inl): AVX2's. They convert element by
+// The converters of 16-bit tensors (kernel/common.inl): AVX2's. They convert element by
 // element (exact widening, one rounding to nearest even), so their results do not depend on
 // the width; test_half.cpp checks every ISA's against the scalar ones.
 constexpr Isa kIsa = Isa::avx2;
 #include "simd_w16_on_avx2.hpp"
-#include "attention/kernel_common.inl"
 
 namespace decode {
 
-// decode_avx512.hpp's Ops, lane for lane, on the W = 16 Vec.
+// isa_avx512.hpp's Ops, lane for lane, on the W = 16 Vec.
 struct Ops {
   using Mask = std::uint16_t;                 // bit e: float e of a vector is read
   static constexpr int kGroupLanes = 4;       // 4 lanes × 4 keys per score vector
@@ -67,7 +68,7 @@ struct Ops {
     return {_mm256_permute_ps(a.lo, IMM), _mm256_permute_ps(a.hi, IMM)};
   }
 
-  // a[0..15] -> one vector whose element e is the sum of a[e]'s elements: decode_avx512.hpp's
+  // a[0..15] -> one vector whose element e is the sum of a[e]'s elements: isa_avx512.hpp's
   // steps.
   static Vec::R reduce_all(const Vec::R* a) {
     Vec::R t[8], u[4];
@@ -99,7 +100,7 @@ struct Ops {
       auto load = [&](const int* v) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(v + e0)); };
       const __m256i j = _mm256_add_epi32(_mm256_set1_epi32(jb), load(c));
       const __m256i out = _mm256_or_si256(_mm256_cmpgt_epi32(load(lo), j), _mm256_cmpgt_epi32(j, load(hi)));
-      return _mm256_blendv_ps(xh, _mm256_set1_ps(kNegInf), _mm256_castsi256_ps(out));
+      return _mm256_blendv_ps(xh, _mm256_set1_ps(-__builtin_inff()), _mm256_castsi256_ps(out));
     };
     return {half(x.lo, 0), half(x.hi, 8)};
   }
@@ -109,19 +110,15 @@ struct Ops {
             _mm256_movemask_ps(_mm256_cmp_ps(x.hi, x.hi, _CMP_UNORD_Q))) != 0;
   }
 
-  static Vec::R pin(Vec::R x) {  // as decode_avx512.hpp's: the loaded vector kept in registers
+  static Vec::R pin(Vec::R x) {  // as isa_avx512.hpp's: the loaded vector kept in registers
     __asm__("" : "+x"(x.lo), "+x"(x.hi));
     return x;
   }
 };
 
-#include "attention/decode_kernel.inl"
-
 }  // namespace decode
 
-#define SDPA_FUSED_DECODE 1  // forward_item sends decoding items to decode::forward, as on AVX-512
-#include "attention/fast_kernel.inl"
-#undef SDPA_FUSED_DECODE
+#include "attention/kernel/kernel.inl"
 
 // The bulk converters as convert_avx512.cpp builds them (16 values per vector, then the
 // scalar tail), for test_half.cpp: the kernel above calls AVX2's (kIsa).

@@ -1,7 +1,7 @@
 // simd_w16_on_avx2.hpp — for tests only: the AVX-512 path's vector shape (W = 16 floats,
 // a 4 × 4 register tile, 16-bit lane masks) built from pairs of AVX2 registers, so the
-// kernel logic fast_avx512.cpp compiles (fast_kernel.inl, kernel_common.inl,
-// decode_kernel.inl at W = 16) runs on a CPU without AVX-512 (docs/design.md, "The AVX-512
+// kernel logic fast_avx512.cpp compiles (kernel/kernel.inl: the tile loops, common.inl,
+// kernel/decode.inl at W = 16) runs on a CPU without AVX-512 (docs/design.md, "The AVX-512
 // path's logic on AVX2"). Included inside namespace sdpa::detail::w16 by
 // fast_w16_on_avx2.cpp, compiled with the AVX2 flags.
 //
@@ -14,7 +14,7 @@
 // from AVX2 the AVX-512 semantics are kept where the kernel could see the difference:
 //  - masks are 16 bits (Words::Mask, decode's Ops::Mask), as __mmask16, not lane vectors;
 //  - hsum adds in _mm512_reduce_add_ps's order (the two 256-bit halves first), and
-//    reduce_all / group_reduce follow decode_avx512.hpp's shuffles lane for lane (the
+//    reduce_all / group_reduce follow isa_avx512.hpp's shuffles lane for lane (the
 //    cross-128-bit steps by shuffle_f32x4 below), so sums are grouped as on AVX-512;
 //  - max / min: maxps and minps return their second operand when either is NaN on both
 //    ISAs (vmaxps zmm as ymm), so the halves give AVX-512's lanes;

@@ -6,7 +6,7 @@
 // the rule's margin, not a fit. On AMX-BF16 (the avx512_amx variant) the bf16 forward rounds
 // P to bf16 before P·V, and the backward P̃ and dX before their products, as the naive one
 // does; the fp16 forward rounds P to fp16 and runs on bf16 tiles with each operand split in
-// two (amx.hpp). On AVX512_BF16 (the avx512_dot variant) bf16 rounds as on AMX, its products
+// two (engine16.hpp). On AVX512_BF16 (the avx512_dot variant) bf16 rounds as on AMX, its products
 // by vdpbf16ps; fp16 widens there. Every ISA this CPU runs; same bits for 1, 2 and 7 threads.
 #include <cstring>
 
@@ -25,7 +25,7 @@ struct Case {
   bool bnhd = false;
   double q_std = 1.0;  // scales the logits
   double dropout = 0.0;  // p; the seed and offset are fixed (make_inputs)
-  // Whether the forward must take the fused decoding loop (decode_kernel.inl) on each SIMD
+  // Whether the forward must take the fused decoding loop (kernel/decode.inl) on each SIMD
   // ISA, K and V read in the dtype: at most kFewLanes lanes per kv head, no explicit mask, no dropout.
   bool fused_decode = false;
 };

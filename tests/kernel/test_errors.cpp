@@ -164,7 +164,7 @@ TEST(Isa, EnvironmentVariableForcesPath) {
 // clang-format on
 
 // Whether one bf16 forward through the public API (no test seam: the table the environment
-// chose), 100 query rows and keys of D = 64, ran tiled items on `engine`.
+// chose), 100 query rows and keys of D = 64, ran tiled items on `engine`, by the call's plan.
 bool default_bf16_forward_reaches(Engine16 engine) {
   Buf<bf16> q({1, 1, 100, 64}), k({1, 1, 100, 64}), v({1, 1, 100, 64}), out({1, 1, 100, 64});
   std::mt19937_64 rng(3);
@@ -174,9 +174,11 @@ bool default_bf16_forward_reaches(Engine16 engine) {
     for (std::size_t e = 0; e < x.size(); ++e) b->data[e] = bf16(x[e]);
   }
   Buf3<float> lse({1, 1, 100});
-  const i64 before = detail::engine_items(engine);
-  forward(q.cview(), k.cview(), v.cview(), out.view(), lse.view());
-  return detail::engine_items(engine) > before;
+  Plan plan;
+  Options o;
+  o.plan = &plan;
+  forward(q.cview(), k.cview(), v.cview(), out.view(), lse.view(), o);
+  return plan.engine == engine && plan.engine_items > 0;
 }
 
 // SDPA_AMX: sdpa::forward on bf16 (no test seam) takes the AMX loop where the CPU and Linux

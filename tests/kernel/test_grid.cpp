@@ -29,7 +29,7 @@ struct Case {
   double q_std = 1.0;  // scales the logits
   bool bnhd = false;   // q/k/v/out/grads as [B, N, H, D] buffers
   bool backward = true;
-  // Whether the forward must take the fused decoding loop (decode_kernel.inl) on each SIMD
+  // Whether the forward must take the fused decoding loop (kernel/decode.inl) on each SIMD
   // ISA: at most kFewLanes lanes per kv head, unit-stride K and V rows, no explicit mask or
   // one whose every row is dense (a padding mask).
   bool fused_decode = false;
@@ -338,7 +338,7 @@ TEST(Isa, Avx512PathRunsHere) {
 
 // The W = 16 variant (util.hpp, kernel_variants) is what sdpa::forward runs while its scope
 // lives, and only then: on a decoding call the fused loop sums each score's products in W
-// partial sums, reduced together (decode_kernel.inl's score_block), so W = 16 and AVX2's
+// partial sums, reduced together (kernel/decode.inl's score_block), so W = 16 and AVX2's
 // W = 8 group the sums differently and some of the 8·1000 scores, hence outputs, differ in
 // their last bits; ignoring the seam would give AVX2's bits.
 TEST(Isa, W16OnAvx2RunsThroughTheSeam) {

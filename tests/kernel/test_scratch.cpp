@@ -147,7 +147,7 @@ TEST_P(Scratch, OneFloatShortTraps) {
 }
 
 // The same for a bf16 forward, whose tiled items carve another layout (K rows widened; on
-// the AMX variant, forward_tiled_amx's packed operands): exactly its size gives the bits of
+// the AMX variant, forward_tiled_engine16's packed operands): exactly its size gives the bits of
 // sdpa::forward, one float fewer traps.
 TEST_P(Scratch, Bf16ForwardItemsFitTheirSizeExactly) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");

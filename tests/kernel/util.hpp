@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "attention/amx.hpp"
+#include "attention/engine16.hpp"
 #include "attention/fast.hpp"
 #include "common/tolerance.hpp"
 #include "sdpa/sdpa.hpp"
@@ -158,7 +158,7 @@ inline const detail::FastKernels& fast_kernels(Isa isa) {
 }  // namespace sdpa::test
 
 namespace sdpa::detail {
-// fast_kernel.inl and decode_kernel.inl as the AVX-512 path compiles them (W = 16, its
+// kernel/kernel.inl as the AVX-512 path compiles them (W = 16, its
 // register tile, 16-bit masks), on pairs of AVX2 registers (fast_w16_on_avx2.cpp): built
 // into the kernel tests only; needs AVX2.
 const FastKernels& fast_kernels_w16_on_avx2();

@@ -51,7 +51,7 @@ nlohmann::ordered_json without_timing(nlohmann::ordered_json j) {
 }
 
 // nn::SweepShare's hooks between threads of this process, standing in for MPI ranks
-// (src/dist/sweep_share.cpp gives the same over MPI): each hook waits for every rank.
+// (src/distributed/sweep_share.cpp gives the same over MPI): each hook waits for every rank.
 class ThreadRanks {
  public:
   explicit ThreadRanks(int ranks) : ranks_(ranks), texts_(static_cast<std::size_t>(ranks)),

@@ -64,7 +64,7 @@ def main():
             e_out, _, *e_grad = merge_extra(q, k, v, dout, cache64["p"], parts, f_lse, **ref)
             extra = dict(zip(("dq", "dk", "dv"), e_grad))
             # Dropout: the kept weights grow by 1/(1 - p), and with them the floors of out, dq, dk
-            # (dv's is taken from max|dv|) and every merge term (tests/dist/gold.hpp derives each).
+            # (dv's is taken from max|dv|) and every merge term (tests/distributed/gold.hpp derives each).
             ks = 1 / (1 - drop.get("dropout_p", 0.0))
             f_out, e_out = f_out * ks, e_out * ks
             floors["dq"], floors["dk"] = floors["dq"] * ks, floors["dk"] * ks

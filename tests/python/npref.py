@@ -173,7 +173,7 @@ def assert_within(what, fast, naive, gold, floor):
 
 def merge_extra(q, k, v, dout, p, parts, lse_floor, **opts):
     """The extra error of a result merged by lse from `parts` key blocks per row, for
-    (out, lse, dq, dk, dv): docs/scaling.md, "The merge's error bound" (tests/dist/merge_tolerance.hpp
+    (out, lse, dq, dk, dv): docs/scaling.md, "The merge's error bound" (tests/distributed/merge_tolerance.hpp
     is the same bound for the C++ tests). p: the fp64 probabilities [B, Hq, Nq, Nk]."""
     Dk, Nk = np.shape(q)[-1], np.shape(k)[-2]
     scale = opts.get("scale")

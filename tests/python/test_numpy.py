@@ -367,6 +367,34 @@ def test_bf16_dot_active_follows_the_cpu_amx_and_sdpa_bf16_dot():
     assert both_off.stdout.split() == ["False", "False"]
 
 
+def test_dispatch_says_what_the_process_runs():
+    d = sdpa.dispatch()
+    assert d["isa"] == sdpa.active_isa()
+    assert d["engine"] in {"widened", "amx", "dot"}
+    if d["isa"] == "avx512":  # elsewhere the engine is the avx512 path's, which this process does not run
+        assert (d["engine"] == "amx") is sdpa.amx_bf16_active() and (d["engine"] == "dot") is sdpa.bf16_dot_active()
+    assert d["isa_reason"] and d["engine_reason"]
+
+
+def test_explain_reports_the_loops_the_call_took():
+    rng = np.random.default_rng(3)
+    # Decoding: one query per head, 4 query heads on one kv head, 5000 keys: one item of 4 lanes, split in two.
+    q, k, v = rand(rng, (1, 4, 1, 64)), rand(rng, (1, 1, 5000, 64)), rand(rng, (1, 1, 5000, 64))
+    plan = sdpa.explain(q, k, v, threads=2)
+    assert plan["call"] == "forward" and plan["isa"] == sdpa.active_isa() and plan["kv_splits"] == 2
+    fused = sdpa.active_isa() != "scalar"
+    assert (plan["decoding_items"], plan["few_lane_items"]) == ((2, 0) if fused else (0, 2)), plan
+    assert plan["tiled_items"] == plan["engine_items"] == 0 and "split-KV x2" in plan["summary"]
+    # Prefill: two heads of 130 rows: two full tiles and a 2-lane tail each.
+    q, k, v = (rand(rng, (1, 2, 130, 32)) for _ in range(3))
+    plan = sdpa.explain(q, k, v, causal="top-left", threads=1)
+    assert plan["tiled_items"] == 4 and plan["engine"] == "widened" and plan["threads"] == 1, plan
+    back = sdpa.explain(q, k, v, causal="top-left", threads=1, backward=True)
+    assert back["call"] == "backward" and back["one_pass"] is True and back["backward_items"] == 2, back
+    with pytest.raises(ValueError, match="^q: rank"):
+        sdpa.explain(q[0], k[0], v[0])
+
+
 def test_import_does_not_need_torch():
     import subprocess
     import sys

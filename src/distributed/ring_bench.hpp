@@ -8,7 +8,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "dist/ring.hpp"
+#include "distributed/ring.hpp"
 
 namespace sdpa::dist {
 

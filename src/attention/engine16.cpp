@@ -1,14 +1,30 @@
-// amx_bf16.cpp — see amx.hpp. The only file compiled with -mamx-tile -mamx-bf16
-// -mavx512bf16 (src/CMakeLists.txt); configure, release and gemm run only where
-// amx_bf16_usable(), gemm_dot and the packings where bf16_dot_usable() (AVX512_BF16).
-// Names with weak linkage stay in sdpa::detail::amx (kernel.isa_objects_share_no_inline_code).
+// engine16.cpp — see engine16.hpp. The only file compiled with -mamx-tile -mamx-bf16
+// -mavx512bf16 (src/CMakeLists.txt); amx:: (configure, release, gemm) runs only where the
+// dispatch chose Engine16::amx, dot::gemm and the packings where it chose an engine
+// (AVX512_BF16). Names with weak linkage stay in sdpa::detail::engine16
+// (kernel.isa_objects_share_no_inline_code).
 #include <immintrin.h>
 
 #include <cstring>
 
-#include "attention/amx.hpp"
+#include "attention/engine16.hpp"
 
-namespace sdpa::detail::amx {
+namespace sdpa::detail::engine16 {
+namespace {
+
+// The mask of the first `left` of 32 16-bit elements (left clamped to [0, 32]).
+__mmask32 first_halves(i64 left) {
+  return left >= 32 ? ~__mmask32{0} : left <= 0 ? 0 : (__mmask32{1} << left) - 1;
+}
+
+// The mask of the first `left` of 16 floats (left clamped to [0, 16]).
+__mmask16 first_floats(i64 left) {
+  return left >= 16 ? __mmask16(0xFFFF) : left <= 0 ? __mmask16(0) : __mmask16((1u << left) - 1);
+}
+
+}  // namespace
+
+namespace amx {
 namespace {
 
 // Tile registers: C 0..3 (a 2 × 2 block), A 4, 5, B 6, 7 — all eight, each 16 × 64 bytes.
@@ -23,16 +39,6 @@ struct alignas(64) TileConfig {
   std::uint8_t rows[16] = {};
 };
 static_assert(sizeof(TileConfig) == 64);
-
-// The mask of the first `left` of 32 16-bit elements (left clamped to [0, 32]).
-__mmask32 first_halves(i64 left) {
-  return left >= 32 ? ~__mmask32{0} : left <= 0 ? 0 : (__mmask32{1} << left) - 1;
-}
-
-// The mask of the first `left` of 16 floats (left clamped to [0, 16]).
-__mmask16 first_floats(i64 left) {
-  return left >= 16 ? __mmask16(0xFFFF) : left <= 0 ? __mmask16(0) : __mmask16((1u << left) - 1);
-}
 
 // One 2 × 2 (MB × NB ≤ 2 × 2) block of 16 × 16 C tiles over all of K. Tile numbers are
 // immediates, so each shape is its own instantiation.
@@ -68,32 +74,6 @@ void gemm_block(i64 K, const bf16* A, i64 lda, const std::uint32_t* B, i64 ldb, 
   if constexpr (MB > 1 && NB > 1) _tile_stored(3, c10 + 16, c_stride);
 }
 
-// The 16 × 16 fp32 block x[0..15] (row r in x[r]) transposed in place: four rounds of
-// shuffles, within 128-bit lanes, then across them.
-inline void transpose16(__m512 x[16]) {
-  __m512 t[16], u[16];
-  for (int i = 0; i < 16; i += 2) {
-    t[i] = _mm512_unpacklo_ps(x[i], x[i + 1]);      // per lane: a0 b0 a1 b1
-    t[i + 1] = _mm512_unpackhi_ps(x[i], x[i + 1]);  //           a2 b2 a3 b3
-  }
-  for (int i = 0; i < 16; i += 4) {  // lane L of u[i + c]: column 4L + c of rows i..i+3
-    u[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
-    u[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xEE);
-    u[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
-    u[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
-  }
-  for (int c = 0; c < 4; ++c) {
-    // lanes of v: columns (c, 8+c) of rows 0-3, then of rows 4-7; w likewise rows 8-15.
-    const __m512 v0 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x88), v1 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xDD);
-    const __m512 w0 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x88);
-    const __m512 w1 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xDD);
-    x[c] = _mm512_shuffle_f32x4(v0, w0, 0x88);
-    x[8 + c] = _mm512_shuffle_f32x4(v0, w0, 0xDD);
-    x[4 + c] = _mm512_shuffle_f32x4(v1, w1, 0x88);
-    x[12 + c] = _mm512_shuffle_f32x4(v1, w1, 0xDD);
-  }
-}
-
 }  // namespace
 
 void configure() {
@@ -126,11 +106,14 @@ void gemm(i64 M, i64 N, i64 K, const bf16* A, i64 lda, const std::uint32_t* B, i
   }
 }
 
+}  // namespace amx
+
+namespace dot {
 namespace {
 // C's rows [0, MR) × columns [0, 16·NV) over all of K by vdpbf16ps: each step takes one
 // pair row of B (NV vectors of 16 pairs) and, per row of A, its pair (A[r][2k], A[r][2k+1])
 // broadcast to every lane, so lane n gains A[r][2k]·B[2k][n] + A[r][2k+1]·B[2k+1][n]. The
-// MR·NV accumulators (16 in every shape gemm_dot takes) are independent chains enough to
+// MR·NV accumulators (16 in every shape dot::gemm takes) are independent chains enough to
 // cover the instruction's latency.
 template <int MR, int NV>
 void dot_block(i64 K, const bf16* A, i64 lda, const std::uint32_t* B, i64 ldb, float* C, i64 ldc, bool accumulate) {
@@ -157,8 +140,8 @@ void dot_panel(i64 M, i64 K, const bf16* A, i64 lda, const std::uint32_t* B, i64
 }
 }  // namespace
 
-void gemm_dot(i64 M, i64 N, i64 K, const bf16* A, i64 lda, const std::uint32_t* B, i64 ldb, float* C, i64 ldc,
-              bool accumulate) {
+void gemm(i64 M, i64 N, i64 K, const bf16* A, i64 lda, const std::uint32_t* B, i64 ldb, float* C, i64 ldc,
+          bool accumulate) {
   // Panels of 64 columns by 4 rows; the last panel's 16, 32 or 48 columns by 16, 8 or 4 rows
   // (M is a multiple of 16, so every shape divides it).
   i64 n = 0;
@@ -170,6 +153,37 @@ void gemm_dot(i64 M, i64 N, i64 K, const bf16* A, i64 lda, const std::uint32_t* 
     default: break;
   }
 }
+
+}  // namespace dot
+
+namespace {
+// The 16 × 16 fp32 block x[0..15] (row r in x[r]) transposed in place: four rounds of
+// shuffles, within 128-bit lanes, then across them.
+inline void transpose16(__m512 x[16]) {
+  __m512 t[16], u[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_ps(x[i], x[i + 1]);      // per lane: a0 b0 a1 b1
+    t[i + 1] = _mm512_unpackhi_ps(x[i], x[i + 1]);  //           a2 b2 a3 b3
+  }
+  for (int i = 0; i < 16; i += 4) {  // lane L of u[i + c]: column 4L + c of rows i..i+3
+    u[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
+    u[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xEE);
+    u[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+    u[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+  }
+  for (int c = 0; c < 4; ++c) {
+    // lanes of v: columns (c, 8+c) of rows 0-3, then of rows 4-7; w likewise rows 8-15.
+    const __m512 v0 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x88), v1 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xDD);
+    const __m512 w0 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x88);
+    const __m512 w1 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xDD);
+    x[c] = _mm512_shuffle_f32x4(v0, w0, 0x88);
+    x[8 + c] = _mm512_shuffle_f32x4(v0, w0, 0xDD);
+    x[4 + c] = _mm512_shuffle_f32x4(v1, w1, 0x88);
+    x[12 + c] = _mm512_shuffle_f32x4(v1, w1, 0xDD);
+  }
+}
+
+}  // namespace
 
 namespace {
 // ST (keys × rows fp32, row stride `rows`) transposed 16 × 16 at a time: put(r, c0, x) gets
@@ -435,4 +449,4 @@ void transpose_f32(const float* X, i64 ldx, i64 rows, i64 cols, float* out, i64 
     }
 }
 
-}  // namespace sdpa::detail::amx
+}  // namespace sdpa::detail::engine16

@@ -1,10 +1,11 @@
-// decode_avx2.hpp — the fused decoding loop (decode_kernel.inl) for AVX2: its primitives
-// `Ops` in 8-float vectors, and the loop instantiated over them.
-//
-// A header of its own, as decode_avx512.hpp: it brings the AVX2 `Vec` and the kernel's
-// shared helpers (kernel_common.inl) into sdpa::detail::avx2, where fast_avx2.cpp then
-// includes the tile loops. Compiled only with the AVX2 flags (src/CMakeLists.txt).
+// isa_avx2.hpp — the avx2 path's layer under the attention kernel (kernel/kernel.inl): `kIsa`,
+// the vector type `Vec` of 8 floats (simd_avx2.hpp), the 16-bit loads and stores
+// (half_avx2.hpp), and the fused decoding loop's primitives `Ops`, all in
+// sdpa::detail::avx2; and the kernel features this path has. Included by fast_avx2.cpp
+// only, which is compiled with the avx2 flags (src/CMakeLists.txt).
 #pragma once
+
+#define SDPA_FUSED_DECODE 1  // kernel/forward.inl sends decoding items to decode::forward
 
 #include <immintrin.h>
 
@@ -14,9 +15,8 @@
 
 namespace sdpa::detail::avx2 {
 
-constexpr Isa kIsa = Isa::avx2;  // the converters of 16-bit tensors (kernel_common.inl)
+constexpr Isa kIsa = Isa::avx2;  // the converters of 16-bit tensors (kernel/common.inl)
 #include "attention/simd_avx2.hpp"
-#include "attention/kernel_common.inl"
 #include "attention/half_avx2.hpp"
 
 namespace decode {
@@ -30,7 +30,7 @@ struct Ops {
   static Mask part_mask(i64 n) {  // the first n floats, 0 < n < 8
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
   }
-  // The element loads (decode_kernel.inl's one seam for K and V): 8 elements of the call's
+  // The element loads (kernel/decode.inl's one seam for K and V): 8 elements of the call's
   // dtype as 8 floats, whole or the first under m (zeros past them), and one as a float.
   static __m256 load(const float* x) { return _mm256_loadu_ps(x); }
   static __m256 load(const bf16* x) { return load8_bf16(x); }  // half_avx2.hpp
@@ -82,20 +82,18 @@ struct Ops {
     auto load = [](const int* v) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(v)); };
     const __m256i j = _mm256_add_epi32(_mm256_set1_epi32(jb), load(c));
     const __m256i out = _mm256_or_si256(_mm256_cmpgt_epi32(load(lo), j), _mm256_cmpgt_epi32(j, load(hi)));
-    return _mm256_blendv_ps(x, _mm256_set1_ps(kNegInf), _mm256_castsi256_ps(out));
+    return _mm256_blendv_ps(x, _mm256_set1_ps(-__builtin_inff()), _mm256_castsi256_ps(out));
   }
 
   static bool any_nan(__m256 x) { return _mm256_movemask_ps(_mm256_cmp_ps(x, x, _CMP_UNORD_Q)) != 0; }
 
-  // Keeps a loaded vector in a register (as decode_avx512.hpp's: GCC would fold the load
+  // Keeps a loaded vector in a register (as isa_avx512.hpp's: GCC would fold the load
   // into every FMA that uses it).
   static __m256 pin(__m256 x) {
     __asm__("" : "+x"(x));
     return x;
   }
 };
-
-#include "attention/decode_kernel.inl"
 
 }  // namespace decode
 }  // namespace sdpa::detail::avx2

@@ -1,9 +1,9 @@
-// amx.hpp — the engine pieces of the 16-bit tiled forward (fast_kernel.inl,
-// forward_tiled_amx) and of the backward's five products (kv_tiles, backward_q_tile): tile
-// configuration, one bf16 GEMM on AMX tiles and the same GEMM by vdpbf16ps, and the packings
-// their operands need. Compiled alone with -mamx-tile -mamx-bf16 -mavx512bf16 (amx_bf16.cpp,
-// src/CMakeLists.txt); called from the AVX-512 path only where the dispatch chose an engine (sdpa/dispatch.hpp:
-// Engine16::amx for the tiles, Engine16::dot for gemm_dot and the packings).
+// engine16.hpp — the 16-bit engines' pieces for the tiled forward (kernel/forward_engine16.inl)
+// and the backward's five products (kernel/backward.inl): tile configuration and one bf16
+// GEMM on AMX tiles (amx::), the same GEMM by vdpbf16ps (dot::), and the packings their
+// operands share (engine16::). Compiled alone with -mamx-tile -mamx-bf16 -mavx512bf16
+// (engine16.cpp, src/CMakeLists.txt); called from the AVX-512 path only where the dispatch
+// chose an engine (sdpa/dispatch.hpp: Engine16::amx for amx::, either for the rest).
 //
 // Every tile this file uses is 16 rows × 64 bytes: an fp32 C tile is 16 × 16 floats, an A
 // tile 16 rows × 32 bf16, a B tile 16 rows of 16 bf16 pairs (AMX's B layout: element
@@ -16,9 +16,9 @@
 #include "attention/problem.hpp"
 #include "sdpa/half.hpp"
 
-namespace sdpa::detail {
+namespace sdpa::detail::engine16 {
 
-namespace amx {
+namespace amx {  // AMX tiles: only where the dispatch chose Engine16::amx
 
 // Tile configuration is per thread and any other library may change it: the forward loads
 // it at the start of each item and releases the tiles at its end.
@@ -31,13 +31,18 @@ void release();
 void gemm(i64 M, i64 N, i64 K, const bf16* A, i64 lda, const std::uint32_t* B, i64 ldb, float* C, i64 ldc,
           bool accumulate);
 
+}  // namespace amx
+
+namespace dot {  // AVX512_BF16 dot products: where the dispatch chose Engine16::dot
 // The same product by AVX512_BF16 dot products (vdpbf16ps), no tiles: for CPUs with
 // AVX512_BF16 but no AMX (AMD Zen 4). Same operands, same shapes (M, N multiples of 16, K of
 // 32); each lane sums its products in pairs (a0·b0 + a1·b1 added to C), as a tile does in
 // its own order, so the two engines' bits may differ. No configure() needed.
-void gemm_dot(i64 M, i64 N, i64 K, const bf16* A, i64 lda, const std::uint32_t* B, i64 ldb, float* C, i64 ldc,
-              bool accumulate);
+void gemm(i64 M, i64 N, i64 K, const bf16* A, i64 lda, const std::uint32_t* B, i64 ldb, float* C, i64 ldc,
+          bool accumulate);
+}  // namespace dot
 
+// The packings of both engines' operands (AVX-512 and AVX512_BF16).
 // P (rows × kp bf16, row stride ldp) = ST transposed and rounded to bf16 (round to nearest
 // even, subnormals flushed: vcvtneps2bf16): ST is keys × rows fp32 (row stride `rows`, a
 // multiple of 16), keys [0, bc) read, keys [bc, kp) zero. kp a multiple of 32.
@@ -51,7 +56,7 @@ bool pack_rows_in_pairs(const bf16* V, i64 ldv, i64 n, i64 D, i64 kp, std::uint3
 // Vᵀ (dp × kp 16-bit rows, row stride ldo; dp = D rounded up to 16): out[e][c] = V[c][e]
 // for rows c < n of V (16-bit values, bf16 or fp16, moved as bits; row stride ldv, unit
 // stride along D), zero for c in [n, kp) and e in [D, dp); kp a multiple of 32. The A
-// operand of Oᵀ += Vᵀ·Pᵀ (forward_tiled_amx). Returns whether every value read is finite
+// operand of Oᵀ += Vᵀ·Pᵀ (forward_tiled_engine16). Returns whether every value read is finite
 // (exponent: the dtype's exponent bits, 0x7F80 for bf16, 0x7C00 for fp16).
 bool pack_transposed_rows(const bf16* V, i64 ldv, i64 n, i64 D, i64 kp, bf16* out, i64 ldo,
                           std::uint16_t exponent = 0x7F80);
@@ -120,5 +125,4 @@ void copy_rows_padded(const bf16* X, i64 ldx, i64 n, i64 D, i64 rows, i64 cols, 
 // stride ldx) rounded to bf16 as pack_transposed_bf16 rounds, zero elsewhere.
 void round_rows_bf16(const float* X, i64 ldx, i64 n, i64 D, i64 rows, i64 cols, bf16* out, i64 ldo);
 
-}  // namespace amx
-}  // namespace sdpa::detail
+}  // namespace sdpa::detail::engine16

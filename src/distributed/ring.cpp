@@ -1,6 +1,6 @@
 // ring.cpp — ring attention's forward and backward over MPI, on the building blocks of
 // sdpa/blocks.hpp. See ring.hpp for the contract, docs/scaling.md for the time model.
-#include "dist/ring.hpp"
+#include "distributed/ring.hpp"
 
 #include <algorithm>
 #include <chrono>

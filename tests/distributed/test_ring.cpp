@@ -8,7 +8,7 @@
 
 #include <limits>
 
-#include "dist/ring.hpp"
+#include "distributed/ring.hpp"
 #include "gold.hpp"
 
 namespace sdpa::test {

@@ -1,11 +1,11 @@
 // sweep_share.cpp — see sweep_share.hpp.
-#include "dist/sweep_share.hpp"
+#include "distributed/sweep_share.hpp"
 
 #include <climits>
 #include <cstdint>
 #include <cstring>
 
-#include "dist/ring.hpp"
+#include "distributed/ring.hpp"
 
 namespace sdpa::dist {
 namespace {

@@ -1,10 +1,11 @@
-// decode_kernel.inl — the forward for items with few query lanes (decoding): scores,
+// decode.inl — the forward for items with few query lanes (decoding): scores,
 // online softmax and P·V fused per tile of keys, the lanes taken in groups that share
-// every K and V load. forward_item (fast_kernel.inl) sends it the items `decode::applies`
+// every K and V load. forward_item (forward.inl) sends it the items `decode::applies`
 // to; the scalar build keeps forward_few_lanes. Written once against `Vec` and a small
-// per-ISA set of primitives `Ops` (decode_avx512.hpp, decode_avx2.hpp: the element loads,
+// per-ISA set of primitives `Ops` (isa_avx512.hpp, isa_avx2.hpp: the element loads,
 // the W-into-1 reduction, the per-group max and sum, the lane mask test, pin), and included
-// inside namespace decode of each SIMD ISA by those headers.
+// inside namespace decode of each SIMD ISA by kernel.inl where the ISA layer defines
+// SDPA_FUSED_DECODE.
 //
 // K and V are read in the call's dtype E (float, bf16 or fp16): every K and V element goes
 // through Ops::load / Ops::load_part / Ops::to_float (the one seam: fp32 as is, fp16 by
@@ -24,7 +25,7 @@
 // block of KB = W / NL keys. One, two or Ops::kGroupLanes lanes per group (three take
 // four, the fourth a zero query whose results are dropped); groups enough for kFewLanes.
 
-// The few-lane loop's constants (kernel_common.inl), so both paths tune together.
+// The few-lane loop's constants (kernel/common.inl), so both paths tune together.
 constexpr i64 kKeys = kFewTileCols;  // keys per tile; split boundaries are multiples of it
 // K and V rows are prefetched this many keys ahead, into L2: twice forward_few_lanes'
 // distance, since each is issued while its own half of the tile runs (64 to 128 measured

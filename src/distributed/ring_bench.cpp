@@ -1,5 +1,5 @@
 // ring_bench.cpp — the timings behind `sdpa bench --ring` (ring_bench.hpp).
-#include "dist/ring_bench.hpp"
+#include "distributed/ring_bench.hpp"
 
 #include <omp.h>
 

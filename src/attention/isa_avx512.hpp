@@ -1,22 +1,23 @@
-// decode_avx512.hpp — the fused decoding loop (decode_kernel.inl) for AVX-512: its
-// primitives `Ops` in 16-float vectors, and the loop instantiated over them.
-//
-// A header of its own: it brings the AVX-512 `Vec` and the kernel's shared helpers
-// (kernel_common.inl: visible keys, online softmax step, arena, finish_row) into
-// sdpa::detail::avx512, where fast_avx512.cpp then includes the tile loops. Compiled
-// only with the AVX-512 flags (src/CMakeLists.txt).
+// isa_avx512.hpp — the avx512 path's layer under the attention kernel (kernel/kernel.inl): `kIsa`,
+// the vector type `Vec` of 16 floats (simd_avx512.hpp), the 16-bit loads and stores
+// (half_avx512.hpp), and the fused decoding loop's primitives `Ops`, all in
+// sdpa::detail::avx512; and the kernel features this path has. Included by fast_avx512.cpp
+// only, which is compiled with the avx512 flags (src/CMakeLists.txt).
 #pragma once
+
+#define SDPA_FUSED_DECODE 1  // kernel/forward.inl sends decoding items to decode::forward
+#define SDPA_ENGINE16 1      // and the 16-bit engines' tables, table_on<E> (engine16.hpp)
 
 #include <type_traits>  // std::integral_constant: a chunk's vector count as a type
 
+#include "attention/engine16.hpp"
 #include "attention/fast.hpp"
 #include "common/avx512_intrinsics.hpp"
 
 namespace sdpa::detail::avx512 {
 
-constexpr Isa kIsa = Isa::avx512;  // the converters of 16-bit tensors (kernel_common.inl)
+constexpr Isa kIsa = Isa::avx512;  // the converters of 16-bit tensors (kernel/common.inl)
 #include "attention/simd_avx512.hpp"
-#include "attention/kernel_common.inl"
 #include "attention/half_avx512.hpp"
 
 namespace decode {
@@ -28,7 +29,7 @@ struct Ops {
 
   static Mask full_mask() { return 0xFFFF; }
   static Mask part_mask(i64 n) { return static_cast<Mask>((1u << n) - 1); }  // the first n floats, 0 < n < 16
-  // The element loads (decode_kernel.inl's one seam for K and V): 16 elements of the
+  // The element loads (kernel/decode.inl's one seam for K and V): 16 elements of the
   // call's dtype as 16 floats, whole or the first under m (zeros past them), and one as a float.
   static __m512 load(const float* x) { return _mm512_loadu_ps(x); }
   static __m512 load(const bf16* x) { return load16_bf16(x); }  // half_avx512.hpp
@@ -74,7 +75,7 @@ struct Ops {
     const __m512i j = _mm512_add_epi32(_mm512_set1_epi32(jb), _mm512_loadu_si512(c));
     const __mmask16 out = _mm512_cmpgt_epi32_mask(_mm512_loadu_si512(lo), j) |
                           _mm512_cmpgt_epi32_mask(j, _mm512_loadu_si512(hi));
-    return _mm512_mask_mov_ps(x, out, _mm512_set1_ps(kNegInf));
+    return _mm512_mask_mov_ps(x, out, _mm512_set1_ps(-__builtin_inff()));
   }
 
   static bool any_nan(__m512 x) { return _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q) != 0; }
@@ -86,8 +87,6 @@ struct Ops {
     return x;
   }
 };
-
-#include "attention/decode_kernel.inl"
 
 }  // namespace decode
 }  // namespace sdpa::detail::avx512

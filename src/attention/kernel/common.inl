@@ -1,8 +1,8 @@
-// kernel_common.inl — what every loop of the attention kernel shares, each written once:
+// common.inl — what every loop of the attention kernel shares, each written once:
 // the visible key range, the masks, the online softmax step, the scratch arena, an item's
 // lanes and the write of a finished row. Included inside one namespace per ISA after that
-// ISA's `Vec` (simd_*.hpp); used by fast_kernel.inl (the tile loops) and by
-// decode_kernel.inl (the fused decoding loop). Only builtins, intrinsics and functions
+// ISA's `Vec` (simd_*.hpp); used by the tile loops and by
+// decode.inl (the fused decoding loop). Only builtins, intrinsics and functions
 // defined in the namespace are called, so no inline function compiled for one ISA is
 // shared with another (ODR safety; kernel.isa_objects_share_no_inline_code).
 //
@@ -10,7 +10,7 @@
 
 // Loops over compile-time counts (lanes, keys of a block, vectors of a chunk, a GEMM
 // block's rows) are unrolled before GCC's scalar replacement runs: at -O3 it otherwise
-// keeps accumulator arrays in memory (decode_kernel.inl's P·V loop stored all of them to the
+// keeps accumulator arrays in memory (kernel/decode.inl's P·V loop stored all of them to the
 // stack on every key; the GEMM block went through the stack before and after its loop).
 #define SDPA_UNROLL _Pragma("GCC unroll 16")
 
@@ -297,7 +297,7 @@ inline void mul_tile(float* X, i64 ldx, const float* M, i64 ldm, i64 rows, i64 c
 // on, each score becomes its unnormalised probability exp(s - m_new), handed to put(k, e),
 // and the factor exp(m_old - m_new) is returned, by which the lane's output so far must be
 // rescaled. lane_max(x) turns the elementwise max over the tile into each lane's max (the
-// identity when an element is a lane; decode_kernel.inl packs several keys of a lane into one
+// identity when an element is a lane; kernel/decode.inl packs several keys of a lane into one
 // vector). NaN scores are left out of the max (they stay NaN in P, and so in the output);
 // a lane that has seen only -inf is shifted by 0, so its probabilities are exp(-inf) = 0.
 template <class Score, class LaneMax, class Put>
@@ -387,7 +387,7 @@ inline LanesSee rows_see(const Problem& p, i64 b, i64 h, i64 i0, i64 br) {
 }
 
 // Items with at most this many lanes (decoding) take a loop of their own: the tile GEMMs
-// would leave most vector lanes idle (forward_few_lanes; on AVX2 and AVX-512, decode_kernel.inl).
+// would leave most vector lanes idle (forward_few_lanes; on AVX2 and AVX-512, kernel/decode.inl).
 constexpr i64 kFewLanes = 8;
 // Keys per tile on those loops: K and V are consumed a few KiB at a time, so the rows
 // prefetched ahead are still in L2 when the tile reaches them.

@@ -1,0 +1,46 @@
+// forward.inl — the one place that picks an item's forward loop, and the scratch it needs.
+
+// The forward of one item, by the loop that suits it; the one place that chooses. E: the
+// engine of the table's 16-bit products; the items of the dtypes it takes that are neither
+// decoding nor few-lane go to forward_tiled_engine16 on it (the AVX-512 path's AMX and dot
+// tables, table_on<E>).
+template <Engine16 E>
+ForwardLoop forward_item_on(const Problem& p, const Tensors& t, const ForwardItem& it, WorkerScratch scratch) {
+  const ItemLanes lanes = item_lanes(p, it);
+#ifdef SDPA_FUSED_DECODE
+  if (decode::applies(p, t, lanes.n)) {
+    decode::forward(p, t, it, lanes, scratch);
+    return ForwardLoop::decoding;
+  }
+#endif
+  if (lanes.n <= kFewLanes && t.k.stride[3] == 1) {
+    forward_few_lanes(p, t, it, lanes, scratch);
+    return ForwardLoop::few_lanes;
+  }
+#ifdef SDPA_ENGINE16
+  if (engine_takes(E, p.dtype)) {
+    forward_tiled_engine16<E>(p, t, it, lanes, scratch);
+    return ForwardLoop::engine;
+  }
+#endif
+  forward_tiled(p, t, it, lanes, scratch);
+  return ForwardLoop::tiled;
+}
+ForwardLoop forward_item(const Problem& p, const Tensors& t, const ForwardItem& it, WorkerScratch scratch) {
+  return forward_item_on<Engine16::widened>(p, t, it, scratch);
+}
+
+// Floats per worker: the largest of the layouts forward_item may carve.
+i64 forward_scratch(const Problem& p) {
+  i64 floats = imax(scratch_floats<TiledForwardScratch>(p), scratch_floats<FewLaneForwardScratch>(p));
+#ifdef SDPA_FUSED_DECODE
+  floats = imax(floats, scratch_floats<decode::Scratch>(p, kFewLanes));
+#endif
+  return floats;
+}
+#ifdef SDPA_ENGINE16
+template <Engine16 E>
+i64 forward_scratch_on(const Problem& p) {  // the engine's layout only where forward_item_on<E> may take it
+  return engine_takes(E, p.dtype) ? imax(forward_scratch(p), scratch_floats<Engine16ForwardScratch>(p)) : forward_scratch(p);
+}
+#endif

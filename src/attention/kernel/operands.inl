@@ -1,0 +1,130 @@
+// operands.inl — the scores' scale and soft-cap, and how the tile loops read their operands:
+// rows in place where the strides allow, else packed or gathered into scratch.
+
+// ---------------------------------------------------------------------------------------
+// Score post-processing: s = β x, then soft-cap (t = tanh(s/c) saved when T != null).
+inline void scale_softcap(const Problem& p, float* S, i64 ld, i64 rows, i64 cols, float* T) {
+  const R beta = Vec::set1(static_cast<float>(p.scale));
+  const R cap = Vec::set1(static_cast<float>(p.softcap));
+  const R inv_cap = Vec::set1(static_cast<float>(1.0 / p.softcap));
+  if (!p.has_softcap) {  // the common case: a plain loop, no soft-cap test per vector
+    for (i64 r = 0; r < rows; ++r)
+      for (i64 c = 0; c < cols; c += W) Vec::store(S + r * ld + c, Vec::mul(Vec::load(S + r * ld + c), beta));
+    return;
+  }
+  for (i64 r = 0; r < rows; ++r)
+    for (i64 c = 0; c < cols; c += W) {
+      R s = Vec::mul(Vec::load(S + r * ld + c), beta);
+      if (p.has_softcap) {
+        const R t = Vec::tanh(Vec::mul(s, inv_cap));
+        if (T) Vec::store(T + r * ld + c, t);
+        s = Vec::mul(cap, t);
+      }
+      Vec::store(S + r * ld + c, s);
+    }
+}
+
+// Packs keys [j0, j0+bc) of (b, g) transposed: KT[d][c] (Dk × ld), zero columns up to ld.
+// 16-bit keys are widened row by row (load_row).
+inline void pack_transposed(const InView& x, i64 b, i64 g, i64 j0, i64 bc, i64 D, float* out, i64 ld) {
+  if (x.dtype != Dtype::f32) {
+    for (i64 c = 0; c < bc; ++c) load_row(x, off(x, b, g, j0 + c, 0), D, out + c, ld);
+    for (i64 d = 0; d < D; ++d)
+      for (i64 c = bc; c < ld; ++c) out[d * ld + c] = 0.0f;
+    return;
+  }
+  for (i64 d = 0; d < D; ++d) {
+    float* o = out + d * ld;
+    for (i64 c = 0; c < bc; ++c) o[c] = x.data[off(x, b, g, j0 + c, d)];
+    for (i64 c = bc; c < ld; ++c) o[c] = 0.0f;
+  }
+}
+// Packs rows [j0, j0+n) of (b, g) as rows of ld floats, zero-padded; returns whether all
+// finite (rows copied or widened by vectors: only when `scan`, else true).
+inline bool pack_rows(const InView& x, i64 b, i64 g, i64 j0, i64 n, i64 D, float* out, i64 ld, bool scan = true) {
+  if (x.dtype != Dtype::f32) {  // widened by the vector converters, then one vector scan
+    if (x.stride[3] == 1 && x.stride[2] == D && ld == D) {
+      // Rows back to back on both sides: one converter call for the tile. Per row, the
+      // calls were 3 % of a bf16 forward's samples at D = 64 (docs/performance.md).
+      load_row(x, off(x, b, g, j0, 0), n * D, out, 1);
+    } else {
+      for (i64 c = 0; c < n; ++c) {
+        load_row(x, off(x, b, g, j0 + c, 0), D, out + c * ld, 1);
+        for (i64 d = D; d < ld; ++d) out[c * ld + d] = 0.0f;
+      }
+    }
+    return !scan || rows_finite(out, ld, n, D);
+  }
+  if (x.stride[3] == 1) {  // rows of contiguous floats: copied, then one vector scan
+    for (i64 c = 0; c < n; ++c) {
+      const float* row = x.data + off(x, b, g, j0 + c, 0);
+      float* o = out + c * ld;
+      for (i64 d = 0; d < D; ++d) o[d] = row[d];
+      for (i64 d = D; d < ld; ++d) o[d] = 0.0f;
+    }
+    return !scan || rows_finite(out, ld, n, D);
+  }
+  bool finite = true;
+  for (i64 c = 0; c < n; ++c) {
+    float* o = out + c * ld;
+    for (i64 d = 0; d < D; ++d) {
+      const float val = x.data[off(x, b, g, j0 + c, d)];
+      finite &= is_finite(val);
+      o[d] = val;
+    }
+    for (i64 d = D; d < ld; ++d) o[d] = 0.0f;
+  }
+  return finite;
+}
+
+// Whether rows of x (width D) can be a GEMM's B operand in place: fp32, unit stride along
+// D, D a multiple of the vector width, and rows at most a padded row apart. The GEMM reads
+// B down its rows, one vector per row; at a row stride that is a large power of two (the
+// (B, N, H, D) layout seen as (B, H, N, D): H·D floats apart) those vectors all fall in a
+// few L1 sets and evict each other, which cost the forward 20 % at H = 8, D = 64 (Zen 3).
+// 16-bit rows are always packed (widened).
+inline bool rows_in_place(const InView& x, i64 D) {
+  return x.dtype == Dtype::f32 && x.stride[3] == 1 && D % W == 0 && x.stride[2] <= round_up(D, kPad);
+}
+
+// Rows [r0, r0 + n) of (b, h) as a B operand: in place when rows_in_place (ld = the
+// tensor's row stride, cols = D), else packed into buf (ld = cols = D padded to kPad).
+// finite: packing fp32 sees every value; rows read in place, and widened 16-bit rows, are
+// scanned when scan_in_place, else left Finite::unknown for gemm_acc_skip_zero to check
+// its result instead.
+struct RowsOperand {
+  const float* data;
+  i64 ld, cols;
+  Finite finite;
+};
+inline RowsOperand rows_operand(const InView& x, i64 b, i64 h, i64 r0, i64 n, i64 D, float* buf, bool scan_in_place) {
+  if (rows_in_place(x, D)) {
+    const float* rows = x.data + off(x, b, h, r0, 0);
+    const Finite finite = !scan_in_place                         ? Finite::unknown
+                          : rows_finite(rows, x.stride[2], n, D) ? Finite::yes
+                                                                 : Finite::no;
+    return {rows, x.stride[2], D, finite};
+  }
+  const i64 ld = round_up(D, kPad);
+  if (!scan_in_place) {  // as rows read in place: no scan (K's in the forward)
+    pack_rows(x, b, h, r0, n, D, buf, ld, /*scan=*/false);
+    return {buf, ld, ld, Finite::unknown};
+  }
+  return {buf, ld, ld, pack_rows(x, b, h, r0, n, D, buf, ld) ? Finite::yes : Finite::no};
+}
+
+// Rows of (b, h) from r0 as a GEMM's A operand, element (r, d) at data[r·rs + d·cs]: fp32
+// rows in place at the tensor's own strides (a_in_place); 16-bit rows as rows_operand packed
+// them (a_rows), since the GEMM reads floats.
+struct AOperand {
+  const float* data;
+  i64 rs, cs;
+};
+inline AOperand a_in_place(const InView& x, i64 b, i64 h, i64 r0) {
+  return {x.data + off(x, b, h, r0, 0), x.stride[2], x.stride[3]};
+}
+inline AOperand a_rows(const RowsOperand& rows) { return {rows.data, rows.ld, 1}; }
+// The one choice between them, for rows that are also a B operand (rows_operand'ed).
+inline AOperand a_operand(const InView& x, i64 b, i64 h, i64 r0, const RowsOperand& rows) {
+  return x.dtype == Dtype::f32 ? a_in_place(x, b, h, r0) : a_rows(rows);
+}

@@ -1,0 +1,33 @@
+// per_isa.hpp — the one choice among a set of functions compiled once per ISA (the attention
+// kernel's tables, the 16-bit conversions, the training lab's GEMM and GELU, the peak meters),
+// as Highway's HWY_DYNAMIC_DISPATCH chooses from an HWY_EXPORT table: each caller declares its
+// set once as a PerIsa, and per_isa() resolves Isa::automatic by the dispatch rule
+// (sdpa/dispatch.hpp), refuses an ISA this CPU lacks and returns that ISA's entry.
+#pragma once
+
+#include <string>
+
+#include "sdpa/dispatch.hpp"
+#include "sdpa/error.hpp"
+
+namespace sdpa {
+
+template <class T>
+struct PerIsa {
+  T scalar, avx2, avx512;
+};
+
+/// set's entry for `isa` (Isa::automatic: active_isa()); throws sdpa::Error naming `what` for an
+/// ISA this CPU cannot run.
+template <class T>
+const T& per_isa(const PerIsa<T>& set, Isa isa, const char* what) {
+  if (isa == Isa::automatic) isa = active_isa();
+  if (!isa_supported(isa)) throw Error(std::string(what) + ": this CPU cannot run the " + isa_name(isa) + " kernel");
+  switch (isa) {
+    case Isa::avx512: return set.avx512;
+    case Isa::avx2: return set.avx2;
+    default: return set.scalar;
+  }
+}
+
+}  // namespace sdpa
