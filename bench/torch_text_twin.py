@@ -2,7 +2,7 @@
 """The PyTorch twin of `sdpa train --task text`: the same model, corpus, split and optimiser.
 
 The anchor run of docs/training.md ("On real text: the anchor run") times `sdpa train` and this
-script on the same machine in the same session, alternating, and compares training tokens/s.
+script on the same machine in the same run, alternating, and compares training tokens/s.
 The model is the training lab's (src/nn/model.hpp), not nanoGPT's: pre-LN blocks with biases,
 tanh-GELU MLP of width 4C, learned positions, a final LayerNorm and an untied output matrix
 without bias, causal attention with β = 1/√d_k (torch's scaled_dot_product_attention). AdamW

@@ -71,7 +71,7 @@ struct Options {
 /// (read once per process). The counts are the call's own, recorded as it runs, so they
 /// cannot drift from what the kernel did.
 struct Plan {
-  std::string call;                     // "forward", "backward", "forward_varlen", "backward_varlen"
+  std::string call;  // "forward", "backward", "forward_varlen", "backward_varlen"
   Kernel kernel = Kernel::fast;
   Dtype dtype = Dtype::f32;
   Isa isa = Isa::scalar;                // the path that ran (the fast kernel's)
@@ -80,11 +80,11 @@ struct Plan {
   int threads = 0;                      // workers of the call's main loop (the most over its sequences)
   std::int64_t sequences = 1;           // varlen: the sequences run (each its own call)
   // The forward's work items and the loop each took (forward.inl's one choice):
-  std::int64_t kv_splits = 0;        // key splits per query tile (> 1: split-KV, merged by lse)
-  std::int64_t decoding_items = 0;   // the fused decoding loop (one to eight query lanes)
-  std::int64_t few_lane_items = 0;   // few lanes where the decoding loop does not apply
-  std::int64_t tiled_items = 0;      // the fp32 tile loop (16-bit inputs widened on load)
-  std::int64_t engine_items = 0;     // the tile loop with its products on `engine`
+  std::int64_t kv_splits = 0;       // key splits per query tile (> 1: split-KV, merged by lse)
+  std::int64_t decoding_items = 0;  // the fused decoding loop (one to eight query lanes)
+  std::int64_t few_lane_items = 0;  // few lanes where the decoding loop does not apply
+  std::int64_t tiled_items = 0;     // the fp32 tile loop (16-bit inputs widened on load)
+  std::int64_t engine_items = 0;    // the tile loop with its products on `engine`
   // The backward's schedule: one pass per (batch, kv head) item, or pass A (dk, dv per key
   // tile) then pass B (dq per query tile); both give the same bits.
   bool one_pass = false;

@@ -3,7 +3,7 @@
 // Materialises the (Nq, Nk) score matrix of one head at a time and accumulates
 // in `Acc`. With T = float, Acc = double it is the fp64 reference the fast
 // kernel is judged against; with T = Acc = float it is the *naive* fp32
-// implementation whose error sets the tolerance (DESIGN.md, tests/).
+// implementation whose error sets the tolerance (docs/contract.md, "Numerical tolerance").
 // Same contract and validation as sdpa::forward / sdpa::backward.
 #pragma once
 

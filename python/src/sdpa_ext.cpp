@@ -161,10 +161,10 @@ nb::dict plan_dict(const sdpa::Plan& p) {
 
 // dropout_p, dropout_seed, dropout_offset: sdpa::Dropout (the library checks p). explain: return
 // the call's sdpa::Plan as a dict (else None).
-nb::object forward(AnyIn4 q, AnyIn4 k, AnyIn4 v, AnyOut4 out, Out3 lse, std::optional<double> scale, std::optional<double> softcap,
-             const std::string& causal, std::int64_t window_left, std::int64_t window_right, In4 mask, Keep4 keep,
-             int threads, const std::string& kernel, double dropout_p, std::uint64_t dropout_seed,
-             std::uint64_t dropout_offset, bool explain) {
+nb::object forward(AnyIn4 q, AnyIn4 k, AnyIn4 v, AnyOut4 out, Out3 lse, std::optional<double> scale,
+                   std::optional<double> softcap, const std::string& causal, std::int64_t window_left,
+                   std::int64_t window_right, In4 mask, Keep4 keep, int threads, const std::string& kernel,
+                   double dropout_p, std::uint64_t dropout_seed, std::uint64_t dropout_offset, bool explain) {
   sdpa::Options opt = options(scale, softcap, causal, window_left, window_right, mask, keep, threads, kernel,
                               {dropout_p, dropout_seed, dropout_offset});
   sdpa::Plan plan;
@@ -182,11 +182,11 @@ nb::object forward(AnyIn4 q, AnyIn4 k, AnyIn4 v, AnyOut4 out, Out3 lse, std::opt
   return explain ? nb::object(plan_dict(plan)) : nb::none();
 }
 
-void backward(AnyIn4 q, AnyIn4 k, AnyIn4 v, AnyIn4 out, In3 lse, AnyIn4 dout, AnyOut4 dq, AnyOut4 dk, AnyOut4 dv,
-              std::optional<double> scale, std::optional<double> softcap, const std::string& causal,
-              std::int64_t window_left, std::int64_t window_right, In4 mask, Keep4 keep, int threads,
-              const std::string& kernel, double dropout_p, std::uint64_t dropout_seed, std::uint64_t dropout_offset,
-              bool explain) {
+nb::object backward(AnyIn4 q, AnyIn4 k, AnyIn4 v, AnyIn4 out, In3 lse, AnyIn4 dout, AnyOut4 dq, AnyOut4 dk, AnyOut4 dv,
+                    std::optional<double> scale, std::optional<double> softcap, const std::string& causal,
+                    std::int64_t window_left, std::int64_t window_right, In4 mask, Keep4 keep, int threads,
+                    const std::string& kernel, double dropout_p, std::uint64_t dropout_seed,
+                    std::uint64_t dropout_offset, bool explain) {
   sdpa::Options opt = options(scale, softcap, causal, window_left, window_right, mask, keep, threads, kernel,
                               {dropout_p, dropout_seed, dropout_offset});
   sdpa::Plan plan;
@@ -196,9 +196,9 @@ void backward(AnyIn4 q, AnyIn4 k, AnyIn4 v, AnyIn4 out, In3 lse, AnyIn4 dout, An
     nb::gil_scoped_release unlocked;
     with_element_type(t, [&](auto element) {
       using T = decltype(element);
-      sdpa::backward(view_of<const T, 4>(q), view_of<const T, 4>(k), view_of<const T, 4>(v),
-                     view_of<const T, 4>(out), view_of<const float, 3>(lse), view_of<const T, 4>(dout),
-                     view_of<T, 4>(dq), view_of<T, 4>(dk), view_of<T, 4>(dv), opt);
+      sdpa::backward(view_of<const T, 4>(q), view_of<const T, 4>(k), view_of<const T, 4>(v), view_of<const T, 4>(out),
+                     view_of<const float, 3>(lse), view_of<const T, 4>(dout), view_of<T, 4>(dq), view_of<T, 4>(dk),
+                     view_of<T, 4>(dv), opt);
     });
   }
   return explain ? nb::object(plan_dict(plan)) : nb::none();

@@ -60,13 +60,13 @@ namespace {
 const FastKernels& kernels_for(const Options& opt) {
   if (const FastKernels* k = kernels_for_tests.load(std::memory_order_relaxed)) return *k;
   // The avx512 path's table is the one of the engine the dispatch chose.
-  static const PerIsa<const FastKernels& (*)()> set{fast_kernels_scalar, fast_kernels_avx2, [] () -> const FastKernels& {
-    switch (engine_for(Isa::avx512)) {
-      case Engine16::amx: return fast_kernels_avx512_amx();
-      case Engine16::dot: return fast_kernels_avx512_dot();
-      default: return fast_kernels_avx512();
-    }
-  }};
+  static const PerIsa<const FastKernels& (*)()> set{fast_kernels_scalar, fast_kernels_avx2, []() -> const FastKernels& {
+                                                      switch (engine_for(Isa::avx512)) {
+                                                        case Engine16::amx: return fast_kernels_avx512_amx();
+                                                        case Engine16::dot: return fast_kernels_avx512_dot();
+                                                        default: return fast_kernels_avx512();
+                                                      }
+                                                    }};
   return per_isa(set, opt.isa, "isa")();
 }
 
@@ -148,7 +148,7 @@ void parallel_items(i64 items, int workers, const ScratchBlocks& blocks, Body bo
   }
 }
 
-// Rows far apart, copied back to back once per call (issue 14). Hugging Face models pass
+// Rows far apart, copied back to back once per call. Hugging Face models pass
 // (B, H, N, D) views of (B, N, H, D) projections: rows H·D elements apart. Read in place, a
 // tile's rows at such a stride fall in a few L1 sets and defeat the L2 stream prefetcher;
 // the forward packed V per tile and gathered K by broadcasts, the backward packed Q and dout

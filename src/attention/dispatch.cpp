@@ -77,7 +77,7 @@ Dispatch select_dispatch(const CpuFeatures& cpu, const DispatchSettings& setting
   if (settings.isa.empty() || parse_isa(settings.isa.c_str(), "SDPA_ISA") == Isa::automatic) {
     d.isa = cpu.avx512 ? Isa::avx512 : cpu.avx2 ? Isa::avx2 : Isa::scalar;
     d.isa_reason = std::string("the widest path this CPU has") + (cpu.avx512 ? " (AVX-512 F, DQ, BW, VL)"
-                                                                 : cpu.avx2  ? " (AVX2, FMA, F16C; no AVX-512)"
+                                                                  : cpu.avx2 ? " (AVX2, FMA, F16C; no AVX-512)"
                                                                              : " (no AVX2)");
   } else {
     d.isa = parse_isa(settings.isa.c_str(), "SDPA_ISA");
@@ -96,7 +96,7 @@ Dispatch select_dispatch(const CpuFeatures& cpu, const DispatchSettings& setting
     d.engine_reason = std::string(dot == "1" ? "SDPA_BF16_DOT=1" : "an AMD CPU with AVX512_BF16") +
                       (cpu.amx_bf16 ? " and SDPA_AMX=0" : ", no AMX") + " (SDPA_BF16_DOT=0 widens)";
   } else {
-    d.engine_reason = cpu.amx_bf16      ? "SDPA_AMX=0, and SDPA_BF16_DOT is not 1: 16-bit operands are widened"
+    d.engine_reason = cpu.amx_bf16       ? "SDPA_AMX=0, and SDPA_BF16_DOT is not 1: 16-bit operands are widened"
                       : !cpu.avx512_bf16 ? "no AMX-BF16 or AVX512_BF16 on this CPU: 16-bit operands are widened"
                       : dot == "0"       ? "SDPA_BF16_DOT=0: 16-bit operands are widened"
                                          : "no AMX, and vdpbf16ps is taken by default on AMD's CPUs only "

@@ -22,8 +22,8 @@ std::string Plan::summary() const {
     s += std::string(", 16-bit products ") + (engine == Engine16::widened ? "widened to fp32" : "on the ") +
          (engine == Engine16::widened ? "" : std::string(engine_name(engine)) + " engine");
   if (call.rfind("forward", 0) == 0) {
-    s += "; items: " + std::to_string(decoding_items) + " decoding, " + std::to_string(few_lane_items) +
-         " few-lane, " + std::to_string(tiled_items) + " tiled, " + std::to_string(engine_items) + " on the engine";
+    s += "; items: " + std::to_string(decoding_items) + " decoding, " + std::to_string(few_lane_items) + " few-lane, " +
+         std::to_string(tiled_items) + " tiled, " + std::to_string(engine_items) + " on the engine";
     if (kv_splits > 1) s += "; split-KV x" + std::to_string(kv_splits);
   } else {
     s += std::string("; ") + (one_pass ? "one pass" : "two passes") + ", " + std::to_string(backward_items) + " items";
@@ -47,7 +47,7 @@ bool plan_logging() {
 }
 
 PlanRecord::PlanRecord(const Options& opt, const char* call, Dtype dtype)
-    : target_(opt.plan), on_(opt.plan != nullptr || plan_logging()) {
+    : target_(opt.plan), on_(plan_logging() || opt.plan != nullptr) {  // SDPA_LOG checked before any output is written
   if (!on_) return;
   plan_.call = call;
   plan_.kernel = opt.kernel;

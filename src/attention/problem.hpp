@@ -96,7 +96,7 @@ struct Problem {
 /// A (B, H, N, D) tensor of one call in the call's dtype. fp32: the View4 part, read and
 /// written in place. bf16 / fp16: `data` is null (so a path that forgot the dtype fails at
 /// once) and `bits` holds the 16-bit elements at the same element strides; the kernel widens
-/// them on load and rounds once on store (convert on load: issue 15).
+/// them on load and rounds once on store (convert on load).
 template <class F>  // const float (inputs) or float (outputs)
 struct DtypeView : View4<F> {
   std::conditional_t<std::is_const_v<F>, const void*, void*> bits = nullptr;

@@ -204,8 +204,8 @@ Result measure(int threads, double seconds, Isa isa) {
     void (*loop)(std::int64_t);
     double flops_per_iter;
   };
-  static const PerIsa<Meter> meters{{mul_add_sse, kChains * 4 * 1.0}, {fma_avx2, kChains * 8 * 2.0},
-                                    {fma_avx512, kChains * 16 * 2.0}};
+  static const PerIsa<Meter> meters{
+      {mul_add_sse, kChains * 4 * 1.0}, {fma_avx2, kChains * 8 * 2.0}, {fma_avx512, kChains * 16 * 2.0}};
   const Meter& meter = per_isa(meters, isa, "peak");
   r.isa = isa_name(isa == Isa::automatic ? active_isa() : isa);
   r.gflops = best_gflops(meter.loop, meter.flops_per_iter, r.threads, seconds);

@@ -1,8 +1,8 @@
 // tolerance.hpp — how a fast fp32 result is judged against the fp64 reference.
 // Shared by the tests (tests/kernel) and `sdpa check` (apps/sdpa), header-only.
 //
-// DESIGN.md's rule: the fast error is at most twice the naive fp32 implementation's
-// error, plus a floor. The floor is the error no fp32 kernel can avoid, from first
+// The project's rule (docs/contract.md, "Numerical tolerance"): the fast error is at most
+// twice the naive fp32 implementation's error, plus a floor. The floor is the error no fp32 kernel can avoid, from first
 // principles; the naive error alone is one sample of rounding noise and can vanish by
 // structure (with one visible key, the naive dP - delta cancels exactly, so dq = 0).
 //

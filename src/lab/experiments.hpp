@@ -47,7 +47,7 @@ Table gradients(const Settings& s);
 Table alternatives(const Settings& s);
 /// Claim 9 (seeds 001/002/004): projections, Xavier initialisation, LayerNorm, and where it fails.
 Table projections(const Settings& s);
-/// Claim 10 (ours, issue 15): 1/√d_k keeps fp16/bf16 attention's rounding error independent of d_k.
+/// Claim 10 (ours): 1/√d_k keeps fp16/bf16 attention's rounding error independent of d_k.
 Table precision(const Settings& s);
 
 // ---- the judges: claim-level verdicts from a table's cells ------------------------------

@@ -24,7 +24,7 @@
 // [-126, 128] only, where AVX-512's vscalefps takes any n. simd_math.inl's exp clamps its
 // argument to [-87.34, 88.72] first, so n stays in that range and both give the same bits;
 // no other caller exists. The AVX-512 instructions themselves (masked loads, vscalefps,
-// vcvtph2ps zmm) are not run: their use is what objdump and a Zen 4 session check.
+// vcvtph2ps zmm) are not run: their use is what objdump and a run on a Zen 4 check.
 
 namespace avx2_half {
 #include "attention/simd_avx2.hpp"

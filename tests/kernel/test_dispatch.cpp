@@ -50,7 +50,7 @@ const std::vector<Row>& table() {
       {"sapphire-rapids", kSapphireRapids, {"", "0", "1"}, Isa::avx512, E::dot},
       {"sapphire-rapids", kSapphireRapids, {"", "0", "0"}, Isa::avx512, E::widened},
       {"sapphire-rapids", kSapphireRapids, {"", "1", "1"}, Isa::avx512, E::amx},  // AMX first
-      {"zen4", kZen4, {"", "0", ""}, Isa::avx512, E::dot},  // no AMX to turn off
+      {"zen4", kZen4, {"", "0", ""}, Isa::avx512, E::dot},                        // no AMX to turn off
       // SDPA_BF16_DOT: 1 wherever the CPU has AVX512_BF16, 0 never.
       {"zen4", kZen4, {"", "", "0"}, Isa::avx512, E::widened},
       {"zen4", kZen4, {"", "", "1"}, Isa::avx512, E::dot},

@@ -12,8 +12,15 @@ struct Qkv {
   Buf<T> q, k, v, out, dout, dq, dk, dv;
   Buf3<float> lse;
   Qkv(i64 B, i64 Hq, i64 Hkv, i64 Nq, i64 Nk, i64 D)
-      : q({B, Hq, Nq, D}), k({B, Hkv, Nk, D}), v({B, Hkv, Nk, D}), out({B, Hq, Nq, D}), dout({B, Hq, Nq, D}),
-        dq({B, Hq, Nq, D}), dk({B, Hkv, Nk, D}), dv({B, Hkv, Nk, D}), lse({B, Hq, Nq}) {
+      : q({B, Hq, Nq, D}),
+        k({B, Hkv, Nk, D}),
+        v({B, Hkv, Nk, D}),
+        out({B, Hq, Nq, D}),
+        dout({B, Hq, Nq, D}),
+        dq({B, Hq, Nq, D}),
+        dk({B, Hkv, Nk, D}),
+        dv({B, Hkv, Nk, D}),
+        lse({B, Hq, Nq}) {
     std::mt19937_64 rng(11);
     for (auto* b : {&q, &k, &v, &dout}) {
       std::vector<float> x(b->data.size());
@@ -68,7 +75,7 @@ TEST(Plan, PrefillItemsAreTiledOrOnTheEngine) {
     EXPECT_EQ(plan.dtype, Dtype::bf16);
     EXPECT_EQ(plan.kv_splits, 1);
     EXPECT_EQ(plan.threads, 2);
-    EXPECT_EQ(plan.tiled_items + plan.engine_items, 4);  // two full tiles per head
+    EXPECT_EQ(plan.tiled_items + plan.engine_items, 4);       // two full tiles per head
     EXPECT_EQ(plan.decoding_items + plan.few_lane_items, 2);  // the 2-lane tail of each head
     // bf16's tiles run on the engine the dispatch chose for this path where it takes bf16.
     const Engine16 engine = engine_for(isa);

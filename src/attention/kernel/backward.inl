@@ -121,7 +121,7 @@ struct KvTileScratch {
   float* row_lse;                 // (br)
   float* row_delta;               // (br)
   float* drop;                    // (br, bcp)  dropout multipliers, with dropout
-  Engine16Operands ops16;              // carved empty unless `engine`
+  Engine16Operands ops16;         // carved empty unless `engine`
   // engine: the products run on the table's engine (AMX tiles or vdpbf16ps): no fp32 Kᵀ and Vᵀ then.
   static KvTileScratch carve(const Problem& p, Arena& arena, i64 tiles, bool engine) {
     const i64 dkp = round_up(p.Dk, kPad), dvp = round_up(p.Dv, kPad);
@@ -157,7 +157,7 @@ struct KvTileScratch {
 // dkp): the rows after br are another head's and stay untouched.
 template <Engine16 E>
 inline void engine16_dq_rows(i64 br, i64 dkp, i64 kp, const bf16* dX, i64 ldx, const std::uint32_t* Kp, float* dQ_rows,
-                        float* spare) {
+                             float* spare) {
   const i64 whole = br / 16 * 16;
   if (whole > 0) engine_gemm<E>(whole, dkp, kp, dX, ldx, Kp, dkp, dQ_rows, dkp, /*accumulate=*/true);
   if (whole == br) return;
@@ -173,19 +173,133 @@ inline void engine16_dq_rows(i64 br, i64 dkp, i64 kp, const bf16* dX, i64 ldx, c
 // query tile meets the sweep's key tiles in ascending order, and sweeps go in ascending
 // order), with the scores and dX computed by the same operations in the transposed layout,
 // so both schedules give the same bits; each key tile's dK and dV see the query tiles in
-// the same order whatever the sweep.
-// PLAIN: fp32 tensors and no dropout (the common call), known at compile time so the tile
-// loop carries no dtype or dropout test. E (not widened): the five products on the engine
-// (AMX tiles, or vdpbf16ps; one GEMM, engine_gemm), their operands rounded where the naive
-// bf16 implementation rounds them (P̃ for dV, dX for dK and dQ: reference::backward_naive);
-// S and dP are fp32 sums of exact products. Neither engine can skip a zero weight, so a product whose B operand holds an inf or NaN (Q for
-// dK, dout for dV, K for dQ) takes the fp32 one that does, as the widening path always
-// does: a row or key that sees nothing must not meet 0·inf. Pass B decides dQ's product by
-// the same K tile, so both schedules keep the same bits. Chosen once per call by kv_tiles_for.
-template <bool PLAIN, Engine16 E>
-void kv_tiles(const Problem& p, const Tensors& t, const float* delta, i64 b, i64 g, i64 j0, i64 tiles,
-              const KvTileScratch& s, float* dQ) {
+// the same order whatever the sweep. Two forms, sharing the steps below and chosen once per
+// call by kv_tiles_for: kv_tiles_widened (fp32 products) and kv_tiles_engine<E> (the five
+// products on a 16-bit engine).
+
+// dK and dV of the sweep's key tiles zeroed, before the query tiles add into them.
+inline void zero_key_grads(const Problem& p, const KvTileScratch& s, i64 j0, i64 tiles) {
+  for (i64 u = 0; u < tiles; ++u) {
+    const i64 bc = imin(kTileCols, p.Nk - (j0 + u * kTileCols));
+    for (i64 x = 0; x < bc * round_up(p.Dk, kPad); ++x) s.key[u].dK[x] = 0.0f;
+    for (i64 x = 0; x < bc * round_up(p.Dv, kPad); ++x) s.key[u].dV[x] = 0.0f;
+  }
+}
+
+// S (br × bcp, row stride bcp) = the scores of query rows [i0, i0 + br) of head h against
+// keys [ju, ju + bcp) becomes P = exp(s − lse): scaled, soft-capped (t kept in s.T), masked
+// (padding columns past the tile's keys included).
+inline void probabilities_of_tile(const Problem& p, const KvTileScratch& s, const LanesSee& see, i64 b, i64 h, i64 i0,
+                                  i64 br, i64 ju, i64 bcp) {
+  scale_softcap(p, s.S, bcp, br, bcp, s.T);
+  if (tile_needs_mask(see, ju, bcp))
+    mask_tile(p, s.S, bcp, 1, br, b, ju, bcp, [&](i64 r) { return LaneRow{h, i0 + r}; });
+  for (i64 r = 0; r < br; ++r) {
+    const R Lr = Vec::set1(s.row_lse[r]);
+    for (i64 c = 0; c < bcp; c += W)
+      Vec::store(s.S + r * bcp + c, Vec::exp(Vec::sub(Vec::load(s.S + r * bcp + c), Lr)));
+  }
+}
+
+// dP = dout·Vᵀ (s.dP) becomes dX, through dropout's mask where the call has one; P becomes
+// P∘M there, the weights dV sums.
+inline void score_grads_of_tile(const Problem& p, const KvTileScratch& s, bool dropout, i64 b, i64 h, i64 i0, i64 br,
+                                i64 ju, i64 bcp) {
+  if (dropout) {
+    dropout_tile(p, s.drop, bcp, 1, br, b, ju, bcp, [&](i64 r) { return LaneRow{h, i0 + r}; });
+    mul_tile(s.dP, bcp, s.drop, bcp, br, bcp);
+  }
+  ds_from_p<true>(p, s.S, s.dP, s.T, s.row_delta, bcp, br, bcp);
+  if (dropout) mul_tile(s.S, bcp, s.drop, bcp, br, bcp);
+}
+
+// The fp32 products that skip zero weights (a row or key that sees nothing must not meet
+// 0·inf), for those of dV += Pᵀ dout, dK += dXᵀ Q and dQ += dX K that are asked for: A[c][r]
+// = tile[r·bcp + c] for the first two, A[r][c] = tile[r·bcp + c] for dQ.
+inline void fp32_products_of_tile(const KvTileScratch::KeyTile& key, const KvTileScratch& s, const RowsOperand* dout_op,
+                                  const RowsOperand* q_op, const RowsOperand* k_op, float* dQ_rows, i64 br, i64 bc,
+                                  i64 bcp, i64 dkp, i64 dvp) {
+  if (dout_op != nullptr)
+    gemm_acc_skip_zero(dout_op->finite, bc, dout_op->cols, br, s.S, 1, bcp, dout_op->data, dout_op->ld, key.dV, dvp,
+                       nullptr);
+  if (q_op != nullptr)
+    gemm_acc_skip_zero(q_op->finite, bc, q_op->cols, br, s.dP, 1, bcp, q_op->data, q_op->ld, key.dK, dkp, nullptr);
+  if (k_op != nullptr)
+    gemm_acc_skip_zero(k_op->finite, br, k_op->cols, bc, s.dP, bcp, 1, k_op->data, k_op->ld, dQ_rows, dkp, nullptr);
+}
+
+// dk and dv of the sweep's key tiles written, rounded once here for 16-bit tensors.
+inline void store_key_grads(const Problem& p, const Tensors& t, const KvTileScratch& s, i64 b, i64 g, i64 j0,
+                            i64 tiles) {
+  const i64 dkp = round_up(p.Dk, kPad), dvp = round_up(p.Dv, kPad);
+  for (i64 u = 0; u < tiles; ++u) {
+    const i64 ju = j0 + u * kTileCols;
+    for (i64 c = 0; c < imin(kTileCols, p.Nk - ju); ++c) {
+      store_row(t.dk, off(t.dk, b, g, ju + c, 0), p.Dk, s.key[u].dK + c * dkp);
+      store_row(t.dv, off(t.dv, b, g, ju + c, 0), p.Dv, s.key[u].dV + c * dvp);
+    }
+  }
+}
+
+// The five products in fp32 (16-bit inputs widened on load). PLAIN: fp32 tensors and no
+// dropout (the common call), known at compile time so the tile loop carries no dropout test.
+template <bool PLAIN>
+void kv_tiles_widened(const Problem& p, const Tensors& t, const float* delta, i64 b, i64 g, i64 j0, i64 tiles,
+                      const KvTileScratch& s, float* dQ) {
   const bool dropout = !PLAIN && p.has_dropout;
+  const i64 Dk = p.Dk, Dv = p.Dv, dkp = round_up(Dk, kPad), dvp = round_up(Dv, kPad);
+  constexpr i64 BR = kTileRows;
+  tiles = imin(tiles, (p.Nk - j0 + kTileCols - 1) / kTileCols);
+
+  RowsOperand k_op[kKvTilesPerSweep];
+  for (i64 u = 0; u < tiles; ++u) {
+    const KvTileScratch::KeyTile& key = s.key[u];
+    const i64 ju = j0 + u * kTileCols, bc = imin(kTileCols, p.Nk - ju), ldt = odd_lines_ld(bc);
+    pack_transposed(t.k, b, g, ju, bc, Dk, key.KT, ldt);
+    pack_transposed(t.v, b, g, ju, bc, Dv, key.VT, ldt);
+    if (dQ != nullptr) k_op[u] = rows_packed(t.k, b, g, ju, bc, Dk, key.K_rows);
+  }
+  zero_key_grads(p, s, j0, tiles);
+
+  for (i64 h = g * p.group; h < (g + 1) * p.group; ++h)
+    for (i64 i0 = 0; i0 < p.Nq; i0 += BR) {
+      const i64 br = imin(BR, p.Nq - i0);
+      const LanesSee see = rows_see(p, b, h, i0, br);
+      const KeyRange seen = visible_keys(see, j0, imin(p.Nk, j0 + tiles * kTileCols));
+      if (seen.last < seen.first) continue;  // every tile fully masked
+      load_row_constants(p, t, delta, b, h, i0, br, br, s.row_lse, s.row_delta);
+      const RowsOperand q_op = rows_packed(t.q, b, h, i0, br, Dk, s.Q_rows);
+      const RowsOperand dout_op = rows_packed(t.dout, b, h, i0, br, Dv, s.dout_rows);
+      const AOperand q_a = a_rows(q_op), dout_a = a_rows(dout_op);
+      for (i64 u = 0; u < tiles; ++u) {
+        const KvTileScratch::KeyTile& key = s.key[u];
+        const i64 ju = j0 + u * kTileCols, bc = imin(kTileCols, p.Nk - ju), bcp = round_up(bc, kPad);
+        const i64 ldt = odd_lines_ld(bc);
+        const KeyRange keys = visible_keys(see, ju, ju + bc);
+        if (keys.last < keys.first) continue;  // tile fully masked
+        gemm<false, false>(br, bcp, Dk, q_a.data, q_a.rs, q_a.cs, key.KT, ldt, s.S, bcp);
+        probabilities_of_tile(p, s, see, b, h, i0, br, ju, bcp);
+        gemm<false, false>(br, bcp, Dv, dout_a.data, dout_a.rs, dout_a.cs, key.VT, ldt, s.dP, bcp);
+        score_grads_of_tile(p, s, dropout, b, h, i0, br, ju, bcp);
+        float* dQ_rows = dQ == nullptr ? nullptr : dQ + ((h - g * p.group) * p.Nq + i0) * dkp;
+        fp32_products_of_tile(key, s, &dout_op, &q_op, dQ_rows != nullptr ? &k_op[u] : nullptr, dQ_rows, br, bc, bcp,
+                              dkp, dvp);
+      }
+    }
+  store_key_grads(p, t, s, b, g, j0, tiles);
+}
+
+// The five products on the engine E (AMX tiles, or vdpbf16ps; one GEMM, engine_gemm), their
+// operands rounded where the naive bf16 implementation rounds them (P̃ for dV, dX for dK and
+// dQ: reference::backward_naive); S and dP are fp32 sums of exact products. Neither engine
+// can skip a zero weight, so a product whose B operand holds an inf or NaN (Q for dK, dout
+// for dV, K for dQ) takes the fp32 one that does (fp32_products_of_tile), as the widening
+// path always does. Pass B decides dQ's product by the same K tile, so both schedules keep
+// the same bits.
+template <Engine16 E>
+void kv_tiles_engine(const Problem& p, const Tensors& t, const float* delta, i64 b, i64 g, i64 j0, i64 tiles,
+                     const KvTileScratch& s, float* dQ) {
+  const bool dropout = p.has_dropout;
   const i64 Dk = p.Dk, Dv = p.Dv, dkp = round_up(Dk, kPad), dvp = round_up(Dv, kPad);
   const i64 dk32 = round_up(Dk, 32), dv32 = round_up(Dv, 32);
   const Engine16Operands& a16 = s.ops16;
@@ -195,28 +309,20 @@ void kv_tiles(const Problem& p, const Tensors& t, const float* delta, i64 b, i64
   tiles = imin(tiles, (p.Nk - j0 + kTileCols - 1) / kTileCols);
 
   RowsOperand k_op[kKvTilesPerSweep];
-  bool k_pairs_finite[kKvTilesPerSweep] = {};  // engine: K in pairs (dQ's B operand) all finite
+  bool k_pairs_finite[kKvTilesPerSweep] = {};  // K in pairs (dQ's B operand) all finite
   for (i64 u = 0; u < tiles; ++u) {
     const KvTileScratch::KeyTile& key = s.key[u];
-    const i64 ju = j0 + u * kTileCols, bc = imin(kTileCols, p.Nk - ju), ldt = odd_lines_ld(bc);
-    if constexpr (E != Engine16::widened) {
-      const i64 bcp = round_up(bc, kPad);
-      const Bf16Rows k_rows = bf16_rows(t.k, b, g, ju, bc, Dk, a16.rows16);
-      pk.pairs_transposed(k_rows, bc, Dk, bcp, key.KTp, kTileCols);
-      if (dQ != nullptr) {
-        k_pairs_finite[u] = pk.rows_in_pairs(k_rows, bc, Dk, round_up(bc, 32), key.Kp, dkp);
-        if (!k_pairs_finite[u]) k_op[u] = rows_packed(t.k, b, g, ju, bc, Dk, key.K_rows);
-      }
-      const Bf16Rows v_rows = bf16_rows(t.v, b, g, ju, bc, Dv, a16.rows16);
-      pk.pairs_transposed(v_rows, bc, Dv, bcp, key.VTp, kTileCols);
-    } else {
-      pack_transposed(t.k, b, g, ju, bc, Dk, key.KT, ldt);
-      pack_transposed(t.v, b, g, ju, bc, Dv, key.VT, ldt);
-      if (dQ != nullptr) k_op[u] = rows_packed(t.k, b, g, ju, bc, Dk, key.K_rows);
+    const i64 ju = j0 + u * kTileCols, bc = imin(kTileCols, p.Nk - ju), bcp = round_up(bc, kPad);
+    const Bf16Rows k_rows = bf16_rows(t.k, b, g, ju, bc, Dk, a16.rows16);
+    pk.pairs_transposed(k_rows, bc, Dk, bcp, key.KTp, kTileCols);
+    if (dQ != nullptr) {
+      k_pairs_finite[u] = pk.rows_in_pairs(k_rows, bc, Dk, round_up(bc, 32), key.Kp, dkp);
+      if (!k_pairs_finite[u]) k_op[u] = rows_packed(t.k, b, g, ju, bc, Dk, key.K_rows);
     }
-    for (i64 x = 0; x < bc * dkp; ++x) key.dK[x] = 0.0f;
-    for (i64 x = 0; x < bc * dvp; ++x) key.dV[x] = 0.0f;
+    const Bf16Rows v_rows = bf16_rows(t.v, b, g, ju, bc, Dv, a16.rows16);
+    pk.pairs_transposed(v_rows, bc, Dv, bcp, key.VTp, kTileCols);
   }
+  zero_key_grads(p, s, j0, tiles);
 
   for (i64 h = g * p.group; h < (g + 1) * p.group; ++h)
     for (i64 i0 = 0; i0 < p.Nq; i0 += BR) {
@@ -225,92 +331,54 @@ void kv_tiles(const Problem& p, const Tensors& t, const float* delta, i64 b, i64
       const KeyRange seen = visible_keys(see, j0, imin(p.Nk, j0 + tiles * kTileCols));
       if (seen.last < seen.first) continue;  // every tile fully masked
       load_row_constants(p, t, delta, b, h, i0, br, br, s.row_lse, s.row_delta);
-      // fp32 Q and dout rows: the products' operands, or on an engine a fallback's (only where
-      // their pairs hold an inf or NaN).
+      // The A operands of S and dP (in place where they fill whole tiles; rows gathered into
+      // rows16 are copied out before the next gather reuses it), and Q and dout in pairs;
+      // fp32 rows only for a fallback's product, where their pairs hold an inf or NaN.
+      const auto tile_rows = [&](const Bf16Rows& x, i64 D, i64 d32, bf16* buf) {
+        return pk.tile_rows(x, br, D, br16, d32, buf, /*in_place=*/x.data != a16.rows16);
+      };
+      const Bf16Rows q_rows = bf16_rows(t.q, b, h, i0, br, Dk, a16.rows16);
+      const Bf16Rows Q16 = tile_rows(q_rows, Dk, dk32, a16.Q16);
+      const bool q_pairs_finite = pk.rows_in_pairs(q_rows, br, Dk, br32, a16.Qp, dkp);
+      const Bf16Rows dout_rows = bf16_rows(t.dout, b, h, i0, br, Dv, a16.rows16);
+      const Bf16Rows dout16 = tile_rows(dout_rows, Dv, dv32, a16.dout16);
+      const bool dout_pairs_finite = pk.rows_in_pairs(dout_rows, br, Dv, br32, a16.doutp, dvp);
       RowsOperand q_op{}, dout_op{};
-      bool q_pairs_finite = false, dout_pairs_finite = false;
-      Bf16Rows Q16{}, dout16{};  // engine: the A operands of S and dP, in place where they fill whole tiles
-      if constexpr (E != Engine16::widened) {
-        // Rows gathered into rows16 are copied out before the next gather reuses it.
-        const auto tile_rows = [&](const Bf16Rows& x, i64 D, i64 d32, bf16* buf) {
-          return pk.tile_rows(x, br, D, br16, d32, buf, /*in_place=*/x.data != a16.rows16);
-        };
-        const Bf16Rows q_rows = bf16_rows(t.q, b, h, i0, br, Dk, a16.rows16);
-        Q16 = tile_rows(q_rows, Dk, dk32, a16.Q16);
-        q_pairs_finite = pk.rows_in_pairs(q_rows, br, Dk, br32, a16.Qp, dkp);
-        const Bf16Rows dout_rows = bf16_rows(t.dout, b, h, i0, br, Dv, a16.rows16);
-        dout16 = tile_rows(dout_rows, Dv, dv32, a16.dout16);
-        dout_pairs_finite = pk.rows_in_pairs(dout_rows, br, Dv, br32, a16.doutp, dvp);
-      }
       if (!q_pairs_finite) q_op = rows_packed(t.q, b, h, i0, br, Dk, s.Q_rows);
       if (!dout_pairs_finite) dout_op = rows_packed(t.dout, b, h, i0, br, Dv, s.dout_rows);
-      const AOperand q_a = a_rows(q_op), dout_a = a_rows(dout_op);
       for (i64 u = 0; u < tiles; ++u) {
         const KvTileScratch::KeyTile& key = s.key[u];
         const i64 ju = j0 + u * kTileCols, bc = imin(kTileCols, p.Nk - ju), bcp = round_up(bc, kPad);
-        const i64 ldt = odd_lines_ld(bc);
         const KeyRange keys = visible_keys(see, ju, ju + bc);
         if (keys.last < keys.first) continue;  // tile fully masked
-        if constexpr (E != Engine16::widened)
-          engine_gemm<E>(br16, bcp, terms * dk32, Q16.data, Q16.ld, key.KTp, kTileCols, s.S, bcp, /*accumulate=*/false);
-        else
-          gemm<false, false>(br, bcp, Dk, q_a.data, q_a.rs, q_a.cs, key.KT, ldt, s.S, bcp);
-        scale_softcap(p, s.S, bcp, br, bcp, s.T);
-        if (tile_needs_mask(see, ju, bcp))  // padding columns past bc included
-          mask_tile(p, s.S, bcp, 1, br, b, ju, bcp, [&](i64 r) { return LaneRow{h, i0 + r}; });
-        for (i64 r = 0; r < br; ++r) {  // P = exp(s - lse_r)
-          const R Lr = Vec::set1(s.row_lse[r]);
-          for (i64 c = 0; c < bcp; c += W)
-            Vec::store(s.S + r * bcp + c, Vec::exp(Vec::sub(Vec::load(s.S + r * bcp + c), Lr)));
-        }
-        if constexpr (E != Engine16::widened)
-          engine_gemm<E>(br16, bcp, terms * dv32, dout16.data, dout16.ld, key.VTp, kTileCols, s.dP, bcp,
-                         /*accumulate=*/false);
-        else
-          gemm<false, false>(br, bcp, Dv, dout_a.data, dout_a.rs, dout_a.cs, key.VT, ldt, s.dP, bcp);
-        if (dropout) {  // dP through the mask; P becomes P∘M for dV once dX is made
-          dropout_tile(p, s.drop, bcp, 1, br, b, ju, bcp, [&](i64 r) { return LaneRow{h, i0 + r}; });
-          mul_tile(s.dP, bcp, s.drop, bcp, br, bcp);
-        }
-        ds_from_p<true>(p, s.S, s.dP, s.T, s.row_delta, bcp, br, bcp);
-        if (dropout) mul_tile(s.S, bcp, s.drop, bcp, br, bcp);
+        engine_gemm<E>(br16, bcp, terms * dk32, Q16.data, Q16.ld, key.KTp, kTileCols, s.S, bcp, /*accumulate=*/false);
+        probabilities_of_tile(p, s, see, b, h, i0, br, ju, bcp);
+        engine_gemm<E>(br16, bcp, terms * dv32, dout16.data, dout16.ld, key.VTp, kTileCols, s.dP, bcp,
+                       /*accumulate=*/false);
+        score_grads_of_tile(p, s, dropout, b, h, i0, br, ju, bcp);
         float* dQ_rows = dQ == nullptr ? nullptr : dQ + ((h - g * p.group) * p.Nq + i0) * dkp;
-        if constexpr (E != Engine16::widened) {  // each product on tiles where its B operand is all finite
-          if (dout_pairs_finite) {  // dV += P̃ᵀ dout
-            pk.transposed(s.S, bcp, br, br32, a16.A16, terms * kTileRows);
-            engine_gemm<E>(bcp, dvp, terms * br32, a16.A16, terms * kTileRows, a16.doutp, dvp, key.dV, dvp,
-                           /*accumulate=*/true);
-          }
-          if (q_pairs_finite) {  // dK += dXᵀ Q
-            pk.transposed(s.dP, bcp, br, br32, a16.A16, terms * kTileRows);
-            engine_gemm<E>(bcp, dkp, terms * br32, a16.A16, terms * kTileRows, a16.Qp, dkp, key.dK, dkp,
-                           /*accumulate=*/true);
-          }
-          if (dQ_rows != nullptr && k_pairs_finite[u]) {  // dQ += dX K
-            pk.round_rows(s.dP, bcp, br, bc, br16, round_up(bc, 32), a16.A16, terms * kTileCols);
-            engine16_dq_rows<E>(br, dkp, terms * round_up(bc, 32), a16.A16, terms * kTileCols, key.Kp, dQ_rows,
-                           a16.dQ_spare);
-          }
+        // Each product on the engine where its B operand is all finite.
+        if (dout_pairs_finite) {  // dV += P̃ᵀ dout
+          pk.transposed(s.S, bcp, br, br32, a16.A16, terms * kTileRows);
+          engine_gemm<E>(bcp, dvp, terms * br32, a16.A16, terms * kTileRows, a16.doutp, dvp, key.dV, dvp,
+                         /*accumulate=*/true);
         }
-        // dV += Pᵀ dout and dK += dXᵀ Q: A[c][r] = tile[r·bcp + c].
-        if (!dout_pairs_finite)
-          gemm_acc_skip_zero(dout_op.finite, bc, dout_op.cols, br, s.S, 1, bcp, dout_op.data, dout_op.ld, key.dV, dvp,
-                             nullptr);
-        if (!q_pairs_finite)
-          gemm_acc_skip_zero(q_op.finite, bc, q_op.cols, br, s.dP, 1, bcp, q_op.data, q_op.ld, key.dK, dkp, nullptr);
-        if (dQ_rows != nullptr && !k_pairs_finite[u])  // dQ += dX K: A[r][c] = tile[r·bcp + c]
-          gemm_acc_skip_zero(k_op[u].finite, br, k_op[u].cols, bc, s.dP, bcp, 1, k_op[u].data, k_op[u].ld, dQ_rows, dkp,
-                             nullptr);
+        if (q_pairs_finite) {  // dK += dXᵀ Q
+          pk.transposed(s.dP, bcp, br, br32, a16.A16, terms * kTileRows);
+          engine_gemm<E>(bcp, dkp, terms * br32, a16.A16, terms * kTileRows, a16.Qp, dkp, key.dK, dkp,
+                         /*accumulate=*/true);
+        }
+        if (dQ_rows != nullptr && k_pairs_finite[u]) {  // dQ += dX K
+          pk.round_rows(s.dP, bcp, br, bc, br16, round_up(bc, 32), a16.A16, terms * kTileCols);
+          engine16_dq_rows<E>(br, dkp, terms * round_up(bc, 32), a16.A16, terms * kTileCols, key.Kp, dQ_rows,
+                              a16.dQ_spare);
+        }
+        fp32_products_of_tile(key, s, dout_pairs_finite ? nullptr : &dout_op, q_pairs_finite ? nullptr : &q_op,
+                              dQ_rows != nullptr && !k_pairs_finite[u] ? &k_op[u] : nullptr, dQ_rows, br, bc, bcp, dkp,
+                              dvp);
       }
     }
-
-  for (i64 u = 0; u < tiles; ++u) {  // rounded once, here, for 16-bit dk and dv
-    const i64 ju = j0 + u * kTileCols;
-    for (i64 c = 0; c < imin(kTileCols, p.Nk - ju); ++c) {
-      store_row(t.dk, off(t.dk, b, g, ju + c, 0), Dk, s.key[u].dK + c * dkp);
-      store_row(t.dv, off(t.dv, b, g, ju + c, 0), Dv, s.key[u].dV + c * dvp);
-    }
-  }
+  store_key_grads(p, t, s, b, g, j0, tiles);
 }
 
 // The one choice of kv_tiles' instantiation, from the table's engine, the call's dtype and
@@ -320,9 +388,8 @@ using KvTilesFn = void (*)(const Problem&, const Tensors&, const float*, i64, i6
 template <Engine16 E>
 inline KvTilesFn kv_tiles_for(const Problem& p) {
   if constexpr (E != Engine16::widened)
-    if (backward_on_engine(E, p)) return kv_tiles<false, E>;
-  return p.dtype == Dtype::f32 && !p.has_dropout ? kv_tiles<true, Engine16::widened>
-                                                 : kv_tiles<false, Engine16::widened>;
+    if (backward_on_engine(E, p)) return kv_tiles_engine<E>;
+  return p.dtype == Dtype::f32 && !p.has_dropout ? kv_tiles_widened<true> : kv_tiles_widened<false>;
 }
 
 template <Engine16 E>
@@ -376,17 +443,17 @@ void backward_item(const Problem& p, const Tensors& t, const float* delta, i64 b
 // doutᵀ in pairs, K and V rows as bf16 tiles, dX rounded to bf16 and K in pairs for dQ,
 // which a K tile holding an inf or NaN takes in fp32 instead, as kv_tiles does.
 struct QTileScratch {
-  float* QT;              // (Dk, brp)
-  float* doutT;           // (Dv, brp)
-  float* K_rows;          // (bc, dkp)  K rows, when not rows_in_place
-  float* V_rows;          // (bc, dvp)  V rows widened, for 16-bit V
-  float* ST;              // (bc, brp)  P transposed
-  float* TT;              // (bc, brp)  soft-cap tanh, transposed
-  float* dPT;             // (bc, brp)  dP, then dX, transposed
-  float* dQ;              // (br, dkp)
-  float* row_lse;         // (brp)
-  float* row_delta;       // (brp)
-  float* drop;            // (bc, brp)  dropout multipliers, with dropout
+  float* QT;         // (Dk, brp)
+  float* doutT;      // (Dv, brp)
+  float* K_rows;     // (bc, dkp)  K rows, when not rows_in_place
+  float* V_rows;     // (bc, dvp)  V rows widened, for 16-bit V
+  float* ST;         // (bc, brp)  P transposed
+  float* TT;         // (bc, brp)  soft-cap tanh, transposed
+  float* dPT;        // (bc, brp)  dP, then dX, transposed
+  float* dQ;         // (br, dkp)
+  float* row_lse;    // (brp)
+  float* row_delta;  // (brp)
+  float* drop;       // (bc, brp)  dropout multipliers, with dropout
   // engine (contractions `terms` (Engine16Pack) times as long for fp16's split):
   std::uint32_t* QTp;     // (dk32/2, kTileRows)  Qᵀ in pairs
   std::uint32_t* doutTp;  // (dv32/2, kTileRows)  doutᵀ in pairs
@@ -469,8 +536,8 @@ void backward_q_tile(const Problem& p, const Tensors& t, const float* delta, i64
       for (i64 r = 0; r < brp; r += W)
         Vec::store(s.ST + c * brp + r, Vec::exp(Vec::sub(Vec::load(s.ST + c * brp + r), Vec::load(s.row_lse + r))));
     if (engine) {
-      const Bf16Rows V =
-          pk.tile_rows(bf16_rows(t.v, b, g, j0, bc, Dv, s.rows16), bc, Dv, bc16, dv32, s.V16, true, SplitOrder::hi_lo_hi);
+      const Bf16Rows V = pk.tile_rows(bf16_rows(t.v, b, g, j0, bc, Dv, s.rows16), bc, Dv, bc16, dv32, s.V16, true,
+                                      SplitOrder::hi_lo_hi);
       engine_gemm<E>(bc16, brp, terms * dv32, V.data, V.ld, s.doutTp, brp, s.dPT, brp, /*accumulate=*/false);
     } else {
       const AOperand v_a = t.v.dtype == Dtype::f32

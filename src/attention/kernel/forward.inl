@@ -41,6 +41,7 @@ i64 forward_scratch(const Problem& p) {
 #ifdef SDPA_ENGINE16
 template <Engine16 E>
 i64 forward_scratch_on(const Problem& p) {  // the engine's layout only where forward_item_on<E> may take it
-  return engine_takes(E, p.dtype) ? imax(forward_scratch(p), scratch_floats<Engine16ForwardScratch>(p)) : forward_scratch(p);
+  return engine_takes(E, p.dtype) ? imax(forward_scratch(p), scratch_floats<Engine16ForwardScratch>(p))
+                                  : forward_scratch(p);
 }
 #endif
