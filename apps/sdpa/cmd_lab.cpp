@@ -39,25 +39,12 @@ int run_report(const Args& a, const std::string& out_dir) {
   const std::string docs = io::data_file("lab.md");
   const std::string python = plot_python();
   const bool tty = stderr_is_terminal();
-  const auto list = lab::experiments();
   const double t_start = now_seconds();
-  // lab.json: each experiment's table (with its verdict) and what the page shows beside it.
-  nlohmann::ordered_json experiments = nlohmann::ordered_json::array();
-  for (std::size_t i = 0; i < list.size(); ++i) {
-    if (tty) fmt::print(stderr, "\r\033[Ksdpa lab report: [{}/{}] {} ...", i + 1, list.size(), list[i].name);
-    const double t0 = now_seconds();
-    nlohmann::ordered_json e = lab::to_json(lab::run(list[i], a.settings));
-    e["heading"] = list[i].heading;
-    e["seeds"] = list[i].seeds;
-    e["discussion"] = list[i].discussion;
-    e["seconds"] = seconds_since(t0);
-    experiments.push_back(std::move(e));
-  }
-  const nlohmann::ordered_json report{{"version", SDPA_VERSION_STRING},
-                                      {"isa", isa_name(active_isa())},
-                                      {"seed", a.settings.seed},
-                                      {"experiments", std::move(experiments)},
-                                      {"experiments_seconds", seconds_since(t_start)}};
+  // lab.json: the lab library's report document; the CLI adds the progress line and the page.
+  const nlohmann::ordered_json report =
+      lab::report(a.settings, [tty](std::size_t i, std::size_t n, const lab::Experiment& e) {
+        if (tty) fmt::print(stderr, "\r\033[Ksdpa lab report: [{}/{}] {} ...", i + 1, n, e.name);
+      });
   const std::string doc = report.dump(1) + "\n";
   if (tty) fmt::print(stderr, "\r\033[Ksdpa lab report: plotting ...");
 

@@ -6,6 +6,7 @@
 #include <fmt/core.h>
 
 #include "commands.hpp"
+#include "common.hpp"
 #include "nn/sample.hpp"
 
 namespace sdpa::cli {
@@ -23,11 +24,11 @@ Command add_sample(CLI::App& parent) {
   app->add_option("--tokens", c->tokens, "Characters to generate")->capture_default_str();
   app->add_option("--temperature", c->temperature, "Softmax temperature; 0: greedy")->capture_default_str();
   app->add_option("--seed", c->seed, "Seed of the sampling")->capture_default_str();
-  return {app, [c, resume] {
+  return {app, with_flag_names(app, [c, resume] {
             const std::string text = nn::sample(nn::load_checkpoint(*resume), *c);
             fmt::print("{}\n", text);
             return 0;
-          }};
+          })};
 }
 
 }  // namespace sdpa::cli

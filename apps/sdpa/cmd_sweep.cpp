@@ -143,7 +143,8 @@ Command add_sweep(CLI::App& parent) {
       ->capture_default_str();
   app->add_flag("--no-ensemble", a->no_ensemble, "Skip the ensemble rule's evaluation of the adaptive runs");
   app->add_option("--out", a->out, "Output directory (created if missing)")->required();
-  return {app, [a] { return run_sweep(*a); }};
+  return {app, with_flag_names(app, [a] { return run_sweep(*a); },
+                               {{"d_heads", "--d-head"}, {"budget_s", "--budget"}, {"store", "--out"}})};
 }
 
 }  // namespace sdpa::cli

@@ -75,7 +75,7 @@ Command add_train(CLI::App& parent) {
   app->add_option("--frozen-beta", *frozen, "Use these beta values (layers*heads, comma-separated) for every head");
   app->add_flag("--eval-only", c->eval_only, "With --resume: only evaluate the checkpoint");
   app->add_option("--eval-set", c->eval_set, "Held-out set the logs report: validation | test")->capture_default_str();
-  return {app, [c, frozen] {
+  return {app, with_flag_names(app, [c, frozen] {
             if (!frozen->empty()) c->frozen_beta = parse_list(*frozen, "--frozen-beta");
             const bool tty = stderr_is_terminal();
             auto print_line = [](const nlohmann::ordered_json& j) {
@@ -92,7 +92,7 @@ Command add_train(CLI::App& parent) {
             print_line(nn::to_json(summary));
             if (tty) fmt::print(stderr, "\r\033[K");
             return 0;
-          }};
+          })};
 }
 
 }  // namespace sdpa::cli

@@ -10,12 +10,37 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 
 namespace sdpa::cli {
+
+std::function<int()> with_flag_names(const CLI::App* app, std::function<int()> run,
+                                     std::map<std::string, std::string> aliases) {
+  return [app, run = std::move(run), aliases = std::move(aliases)] {
+    try {
+      return run();
+    } catch (const Error& e) {
+      const std::string msg = e.what();
+      std::size_t n = 0;  // the leading parameter name: [a-z_]+ before ':' or ' '
+      while (n < msg.size() && (std::islower(static_cast<unsigned char>(msg[n])) != 0 || msg[n] == '_')) ++n;
+      if (n == 0 || n == msg.size() || (msg[n] != ':' && msg[n] != ' ')) throw;
+      const std::string name = msg.substr(0, n);
+      std::string flag;
+      if (const auto a = aliases.find(name); a != aliases.end()) {
+        flag = a->second;
+      } else {
+        flag = "--" + name;
+        std::replace(flag.begin(), flag.end(), '_', '-');
+      }
+      if (app->get_option_no_throw(flag) == nullptr) throw;
+      throw Error(flag + msg.substr(n));
+    }
+  };
+}
 namespace {
 
 std::string shape_text(const std::vector<i64>& s) {

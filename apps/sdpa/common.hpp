@@ -4,6 +4,8 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -18,6 +20,13 @@ class App;
 namespace sdpa::cli {
 
 using i64 = std::int64_t;
+
+/// `run` with the training library's parameter names turned into this command's flags: an
+/// sdpa::Error whose message starts with a parameter as the library and Python name it
+/// (d_model, budget_s) is rethrown starting with the flag of `app` that sets it (--d-model,
+/// --budget): `aliases` maps the names whose flag is not "--" + the name with '-' for '_'.
+std::function<int()> with_flag_names(const CLI::App* app, std::function<int()> run,
+                                     std::map<std::string, std::string> aliases = {});
 
 /// The attention shape options `check` and `bench` share: --batch --heads --kv-heads
 /// --seq --kv-seq --dim --dim-v (0 for the last of a pair means "same as the first").

@@ -572,6 +572,37 @@ def active_isa() -> str:
     return _ext.active_isa()
 
 
+def check(*, batch=1, heads=8, kv_heads=None, seq=1024, kv_seq=None, dim=64, dim_v=None, causal=None,
+          threads=None, seed=1, backward=True, isa="auto", repeat=5, min_seconds=0.3, max_runs=200) -> dict:
+    """`sdpa check`, the main job, in this process: attention forward (and backward) on seeded standard
+    normal inputs of [batch, heads, seq, dim] (kv_heads, kv_seq, dim_v: None for the same as heads, seq,
+    dim), timed (median of at least `repeat` runs after a warm-up, and at least min_seconds, at most
+    max_runs) against the fp32 FMA peak measured in the same run, and checked against the fp64
+    reference by the project's rule. Returns `sdpa check --format json`'s dict: the timings and GFLOP/s,
+    'peak_gflops' and the fractions of it, 'peak_rss_mib', 'checks' (per tensor: err_fast,
+    err_naive_fp32, bound, pass), 'note' and 'pass'."""
+    import json
+    values = {"batch": batch, "heads": heads, "kv_heads": heads if kv_heads is None else kv_heads, "seq": seq,
+              "kv_seq": seq if kv_seq is None else kv_seq, "dim": dim, "dim_v": dim if dim_v is None else dim_v,
+              "threads": 0 if threads is None else threads, "seed": seed, "repeat": repeat, "max_runs": max_runs}
+    for name, val in values.items():
+        if not _is_int(val):
+            raise TypeError(f"{name}: expected an int, got {val!r}")
+    for name in ("batch", "heads", "kv_heads", "seq", "kv_seq", "dim", "dim_v"):
+        if values[name] < 1:
+            raise ValueError(f"{name}: must be >= 1, got {values[name]}")
+    if values["heads"] % values["kv_heads"]:
+        raise ValueError(f"kv_heads: {values['kv_heads']} does not divide heads {values['heads']}")
+    if not isinstance(causal, (str, type(None))) or causal not in _CAUSAL:
+        raise ValueError(f"causal: expected None, 'top-left' or 'bottom-right', got {causal!r}")
+    if not _is_real(min_seconds):
+        raise TypeError(f"min_seconds: expected a real number, got {min_seconds!r}")
+    return json.loads(_ext.check(values["batch"], values["heads"], values["kv_heads"], values["seq"],
+                                 values["kv_seq"], values["dim"], values["dim_v"], _CAUSAL[causal], str(isa),
+                                 values["threads"], values["seed"], bool(backward), values["repeat"],
+                                 float(min_seconds), values["max_runs"]))
+
+
 def dispatch() -> dict:
     """The one selection rule's outcome in this process (sdpa::active_dispatch): 'isa' (the path `auto`
     resolves to), 'engine' (what runs the avx512 path's 16-bit products: 'widened', 'amx' or 'dot'), and

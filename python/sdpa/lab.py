@@ -17,7 +17,7 @@ import numpy as np
 
 from . import _ext
 
-__all__ = ["Table", "experiments", "describe", "run"]
+__all__ = ["Table", "experiments", "describe", "run", "report"]
 
 _DEFAULT_DISTS = ("gaussian", "uniform", "rademacher", "student_t5")
 
@@ -68,6 +68,20 @@ def describe(experiment: str) -> dict:
         if e["name"] == experiment:
             return dict(e)
     raise ValueError(f"experiment: unknown lab experiment {experiment!r} (known: {', '.join(experiments())})")
+
+
+def report(*, seed: int = 1, threads: int = 0) -> dict:
+    """Runs every experiment at its defaults, as `sdpa lab report` does, and returns the report's
+    document (what the CLI writes as lab.json): version, isa, seed, and per experiment its table
+    (name, title, columns, rows, verdict) with heading, seeds, discussion and seconds. Takes about
+    as long as the report (tens of seconds)."""
+    import json
+    for name, val in (("seed", seed), ("threads", threads)):
+        if isinstance(val, bool) or not isinstance(val, (int, np.integer)):
+            raise TypeError(f"{name}: expected an int, got {val!r}")
+    if seed < 0:
+        raise ValueError(f"seed: must be >= 0, got {seed}")
+    return json.loads(_ext.lab_report(int(seed), int(threads)))
 
 
 def run(experiment: str, *, seed: int = 1, samples: int = 0, threads: int = 0, dists=None,

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/check.hpp"
 #include "lab/registry.hpp"
 #include "nn/sweep.hpp"
 #include "nn/train.hpp"
@@ -298,8 +299,8 @@ nb::list lab_experiments() {
 
 // (name, title, columns, rows, verdict); each row a list of float, int or str; verdict a
 // dict with the keys of the table's JSON: verdict, outcome, expected, measured, tolerance.
-nb::tuple lab_run(const std::string& name, std::uint64_t seed, std::int64_t samples, int threads,
-                  const std::vector<std::string>& dists, std::int64_t max_dk) {
+sdpa::lab::Settings lab_settings(std::uint64_t seed, std::int64_t samples, int threads,
+                                 const std::vector<std::string>& dists, std::int64_t max_dk) {
   if (samples < 0)
     throw sdpa::Error("samples: must be >= 0 (0: the experiment's default), got " + std::to_string(samples));
   if (threads < 0) throw sdpa::Error("threads: must be >= 0 (0 = all available), got " + std::to_string(threads));
@@ -310,6 +311,12 @@ nb::tuple lab_run(const std::string& name, std::uint64_t seed, std::int64_t samp
   s.dists.clear();
   for (const auto& d : dists) s.dists.push_back(sdpa::lab::parse_dist(d));
   s.max_dk = max_dk;
+  return s;
+}
+
+nb::tuple lab_run(const std::string& name, std::uint64_t seed, std::int64_t samples, int threads,
+                  const std::vector<std::string>& dists, std::int64_t max_dk) {
+  const sdpa::lab::Settings s = lab_settings(seed, samples, threads, dists, max_dk);
   const auto& experiment = sdpa::lab::find_experiment(name);
   sdpa::lab::Table t;
   {
@@ -493,6 +500,36 @@ NB_MODULE(_ext, m) {
 
   m.def("lab_experiments", &lab_experiments,
         "The lab's registry: one dict per experiment (name, heading, seeds, help, claim, takes_dists).");
+  m.def(
+      "lab_report",
+      [](std::uint64_t seed, int threads) {
+        if (threads < 0) throw sdpa::Error("threads: must be >= 0 (0 = all available), got " + std::to_string(threads));
+        sdpa::lab::Settings s;  // every experiment at its defaults, as `sdpa lab report` runs them
+        s.seed = seed;
+        s.threads = threads;
+        nb::gil_scoped_release unlocked;
+        return sdpa::lab::report(s).dump();
+      },
+      nb::arg("seed"), nb::arg("threads"), "The lab report's document (lab.json) as JSON text.");
+  m.def(
+      "check",
+      [](std::int64_t B, std::int64_t Hq, std::int64_t Hkv, std::int64_t Nq, std::int64_t Nk, std::int64_t Dk,
+         std::int64_t Dv, const std::string& causal, const std::string& isa, int threads, std::uint64_t seed,
+         bool backward, int min_runs, double min_seconds, int max_runs) {
+        sdpa::bench::CheckConfig c;
+        c.shape = {B, Hq, Hkv, Nq, Nk, Dk, Dv};
+        c.causal = parse_causal(causal);
+        c.isa = sdpa::parse_isa(isa.c_str(), "isa");
+        c.threads = threads;
+        c.seed = seed;
+        c.backward = backward;
+        c.rule.min_runs = min_runs, c.rule.min_seconds = min_seconds, c.rule.max_runs = max_runs;
+        nb::gil_scoped_release unlocked;
+        return sdpa::bench::to_json(sdpa::bench::check(c)).dump();
+      },
+      nb::arg("B"), nb::arg("Hq"), nb::arg("Hkv"), nb::arg("Nq"), nb::arg("Nk"), nb::arg("Dk"), nb::arg("Dv"),
+      nb::arg("causal"), nb::arg("isa"), nb::arg("threads"), nb::arg("seed"), nb::arg("backward"), nb::arg("min_runs"),
+      nb::arg("min_seconds"), nb::arg("max_runs"), "sdpa check (bench::check) as the JSON text of --format json.");
   m.def("lab_run", &lab_run, nb::arg("name"), nb::arg("seed"), nb::arg("samples"), nb::arg("threads"), nb::arg("dists"),
         nb::arg("max_dk"), "Runs one lab experiment: (name, title, columns, rows, verdict dict).");
   // The training lab's configuration: the defaults are the library's (nn::TrainConfig,

@@ -3,8 +3,12 @@
 #include "lab/registry.hpp"
 
 #include <array>
+#include <chrono>
 
+#include "lab/table.hpp"
+#include "sdpa/dispatch.hpp"
 #include "sdpa/error.hpp"
+#include "sdpa/version.hpp"
 
 namespace sdpa::lab {
 namespace {
@@ -116,5 +120,30 @@ Table run(const Experiment& e, const Settings& s) {
 }
 
 Table run(std::string_view name, const Settings& s) { return run(find_experiment(name), s); }
+
+nlohmann::ordered_json report(const Settings& s, const ReportProgress& progress) {
+  using Clock = std::chrono::steady_clock;
+  const auto seconds_since = [](Clock::time_point t0) {
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+  };
+  const auto list = experiments();
+  const auto t_start = Clock::now();
+  nlohmann::ordered_json tables = nlohmann::ordered_json::array();
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    if (progress) progress(i, list.size(), list[i]);
+    const auto t0 = Clock::now();
+    nlohmann::ordered_json e = to_json(run(list[i], s));
+    e["heading"] = list[i].heading;
+    e["seeds"] = list[i].seeds;
+    e["discussion"] = list[i].discussion;
+    e["seconds"] = seconds_since(t0);
+    tables.push_back(std::move(e));
+  }
+  return {{"version", SDPA_VERSION_STRING},
+          {"isa", isa_name(active_isa())},
+          {"seed", s.seed},
+          {"experiments", std::move(tables)},
+          {"experiments_seconds", seconds_since(t_start)}};
+}
 
 }  // namespace sdpa::lab

@@ -3,9 +3,13 @@
 // enumerate this list; a new experiment is one entry here plus its function.
 #pragma once
 
+#include <cstddef>
+#include <functional>
 #include <span>
 #include <string>
 #include <string_view>
+
+#include <nlohmann/json.hpp>
 
 #include "lab/experiments.hpp"
 
@@ -29,5 +33,12 @@ const Experiment& find_experiment(std::string_view name);
 /// Runs it: its table, with the claim copied into the verdict's "expected".
 Table run(const Experiment& e, const Settings& s);
 Table run(std::string_view name, const Settings& s);
+
+/// Called before experiment i of n starts (progress for a long report).
+using ReportProgress = std::function<void(std::size_t i, std::size_t n, const Experiment& e)>;
+/// The report's document (lab.json): the version, the ISA, the seed, and each experiment's
+/// table (lab::to_json, with its verdict) beside what the page shows with it (heading, seeds,
+/// discussion) and its seconds; then experiments_seconds. Runs every experiment in order.
+nlohmann::ordered_json report(const Settings& s, const ReportProgress& progress = {});
 
 }  // namespace sdpa::lab

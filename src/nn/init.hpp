@@ -14,7 +14,7 @@ struct Init {
 };
 
 /// "xavier" or "normal:<sigma>"; throws sdpa::Error naming `what`.
-Init parse_init(const std::string& s, const std::string& what = "--init");
+Init parse_init(const std::string& s, const std::string& what = "init");
 
 /// Fills a (fan_in, fan_out) matrix: Xavier uniform U(±√(6/(fan_in+fan_out))),
 /// variance 2/(fan_in+fan_out); or N(0, σ²).  w (fan_in, ld), columns [0, fan_out)

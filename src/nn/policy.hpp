@@ -41,7 +41,7 @@ struct Policy {
 };
 
 /// Parses a policy name (as listed above); throws sdpa::Error naming `what`.
-Policy parse_policy(const std::string& s, const std::string& what = "--policy");
+Policy parse_policy(const std::string& s, const std::string& what = "policy");
 /// All policy names the default sweep runs.
 std::vector<std::string> default_policies();
 

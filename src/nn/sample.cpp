@@ -26,11 +26,11 @@ std::map<std::string, std::string> identity_fields(const std::string& identity) 
 
 i64 integer_field(const std::map<std::string, std::string>& f, const std::string& key) {
   const auto it = f.find(key);
-  if (it == f.end()) throw Error("--resume: the checkpoint's identity has no '" + key + "'");
+  if (it == f.end()) throw Error("resume: the checkpoint's identity has no '" + key + "'");
   try {
     return std::stoll(it->second);
   } catch (const std::exception&) {
-    throw Error("--resume: the checkpoint's '" + key + "' is not an integer: " + it->second);
+    throw Error("resume: the checkpoint's '" + key + "' is not an integer: " + it->second);
   }
 }
 
@@ -39,19 +39,18 @@ i64 integer_field(const std::map<std::string, std::string>& f, const std::string
 std::string sample(const Checkpoint& ck, const SampleConfig& s) {
   const auto f = identity_fields(ck.identity);
   if (!f.count("task") || f.at("task") != "text" || !f.count("alphabet"))
-    throw Error("--resume: not a text-task checkpoint (task " + (f.count("task") ? f.at("task") : "?") +
-                "); only `sdpa train --task text` checkpoints can be sampled");
-  if (s.tokens < 0) throw Error("--tokens: must be >= 0, got " + std::to_string(s.tokens));
-  if (!(s.temperature >= 0) || !std::isfinite(s.temperature)) throw Error("--temperature: must be a finite value >= 0");
-  const std::vector<char32_t> alphabet = alphabet_from_hex(f.at("alphabet"), "--resume");
-  const std::u32string prompt = decode_utf8(s.prompt, "--prompt");
-  if (prompt.empty()) throw Error("--prompt: must hold at least one character");
+    throw Error("resume: not a text-task checkpoint (task " + (f.count("task") ? f.at("task") : "?") +
+                "); only checkpoints of the text task can be sampled");
+  if (s.tokens < 0) throw Error("tokens: must be >= 0, got " + std::to_string(s.tokens));
+  if (!(s.temperature >= 0) || !std::isfinite(s.temperature)) throw Error("temperature: must be a finite value >= 0");
+  const std::vector<char32_t> alphabet = alphabet_from_hex(f.at("alphabet"), "resume");
+  const std::u32string prompt = decode_utf8(s.prompt, "prompt");
+  if (prompt.empty()) throw Error("prompt: must hold at least one character");
   std::vector<int> text;
   for (char32_t ch : prompt) {
     const auto it = std::lower_bound(alphabet.begin(), alphabet.end(), ch);
     if (it == alphabet.end() || *it != ch)
-      throw Error("--prompt: the character '" + encode_utf8(std::u32string(1, ch)) +
-                  "' is not in the corpus's alphabet");
+      throw Error("prompt: the character '" + encode_utf8(std::u32string(1, ch)) + "' is not in the corpus's alphabet");
     text.push_back(static_cast<int>(it - alphabet.begin()));
   }
 
@@ -61,11 +60,11 @@ std::string sample(const Checkpoint& ck, const SampleConfig& s) {
   mc.C = integer_field(f, "d_model");
   mc.H = integer_field(f, "heads");
   mc.L = integer_field(f, "layers");
-  mc.policy = parse_policy(f.count("policy") ? f.at("policy") : "", "--resume");
+  mc.policy = parse_policy(f.count("policy") ? f.at("policy") : "", "resume");
   mc.seed = static_cast<std::uint64_t>(integer_field(f, "seed"));
   Model<float> model(mc);
   if (ck.params.size() != model.params.size() || ck.score_ema.size() != model.score_ema.size())
-    throw Error("--resume: the checkpoint holds " + std::to_string(ck.params.size()) +
+    throw Error("resume: the checkpoint holds " + std::to_string(ck.params.size()) +
                 " parameters, its identity describes a model of " + std::to_string(model.params.size()));
   model.params = ck.params;
   model.score_ema = ck.score_ema;

@@ -171,7 +171,7 @@ void read_run_document(const std::string& text, const std::string& where, SweepR
   }
   if (!doc.contains("identity") || doc["identity"] != identity)
     throw Error("sweep: stored run '" + where +
-                "' was trained with another configuration; use another --out (or remove the stored runs)");
+                "' was trained with another configuration; use another store (or remove the stored runs)");
   r.summary = train_summary_from_json(doc.at("final"), where);
   r.log.clear();
   for (const auto& row : doc.at("log")) r.log.push_back(step_record_from_json(row, where));
@@ -354,7 +354,7 @@ void fit_budget(SweepSpec& spec, SweepResult& res, const std::function<bool(cons
       cut = fmt::format("d_head {}", spec.d_heads.back());
       spec.d_heads.pop_back();
     } else {
-      throw Error(fmt::format("--budget: {:.3g} s is too little: the smallest grid left (one run) needs about {:.3g} s",
+      throw Error(fmt::format("budget_s: {:.3g} s is too little: the smallest grid left (one run) needs about {:.3g} s",
                               spec.budget_s, est));
     }
     res.cuts.push_back(cut);
@@ -370,177 +370,190 @@ std::size_t grid_size(const SweepSpec& spec) { return grid(spec).size(); }
 
 void validate(const SweepSpec& spec) {
   if (spec.policies.empty() || spec.seeds.empty() || spec.d_heads.empty())
-    throw Error("sweep: --policies, --seeds and --d-head each need at least one value");
-  for (const auto& p : spec.policies) parse_policy(p, "--policies");
+    throw Error(std::string(spec.policies.empty() ? "policies"
+                            : spec.seeds.empty()  ? "seeds"
+                                                  : "d_heads") +
+                ": needs at least one value");
+  for (const auto& p : spec.policies) parse_policy(p, "policies");
   for (const auto& i : inits_of(spec)) parse_init(i);
   for (double lr : lrs_of(spec))
-    if (!(lr > 0) || !std::isfinite(lr)) throw Error("--lrs: every learning rate must be a finite value > 0");
+    if (!(lr > 0) || !std::isfinite(lr)) throw Error("lrs: every learning rate must be a finite value > 0");
   for (i64 w : widths_of(spec)) {
-    if (w <= 0) throw Error("--widths: every width must be >= 1, got " + std::to_string(w));
+    if (w <= 0) throw Error("widths: every width must be >= 1, got " + std::to_string(w));
     for (i64 d : spec.d_heads)
       if (d < 0 || (d > 0 && w % d != 0))
-        throw Error("--d-head: " + std::to_string(d) + " does not divide --d-model " + std::to_string(w));
+        throw Error("d_heads: " + std::to_string(d) + " does not divide the width " + std::to_string(w));
   }
   const Task task = parse_task(spec.base.task, spec.base.seq, spec.base.corpus);
   if (task.corpus && !spec.sample.prompt.empty()) {  // the samples' prompt, checked before any training
-    for (char32_t ch : decode_utf8(spec.sample.prompt, "--sample-prompt"))
+    for (char32_t ch : decode_utf8(spec.sample.prompt, "sample_prompt"))
       if (!std::binary_search(task.corpus->alphabet.begin(), task.corpus->alphabet.end(), ch))
-        throw Error("--sample-prompt: the character '" + encode_utf8(std::u32string(1, ch)) +
+        throw Error("sample_prompt: the character '" + encode_utf8(std::u32string(1, ch)) +
                     "' is not in the corpus's alphabet (an empty prompt: no samples)");
   }
-  if (spec.jobs < 0) throw Error("--jobs: must be >= 0, got " + std::to_string(spec.jobs));
-  if (spec.base.threads < 0) throw Error("--threads: must be >= 0, got " + std::to_string(spec.base.threads));
+  if (spec.jobs < 0) throw Error("jobs: must be >= 0, got " + std::to_string(spec.jobs));
+  if (spec.base.threads < 0) throw Error("threads: must be >= 0, got " + std::to_string(spec.base.threads));
   if (spec.budget_s < 0 || !std::isfinite(spec.budget_s))
-    throw Error("--budget: must be a finite number of seconds >= 0");
+    throw Error("budget_s: must be a finite number of seconds >= 0");
 }
 
-SweepResult sweep(const SweepSpec& spec_in, const SweepProgress& progress, const SweepShare& share) {
+namespace {
+
+// What every phase of a sweep reads: the spec as run (after the budget's cuts), the ranks, the
+// task (parsed once, for the corpus's hash in each run's identity), the threads per run.
+struct SweepContext {
+  SweepSpec spec;
+  const SweepShare& share;
+  Task task;
+  bool shared = false;    // more than one rank
+  bool ensemble = false;  // the ensemble rule wanted: asked for, and adaptive swept
+  int threads = 1;
+  // The identity of a run's configuration (what its stored file must have been trained under).
+  std::string identity(const SweepRun& r) const { return config_of(spec, r, threads).identity(task); }
+  // A shared sweep: rank `rank` takes every ranks-th run.
+  bool mine(std::size_t i) const {
+    return i % static_cast<std::size_t>(share.ranks) == static_cast<std::size_t>(share.rank);
+  }
+  bool stored(const SweepRun& r) const {
+    return !spec.store.empty() && static_cast<bool>(std::ifstream(spec.store + "/" + run_stem(r) + ".json"));
+  }
+};
+
+// Checks the spec and the ranks, picks jobs and threads, cuts the grid to the budget, makes
+// the ranks agree on it and creates the store: nothing is written before all of that passed.
+SweepContext prepare(const SweepSpec& spec_in, const SweepShare& share, SweepResult& res) {
   validate(spec_in);
-  SweepSpec spec = spec_in;
   const bool shared = share.ranks > 1;
   if (share.ranks < 1 || share.rank < 0 || share.rank >= share.ranks || share.ranks_on_node < 1)
     throw Error("sweep: rank " + std::to_string(share.rank) + " of " + std::to_string(share.ranks) + " is no rank");
   if (shared && (!share.agree || !share.gather)) throw Error("sweep: a shared sweep needs its agree and gather hooks");
   // Each rank would measure its own speed and might cut the grid differently.
-  if (shared && spec.budget_s > 0) throw Error("--budget: not with several ranks; run the budgeted sweep on one");
+  if (shared && spec_in.budget_s > 0) throw Error("budget_s: not with several ranks; run the budgeted sweep on one");
 
-  SweepResult res;
+  SweepContext ctx{spec_in, share, parse_task(spec_in.base.task, spec_in.base.seq, spec_in.base.corpus)};
+  ctx.shared = shared;
   res.ranks = share.ranks;
   // The processes on this machine share its cores (a rank bound to fewer sees fewer).
   const int cores = std::max(1, omp_get_num_procs() / share.ranks_on_node);
-  res.jobs = spec.jobs > 0 ? spec.jobs : std::min(2, cores);
-  res.threads = spec.base.threads > 0 ? spec.base.threads : std::max(1, cores / res.jobs);
-  const auto t_start = std::chrono::steady_clock::now();
-  const bool ensemble_wanted =
-      spec.ensemble && std::find(spec.policies.begin(), spec.policies.end(), "adaptive") != spec.policies.end();
-  // The identity of each run's configuration (what its stored file must have been trained
-  // under); the task is parsed once, for the corpus's hash.
-  const Task task = parse_task(spec.base.task, spec.base.seq, spec.base.corpus);
-  auto identity_of = [&](const SweepRun& r) { return config_of(spec, r, res.threads).identity(task); };
-  auto is_stored = [&](const SweepRun& r) {
-    if (spec.store.empty()) return false;
-    return static_cast<bool>(std::ifstream(spec.store + "/" + run_stem(r) + ".json"));
-  };
-  if (spec.budget_s > 0) fit_budget(spec, res, is_stored);
+  res.jobs = ctx.spec.jobs > 0 ? ctx.spec.jobs : std::min(2, cores);
+  res.threads = ctx.threads = ctx.spec.base.threads > 0 ? ctx.spec.base.threads : std::max(1, cores / res.jobs);
+  ctx.ensemble = ctx.spec.ensemble &&
+                 std::find(ctx.spec.policies.begin(), ctx.spec.policies.end(), "adaptive") != ctx.spec.policies.end();
+  if (ctx.spec.budget_s > 0) fit_budget(ctx.spec, res, [&ctx](const SweepRun& r) { return ctx.stored(r); });
   if (shared) {  // the same grid on every rank, before anything is written
-    std::string ids = spec.store + (ensemble_wanted ? ";ensemble" : "");
-    for (const auto& r : grid(spec)) ids += "\n" + identity_of(r);
+    std::string ids = ctx.spec.store + (ctx.ensemble ? ";ensemble" : "");
+    for (const auto& r : grid(ctx.spec)) ids += "\n" + ctx.identity(r);
     share.agree("the sweep's grid and settings", ids);
   }
-  if (!spec.store.empty()) {  // after the budget check: a refused sweep writes nothing
+  if (!ctx.spec.store.empty()) {  // after the budget check: a refused sweep writes nothing
     std::error_code ec;
-    std::filesystem::create_directories(spec.store, ec);
-    if (ec) throw Error("sweep: cannot create the run store '" + spec.store + "': " + ec.message());
+    std::filesystem::create_directories(ctx.spec.store, ec);
+    if (ec) throw Error("sweep: cannot create the run store '" + ctx.spec.store + "': " + ec.message());
   }
-  res.spec = spec;
-  const bool ensemble = ensemble_wanted;
+  res.spec = ctx.spec;
+  return ctx;
+}
 
-  // ---- training (or loading what the store holds) -------------------------------------
-  res.runs = grid(spec);
-  // A shared sweep: rank `rank` takes every ranks-th run.
-  auto mine = [&](std::size_t i) {
-    return i % static_cast<std::size_t>(share.ranks) == static_cast<std::size_t>(share.rank);
-  };
-  // Final states kept: adaptive runs' for the ensemble rule, the sampled runs' for the samples.
-  std::vector<Checkpoint> states(res.runs.size());
-  const std::vector<std::size_t> sampled = sampled_runs(spec, res.runs);
+// Trains this rank's runs (or loads what the store holds), keeping the final states the later
+// phases need (adaptive runs' for the ensemble rule, the sampled runs' for the samples); a
+// shared sweep then gathers every rank's runs on rank 0. Returns whether this process holds
+// the whole grid now (false on the other ranks, whose part ends here).
+bool train_runs(const SweepContext& ctx, SweepResult& res, std::vector<Checkpoint>& states,
+                const std::vector<std::size_t>& sampled, const SweepProgress& progress) {
+  const SweepSpec& spec = ctx.spec;
   std::vector<Job> work;
   std::size_t loaded = 0;
   for (std::size_t i = 0; i < res.runs.size(); ++i) {
-    if (!mine(i)) continue;
+    if (!ctx.mine(i)) continue;
     SweepRun& r = res.runs[i];
     const bool keep_state =
-        (ensemble && r.policy == "adaptive") || std::find(sampled.begin(), sampled.end(), i) != sampled.end();
-    if (!spec.store.empty() && load_run(spec.store, r, identity_of(r), keep_state ? &states[i] : nullptr)) {
+        (ctx.ensemble && r.policy == "adaptive") || std::find(sampled.begin(), sampled.end(), i) != sampled.end();
+    if (!spec.store.empty() && load_run(spec.store, r, ctx.identity(r), keep_state ? &states[i] : nullptr)) {
       ++loaded;
       continue;
     }
-    Job j{config_of(spec, r, res.threads), {}, &r.log, &r.summary, &r, {}};
+    Job j{config_of(spec, r, ctx.threads), {}, &r.log, &r.summary, &r, {}};
     if (keep_state) j.hooks.final_state = &states[i];
     if (!spec.store.empty())
-      j.after = [&spec, &r, id = identity_of(r), state = keep_state ? &states[i] : nullptr] {
+      j.after = [&spec, &r, id = ctx.identity(r), state = keep_state ? &states[i] : nullptr] {
         store_run(spec.store, r, id, state);
       };
     work.push_back(std::move(j));
   }
   run_jobs(work, res.jobs, "training", loaded, progress);
-  if (shared) {  // every rank's runs to rank 0, in the store's form: three strings a run
-    std::vector<std::string> out;
-    for (std::size_t i = 0; i < res.runs.size(); ++i) {
-      if (!mine(i)) continue;
-      const auto state = states[i].params.empty() ? std::vector<unsigned char>{} : encode_checkpoint(states[i]);
-      out.push_back(run_document(res.runs[i], identity_of(res.runs[i])));
-      out.emplace_back(state.begin(), state.end());
-      out.emplace_back(res.runs[i].from_store ? "stored" : "trained");
-    }
-    const std::vector<std::string> all = share.gather(out);
-    if (share.rank != 0) {
-      res.complete = false;
-      res.train_seconds = res.seconds = seconds_since(t_start);
-      return res;
-    }
-    std::size_t at = 0;  // rank p's runs are p, p + P, ..., in order
-    for (int p = 0; p < share.ranks; ++p)
-      for (std::size_t i = static_cast<std::size_t>(p); i < res.runs.size();
-           i += static_cast<std::size_t>(share.ranks)) {
-        if (at + 3 > all.size()) throw Error("sweep: rank " + std::to_string(p) + " sent fewer runs than its share");
-        SweepRun& r = res.runs[i];
-        if (p != 0) {
-          const std::string where = "rank " + std::to_string(p) + ": " + run_stem(r);
-          read_run_document(all[at], where, r, identity_of(r));
-          if (!all[at + 1].empty())
-            states[i] = decode_checkpoint(std::vector<unsigned char>(all[at + 1].begin(), all[at + 1].end()), where);
-          r.from_store = all[at + 2] == "stored";
-        }
-        at += 3;
-      }
-    if (at != all.size()) throw Error("sweep: the ranks sent more runs than the grid has");
-  }
-  res.train_seconds = seconds_since(t_start);
+  if (!ctx.shared) return true;
 
-  // ---- the ensemble rule ------------------------------------------------------------
-  if (ensemble) {
-    std::vector<std::size_t> scored;  // runs evaluated, two evaluations each: own β, then the best's
-    std::vector<TrainSummary> evals;
-    std::map<std::string, std::size_t> best;  // group -> the adaptive run with the lowest validation loss
-    for (std::size_t i = 0; i < res.runs.size(); ++i) {
-      const SweepRun& r = res.runs[i];
-      if (r.policy != "adaptive" || r.summary.diverged) continue;
-      scored.push_back(i);
-      auto b = best.find(r.group());
-      if (b == best.end() || r.summary.eval_loss < res.runs[b->second].summary.eval_loss) best[r.group()] = i;
-    }
-    evals.resize(2 * scored.size());
-    work.clear();
-    for (std::size_t k = 0; k < scored.size(); ++k) {
-      const SweepRun& r = res.runs[scored[k]];
-      for (int frozen = 0; frozen < 2; ++frozen) {
-        Job j{config_of(spec, r, res.threads), {}, nullptr, &evals[2 * k + frozen], &r, {}};
-        j.cfg.eval_only = true;
-        j.cfg.eval_set = "test";
-        if (frozen) j.cfg.frozen_beta = res.runs[best.at(r.group())].summary.beta;
-        j.hooks.resume = &states[scored[k]];
-        work.push_back(std::move(j));
-      }
-    }
-    run_jobs(work, res.jobs, "ensemble evaluation", 0, progress);
-    for (std::size_t k = 0; k < scored.size(); ++k) {
-      const SweepRun& r = res.runs[scored[k]];
-      const SweepRun& b = res.runs[best.at(r.group())];
-      const TrainSummary &own = evals[2 * k], &fz = evals[2 * k + 1];
-      res.ensemble.push_back(EnsembleRow{r.d_head, r.seed, b.seed, own.beta, b.summary.beta, own.eval_loss,
-                                         own.eval_accuracy, fz.eval_loss, fz.eval_accuracy, r.group(),
-                                         heads_of(r.d_model, r.d_head)});
-    }
+  // Every rank's runs to rank 0, in the store's form: three strings a run.
+  std::vector<std::string> out;
+  for (std::size_t i = 0; i < res.runs.size(); ++i) {
+    if (!ctx.mine(i)) continue;
+    const auto state = states[i].params.empty() ? std::vector<unsigned char>{} : encode_checkpoint(states[i]);
+    out.push_back(run_document(res.runs[i], ctx.identity(res.runs[i])));
+    out.emplace_back(state.begin(), state.end());
+    out.emplace_back(res.runs[i].from_store ? "stored" : "trained");
   }
+  const std::vector<std::string> all = ctx.share.gather(out);
+  if (ctx.share.rank != 0) return false;
+  std::size_t at = 0;  // rank p's runs are p, p + P, ..., in order
+  for (int p = 0; p < ctx.share.ranks; ++p)
+    for (std::size_t i = static_cast<std::size_t>(p); i < res.runs.size();
+         i += static_cast<std::size_t>(ctx.share.ranks)) {
+      if (at + 3 > all.size()) throw Error("sweep: rank " + std::to_string(p) + " sent fewer runs than its share");
+      SweepRun& r = res.runs[i];
+      if (p != 0) {
+        const std::string where = "rank " + std::to_string(p) + ": " + run_stem(r);
+        read_run_document(all[at], where, r, ctx.identity(r));
+        if (!all[at + 1].empty())
+          states[i] = decode_checkpoint(std::vector<unsigned char>(all[at + 1].begin(), all[at + 1].end()), where);
+        r.from_store = all[at + 2] == "stored";
+      }
+      at += 3;
+    }
+  if (at != all.size()) throw Error("sweep: the ranks sent more runs than the grid has");
+  return true;
+}
 
-  // ---- one sample per policy (text) -----------------------------------------------------
-  for (std::size_t i : sampled) {
+// The seed note's ensemble rule: each adaptive run evaluated on the test set with its own β,
+// then with the β of its group's run of lowest validation loss.
+void evaluate_ensemble(const SweepContext& ctx, SweepResult& res, std::vector<Checkpoint>& states,
+                       const SweepProgress& progress) {
+  std::vector<std::size_t> scored;  // runs evaluated, two evaluations each: own β, then the best's
+  std::vector<TrainSummary> evals;
+  std::map<std::string, std::size_t> best;  // group -> the adaptive run with the lowest validation loss
+  for (std::size_t i = 0; i < res.runs.size(); ++i) {
     const SweepRun& r = res.runs[i];
-    if (!r.summary.diverged) res.samples.push_back({r.policy, r.group(), r.seed, sample(states[i], spec.sample)});
+    if (r.policy != "adaptive" || r.summary.diverged) continue;
+    scored.push_back(i);
+    auto b = best.find(r.group());
+    if (b == best.end() || r.summary.eval_loss < res.runs[b->second].summary.eval_loss) best[r.group()] = i;
   }
+  evals.resize(2 * scored.size());
+  std::vector<Job> work;
+  for (std::size_t k = 0; k < scored.size(); ++k) {
+    const SweepRun& r = res.runs[scored[k]];
+    for (int frozen = 0; frozen < 2; ++frozen) {
+      Job j{config_of(ctx.spec, r, ctx.threads), {}, nullptr, &evals[2 * k + frozen], &r, {}};
+      j.cfg.eval_only = true;
+      j.cfg.eval_set = "test";
+      if (frozen) j.cfg.frozen_beta = res.runs[best.at(r.group())].summary.beta;
+      j.hooks.resume = &states[scored[k]];
+      work.push_back(std::move(j));
+    }
+  }
+  run_jobs(work, res.jobs, "ensemble evaluation", 0, progress);
+  for (std::size_t k = 0; k < scored.size(); ++k) {
+    const SweepRun& r = res.runs[scored[k]];
+    const SweepRun& b = res.runs[best.at(r.group())];
+    const TrainSummary &own = evals[2 * k], &fz = evals[2 * k + 1];
+    res.ensemble.push_back(EnsembleRow{r.d_head, r.seed, b.seed, own.beta, b.summary.beta, own.eval_loss,
+                                       own.eval_accuracy, fz.eval_loss, fz.eval_accuracy, r.group(),
+                                       heads_of(r.d_model, r.d_head)});
+  }
+}
 
-  // ---- the summary over seeds, and the paired differences -------------------------------
+// The summary over seeds per (group, policy), the paired differences against inv_sqrt_dk,
+// and each policy's learning rates against its best.
+void summarize(const SweepSpec& spec, SweepResult& res) {
   std::vector<std::string> groups;
   for (const auto& r : res.runs)
     if (std::find(groups.begin(), groups.end(), r.group()) == groups.end()) groups.push_back(r.group());
@@ -611,6 +624,30 @@ SweepResult sweep(const SweepSpec& spec_in, const SweepProgress& progress, const
       c.vs_best_lr = paired([&](const SweepRun& r) { return same_but_lr(r) && r.lr == c.lr; },
                             [&](const SweepRun& r) { return same_but_lr(r) && r.lr == best_lr; });
     }
+}
+
+}  // namespace
+
+SweepResult sweep(const SweepSpec& spec_in, const SweepProgress& progress, const SweepShare& share) {
+  const auto t_start = std::chrono::steady_clock::now();
+  SweepResult res;
+  const SweepContext ctx = prepare(spec_in, share, res);
+  res.runs = grid(ctx.spec);
+  // Final states kept: adaptive runs' for the ensemble rule, the sampled runs' for the samples.
+  std::vector<Checkpoint> states(res.runs.size());
+  const std::vector<std::size_t> sampled = sampled_runs(ctx.spec, res.runs);
+  if (!train_runs(ctx, res, states, sampled, progress)) {  // another rank's part of a shared sweep
+    res.complete = false;
+    res.train_seconds = res.seconds = seconds_since(t_start);
+    return res;
+  }
+  res.train_seconds = seconds_since(t_start);
+  if (ctx.ensemble) evaluate_ensemble(ctx, res, states, progress);
+  for (std::size_t i : sampled) {  // one sample per policy (text)
+    const SweepRun& r = res.runs[i];
+    if (!r.summary.diverged) res.samples.push_back({r.policy, r.group(), r.seed, sample(states[i], ctx.spec.sample)});
+  }
+  summarize(ctx.spec, res);
   res.seconds = seconds_since(t_start);
   return res;
 }
@@ -667,7 +704,7 @@ std::string summary_table(const SweepResult& r) {
                        fmt::format("{:.4f} / {:.4f}", e.own_test_loss, e.own_test_accuracy),
                        fmt::format("{:.4f} / {:.4f}", e.ensemble_test_loss, e.ensemble_test_accuracy));
   }
-  for (const auto& c : r.cuts) t += "--budget: " + (c.rfind("the full", 0) == 0 ? c : "cut " + c) + "\n";
+  for (const auto& c : r.cuts) t += "budget: " + (c.rfind("the full", 0) == 0 ? c : "cut " + c) + "\n";
   return t;
 }
 

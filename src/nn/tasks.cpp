@@ -21,7 +21,7 @@ Task parse_task(const std::string& name, i64 seq, const std::string& corpus) {
   Task t;
   t.seq = seq;
   if (name == "text") {
-    if (seq < 1) throw Error("--seq: text needs seq >= 1, got " + std::to_string(seq));
+    if (seq < 1) throw Error("seq: the text task needs seq >= 1, got " + std::to_string(seq));
     t.kind = TaskKind::text;
     t.corpus = load_corpus(corpus, seq);
     return t;
@@ -37,12 +37,12 @@ Task parse_task(const std::string& name, i64 seq, const std::string& corpus) {
   else if (name == "lengthgen")
     t.kind = TaskKind::lengthgen;
   else
-    throw Error("--task: unknown task '" + name + "' (one of mqar, copy, reverse, sort, lengthgen, text)");
+    throw Error("task: unknown task '" + name + "' (one of mqar, copy, reverse, sort, lengthgen, text)");
   const bool recall = t.kind == TaskKind::mqar;
   if (recall && (seq < 8 || seq > 128))
-    throw Error("--seq: " + name + " needs 8 <= seq <= 128 (at most 32 distinct keys), got " + std::to_string(seq));
+    throw Error("seq: " + name + " needs 8 <= seq <= 128 (at most 32 distinct keys), got " + std::to_string(seq));
   if (!recall && (seq < 4 || seq % 2 != 0))
-    throw Error("--seq: " + name + " needs an even seq >= 4, got " + std::to_string(seq));
+    throw Error("seq: " + name + " needs an even seq >= 4, got " + std::to_string(seq));
   return t;
 }
 

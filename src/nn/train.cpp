@@ -238,19 +238,20 @@ TrainSummary train(const TrainConfig& c, const TrainHooks& hooks) {
   auto positive = [](i64 v, const char* what) {
     if (v <= 0) throw Error(std::string(what) + ": must be >= 1, got " + std::to_string(v));
   };
-  positive(c.d_model, "--d-model");
-  positive(c.heads, "--heads");
-  positive(c.layers, "--layers");
-  positive(c.batch, "--batch");
-  positive(c.steps, "--steps");
-  positive(c.log_every, "--log-every");
-  positive(c.eval_size, "--eval-size");
+  positive(c.d_model, "d_model");
+  positive(c.heads, "heads");
+  positive(c.layers, "layers");
+  positive(c.batch, "batch");
+  positive(c.steps, "steps");
+  positive(c.log_every, "log_every");
+  positive(c.eval_size, "eval_size");
   if (c.d_model % c.heads != 0)
-    throw Error("--d-model " + std::to_string(c.d_model) + " must be a multiple of --heads " + std::to_string(c.heads));
-  if (!(c.lr > 0) || !std::isfinite(c.lr)) throw Error("--lr: must be a finite value > 0");
-  if (c.warmup < 0) throw Error("--warmup: must be >= 0");
-  if (c.threads < 0) throw Error("--threads: must be >= 0");
-  if (c.stop_at < 0 || c.stop_at > c.steps) throw Error("--stop-at: must be in [0, --steps]");
+    throw Error("d_model: " + std::to_string(c.d_model) + " is not a multiple of heads (" + std::to_string(c.heads) +
+                ")");
+  if (!(c.lr > 0) || !std::isfinite(c.lr)) throw Error("lr: must be a finite value > 0");
+  if (c.warmup < 0) throw Error("warmup: must be >= 0");
+  if (c.threads < 0) throw Error("threads: must be >= 0");
+  if (c.stop_at < 0 || c.stop_at > c.steps) throw Error("stop_at: must be in [0, steps]");
 
   const int threads = c.threads > 0 ? c.threads : omp_get_max_threads();
   // The projections' parallel regions take this thread's OpenMP default; put it back on
@@ -273,7 +274,7 @@ TrainSummary train(const TrainConfig& c, const TrainHooks& hooks) {
   Model<float> model(mc);
   if (c.frozen_beta) {
     if (static_cast<i64>(c.frozen_beta->size()) != c.layers * c.heads)
-      throw Error("--frozen-beta: needs layers*heads = " + std::to_string(c.layers * c.heads) + " values, got " +
+      throw Error("frozen_beta: needs layers*heads = " + std::to_string(c.layers * c.heads) + " values, got " +
                   std::to_string(c.frozen_beta->size()));
     model.frozen_beta = c.frozen_beta;
   }
@@ -296,7 +297,7 @@ TrainSummary train(const TrainConfig& c, const TrainHooks& hooks) {
     model.score_ema = ck.score_ema;
     step0 = ck.step;
   } else if (c.eval_only) {
-    throw Error("--eval-only needs --resume CHECKPOINT");
+    throw Error("eval_only: needs resume (the checkpoint to evaluate)");
   }
   if (!c.save.empty()) {  // fail now, not after the training, if --save cannot be written
     io::OutputSet probe;
@@ -323,7 +324,7 @@ TrainSummary train(const TrainConfig& c, const TrainHooks& hooks) {
   // The held-out sets do not depend on --seed, so every run of a sweep is scored on the
   // same sequences; "test" is a second set for choosing on one and reporting on another.
   if (c.eval_set != "validation" && c.eval_set != "test")
-    throw Error("--eval-set: 'validation' or 'test', got '" + c.eval_set + "'");
+    throw Error("eval_set: 'validation' or 'test', got '" + c.eval_set + "'");
   const std::uint64_t which = c.eval_set == "test" ? 5 : 3;
   Rng eval_rng = stream(kEvalSeed, which);
   const bool text = task.kind == TaskKind::text;

@@ -590,7 +590,9 @@ for l in open(sys.argv[1]):
     "$sdpa" train $tiny --stop-at 3 --save ck.bin > /dev/null
     expect_error "unknown policy 'softest'" "$sdpa" train $tiny --policy softest
     expect_error "unknown task" "$sdpa" train $tiny --task nope
-    expect_error "multiple of --heads" "$sdpa" train $tiny --heads 3
+    # The library names its parameters as Python does (d_model); the command line says its flags.
+    expect_error "sdpa: error: --d-model: 16 is not a multiple of heads (3)" "$sdpa" train $tiny --heads 3
+    expect_error "sdpa: error: --lr: must be a finite value > 0" "$sdpa" train $tiny --lr -1
     expect_error "policy=inv_sqrt_dk" "$sdpa" train $tiny --policy adaptive --resume ck.bin
     expect_error "seed=1" "$sdpa" train $tiny --seed 2 --resume ck.bin
     expect_error "cannot open" "$sdpa" train $tiny --resume missing.bin

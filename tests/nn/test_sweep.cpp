@@ -237,19 +237,19 @@ TEST(Sweep, BadSpecsAreRefusedBeforeTraining) {
   expect(s, "at least one value");
   s = tiny_sweep();
   s.policies = {"warm"};
-  expect(s, "--policies");
+  expect(s, "policies: ");
   s = tiny_sweep();
   s.inits = {"xavier", "normal:-1"};
   expect(s, "normal:-1");
   s = tiny_sweep();
   s.widths = {16, 20};
-  expect(s, "does not divide --d-model 20");
+  expect(s, "d_heads: 8 does not divide the width 20");
   s = tiny_sweep();
   s.base.eval_size = 0;  // refused by the run itself: the error names the run
   expect(s, "training of policy inv_sqrt_dk d_model 16 d_head 8 init xavier lr 0.003 seed 1 failed");
   s = tiny_sweep();
   s.budget_s = 1e-6;  // no run can train in a microsecond
-  expect(s, "--budget: 1e-06 s is too little");
+  expect(s, "budget_s: 1e-06 s is too little");
 }
 
 // Widths, the one-head axis (d_head 0), inits and learning rates: the grid's order, each
@@ -431,7 +431,7 @@ TEST(Sweep, TextSweepSamplesEachPolicyFromItsStoredCheckpoint) {
     nn::sweep(s);
     ADD_FAILURE() << "a prompt outside the alphabet should be refused";
   } catch (const sdpa::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("--sample-prompt"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("sample_prompt: "), std::string::npos) << e.what();
   }
   s.sample.prompt.clear();
   EXPECT_TRUE(nn::sweep(s).samples.empty());

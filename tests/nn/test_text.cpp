@@ -130,7 +130,7 @@ TEST(Text, BadCorporaAreRefusedByName) {
   write(dir + "/empty.txt", "");
   write(dir + "/latin1.txt", repeated_text(20) + "caf\xE9");
   write(dir + "/short.txt", repeated_text(2));
-  EXPECT_NE(error_of([&] { nn::load_corpus(dir + "/missing.txt", 16); }).find("--corpus: cannot read"),
+  EXPECT_NE(error_of([&] { nn::load_corpus(dir + "/missing.txt", 16); }).find("corpus: cannot read"),
             std::string::npos);
   EXPECT_NE(error_of([&] { nn::load_corpus(dir + "/empty.txt", 16); }).find("is empty"), std::string::npos);
   EXPECT_NE(error_of([&] { nn::load_corpus(dir + "/latin1.txt", 16); }).find("not UTF-8 at byte 903"),
@@ -140,7 +140,7 @@ TEST(Text, BadCorporaAreRefusedByName) {
   EXPECT_NE(e.find("too short: 90 characters"), std::string::npos) << e;
   EXPECT_NO_THROW(nn::make_corpus(positional_text(341), "x", 16));
   EXPECT_THROW(nn::make_corpus(positional_text(339), "x", 16), sdpa::Error);
-  EXPECT_NE(error_of([] { nn::parse_task("text", 0, "x"); }).find("--seq"), std::string::npos);
+  EXPECT_NE(error_of([] { nn::parse_task("text", 0, "x"); }).find("seq: "), std::string::npos);
 }
 
 TEST(Text, GutenbergBlocksAreStripped) {
@@ -239,10 +239,10 @@ TEST(Text, TrainingLearnsARepeatedSentenceAndSamplesIt) {
   EXPECT_EQ(a, b) << "the same seed draws the same characters";
   EXPECT_EQ(a.size(), 39u);
   sc.prompt = "Zebra";
-  EXPECT_NE(error_of([&] { nn::sample(state, sc); }).find("--prompt: the character 'Z'"), std::string::npos);
+  EXPECT_NE(error_of([&] { nn::sample(state, sc); }).find("prompt: the character 'Z'"), std::string::npos);
   sc.prompt = "the";
   sc.temperature = -1;
-  EXPECT_NE(error_of([&] { nn::sample(state, sc); }).find("--temperature"), std::string::npos);
+  EXPECT_NE(error_of([&] { nn::sample(state, sc); }).find("temperature: "), std::string::npos);
 
   // A checkpoint is bound to its corpus: the same configuration on other text is refused.
   write(dir + "/other.txt", repeated_text(99) + "the quick brown cat jumps over the lazy dog. ");

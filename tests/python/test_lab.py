@@ -93,3 +93,17 @@ def test_errors_name_the_argument(kwargs, exc, match):
     name = kwargs.pop("experiment")
     with pytest.raises(exc, match=match):
         sdpa.lab.run(name, **kwargs)
+
+
+def test_report_is_the_lab_libraries_document():
+    # What `sdpa lab report` writes as lab.json, built by the lab library: every experiment in the
+    # registry's order, each with its table, verdict and the page's text.
+    doc = sdpa.lab.report(seed=3)
+    assert doc["version"] == sdpa.__version__ and doc["isa"] == sdpa.active_isa() and doc["seed"] == 3
+    assert [e["name"] for e in doc["experiments"]] == sdpa.lab.experiments()
+    for e in doc["experiments"]:
+        assert set(VERDICT_KEYS) <= set(e) and all(isinstance(e[k], str) and e[k] for k in VERDICT_KEYS), e["name"]
+        assert e["heading"] and e["discussion"] and e["seconds"] >= 0 and e["rows"], e["name"]
+    assert doc["experiments_seconds"] >= sum(e["seconds"] for e in doc["experiments"]) * 0.99
+    with pytest.raises(ValueError, match="^seed"):
+        sdpa.lab.report(seed=-1)

@@ -395,6 +395,22 @@ def test_explain_reports_the_loops_the_call_took():
         sdpa.explain(q[0], k[0], v[0])
 
 
+def test_check_is_the_main_job_in_process():
+    # `sdpa check` (bench::check): timed, against the measured peak, judged against fp64 by the rule.
+    r = sdpa.check(heads=2, kv_heads=1, seq=70, kv_seq=90, dim=16, dim_v=24, causal="bottom-right", repeat=1,
+                   min_seconds=0.0, threads=1)
+    assert r["pass"] is True and [c["tensor"] for c in r["checks"]] == ["out", "lse", "dq", "dk", "dv"]
+    assert all(c["pass"] and c["err_fast"] <= c["bound"] for c in r["checks"]), r["checks"]
+    assert (r["heads"], r["kv_heads"], r["seq"], r["kv_seq"], r["dim"], r["dim_v"]) == (2, 1, 70, 90, 16, 24)
+    assert r["isa"] == sdpa.active_isa() and r["causal"] == "bottom-right" and r["peak_gflops"] > 0
+    assert r["forward_runs"] >= 1 and r["backward_runs"] >= 1 and r["forward_gflops"] > 0
+    assert sdpa.check(seq=40, heads=1, dim=8, backward=False, repeat=1, min_seconds=0.0)["backward_runs"] == 0
+    with pytest.raises(ValueError, match="^kv_heads: 3 does not divide heads 2"):
+        sdpa.check(heads=2, kv_heads=3)
+    with pytest.raises(ValueError, match="^causal"):
+        sdpa.check(causal="upper")
+
+
 def test_import_does_not_need_torch():
     import subprocess
     import sys

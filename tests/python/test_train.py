@@ -80,12 +80,19 @@ def test_sweep_results_do_not_depend_on_jobs():
 def test_sweep_errors_name_the_option():
     with pytest.raises(ValueError, match="does not divide"):
         sdpa.train.sweep(d_heads=[5], **SWEEP)
-    with pytest.raises(ValueError, match="--policies"):
+    with pytest.raises(ValueError, match="^policies: "):
         sdpa.train.sweep(policies=["warm"], **SWEEP)
     with pytest.raises(TypeError, match="unknown option 'policy'"):
         sdpa.train.sweep(policy="adaptive", **SWEEP)
     with pytest.raises(TypeError, match="steps"):
         sdpa.train.sweep(steps="many")
+    # The library names each parameter as Python does (the command line says its flags instead).
+    with pytest.raises(ValueError, match="^d_model: 16 is not a multiple of heads"):
+        sdpa.train.run(d_model=16, heads=3, steps=1)
+    with pytest.raises(ValueError, match="^lr: "):
+        sdpa.train.run(lr=-1.0, steps=1)
+    with pytest.raises(ValueError, match="^budget_s: "):
+        sdpa.train.sweep(budget_s=-1.0, d_heads=[8], **SWEEP)
 
 
 def test_text_task_and_a_stored_sweep(tmp_path):
@@ -102,5 +109,5 @@ def test_text_task_and_a_stored_sweep(tmp_path):
     assert a["runs_from_store"] == 0 and b["runs_from_store"] == 4
     assert [r["final"]["eval_loss"] for r in a["runs"]] == [r["final"]["eval_loss"] for r in b["runs"]]
     assert b["summary"][1]["paired_difference_n"] == 2
-    with pytest.raises(Exception, match="--corpus"):
+    with pytest.raises(Exception, match="^corpus: "):
         sdpa.train.run(task="text", corpus=str(tmp_path / "missing.txt"))
