@@ -2,6 +2,8 @@
 // (the tolerance rule is in fd.hpp), and a test that the check can fail.
 #include <gtest/gtest.h>
 
+#include <omp.h>
+
 #include <array>
 #include <cmath>
 
@@ -21,6 +23,22 @@ using nn::i64;
 using V = std::vector<double>;
 
 namespace {
+
+// The finite-difference checks evaluate a tiny model hundreds of times, each evaluation a
+// handful of OpenMP regions of microseconds. On one thread they take a fraction of a second;
+// on two threads beside another test on a 2-core machine (ctest -j2) every region waits for
+// both threads to be scheduled, and a check took 25-120 s. The gradients do not depend on the
+// thread count (the bits do not: tests/nn/test_training.cpp), so these run on one.
+class OneThread {
+ public:
+  OneThread() : before_(omp_get_max_threads()) { omp_set_num_threads(1); }
+  ~OneThread() { omp_set_num_threads(before_); }
+  OneThread(const OneThread&) = delete;
+  OneThread& operator=(const OneThread&) = delete;
+
+ private:
+  int before_;
+};
 
 double dot(const V& a, const V& b) {
   double s = 0;
@@ -172,6 +190,7 @@ TEST(Gradients, CrossEntropy) {
 class AttentionGrad : public ::testing::TestWithParam<nn::QkTransform> {};
 
 TEST_P(AttentionGrad, MatchesFiniteDifferences) {
+  const OneThread one;
   const nn::AttnDims s{2, 5, 8, 2};
   const i64 R = s.B * s.T;
   V qkv = fd::randv(R * 3 * s.C, 18, 1.5), w = fd::randv(R * s.C, 19), out(R * s.C);
@@ -209,6 +228,7 @@ INSTANTIATE_TEST_SUITE_P(Transforms, AttentionGrad,
 class ModelGrad : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(ModelGrad, MatchesFiniteDifferences) {
+  const OneThread one;
   nn::ModelConfig mc = small_model(GetParam(), 6, 8, 2);
   mc.seed = 3;
   nn::Model<double> m(mc);
