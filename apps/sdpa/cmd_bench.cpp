@@ -41,15 +41,9 @@ nlohmann::ordered_json json_row(const bench::SuiteResult& res, const bench::Row&
   const bool dec = bench::decoding(r.c);
   auto frac = [](double x, double of) { return of > 0 ? x / of : 0.0; };
   auto or_null = [](double x) { return x > 0 ? nlohmann::ordered_json(x) : nlohmann::ordered_json(nullptr); };
-  return {{"pass", bench::pass_name(r.c)},
-          {"batch", s.B},
-          {"heads", s.Hq},
-          {"kv_heads", s.Hkv},
-          {"seq", s.Nq},
-          {"kv_seq", s.Nk},
-          {"dim", s.Dk},
-          {"dim_v", s.Dv},
-          {"causal", r.c.causal != Causal::none},
+  nlohmann::ordered_json row{{"pass", bench::pass_name(r.c)}};
+  row.update(bench::shape_json(s));
+  row.update(nlohmann::ordered_json{{"causal", r.c.causal != Causal::none},
           {"backward", r.c.pass == bench::Pass::backward},
           {"mask", bench::mask_name(r.c.mask)},
           {"key_padding", r.c.mask == bench::ExplicitMask::padding ? nlohmann::ordered_json(bench::key_padding(r.c))
@@ -86,7 +80,8 @@ nlohmann::ordered_json json_row(const bench::SuiteResult& res, const bench::Row&
           {"speedup_vs_torch", or_null(r.speedup_vs_torch())},
           {"dropout_p", r.c.dropout},
           {"undropped_seconds_median", or_null(r.undropped.median_seconds)},
-          {"dropout_cost", or_null(r.dropout_cost())}};
+          {"dropout_cost", or_null(r.dropout_cost())}});
+  return row;
 }
 
 // A packed-versus-padded row: its own fields (lengths, both medians), "pass" telling it apart.

@@ -197,13 +197,8 @@ nlohmann::ordered_json to_json(const CheckResult& r) {
                       {"err_naive_fp32", row.verdict.naive},
                       {"bound", row.verdict.bound},
                       {"pass", row.verdict.ok()}});
-  return {{"batch", s.B},
-          {"heads", s.Hq},
-          {"kv_heads", s.Hkv},
-          {"seq", s.Nq},
-          {"kv_seq", s.Nk},
-          {"dim", s.Dk},
-          {"dim_v", s.Dv},
+  nlohmann::ordered_json doc = shape_json(s);
+  doc.update(nlohmann::ordered_json{
           {"causal", causal_name(r.config.causal)},
           {"isa", isa_name(r.isa)},
           {"threads", r.config.threads},
@@ -221,7 +216,8 @@ nlohmann::ordered_json to_json(const CheckResult& r) {
           {"score_matrix_fp32_gib", r.score_matrix_fp32_gib},
           {"checks", checks},
           {"note", r.note},
-          {"pass", r.pass}};
+          {"pass", r.pass}});
+  return doc;
 }
 
 std::string to_text(const CheckResult& r) {

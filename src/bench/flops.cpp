@@ -50,6 +50,11 @@ double visible_pairs(const Shape& s, Causal causal, ExplicitMask mask) {
   return sum / double(s.B);
 }
 
+nlohmann::ordered_json shape_json(const Shape& s) {
+  return {{"batch", s.B}, {"heads", s.Hq}, {"kv_heads", s.Hkv}, {"seq", s.Nq},
+          {"kv_seq", s.Nk}, {"dim", s.Dk}, {"dim_v", s.Dv}};
+}
+
 double flops(const Shape& s, Causal causal, Pass pass, ExplicitMask mask) {
   const double forward =
       2.0 * double(s.Dk + s.Dv) * double(s.B) * double(s.Hq) * visible_pairs(s, causal, mask);

@@ -30,6 +30,8 @@
 #include <cstdint>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "sdpa/sdpa.hpp"
 
 namespace sdpa::bench {
@@ -40,6 +42,9 @@ using i64 = std::int64_t;
 struct Shape {
   i64 B = 1, Hq = 8, Hkv = 8, Nq = 1024, Nk = 1024, Dk = 64, Dv = 64;
 };
+/// The shape as the JSON of `sdpa bench` and `sdpa check` names it: batch, heads, kv_heads,
+/// seq, kv_seq, dim, dim_v (the command-line options that set them).
+nlohmann::ordered_json shape_json(const Shape& s);
 
 enum class Pass { forward, backward };
 
