@@ -2,55 +2,43 @@
 // CPU runs. Each expectation follows from the shape and the dispatch, not from one CPU.
 #include "util.hpp"
 
+#include <type_traits>
+
 #include "attention/fast.hpp"
 
 namespace sdpa::test {
 namespace {
 
-template <class T>
-struct Qkv {
-  Buf<T> q, k, v, out, dout, dq, dk, dv;
-  Buf3<float> lse;
-  Qkv(i64 B, i64 Hq, i64 Hkv, i64 Nq, i64 Nk, i64 D)
-      : q({B, Hq, Nq, D}),
-        k({B, Hkv, Nk, D}),
-        v({B, Hkv, Nk, D}),
-        out({B, Hq, Nq, D}),
-        dout({B, Hq, Nq, D}),
-        dq({B, Hq, Nq, D}),
-        dk({B, Hkv, Nk, D}),
-        dv({B, Hkv, Nk, D}),
-        lse({B, Hq, Nq}) {
-    std::mt19937_64 rng(11);
-    for (auto* b : {&q, &k, &v, &dout}) {
-      std::vector<float> x(b->data.size());
-      fill_normal(x, rng);
-      for (std::size_t e = 0; e < x.size(); ++e) b->data[e] = T(x[e]);
-    }
+// The call's plan, for a forward or a backward of P's tensors in the dtype T (P's values as T).
+template <class T = float>
+Plan forward_plan(Problem4& P, Options o) {
+  Plan plan;
+  o.plan = &plan;
+  if constexpr (std::is_same_v<T, float>) {
+    forward(P.q.cview(), P.k.cview(), P.v.cview(), P.out.view(), P.lse.view(), o);
+  } else {
+    const Buf<T> q = P.q.template cast<T>(), k = P.k.template cast<T>(), v = P.v.template cast<T>();
+    Buf<T> out = P.out.template cast<T>();
+    forward(q.cview(), k.cview(), v.cview(), out.view(), P.lse.view(), o);
   }
-  Plan forward(Options o) {
-    Plan plan;
-    o.plan = &plan;
-    sdpa::forward(q.cview(), k.cview(), v.cview(), out.view(), lse.view(), o);
-    return plan;
-  }
-  Plan backward(Options o) {
-    Plan plan;
-    o.plan = &plan;
-    sdpa::backward(q.cview(), k.cview(), v.cview(), out.cview(), lse.cview(), dout.cview(), dq.view(), dk.view(),
-                   dv.view(), o);
-    return plan;
-  }
-};
+  return plan;
+}
+Plan backward_plan(Problem4& P, Options o) {
+  Plan plan;
+  o.plan = &plan;
+  backward(P.q.cview(), P.k.cview(), P.v.cview(), P.out.cview(), P.lse.cview(), P.dout.cview(), P.dq.view(),
+           P.dk.view(), P.dv.view(), o);
+  return plan;
+}
 
 TEST(Plan, DecodingItemsTakeTheFusedLoopAndSplitTheKeys) {
-  Qkv<float> x(1, 4, 1, 1, 5000, 64);  // one query per head, 4 heads on one kv head: one item of 4 lanes
+  Problem4 x(1, 4, 1, 1, 5000, 64, 64, 11);  // one query per head, 4 heads on one kv head: one item of 4 lanes
   for (Isa isa : runnable_isas()) {
     SCOPED_TRACE(isa_name(isa));
     Options o;
     o.isa = isa;
     const i64 fused_before = detail::fused_decode_items();
-    const Plan plan = x.forward(o);
+    const Plan plan = forward_plan(x, o);
     EXPECT_EQ(plan.call, "forward");
     EXPECT_EQ(plan.isa, isa);
     EXPECT_EQ(plan.kv_splits, 2);  // 5000 keys, one item: two splits of at least 2048 keys
@@ -65,13 +53,13 @@ TEST(Plan, DecodingItemsTakeTheFusedLoopAndSplitTheKeys) {
 }
 
 TEST(Plan, PrefillItemsAreTiledOrOnTheEngine) {
-  Qkv<bf16> x(1, 2, 2, 130, 130, 64);  // per head 130 rows: tiles of 64, 64 and a last of 2 lanes
+  Problem4 x(1, 2, 2, 130, 130, 64, 64, 11);  // per head 130 rows: tiles of 64, 64 and a last of 2 lanes
   for (Isa isa : runnable_isas()) {
     SCOPED_TRACE(isa_name(isa));
     Options o;
     o.isa = isa;
     o.threads = 2;
-    const Plan plan = x.forward(o);
+    const Plan plan = forward_plan<bf16>(x, o);
     EXPECT_EQ(plan.dtype, Dtype::bf16);
     EXPECT_EQ(plan.kv_splits, 1);
     EXPECT_EQ(plan.threads, 2);
@@ -87,8 +75,8 @@ TEST(Plan, PrefillItemsAreTiledOrOnTheEngine) {
 }
 
 TEST(Plan, Fp32NeverRunsAnEngine) {
-  Qkv<float> x(1, 2, 2, 100, 100, 32);
-  const Plan plan = x.forward({});
+  Problem4 x(1, 2, 2, 100, 100, 32, 32, 11);
+  const Plan plan = forward_plan(x, {});
   EXPECT_EQ(plan.engine, Engine16::widened);
   EXPECT_EQ(plan.engine_items, 0);
   EXPECT_NE(plan.why.find("fp32"), std::string::npos) << plan.why;
@@ -96,26 +84,26 @@ TEST(Plan, Fp32NeverRunsAnEngine) {
 
 // One pass where there are as many (batch, kv head) items as threads; else the two passes.
 TEST(Plan, BackwardSchedule) {
-  Qkv<float> x(1, 2, 2, 70, 70, 16);
+  Problem4 x(1, 2, 2, 70, 70, 16, 16, 11);
   Options o;
   o.threads = 1;
-  x.forward(o);
-  Plan plan = x.backward(o);
+  forward_plan(x, o);
+  Plan plan = backward_plan(x, o);
   EXPECT_EQ(plan.call, "backward");
   EXPECT_TRUE(plan.one_pass);
   EXPECT_EQ(plan.backward_items, 2);
   o.threads = 3;
-  plan = x.backward(o);
+  plan = backward_plan(x, o);
   EXPECT_FALSE(plan.one_pass);
   EXPECT_EQ(plan.backward_items, 2 * 2 + 2 * 2);  // pass A: 2 heads × 2 key tiles; pass B: 2 × 2 query tiles
   EXPECT_NE(plan.summary().find("two passes"), std::string::npos) << plan.summary();
 }
 
 TEST(Plan, ReferenceKernel) {
-  Qkv<float> x(1, 1, 1, 8, 8, 8);
+  Problem4 x(1, 1, 1, 8, 8, 8, 8, 11);
   Options o;
   o.kernel = Kernel::reference;
-  const Plan plan = x.forward(o);
+  const Plan plan = forward_plan(x, o);
   EXPECT_EQ(plan.kernel, Kernel::reference);
   EXPECT_NE(plan.summary().find("reference"), std::string::npos);
 }

@@ -155,6 +155,42 @@ inline const detail::FastKernels& fast_kernels(Isa isa) {
   }
 }
 
+// A (B, Hq, Nq, Dk) / (B, Hkv, Nk, Dk|Dv) problem in fp32 with its outputs and gradients, inputs
+// standard normal from `seed` (Buf::cast gives the same values in a 16-bit dtype).
+struct Problem4 {
+  i64 B, Hq, Hkv, Nq, Nk, Dk, Dv;
+  Buf<float> q, k, v, dout, out, dq, dk, dv;
+  Buf3<float> lse;
+  Problem4(i64 b, i64 hq, i64 hkv, i64 nq, i64 nk, i64 dk_, i64 dv_, std::uint64_t seed)
+      : B(b),
+        Hq(hq),
+        Hkv(hkv),
+        Nq(nq),
+        Nk(nk),
+        Dk(dk_),
+        Dv(dv_),
+        q({b, hq, nq, dk_}),
+        k({b, hkv, nk, dk_}),
+        v({b, hkv, nk, dv_}),
+        dout({b, hq, nq, dv_}),
+        out({b, hq, nq, dv_}),
+        dq({b, hq, nq, dk_}),
+        dk({b, hkv, nk, dk_}),
+        dv({b, hkv, nk, dv_}),
+        lse({b, hq, nq}) {
+    std::mt19937_64 rng(seed);
+    fill_normal(q.data, rng);
+    fill_normal(k.data, rng);
+    fill_normal(v.data, rng);
+    fill_normal(dout.data, rng);
+  }
+  void run(const Options& o) {
+    forward(q.cview(), k.cview(), v.cview(), out.view(), lse.view(), o);
+    backward(q.cview(), k.cview(), v.cview(), out.cview(), lse.cview(), dout.cview(), dq.view(), dk.view(), dv.view(),
+             o);
+  }
+};
+
 }  // namespace sdpa::test
 
 namespace sdpa::detail {
