@@ -140,7 +140,7 @@ def main():
     med = {label: {k: statistics.median(v) for k, v in f.items()} for label, f in figures.items()}
     print(f"Llama-shaped, random weights: {a.layers} layers, width {a.width}, {a.heads} heads / {a.kv_heads} kv "
           f"heads (head dim {a.width // a.heads}), vocab {a.vocab}; prefill {a.prefill} tokens, then {a.new} "
-          f"greedy tokens; batch {a.batch}{' (left-padded, uneven)' if a.batch > 1 else ''}, float32, {threads} threads; isa {sht._st._api.active_isa()}; median of "
+          f"greedy tokens; batch {a.batch}{' (left-padded, uneven)' if a.batch > 1 else ''}, float32, {threads} threads; isa {sht._api.active_isa()}; median of "
           f"{a.rounds} alternating rounds")
     print()
     print("| backend | prefill: total s | prefill: attention s | decode: total s | decode: attention s | "

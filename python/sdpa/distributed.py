@@ -21,12 +21,11 @@ import math
 import torch
 import torch.distributed as dist
 
-from . import _api, _ext
+from . import _core, _ext
 
 __all__ = ["ring_attention", "shard", "unshard", "segments"]
 
 _LAYOUTS = ("contiguous", "zigzag")
-_CAUSAL = {None: "none", "top-left": "top-left", "bottom-right": "bottom-right"}
 
 
 def _ranks(group):
@@ -75,16 +74,13 @@ def unshard(x: torch.Tensor, n: int, group=None, layout: str = "zigzag") -> torc
 class _Ring:
     """What both passes need: the ranks, the layouts' segments, the options."""
 
-    def __init__(self, q, k, v, group, layout, causal, scale, softcap, window, threads, dropout_p, dropout_seed,
-                 dropout_offset):
+    def __init__(self, q, k, v, group, layout, options: dict):
         self.group, self.layout = group, layout
         # Checked as sdpa.attention checks them, before any collective; the block entry points
-        # take these keys.
-        checked = _api._options(scale=scale, causal=causal, window=window, softcap=softcap, mask=None, threads=threads,
-                                kernel="fast", dropout_p=dropout_p,
-                                dropout_seed=0 if dropout_seed is None else dropout_seed, dropout_offset=dropout_offset)
-        self.opts = {name: checked[name] for name in ("scale", "softcap", "causal", "window_left", "window_right",
-                                                      "threads", "dropout_p", "dropout_seed", "dropout_offset")}
+        # take the kernel's arguments less the masks and the kernel's name.
+        checked = _core._options(options, kind="torch", seed="later", caller="ring_attention", exclude=("mask",))
+        self.opts = {name: val for name, val in checked.items() if name not in ("mask", "keep", "kernel")}
+        dropout_p, dropout_seed = self.opts["dropout_p"], options.get("dropout_seed")
         self.size, self.rank = _ranks(group)
         self.next, self.prev = _global(group, (self.rank + 1) % self.size), _global(group, (self.rank - 1) % self.size)
         lengths = torch.tensor([q.shape[2], k.shape[2]], dtype=torch.int64)
@@ -93,7 +89,7 @@ class _Ring:
         if dropout_p and dropout_seed is None:
             # Every rank draws from its own torch generator (so generators seeded alike stay
             # alike) and all take rank 0's draw: one mask for the whole sequence.
-            drawn = torch.tensor(_api._dropout_seed("torch", dropout_p, None), dtype=torch.int64)
+            drawn = torch.tensor(_core._dropout_seed("torch", dropout_p, None), dtype=torch.int64)
             dist.broadcast(drawn, src=_global(group, 0), group=group)
             self.opts["dropout_seed"] = int(drawn)
         # Every rank must pass the same options and shapes; all raise together if one differs.
@@ -222,10 +218,9 @@ class _RingFunction(torch.autograd.Function):
         return dq, dk.clone(), dv.clone(), None
 
 
-def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, group=None, causal: str | None = None,
-                   layout: str = "zigzag", scale: float | None = None, softcap: float | None = None, window=None,
-                   threads: int = 0, dropout_p: float = 0.0, dropout_seed: int | None = None,
-                   dropout_offset: int = 0) -> torch.Tensor:
+@_core.with_options(exclude=("mask",))
+def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, group=None, layout: str = "zigzag",
+                   **options) -> torch.Tensor:
     """Attention over a sequence sharded across the ranks of ``group``, with autograd.
 
     q ``[B, Hq, Nq_local, Dk]``, k ``[B, Hkv, Nk_local, Dk]``, v ``[B, Hkv, Nk_local, Dv]``: this rank's
@@ -240,13 +235,10 @@ def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, group=N
     torch.distributed (gloo for CPU tensors).
     """
     _check_layout(layout)
-    if causal not in _CAUSAL:
-        raise ValueError(f"causal: expected None, 'top-left' or 'bottom-right', got {causal!r}")
     for name, x in (("q", q), ("k", k), ("v", v)):
         if not isinstance(x, torch.Tensor) or x.dtype != torch.float32 or x.device.type != "cpu" or x.ndim != 4:
             raise TypeError(f"{name}: expected a float32 CPU tensor [B, H, N_local, D]")
     if not dist.is_initialized():
         raise RuntimeError("ring_attention: torch.distributed is not initialised (init_process_group('gloo'))")
-    ring = _Ring(q, k, v, group, layout, causal, scale, softcap, window, threads, dropout_p, dropout_seed,
-                 dropout_offset)
+    ring = _Ring(q, k, v, group, layout, options)
     return _RingFunction.apply(q, k, v, ring)

@@ -24,6 +24,7 @@ from __future__ import annotations
 from typing import Optional
 
 from . import torch as _st  # registers the custom ops; says how to install torch if missing
+from . import _api
 
 _torch = _st._torch
 
@@ -91,8 +92,8 @@ def attention_forward(module, query, key, value, attention_mask: Optional["_torc
             if sliding_window is not None:
                 window = (sliding_window - 1, 0)  # transformers: key visible iff q_idx - kv_idx < sliding_window
     try:
-        out = _st._api.attention(query, key, value, scale=scaling, causal=causal, window=window, softcap=softcap,
-                                 mask=mask, dropout_p=dropout)
+        out = _api.attention(query, key, value, scale=scaling, causal=causal, window=window, softcap=softcap,
+                             mask=mask, dropout_p=dropout)
     except (TypeError, ValueError) as e:
         raise _st._renamed(e, _NAMES) from None
     return out.transpose(1, 2), None

@@ -4,7 +4,7 @@
 // out, dout and the gradients of forward/backward may also be float16 or bfloat16, one
 // dtype per call) ndarray of fixed rank, taken with .noconvert(), so nanobind never makes a copy to
 // satisfy a constraint — an argument that does not fit is refused, and the friendly,
-// argument-naming checks live in python/sdpa/_api.py, which calls this module. The
+// argument-naming checks live in python/sdpa/_core.py, which calls this module. The
 // arrays' own strides (in elements) become the views' strides: a transposed buffer
 // reaches the kernel as the same pointer. The GIL is released while the kernel runs.
 // sdpa::Error becomes sdpa.Error, a subclass of ValueError, with the library's message.

@@ -239,8 +239,8 @@ def test_strided_tensors_are_read_in_place():
     q = buf.transpose(1, 2)
     ptr, shape, strides = sdpa._ext.inspect(q)
     assert ptr == buf.data_ptr() and strides == tuple(q.stride())
-    # The small-call path hands the extension a DLPack capsule instead (_api._fast_args): the same memory.
-    (capsule,) = sdpa._api._fast_args("torch", q)
+    # The small-call path hands the extension a DLPack capsule instead (_core._fast_args): the same memory.
+    (capsule,) = sdpa._core._fast_args("torch", q)
     assert sdpa._ext.inspect(capsule) == (ptr, shape, strides)
     out = st.scaled_dot_product_attention(q, q, q, is_causal=True)
     dense = q.contiguous()
@@ -323,7 +323,7 @@ def test_errors_name_torch_arguments():
 
 # ---- dropout -----------------------------------------------------------------------------------------------
 def _seed_after(manual_seed):
-    """The seed sdpa.torch draws for one call right after torch.manual_seed(manual_seed) (sdpa._api)."""
+    """The seed sdpa.torch draws for one call right after torch.manual_seed(manual_seed) (sdpa._core)."""
     torch.manual_seed(manual_seed)
     return int(torch.randint(0, 2 ** 63 - 1, (), dtype=torch.int64))
 

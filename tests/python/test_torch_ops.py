@@ -19,6 +19,7 @@ torch = pytest.importorskip(
     "torch", reason="PyTorch is not importable: the custom-op tests are skipped "
                     "(SDPA_PY_TORCH=1 bash scripts/python_test.sh installs torch in .venv)")
 
+import sdpa  # noqa: E402
 import sdpa.torch as st  # noqa: E402
 from npref import EPS32, assert_within, smax  # noqa: E402
 
@@ -218,13 +219,13 @@ def test_inference_calls_the_extension_directly_with_the_same_bits():
     q, k, v = _inputs(11, L=1, S=40)
     mask = torch.rand(2, 1, 1, 40) < 0.8
     calls = []
-    real = st._forward
+    real = sdpa._ops.forward
 
     def counting(*args, **kw):
         calls.append(1)
         return real(*args, **kw)
 
-    with mock.patch.object(st, "_forward", counting):
+    with mock.patch.object(sdpa._ops, "forward", counting):
         plain = st.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
         assert calls == [], "an inference call went through the custom op"
         qg, kg, vg = (x.clone().requires_grad_(True) for x in (q, k, v))
@@ -239,33 +240,33 @@ def test_inference_calls_the_extension_directly_with_the_same_bits():
 
 
 def test_eager_autograd_skips_the_op_with_the_same_bits():
-    """An eager call that needs gradients runs the op's bodies through sdpa.torch's _EagerAutograd, not the op's
-    dispatch (_api._torch_route: ~200 us of a small training step); forward and backward must give the op's own
+    """An eager call that needs gradients runs the op's bodies through sdpa._ops.EagerAutograd, not the op's
+    dispatch (_core._torch_route: ~200 us of a small training step); forward and backward must give the op's own
     bits, with a mask and with dropout (the seed saved with the options), and refuse a double backward as the op
     does."""
     q, k, v = _inputs(12, grad=True)
     keep = torch.rand(2, 1, 7, 9, generator=torch.Generator().manual_seed(3)) < 0.7
     keep[..., 0] = True
     dout = torch.randn(2, 4, 7, 6, generator=torch.Generator().manual_seed(4))
-    assert st._api._torch_route(q, k, v, keep) == "autograd"
+    assert sdpa._core._torch_route(q, k, v, keep) == "autograd"
     with torch.no_grad():
-        assert st._api._torch_route(q, k, v, keep) == "direct"
+        assert sdpa._core._torch_route(q, k, v, keep) == "direct"
     for opts in (dict(keep=keep.view(torch.uint8)), dict(keep=keep.view(torch.uint8), dropout_p=0.25,
                                                          dropout_seed=2 ** 40 + 3, dropout_offset=5)):
         got = []
-        for run in (st._forward_op, st._EagerAutograd.apply):
+        for run in (torch.ops.sdpa.forward.default, sdpa._ops.EagerAutograd.apply):
             out, lse = run(q, k, v, *_options(**opts))
             grads = torch.autograd.grad(out, (q, k, v), dout)
             got.append((out, lse) + grads)
-        assert type(got[1][0].grad_fn).__name__ == "_EagerAutogradBackward"
+        assert type(got[1][0].grad_fn).__name__ == "EagerAutogradBackward"
         for ours, op in zip(got[1], got[0]):
             assert torch.equal(ours, op)
-    out, _ = st._EagerAutograd.apply(q, k, v, *_options())
+    out, _ = sdpa._ops.EagerAutograd.apply(q, k, v, *_options())
     (dq,) = torch.autograd.grad(out, q, dout, create_graph=True)
     with pytest.raises(RuntimeError):
         dq.sum().backward()
     with torch.overrides.TorchFunctionMode():  # anything that traces or wraps the call still gets the op
-        assert st._api._torch_route(q, k, v) == "op"
+        assert sdpa._core._torch_route(q, k, v) == "op"
 
 
 def test_a_forward_without_lse_gives_the_same_out():

@@ -51,7 +51,7 @@ class SmaxSpy:
         self.smax = 0.0
 
     def __enter__(self):
-        self._orig = sht._st._api.attention
+        self._orig = sht._api.attention
 
         def spy(q, k, v, *, scale=None, softcap=None, mask=None, **kw):
             beta = abs(scale) if scale is not None else q.shape[-1] ** -0.5
@@ -64,11 +64,11 @@ class SmaxSpy:
             self.smax = max(self.smax, s)
             return self._orig(q, k, v, scale=scale, softcap=softcap, mask=mask, **kw)
 
-        sht._st._api.attention = spy
+        sht._api.attention = spy
         return self
 
     def __exit__(self, *exc):
-        sht._st._api.attention = self._orig
+        sht._api.attention = self._orig
 
 
 def _models(name, cls=AutoModelForCausalLM):

@@ -278,19 +278,19 @@ def test_inference_calls_skip_the_varlen_custom_op_with_the_same_bits():
     custom op runs; the same kernel call either way, so the same bits."""
     import unittest.mock as mock
     torch = pytest.importorskip("torch")
-    import sdpa._varlen_torch as vt
+    import sdpa._ops as ops
     g = torch.Generator().manual_seed(5)
     cu = torch.tensor([0, 3, 10, 16], dtype=torch.int32)
     q, k, v = (torch.randn(16, 4, 8, generator=g), torch.randn(16, 2, 8, generator=g),
                torch.randn(16, 2, 8, generator=g))
     calls = []
-    real = vt.forward
+    real = ops.forward_varlen
 
     def counting(*args, **kw):
         calls.append(1)
         return real(*args, **kw)
 
-    with mock.patch.object(vt, "forward", counting):
+    with mock.patch.object(ops, "forward_varlen", counting):
         plain = sdpa.attention_varlen(q, k, v, cu, cu, causal="top-left")
         assert calls == []
         graded = sdpa.attention_varlen(q.clone().requires_grad_(True), k, v, cu, cu, causal="top-left")
