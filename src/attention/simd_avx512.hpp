@@ -14,6 +14,8 @@ struct Vec {
   static R mul(R a, R b) { return _mm512_mul_ps(a, b); }
   static R div(R a, R b) { return _mm512_div_ps(a, b); }
   static R fma(R a, R b, R c) { return _mm512_fmadd_ps(a, b, c); }
+  // One float, fused as the vector form is (vfmadd…ss): a GEMM's column tail (nn/linear_kernel.inl).
+  static float fma(float a, float b, float c) { return __builtin_fmaf(a, b, c); }
   static R fnma(R a, R b, R c) { return _mm512_fnmadd_ps(a, b, c); }
   static R max_ignore_nan(R x, R acc) { return _mm512_max_ps(x, acc); }  // second operand on NaN
   static R max_keep_nan(R c, R x) { return _mm512_max_ps(c, x); }

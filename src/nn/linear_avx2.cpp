@@ -8,22 +8,13 @@
 
 namespace sdpa::nn::avx2 {
 
-struct Lanes {
-  using R = __m256;
-  static constexpr int W = 8;
-  static R zero() { return _mm256_setzero_ps(); }
-  static R set1(float x) { return _mm256_set1_ps(x); }
-  static R load(const float* p) { return _mm256_loadu_ps(p); }
-  static void store(float* p, R x) { _mm256_storeu_ps(p, x); }
-  static R madd(R a, R b, R acc) { return _mm256_fmadd_ps(a, b, acc); }
-  static float madd(float a, float b, float acc) { return __builtin_fmaf(a, b, acc); }  // vfmadd…ss under -mfma
-};
+#include "attention/simd_avx2.hpp"  // Vec: the attention kernel's SIMD layer, for the GEMM and the GELU
+
 constexpr int kTileRows = 6;
 constexpr int kTileVecs = 2;
 
 #include "nn/linear_kernel.inl"
 
-#include "attention/simd_avx2.hpp"  // Vec, for the GELU
 #include "nn/gelu_kernel.inl"
 
 }  // namespace sdpa::nn::avx2

@@ -9,22 +9,13 @@
 
 namespace sdpa::nn::avx512 {
 
-struct Lanes {
-  using R = __m512;
-  static constexpr int W = 16;
-  static R zero() { return _mm512_setzero_ps(); }
-  static R set1(float x) { return _mm512_set1_ps(x); }
-  static R load(const float* p) { return _mm512_loadu_ps(p); }
-  static void store(float* p, R x) { _mm512_storeu_ps(p, x); }
-  static R madd(R a, R b, R acc) { return _mm512_fmadd_ps(a, b, acc); }
-  static float madd(float a, float b, float acc) { return __builtin_fmaf(a, b, acc); }  // vfmadd…ss under -mfma
-};
+#include "attention/simd_avx512.hpp"  // Vec: the attention kernel's SIMD layer, for the GEMM and the GELU
+
 constexpr int kTileRows = 4;
 constexpr int kTileVecs = 4;
 
 #include "nn/linear_kernel.inl"
 
-#include "attention/simd_avx512.hpp"  // Vec, for the GELU
 #include "nn/gelu_kernel.inl"
 
 }  // namespace sdpa::nn::avx512

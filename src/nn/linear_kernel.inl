@@ -1,9 +1,10 @@
 // nn/linear_kernel.inl — the fp32 GEMM under every projection, written once and
 // compiled once per ISA: included inside namespace sdpa::nn::<isa> by linear_<isa>.cpp,
-// which first defines
-//   Lanes                R, a register of Lanes::W floats; zero, set1, load, store;
-//                        madd(a, b, acc) = acc + a·b, on a register and on one float
-//                        (one fused instruction where the ISA has FMA);
+// which first includes the attention kernel's SIMD layer for that ISA and defines
+//   Vec                  (attention/simd_<isa>.hpp) R, a register of Vec::W floats; zero,
+//                        set1, load, store; fma(a, b, c) = a·b + c, on a register and on
+//                        one float (one fused instruction where the ISA has FMA, a
+//                        multiply and an add on the scalar path);
 //   kTileRows, kTileVecs the register tile: rows × vectors of C, sized for the ISA's
 //                        register file (accumulators + kTileVecs rows of B + a broadcast).
 // Like the attention kernel (attention/kernel/), it uses only intrinsics and
@@ -26,28 +27,28 @@
 template <int MR, int NV, GemmStart S>
 [[gnu::always_inline]] inline void gemm_tile(float* C, i64 ldc, const float* A, i64 a_m, i64 a_k, const float* B,
                                              i64 ldb, const float* bias, i64 m, i64 n0, i64 K) {
-  using R = Lanes::R;
-  constexpr int W = Lanes::W;
+  using R = Vec::R;
+  constexpr int W = Vec::W;
   R acc[MR][NV];
   for (int i = 0; i < MR; ++i)
     for (int v = 0; v < NV; ++v) {
       if constexpr (S == GemmStart::zero)
-        acc[i][v] = Lanes::zero();
+        acc[i][v] = Vec::zero();
       else if constexpr (S == GemmStart::bias)
-        acc[i][v] = Lanes::load(bias + n0 + W * v);
+        acc[i][v] = Vec::load(bias + n0 + W * v);
       else
-        acc[i][v] = Lanes::load(C + (m + i) * ldc + n0 + W * v);
+        acc[i][v] = Vec::load(C + (m + i) * ldc + n0 + W * v);
     }
   for (i64 k = 0; k < K; ++k) {
     R b[NV];
-    for (int v = 0; v < NV; ++v) b[v] = Lanes::load(B + k * ldb + W * v);
+    for (int v = 0; v < NV; ++v) b[v] = Vec::load(B + k * ldb + W * v);
     for (int i = 0; i < MR; ++i) {
-      const R a = Lanes::set1(A[(m + i) * a_m + k * a_k]);
-      for (int v = 0; v < NV; ++v) acc[i][v] = Lanes::madd(a, b[v], acc[i][v]);
+      const R a = Vec::set1(A[(m + i) * a_m + k * a_k]);
+      for (int v = 0; v < NV; ++v) acc[i][v] = Vec::fma(a, b[v], acc[i][v]);
     }
   }
   for (int i = 0; i < MR; ++i)
-    for (int v = 0; v < NV; ++v) Lanes::store(C + (m + i) * ldc + n0 + W * v, acc[i][v]);
+    for (int v = 0; v < NV; ++v) Vec::store(C + (m + i) * ldc + n0 + W * v, acc[i][v]);
 }
 
 // The last `left` (< kTileRows) rows from m, as one tile of exactly that height.
@@ -79,13 +80,13 @@ void gemm_column_block(float* C, i64 ldc, const float* A, i64 a_m, i64 a_k, cons
 template <int NV, GemmStart S>
 void gemm_panels(float* C, i64 ldc, const float* A, i64 a_m, i64 a_k, const float* B, i64 ldb, const float* bias, i64 M,
                  i64 n0, i64 K) {
-  constexpr i64 width = NV * Lanes::W, chunk = 4096 / width;
+  constexpr i64 width = NV * Vec::W, chunk = 4096 / width;
   alignas(64) float panel[chunk * width];
   for (i64 k0 = 0; k0 < K; k0 += chunk) {
     const i64 kn = K - k0 < chunk ? K - k0 : chunk;
     for (i64 k = 0; k < kn; ++k)
       for (int v = 0; v < NV; ++v)
-        Lanes::store(panel + k * width + Lanes::W * v, Lanes::load(B + (k0 + k) * ldb + n0 + Lanes::W * v));
+        Vec::store(panel + k * width + Vec::W * v, Vec::load(B + (k0 + k) * ldb + n0 + Vec::W * v));
     if (k0 == 0)
       gemm_column_block<NV, S>(C, ldc, A, a_m, a_k, panel, width, bias, M, n0, kn);
     else
@@ -96,7 +97,7 @@ void gemm_panels(float* C, i64 ldc, const float* A, i64 a_m, i64 a_k, const floa
 template <GemmStart S>
 void gemm_start(float* C, i64 ldc, const float* A, i64 a_m, i64 a_k, const float* B, i64 ldb, const float* bias, i64 M,
                 i64 K, i64 N) {
-  constexpr i64 W = Lanes::W;
+  constexpr i64 W = Vec::W;
   i64 n0 = 0;
   for (; n0 + kTileVecs * W <= N; n0 += kTileVecs * W)
     gemm_panels<kTileVecs, S>(C, ldc, A, a_m, a_k, B, ldb, bias, M, n0, K);
@@ -104,7 +105,7 @@ void gemm_start(float* C, i64 ldc, const float* A, i64 a_m, i64 a_k, const float
   for (i64 m = 0; m < M; ++m)
     for (i64 n = n0; n < N; ++n) {
       float s = S == GemmStart::zero ? 0.0f : S == GemmStart::bias ? bias[n] : C[m * ldc + n];
-      for (i64 k = 0; k < K; ++k) s = Lanes::madd(A[m * a_m + k * a_k], B[k * ldb + n], s);
+      for (i64 k = 0; k < K; ++k) s = Vec::fma(A[m * a_m + k * a_k], B[k * ldb + n], s);
       C[m * ldc + n] = s;
     }
 }

@@ -1,26 +1,14 @@
 // nn/linear_scalar.cpp — the projections' GEMM for the scalar path: no -m flags, so it
-// runs on any CPU the project builds for. Its registers are GCC's generic 4-float vectors
-// (SSE2, x86-64's baseline: 16 xmm registers); with no FMA a madd is a multiply and an
+// runs on any CPU the project builds for. Its registers are the attention kernel's scalar
+// Vec, one float each (16 xmm registers on x86-64); with no FMA a madd is a multiply and an
 // add, so a 4 × 2 tile (8 accumulators, B's two vectors, a broadcast and the product)
 // fits without spilling.
 #include "nn/linear.hpp"
 
 namespace sdpa::nn::scalar {
 
-struct Lanes {
-  typedef float R __attribute__((vector_size(16)));
-  static constexpr int W = 4;
-  static R zero() { return R{}; }
-  static R set1(float x) { return R{x, x, x, x}; }
-  static R load(const float* p) {
-    R v;
-    __builtin_memcpy(&v, p, sizeof v);
-    return v;
-  }
-  static void store(float* p, R x) { __builtin_memcpy(p, &x, sizeof x); }
-  static R madd(R a, R b, R acc) { return acc + a * b; }
-  static float madd(float a, float b, float acc) { return acc + a * b; }
-};
+#include "attention/simd_scalar.hpp"  // Vec: the attention kernel's one-float layer
+
 constexpr int kTileRows = 4;
 constexpr int kTileVecs = 2;
 
