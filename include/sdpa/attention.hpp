@@ -86,7 +86,8 @@ struct Plan {
   std::int64_t tiled_items = 0;     // the fp32 tile loop (16-bit inputs widened on load)
   std::int64_t engine_items = 0;    // the tile loop with its products on `engine`
   // The backward's schedule: one pass per (batch, kv head) item, or pass A (dk, dv per key
-  // tile) then pass B (dq per query tile); both give the same bits.
+  // tile) then pass B (dq per query tile); both give the same bits. A backward's engine_items
+  // counts its items whose products ran on `engine`.
   bool one_pass = false;
   std::int64_t backward_items = 0;
   std::int64_t strided_copies = 0;   // inputs whose far-apart rows were copied back to back once

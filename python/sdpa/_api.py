@@ -158,7 +158,8 @@ def explain(q, k, v, *, backward=False, **options) -> dict:
     the forward's items per loop ('decoding_items', 'few_lane_items', 'tiled_items', 'engine_items'),
     'kv_splits' (> 1: split-KV), 'strided_copies', 'packed_operands', 'threads', 'why' (the dispatch's
     reasons) and 'summary' (one line). backward=True runs the forward, then the backward of a dout of ones,
-    and returns the backward's plan ('one_pass' or two passes, 'backward_items'). The environment
+    and returns the backward's plan ('one_pass' or two passes, 'backward_items', and 'engine_items': those
+    whose products ran on the engine). The environment
     variable SDPA_LOG=1 prints the same summary to stderr for every call instead."""
     kind = _check_tensors({"q": q, "k": k, "v": v}, "q", half_ok=True)
     for name, x in (("q", q), ("k", k), ("v", v)):

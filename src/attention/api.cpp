@@ -28,25 +28,11 @@ namespace sdpa {
 namespace detail {
 
 namespace {
-std::atomic<i64> fused_decode_item_count{0};
-std::atomic<i64> engine_item_count[3][2] = {};  // [Engine16][backward]
-std::atomic<i64> operand_pack_count[2] = {};    // [PackedOperand]
 std::atomic<i64> strided_copy_byte_count{0};
 // 512 MiB: the strided copies of one call (below) may add at most this much memory.
 std::atomic<i64> strided_copy_limit{i64{512} << 20};
 std::atomic<const FastKernels*> kernels_for_tests{nullptr};
 }  // namespace
-void note_fused_decode_item() { fused_decode_item_count.fetch_add(1, std::memory_order_relaxed); }
-i64 fused_decode_items() { return fused_decode_item_count.load(std::memory_order_relaxed); }
-void note_engine_item(Engine16 engine, bool backward) {
-  engine_item_count[static_cast<int>(engine)][backward ? 1 : 0].fetch_add(1, std::memory_order_relaxed);
-}
-i64 engine_items(Engine16 engine, bool backward) {
-  return engine_item_count[static_cast<int>(engine)][backward ? 1 : 0].load(std::memory_order_relaxed);
-}
-i64 operand_packs(PackedOperand which) {
-  return operand_pack_count[static_cast<int>(which)].load(std::memory_order_relaxed);
-}
 i64 strided_copy_bytes() { return strided_copy_byte_count.load(std::memory_order_relaxed); }
 i64 strided_copy_limit_bytes() { return strided_copy_limit.load(std::memory_order_relaxed); }
 void set_strided_copy_limit_bytes(i64 bytes) { strided_copy_limit.store(bytes, std::memory_order_relaxed); }
@@ -276,7 +262,6 @@ class OperandPack {
                                  layout.ld, scratch.data() + omp_get_thread_num() * layout.scratch);
     }
     (which == PackedOperand::k ? t.k_packed : t.v_packed) = {data_, layout.ld, layout.per_head, tiles, finite_.data()};
-    operand_pack_count[static_cast<int>(which)].fetch_add(1, std::memory_order_relaxed);
     packed_ = true;
   }
   bool packed() const { return packed_; }
@@ -531,30 +516,35 @@ void backward_any(View4<const T> q, View4<const T> k, View4<const T> v, View4<co
   mask_rows.attach(p, workers_for(opt, rows));
   const i64 items_a = p.B * p.Hkv * kv_tiles, items_b = p.B * p.Hq * q_tiles;
   const int workers = one_pass ? workers_for(opt, items) : workers_for(opt, items_a > items_b ? items_a : items_b);
+  std::vector<i64> on_engine(static_cast<std::size_t>(workers));  // [worker]: items whose products ran on it
+  if (one_pass) {
+    const ScratchBlocks blocks(workers, item_floats);
+    parallel_items(items, workers, blocks, [&](i64 item, WorkerScratch s) {
+      on_engine[static_cast<std::size_t>(omp_get_thread_num())] +=
+          kern.backward_item(p, t, delta.data(), item / p.Hkv, item % p.Hkv, s);
+    });
+  } else {
+    const ScratchBlocks blocks(workers, kern.backward_scratch(p));
+    parallel_items(items_a, workers, blocks, [&](i64 item, WorkerScratch s) {  // dk, dv
+      const i64 b = item / (p.Hkv * kv_tiles), g = item / kv_tiles % p.Hkv, j0 = item % kv_tiles * kTileCols;
+      on_engine[static_cast<std::size_t>(omp_get_thread_num())] +=
+          kern.backward_kv_tile(p, t, delta.data(), b, g, j0, s);
+    });
+    parallel_items(items_b, workers, blocks, [&](i64 item, WorkerScratch s) {  // dq
+      const i64 b = item / (p.Hq * q_tiles), h = item / q_tiles % p.Hq, i0 = item % q_tiles * kTileRows;
+      on_engine[static_cast<std::size_t>(omp_get_thread_num())] +=
+          kern.backward_q_tile(p, t, delta.data(), b, h, i0, s);
+    });
+  }
   if (Plan* plan = record.get()) {
     plan_dispatch(*plan, opt, kern, p.dtype);
     plan->threads = workers;
     plan->one_pass = one_pass;
     plan->backward_items = one_pass ? items : items_a + items_b;
-    plan->engine = backward_on_engine(kern.engine, p) ? kern.engine : Engine16::widened;
+    for (i64 n : on_engine) plan->engine_items += n;
+    plan->engine = plan->engine_items > 0 ? kern.engine : Engine16::widened;
     plan->strided_copies = copies.count();
   }
-  if (one_pass) {
-    const ScratchBlocks blocks(workers, item_floats);
-    parallel_items(items, workers, blocks, [&](i64 item, WorkerScratch s) {
-      kern.backward_item(p, t, delta.data(), item / p.Hkv, item % p.Hkv, s);
-    });
-    return record.finish();
-  }
-  const ScratchBlocks blocks(workers, kern.backward_scratch(p));
-  parallel_items(items_a, workers, blocks, [&](i64 item, WorkerScratch s) {  // dk, dv
-    const i64 b = item / (p.Hkv * kv_tiles), g = item / kv_tiles % p.Hkv, j0 = item % kv_tiles * kTileCols;
-    kern.backward_kv_tile(p, t, delta.data(), b, g, j0, s);
-  });
-  parallel_items(items_b, workers, blocks, [&](i64 item, WorkerScratch s) {  // dq
-    const i64 b = item / (p.Hq * q_tiles), h = item / q_tiles % p.Hq, i0 = item % q_tiles * kTileRows;
-    kern.backward_q_tile(p, t, delta.data(), b, h, i0, s);
-  });
   record.finish();
 }
 

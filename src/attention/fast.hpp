@@ -81,11 +81,12 @@ struct FastKernels {
   i64 (*backward_scratch)(const Problem&);       // floats per worker, two passes
   i64 (*backward_item_scratch)(const Problem&);  // floats per worker, one pass
   ForwardLoop (*forward_item)(const Problem&, const Tensors&, const ForwardItem&, WorkerScratch scratch);
-  // delta: (B, Hq, Nq) row sums Σ_e dout·out, contiguous.
-  void (*backward_item)(const Problem&, const Tensors&, const float* delta, i64 b, i64 g, WorkerScratch scratch);
-  void (*backward_kv_tile)(const Problem&, const Tensors&, const float* delta, i64 b, i64 g, i64 j0,
+  // delta: (B, Hq, Nq) row sums Σ_e dout·out, contiguous. Each returns whether the item's
+  // products ran on the 16-bit engine (for sdpa::Plan, as forward_item returns its loop).
+  bool (*backward_item)(const Problem&, const Tensors&, const float* delta, i64 b, i64 g, WorkerScratch scratch);
+  bool (*backward_kv_tile)(const Problem&, const Tensors&, const float* delta, i64 b, i64 g, i64 j0,
                            WorkerScratch scratch);
-  void (*backward_q_tile)(const Problem&, const Tensors&, const float* delta, i64 b, i64 h, i64 i0,
+  bool (*backward_q_tile)(const Problem&, const Tensors&, const float* delta, i64 b, i64 h, i64 i0,
                           WorkerScratch scratch);
   // The vector math the kernel uses, over n floats (n a multiple of kPad), for tests.
   void (*exp)(const float* x, float* y, i64 n);
@@ -99,17 +100,6 @@ struct FastKernels {
                             i64 ld, void* scratch);
 };
 
-// Items the fused decoding loop (kernel/decode.inl) has run in this process, counted so
-// the tests can show that their decoding cases reach it (relaxed: a count, not an order).
-void note_fused_decode_item();
-i64 fused_decode_items();
-// Forward items the 16-bit tiled loop on an engine (kernel/forward_engine16.inl) has
-// run, likewise, or with `backward` backward items (either schedule's) that ran their
-// products on it; per engine (widened: never counted).
-void note_engine_item(Engine16 engine, bool backward);
-i64 engine_items(Engine16 engine, bool backward = false);
-// Calls whose K, or V, api.cpp packed once for the kernel (Tensors::k_packed, v_packed).
-i64 operand_packs(PackedOperand which);
 // Bytes the strided-input copies (api.cpp, TightCopies) have allocated in this process, and
 // the most one call's copies may take (512 MiB); the setter is for tests, which lower the cap
 // to show a call above it reads its inputs in place, with the same bits.

@@ -26,7 +26,8 @@ std::string Plan::summary() const {
          std::to_string(tiled_items) + " tiled, " + std::to_string(engine_items) + " on the engine";
     if (kv_splits > 1) s += "; split-KV x" + std::to_string(kv_splits);
   } else {
-    s += std::string("; ") + (one_pass ? "one pass" : "two passes") + ", " + std::to_string(backward_items) + " items";
+    s += std::string("; ") + (one_pass ? "one pass" : "two passes") + ", " + std::to_string(backward_items) +
+         " items, " + std::to_string(engine_items) + " on the engine";
   }
   if (strided_copies > 0) s += "; " + std::to_string(strided_copies) + " strided inputs copied";
   if (packed_operands > 0) s += "; " + std::to_string(packed_operands) + " operands packed once";

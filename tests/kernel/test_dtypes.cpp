@@ -132,6 +132,7 @@ template <class H>
 struct Run16 {
   Buf<H> out, dq, dk, dv;
   Buf3<float> lse;
+  Plan forward_plan, backward_plan;  // what each call ran
 };
 template <class H>
 Run16<H> run16(const Case& c, const Inputs& in, const Buf<H>& q, const Buf<H>& k, const Buf<H>& v,
@@ -139,10 +140,12 @@ Run16<H> run16(const Case& c, const Inputs& in, const Buf<H>& q, const Buf<H>& k
   Run16<H> r;
   r.out = Buf<H>({c.B, c.Hq, c.Nq, c.Dv}, c.bnhd), r.lse = Buf3<float>({c.B, c.Hq, c.Nq});
   for (auto& x : r.out.data) x = H::from_bits(0x7FC0);  // a NaN in either dtype: every element must be written
-  forward(q.cview(), k.cview(), v.cview(), r.out.view(), r.lse.view(), o);
+  Options of = o, ob = o;
+  of.plan = &r.forward_plan, ob.plan = &r.backward_plan;
+  forward(q.cview(), k.cview(), v.cview(), r.out.view(), r.lse.view(), of);
   r.dq = Buf<H>(in.q.shape, c.bnhd), r.dk = Buf<H>(in.k.shape, c.bnhd), r.dv = Buf<H>(in.v.shape, c.bnhd);
   backward(q.cview(), k.cview(), v.cview(), r.out.cview(), r.lse.cview(), dout.cview(), r.dq.view(), r.dk.view(),
-           r.dv.view(), o);
+           r.dv.view(), ob);
   return r;
 }
 
@@ -159,13 +162,9 @@ void check_case(const Case& c) {
     Options o = in.opt;
     o.isa = kv.isa;
     o.threads = 2;
-    const i64 fused_before = detail::fused_decode_items();
-    i64 engine_before[2][2];  // [amx, dot][backward]
-    for (int e = 0; e < 2; ++e)
-      for (int bwd = 0; bwd < 2; ++bwd) engine_before[e][bwd] = detail::engine_items(Engine16(e + 1), bwd == 1);
     const Run16<H> r = run16<H>(c, in, q, k, v, dout, o);
     if (c.fused_decode && kv.isa != Isa::scalar)
-      EXPECT_GT(detail::fused_decode_items(), fused_before) << "the decoding case did not reach the fused loop";
+      EXPECT_GT(r.forward_plan.decoding_items, 0) << "the decoding case did not reach the fused loop";
     // A case with more lanes per kv head than a decoding item takes must reach the 16-bit
     // tiled loop on its variant's engine where that engine takes the dtype (AMX: bf16, and
     // fp16 split into bf16 hi + lo; dot products: bf16), and on no other engine; so must
@@ -174,17 +173,17 @@ void check_case(const Case& c) {
     for (Engine16 e : {Engine16::amx, Engine16::dot}) {
       SCOPED_TRACE(e == Engine16::amx ? "AMX tiles" : "dot products");
       const bool takes = kv.engine() == e && detail::engine_takes(e, t);
-      const i64 fwd_before = engine_before[static_cast<int>(e) - 1][0];
-      const i64 bwd_before = engine_before[static_cast<int>(e) - 1][1];
+      const auto ran_on = [e](const Plan& plan) { return plan.engine == e && plan.engine_items > 0; };
       if (tiled && takes)
-        EXPECT_GT(detail::engine_items(e), fwd_before) << "the tiled case did not reach the engine's loop";
+        EXPECT_TRUE(ran_on(r.forward_plan)) << "the tiled case did not reach the engine's loop";
       else
-        EXPECT_EQ(detail::engine_items(e), fwd_before) << "only this engine's variant takes its loop, for its dtypes";
+        EXPECT_FALSE(ran_on(r.forward_plan)) << "only this engine's variant takes its loop, for its dtypes";
       if (takes)
-        EXPECT_GT(detail::engine_items(e, true), bwd_before) << "the backward did not reach the engine's products";
+        EXPECT_TRUE(ran_on(r.backward_plan)) << "the backward did not reach the engine's products";
       else
-        EXPECT_EQ(detail::engine_items(e, true), bwd_before) << "only this engine's variant runs its products";
+        EXPECT_FALSE(ran_on(r.backward_plan)) << "only this engine's variant runs its products";
     }
+    if (!tiled || !detail::engine_takes(kv.engine(), t)) EXPECT_EQ(r.forward_plan.engine_items, 0);
     SDPA_EXPECT_WITHIN("out", rule.out(widen(r.out)));
     SDPA_EXPECT_WITHIN("lse", rule.lse(r.lse.data));
     SDPA_EXPECT_WITHIN("dq", rule.dq(widen(r.dq)));
@@ -432,17 +431,17 @@ void check_packed_operands() {
       o.isa = kv.isa, o.threads = 2, o.causal = Causal::bottom_right;
       Buf<H> packed({B, Hq, Nq, D}), per_tile({B, Hq, Nq, D});
       Buf3<float> lse_packed({B, Hq, Nq}), lse_per_tile({B, Hq, Nq});
-      using detail::PackedOperand;
-      const i64 v_before = detail::operand_packs(PackedOperand::v), k_before = detail::operand_packs(PackedOperand::k);
       // V packed wherever the engine takes the dtype; K only where it is split (fp16 on AMX).
       const bool v_packs = detail::engine_takes(kv.engine(), dtype_of<H>());
       const bool k_packs = v_packs && kv.engine() == Engine16::amx && std::is_same_v<H, fp16>;
       for (bool capped : {false, true}) {
         const CopyLimit limit(capped ? 0 : detail::strided_copy_limit_bytes());
+        Plan plan;
+        o.plan = &plan;
         forward(q.cview(), k.cview(), v.cview(), capped ? per_tile.view() : packed.view(),
                 capped ? lse_per_tile.view() : lse_packed.view(), o);
-        EXPECT_EQ(detail::operand_packs(PackedOperand::v) - v_before, v_packs ? 1 : 0);
-        EXPECT_EQ(detail::operand_packs(PackedOperand::k) - k_before, k_packs ? 1 : 0);
+        // K packs only where V does; under a zero cap neither does (the kernel packs per tile).
+        EXPECT_EQ(plan.packed_operands, capped ? 0 : (v_packs ? 1 : 0) + (k_packs ? 1 : 0));
       }
       EXPECT_EQ(0, std::memcmp(packed.data.data(), per_tile.data.data(), packed.data.size() * sizeof(H)));
       EXPECT_EQ(0, std::memcmp(lse_packed.data.data(), lse_per_tile.data.data(), lse_packed.data.size() * sizeof(float)));

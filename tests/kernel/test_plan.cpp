@@ -37,7 +37,6 @@ TEST(Plan, DecodingItemsTakeTheFusedLoopAndSplitTheKeys) {
     SCOPED_TRACE(isa_name(isa));
     Options o;
     o.isa = isa;
-    const i64 fused_before = detail::fused_decode_items();
     const Plan plan = forward_plan(x, o);
     EXPECT_EQ(plan.call, "forward");
     EXPECT_EQ(plan.isa, isa);
@@ -47,7 +46,6 @@ TEST(Plan, DecodingItemsTakeTheFusedLoopAndSplitTheKeys) {
     EXPECT_EQ(plan.decoding_items, simd ? 2 : 0);
     EXPECT_EQ(plan.few_lane_items, simd ? 0 : 2);
     EXPECT_EQ(plan.tiled_items + plan.engine_items, 0);
-    EXPECT_EQ(detail::fused_decode_items() - fused_before, plan.decoding_items);  // the counter agrees
     EXPECT_NE(plan.summary().find("split-KV x2"), std::string::npos) << plan.summary();
   }
 }

@@ -393,12 +393,12 @@ inline KvTilesFn kv_tiles_for(const Problem& p) {
 }
 
 template <Engine16 E>
-void backward_kv_tile(const Problem& p, const Tensors& t, const float* delta, i64 b, i64 g, i64 j0,
+bool backward_kv_tile(const Problem& p, const Tensors& t, const float* delta, i64 b, i64 g, i64 j0,
                       WorkerScratch scratch) {
   const bool engine = backward_on_engine(E, p);
   const AmxTiles tiles(E == Engine16::amx && engine);
   kv_tiles_for<E>(p)(p, t, delta, b, g, j0, 1, carve_scratch<KvTileScratch>(p, scratch, i64{1}, engine), nullptr);
-  if (engine) note_engine_item(E, /*backward=*/true);
+  return engine;
 }
 
 // The one pass: item (b, g) owns dk, dv of its keys and dq of its group's query rows, so
@@ -418,7 +418,7 @@ struct ItemBackwardScratch {
 };
 
 template <Engine16 E>
-void backward_item(const Problem& p, const Tensors& t, const float* delta, i64 b, i64 g, WorkerScratch scratch) {
+bool backward_item(const Problem& p, const Tensors& t, const float* delta, i64 b, i64 g, WorkerScratch scratch) {
   const i64 dkp = round_up(p.Dk, kPad), rows = p.group * p.Nq;
   const bool engine = backward_on_engine(E, p);
   const auto s = carve_scratch<ItemBackwardScratch>(p, scratch, engine);
@@ -433,7 +433,7 @@ void backward_item(const Problem& p, const Tensors& t, const float* delta, i64 b
     const i64 h = g * p.group + l / p.Nq, i = l % p.Nq;
     store_row(t.dq, off(t.dq, b, h, i, 0), p.Dk, s.dQ + l * dkp);
   }
-  if (engine) note_engine_item(E, /*backward=*/true);
+  return engine;
 }
 
 // Pass B: dq of one query tile; loops over the key tiles it can see. Tiles in the
@@ -488,7 +488,7 @@ struct QTileScratch {
 };
 
 template <Engine16 E>
-void backward_q_tile(const Problem& p, const Tensors& t, const float* delta, i64 b, i64 h, i64 i0,
+bool backward_q_tile(const Problem& p, const Tensors& t, const float* delta, i64 b, i64 h, i64 i0,
                      WorkerScratch scratch) {
   const i64 g = h / p.group, Dk = p.Dk, Dv = p.Dv, dkp = round_up(Dk, kPad);
   const i64 dk32 = round_up(Dk, 32), dv32 = round_up(Dv, 32);
@@ -561,7 +561,7 @@ void backward_q_tile(const Problem& p, const Tensors& t, const float* delta, i64
   }
 
   for (i64 r = 0; r < br; ++r) store_row(t.dq, off(t.dq, b, h, i0 + r, 0), Dk, s.dQ + r * dkp);
-  if (engine) note_engine_item(E, /*backward=*/true);
+  return engine;
 }
 
 // Floats per worker: the larger of the two passes' layouts (one block serves both) ...

@@ -342,7 +342,6 @@ void forward_as(const Problem& p, const Tensors& t, const ForwardItem& it, const
 // The one dispatch on the call's dtype.
 inline void forward(const Problem& p, const Tensors& t, const ForwardItem& it, const ItemLanes& lanes,
                     WorkerScratch scratch) {
-  note_fused_decode_item();
   switch (p.dtype) {
     case Dtype::f32: return forward_as<float>(p, t, it, lanes, scratch);
     case Dtype::bf16: return forward_as<bf16>(p, t, it, lanes, scratch);

@@ -224,5 +224,4 @@ void forward_tiled_engine16(const Problem& p, const Tensors& t, const ForwardIte
   }
   engine16::transpose_f32(s.OT, np, dvp, np, s.rows.O, dvp);
   s.rows.finish(p, t, it, lanes, dvp);
-  note_engine_item(E, /*backward=*/false);
 }
