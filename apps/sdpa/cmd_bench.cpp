@@ -316,10 +316,12 @@ Command add_bench(CLI::App& parent) {
               "Under mpirun: time ring attention per rank (compute, communication, how much is hidden) against one "
               "process; --repeat runs");
   c->add_option("--layout", a->layout, "With --ring: contiguous | zigzag")->capture_default_str();
-  return {c, [a, varlen] {
-            a->varlen_given = varlen->count() > 0;
-            return run(*a);
-          }};
+  return {c, with_flag_names(c,
+                             [a, varlen] {
+                               a->varlen_given = varlen->count() > 0;
+                               return run(*a);
+                             },
+                             {{"min_runs", "--repeat"}})};
 }
 
 }  // namespace sdpa::cli

@@ -208,10 +208,13 @@ def check(*, batch=1, heads=8, kv_heads=None, seq=1024, kv_seq=None, dim=64, dim
         raise ValueError(f"causal: expected None, 'top-left' or 'bottom-right', got {causal!r}")
     if not _is_real(min_seconds):
         raise TypeError(f"min_seconds: expected a real number, got {min_seconds!r}")
-    return json.loads(_ext.check(values["batch"], values["heads"], values["kv_heads"], values["seq"],
-                                 values["kv_seq"], values["dim"], values["dim_v"], _CAUSAL[causal], str(isa),
-                                 values["threads"], values["seed"], bool(backward), values["repeat"],
-                                 float(min_seconds), values["max_runs"]))
+    try:
+        return json.loads(_ext.check(values["batch"], values["heads"], values["kv_heads"], values["seq"],
+                                     values["kv_seq"], values["dim"], values["dim_v"], _CAUSAL[causal], str(isa),
+                                     values["threads"], values["seed"], bool(backward), values["repeat"],
+                                     float(min_seconds), values["max_runs"]))
+    except _ext.Error as e:
+        raise _core.renamed(e, (("min_runs:", "repeat:"),)) from None  # the timer's field, here `repeat`
 
 
 def dispatch() -> dict:

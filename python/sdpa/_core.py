@@ -38,6 +38,17 @@ KERNEL_ARGS = (("mask", "Tensor?"), ("keep", "Tensor?"), ("scale", "float?"), ("
 KERNEL_ARG_NAMES = tuple(name for name, _ in KERNEL_ARGS)
 
 
+def renamed(error: Exception, names) -> Exception:
+    """The same exception with the library's argument name (the message's first word) in the caller's terms:
+    names holds (ours, theirs) pairs such as ("q:", "query:")."""
+    msg = str(error)
+    for ours, theirs in names:
+        if msg.startswith(ours):
+            msg = theirs + msg[len(ours):]
+            break
+    return type(error)(msg)
+
+
 def with_options(*, exclude=()):
     """A public function taking **options gets OPTIONS (less exclude) as keyword-only parameters in its
     signature, after its own."""

@@ -75,17 +75,8 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         return _api._attention(query, key, value, {"scale": scale, "causal": "top-left" if is_causal else None,
                                                    "mask": attn_mask, "dropout_p": dropout_p}, kind=kind)
     except (TypeError, ValueError) as e:
-        raise _renamed(e, _TORCH_NAMES) from None
+        raise _core.renamed(e, _TORCH_NAMES) from None
 
 
 _TORCH_NAMES = (("q:", "query:"), ("k:", "key:"), ("v:", "value:"), ("mask:", "attn_mask:"), ("keep:", "attn_mask:"))
 
-
-def _renamed(error: Exception, names) -> Exception:
-    """The same exception with the library's argument name (the message's first word) in the caller's terms."""
-    msg = str(error)
-    for ours, theirs in names:
-        if msg.startswith(ours):
-            msg = theirs + msg[len(ours):]
-            break
-    return type(error)(msg)

@@ -24,7 +24,7 @@ from __future__ import annotations
 from typing import Optional
 
 from . import torch as _st  # registers the custom ops; says how to install torch if missing
-from . import _api
+from . import _api, _core
 
 _torch = _st._torch
 
@@ -95,7 +95,7 @@ def attention_forward(module, query, key, value, attention_mask: Optional["_torc
         out = _api.attention(query, key, value, scale=scaling, causal=causal, window=window, softcap=softcap,
                              mask=mask, dropout_p=dropout)
     except (TypeError, ValueError) as e:
-        raise _st._renamed(e, _NAMES) from None
+        raise _core.renamed(e, _NAMES) from None
     return out.transpose(1, 2), None
 
 

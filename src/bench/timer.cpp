@@ -37,12 +37,12 @@ std::vector<Timing> time_rounds(const TimerRule& rule, const std::vector<const s
 }  // namespace
 
 void TimerRule::validate() const {
-  // Named as the command line sets them (apps/sdpa/timer_options.hpp), the field in brackets.
-  if (warmup_runs < 0) throw Error("timer rule: warm-up runs must be >= 0, got " + std::to_string(warmup_runs));
-  if (min_runs < 1) throw Error("--repeat (the timer's min_runs): must be >= 1, got " + std::to_string(min_runs));
+  // Named by field; the command line (with_flag_names) and Python (sdpa.check) say their own names.
+  if (warmup_runs < 0) throw Error("warmup_runs: must be >= 0, got " + std::to_string(warmup_runs));
+  if (min_runs < 1) throw Error("min_runs: must be >= 1, got " + std::to_string(min_runs));
   if (!(min_seconds >= 0) || !std::isfinite(min_seconds))
-    throw Error("--min-seconds (the timer's min_seconds): must be finite and >= 0, got " + std::to_string(min_seconds));
-  if (max_runs < 1) throw Error("--max-runs (the timer's max_runs): must be >= 1, got " + std::to_string(max_runs));
+    throw Error("min_seconds: must be finite and >= 0, got " + std::to_string(min_seconds));
+  if (max_runs < 1) throw Error("max_runs: must be >= 1, got " + std::to_string(max_runs));
 }
 
 double median(std::vector<double> v) {

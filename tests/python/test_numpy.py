@@ -409,6 +409,11 @@ def test_check_is_the_main_job_in_process():
         sdpa.check(heads=2, kv_heads=3)
     with pytest.raises(ValueError, match="^causal"):
         sdpa.check(causal="upper")
+    # The timer's limits are the library's (bench::TimerRule), named as this function names them.
+    with pytest.raises(sdpa.Error, match="^repeat: must be >= 1, got 0"):
+        sdpa.check(seq=8, heads=1, dim=8, repeat=0)
+    with pytest.raises(sdpa.Error, match="^max_runs: must be >= 1"):
+        sdpa.check(seq=8, heads=1, dim=8, max_runs=0)
 
 
 def test_import_does_not_need_torch():
