@@ -15,7 +15,7 @@ try:
     import torch
 except ImportError as _e:  # pragma: no cover - exercised only without torch
     raise ImportError(
-        "sdpa's PyTorch ops need PyTorch, which is not importable here: install it (a CPU build is enough, e.g. "
+        "sdpa.torch needs PyTorch, which is not importable here: install it (a CPU build is enough, e.g. "
         "pip install torch --index-url https://download.pytorch.org/whl/cpu); "
         "sdpa.attention works on NumPy arrays without it"
     ) from _e

@@ -8,17 +8,11 @@ CPU float32, float16 or bfloat16 tensors, read and written in place through thei
 
 from __future__ import annotations
 
-try:
-    import torch as _torch
-except ImportError as _e:  # pragma: no cover - exercised only without torch
-    raise ImportError(
-        "sdpa.torch needs PyTorch, which is not importable here: install it (a CPU build is enough, e.g. "
-        "pip install torch --index-url https://download.pytorch.org/whl/cpu); "
-        "sdpa.attention works on NumPy arrays without it"
-    ) from _e
-
-from . import _api, _core, _ops  # noqa: F401  (_ops registers the custom ops torch.ops.sdpa.*)
+from . import _ops  # noqa: F401  (registers torch.ops.sdpa.*; says how to install PyTorch where it is missing)
+from . import _api, _core
 from ._api import attention  # noqa: F401  (sdpa.attention takes tensors too)
+
+import torch as _torch  # noqa: E402  (importable: _ops imported it)
 
 __all__ = ["scaled_dot_product_attention", "attention"]
 
