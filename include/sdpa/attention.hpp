@@ -5,6 +5,8 @@
 //   s_ij = s_ij + mask_ij, or −∞ where masked (causal, window, keep-mask, mask = −∞)
 //   out_i = Σ_j softmax_j(s_i·) · v_j         lse_i = log Σ_j exp(s_ij)
 //   with Options::dropout: out_i = Σ_j softmax_j(s_i·) · keep_ij / (1 - p) · v_j (lse unchanged)
+//   with Options::sinks:   lse_i = log(exp(sink_h) + Σ_j exp(s_ij)), out_i = Σ_j exp(s_ij − lse_i) · v_j
+//                          (a virtual key per head that takes part in the softmax and has no value)
 //
 // Shapes (letters used throughout the project):
 //   q    (B, Hq,  Nq, Dk)        out  (B, Hq, Nq, Dv)
@@ -63,6 +65,14 @@ struct Options {
   Kernel kernel = Kernel::fast;
   Isa isa = Isa::automatic;
   Dropout dropout{};  // p > 0: attention dropout (sdpa/philox.hpp; docs/contract.md, "Dropout")
+  // Attention sinks (gpt-oss): one logit per query head, shape (Hq), in the units of the
+  // scores s_ij (after β, soft-cap and mask); each finite, or −∞ for no sink on that head.
+  // Never dropped; a row whose keys are all masked puts its weight on the sink: out 0,
+  // lse = sink_h. Empty = none.
+  View1<const float> sinks{};
+  // Backward only, with sinks: ∂L/∂sinks, shape (Hq), written (=) here (−Σ over the head's
+  // rows of exp(sink_h − lse_i)·Σ_e dout_ie·out_ie); empty = not computed.
+  View1<float> dsinks{};
   Plan* plan = nullptr;  // when set, the call writes what it ran there (sdpa::Plan)
 };
 

@@ -45,6 +45,8 @@ struct View {
 };
 
 template <class T>
+using View1 = View<T, 1>;  // (H): one value per head, e.g. the attention sinks
+template <class T>
 using View4 = View<T, 4>;  // (B, H, N, D) or a mask (B, H, Nq, Nk)
 template <class T>
 using View3 = View<T, 3>;  // (B, H, N): the log-sum-exp

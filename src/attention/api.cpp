@@ -272,6 +272,25 @@ class OperandPack {
   bool packed_ = false;
 };
 
+// ∂L/∂sink_h = −Σ_{b,i} p_sink · Δ_bhi, p_sink = exp(sink_h − lse_bhi): the sink is a key whose
+// value is 0, so its dP is 0 and its dS = p_sink·(0 − Δ); the keys' gradients need nothing more,
+// as P recomputed from an lse that holds the sink is already the sink-aware softmax. Summed in
+// double, rows in order, one head per thread: the same bits for any thread count.
+void sink_grads(const Problem& p, const View3<const float>& lse, const std::vector<float>& delta,
+                const View1<float>& dsinks) {
+  for (i64 h = 0; h < p.Hq; ++h) {
+    const double sink = p.sinks.data[h * p.sinks.stride[0]];
+    double acc = 0.0;
+    if (sink != -std::numeric_limits<double>::infinity())
+      for (i64 b = 0; b < p.B; ++b)
+        for (i64 i = 0; i < p.Nq; ++i) {
+          const double l = lse.data[b * lse.stride[0] + h * lse.stride[1] + i * lse.stride[2]];
+          acc -= std::exp(sink - l) * static_cast<double>(delta[static_cast<std::size_t>((b * p.Hq + h) * p.Nq + i)]);
+        }
+    dsinks.data[h * dsinks.stride[0]] = static_cast<float>(acc);
+  }
+}
+
 // Split-KV: with few items (decoding: a handful of query rows per kv head) the keys are
 // cut into splits whose partial results are merged by their lse. Decided by the shape
 // alone, never by the thread count, so the bits do not depend on the threads either.
@@ -296,9 +315,15 @@ void merge_splits(const Problem& p, const Tensors& t, i64 splits, i64 lanes, con
   for (i64 row = 0; row < rows; ++row) {
     const i64 bg = row / lanes, lane = row % lanes, b = bg / p.Hkv, g = bg % p.Hkv;
     const i64 h = g * p.group + lane / p.Nq, i = lane % p.Nq;
+    // A sink is one more part: lse = the sink's logit, out = 0 (no value), merged once.
+    constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+    const float sink = p.has_sinks ? p.sinks.data[h * p.sinks.stride[0]] : kNegInf;
     const float lse = merge_row(
-        splits, p.Dv, [&](i64 s) { return part_lse[static_cast<std::size_t>(s * stride + row)]; },
-        [&](i64 s, i64 e) { return part_out[static_cast<std::size_t>((s * stride + row) * p.Dv + e)]; },
+        sink == kNegInf ? splits : splits + 1, p.Dv,
+        [&](i64 s) { return s == splits ? sink : part_lse[static_cast<std::size_t>(s * stride + row)]; },
+        [&](i64 s, i64 e) {
+          return s == splits ? 0.0f : part_out[static_cast<std::size_t>((s * stride + row) * p.Dv + e)];
+        },
         [&](i64 e, float x) { store_at(t.out_w, off4(t.out_w, b, h, i, e), x); });
     if (!t.lse_w.empty()) t.lse_w(b, h, i) = lse;
   }
@@ -487,6 +512,8 @@ void backward_any(View4<const T> q, View4<const T> k, View4<const T> v, View4<co
       delta[static_cast<std::size_t>(row)] = static_cast<float>(acc);
     }
   }
+
+  if (!opt.dsinks.empty()) sink_grads(p, lse, delta, opt.dsinks);
 
   // fp16 on AMX tiles: its backward runs on them only for finite inputs (Problem::
   // inputs_finite); one read of each, O(N·D).

@@ -57,6 +57,11 @@ struct Problem {
   DropoutStream dropout_stream{};
   float dropout_scale = 1.0f;  // 1/(1 - p) in fp32
 
+  // Attention sinks (Options::sinks): one logit per query head, read as
+  // sinks.data[h * sinks.stride[0]] (no inline accessor: the kernel calls no shared inline code).
+  View1<const float> sinks{};
+  bool has_sinks = false;
+
   // Explicit masks, shape (B, Hq, Nq, Nk) with stride 0 on broadcast dims; empty = none.
   View4<const float> mask{};
   View4<const std::uint8_t> keep{};

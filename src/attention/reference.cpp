@@ -6,7 +6,7 @@
 //   s_ij = β x_ij                        the temperature
 //   s_ij = c tanh(s_ij / c)              soft-cap, if any
 //   s_ij = s_ij + mask_ij, or -inf where the key is masked
-//   p_ij = exp(s_ij - lse_i)             lse_i = log Σ_j exp(s_ij)
+//   p_ij = exp(s_ij - lse_i)             lse_i = log Σ_j exp(s_ij)  (+ exp(sink_h) with a sink)
 //   out_i = Σ_{j: p_ij != 0} p_ij v_j    a key of zero weight contributes nothing
 #include <algorithm>
 #include <cmath>
@@ -25,6 +25,12 @@ using detail::Problem;
 template <class Acc>
 constexpr Acc neg_inf() {
   return -std::numeric_limits<Acc>::infinity();
+}
+
+// Head h's sink logit, or -inf where the call has none.
+template <class Acc>
+Acc sink_of(const Problem& p, i64 h) {
+  return p.has_sinks ? static_cast<Acc>(p.sinks(h)) : neg_inf<Acc>();
 }
 
 // Scores of head (b, h) into S (Nq × Nk, row-major); also the soft-cap's tanh
@@ -70,11 +76,12 @@ void forward(View4<const T> q, View4<const T> k, View4<const T> v, View4<T> out,
       for (i64 i = 0; i < p.Nq; ++i) {
         const Acc* s = &S[i * p.Nk];
         // Row maximum, ignoring NaN (a NaN score still reaches the output through p).
-        Acc m = neg_inf<Acc>();
+        const Acc sink = sink_of<Acc>(p, h);
+        Acc m = sink;
         for (i64 j = 0; j < p.Nk; ++j)
           if (s[j] > m) m = s[j];
         const Acc shift = (m == neg_inf<Acc>()) ? Acc(0) : m;
-        Acc l = 0;
+        Acc l = std::exp(sink - shift);  // the sink's term (0 without one); it has no value
         std::fill(o.begin(), o.end(), Acc(0));
         const Acc keep_scale = static_cast<Acc>(p.dropout.keep_scale());
         for (i64 j = 0; j < p.Nk; ++j) {
@@ -85,7 +92,7 @@ void forward(View4<const T> q, View4<const T> k, View4<const T> v, View4<T> out,
           const Acc w = p.has_dropout ? pij * keep_scale : pij;
           for (i64 e = 0; e < p.Dv; ++e) o[e] += w * static_cast<Acc>(v(b, g, j, e));
         }
-        const bool empty_row = (l == Acc(0));
+        const bool empty_row = (l == Acc(0));  // no key and no sink
         for (i64 e = 0; e < p.Dv; ++e) out(b, h, i, e) = empty_row ? T(0) : static_cast<T>(o[e] / l);
         if (!lse.empty())
           lse(b, h, i) = empty_row ? static_cast<T>(neg_inf<Acc>()) : static_cast<T>(shift + std::log(l));
@@ -99,6 +106,7 @@ void forward(View4<const T> q, View4<const T> k, View4<const T> v, View4<T> out,
 //   dS_ij = p_ij (dP_ij - D_i)                    (0 where p_ij = 0)
 //   dX_ij = dS_ij · β · (1 - tanh²)               chain through soft-cap and β; dX = ∂L/∂(q_i·k_j)
 //   dq_i = Σ_j dX_ij k_j,  dk_j = Σ_i dX_ij q_i,  dv_j = Σ_i p_ij dout_i   (summed over the GQA group)
+//   dsink_h = Σ_{b,i} p_sink,i (0 - D_i)          a sink is a key with no value: dP = 0
 template <class T, class Acc>
 void backward(View4<const T> q, View4<const T> k, View4<const T> v, View4<const T> out, View3<const T> lse,
               View4<const T> dout, View4<T> dq, View4<T> dk, View4<T> dv, const Options& opt) {
@@ -107,6 +115,7 @@ void backward(View4<const T> q, View4<const T> k, View4<const T> v, View4<const 
   std::vector<Acc> S, Tanh;
   std::vector<Acc> gq(static_cast<std::size_t>(p.Nq * p.Dk));
   std::vector<Acc> gk(static_cast<std::size_t>(p.Hkv * p.Nk * p.Dk)), gv(static_cast<std::size_t>(p.Hkv * p.Nk * p.Dv));
+  std::vector<Acc> gsink(static_cast<std::size_t>(p.Hq), Acc(0));
   for (i64 b = 0; b < p.B; ++b) {
     std::fill(gk.begin(), gk.end(), Acc(0));
     std::fill(gv.begin(), gv.end(), Acc(0));
@@ -118,6 +127,8 @@ void backward(View4<const T> q, View4<const T> k, View4<const T> v, View4<const 
         const Acc L = static_cast<Acc>(lse(b, h, i));
         Acc D = 0;
         for (i64 e = 0; e < p.Dv; ++e) D += static_cast<Acc>(dout(b, h, i, e)) * static_cast<Acc>(out(b, h, i, e));
+        const Acc sink = sink_of<Acc>(p, h);
+        if (sink != neg_inf<Acc>()) gsink[h] -= std::exp(sink - L) * D;
         for (i64 j = 0; j < p.Nk; ++j) {
           // An empty row (lse = -inf) has p = 0 everywhere.
           const Acc pij = (L == neg_inf<Acc>()) ? Acc(0) : std::exp(S[i * p.Nk + j] - L);
@@ -151,6 +162,8 @@ void backward(View4<const T> q, View4<const T> k, View4<const T> v, View4<const 
         for (i64 e = 0; e < p.Dv; ++e) dv(b, g, j, e) = static_cast<T>(gv[(g * p.Nk + j) * p.Dv + e]);
       }
   }
+  if (!opt.dsinks.empty())
+    for (i64 h = 0; h < p.Hq; ++h) opt.dsinks(h) = static_cast<float>(gsink[static_cast<std::size_t>(h)]);
 }
 
 // The naive 16-bit implementation: the same scores (fp32), then rounding where a 16-bit
@@ -167,11 +180,12 @@ void forward_naive(Dtype t, View4<const float> q, View4<const float> k, View4<co
         for (float& x : S) x = round_to(t, x);  // -inf stays -inf
       for (i64 i = 0; i < p.Nq; ++i) {
         const float* s = &S[i * p.Nk];
-        float m = neg_inf<float>();
+        const float sink = sink_of<float>(p, h);
+        float m = sink;
         for (i64 j = 0; j < p.Nk; ++j)
           if (s[j] > m) m = s[j];
         const float shift = (m == neg_inf<float>()) ? 0.0f : m;
-        float l = 0;
+        float l = std::exp(sink - shift);  // the sink's term (0 without one)
         for (i64 j = 0; j < p.Nk; ++j) l += std::exp(s[j] - shift);
         const bool empty_row = (l == 0.0f);
         std::fill(o.begin(), o.end(), 0.0f);
@@ -195,6 +209,7 @@ void backward_naive(Dtype t, View4<const float> q, View4<const float> k, View4<c
   std::vector<float> S, Tanh;
   std::vector<float> gq(static_cast<std::size_t>(p.Nq * p.Dk));
   std::vector<float> gk(static_cast<std::size_t>(p.Hkv * p.Nk * p.Dk)), gv(static_cast<std::size_t>(p.Hkv * p.Nk * p.Dv));
+  std::vector<float> gsink(static_cast<std::size_t>(p.Hq), 0.0f);
   for (i64 b = 0; b < p.B; ++b) {
     std::fill(gk.begin(), gk.end(), 0.0f);
     std::fill(gv.begin(), gv.end(), 0.0f);
@@ -206,6 +221,8 @@ void backward_naive(Dtype t, View4<const float> q, View4<const float> k, View4<c
         const float L = lse(b, h, i);
         float D = 0;
         for (i64 e = 0; e < p.Dv; ++e) D += dout(b, h, i, e) * out(b, h, i, e);
+        const float sink = sink_of<float>(p, h);
+        if (sink != neg_inf<float>()) gsink[static_cast<std::size_t>(h)] -= std::exp(sink - L) * D;
         for (i64 j = 0; j < p.Nk; ++j) {
           const float pij = (L == neg_inf<float>()) ? 0.0f : round_to(t, std::exp(S[i * p.Nk + j] - L));
           if (pij == 0.0f) continue;
@@ -237,6 +254,8 @@ void backward_naive(Dtype t, View4<const float> q, View4<const float> k, View4<c
         for (i64 e = 0; e < p.Dv; ++e) dv(b, g, j, e) = round_to(t, gv[(g * p.Nk + j) * p.Dv + e]);
       }
   }
+  if (!opt.dsinks.empty())
+    for (i64 h = 0; h < p.Hq; ++h) opt.dsinks(h) = gsink[static_cast<std::size_t>(h)];
 }
 
 #define SDPA_REFERENCE_INSTANTIATE(T, Acc)                                                                           \

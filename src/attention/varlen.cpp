@@ -227,9 +227,13 @@ void backward_varlen_as(View3<const T> q, View3<const T> k, View3<const T> v, Se
   }
   detail::PlanRecord record(opt, "backward_varlen", dtype_of<T>());
   std::vector<Plan> plans(record.get() != nullptr ? seqs.size() : 0);
+  // With sinks: each sequence's ∂L/∂sinks in its own row, summed in sequence order after.
+  const i64 hq = all.Hq;
+  std::vector<float> seq_dsinks(opt.dsinks.empty() ? 0 : seqs.size() * static_cast<std::size_t>(hq), 0.0f);
   run_sequences(seqs, items, cost, detail::resolve_threads(opt), [&](std::size_t s, int threads) {
     const detail::PlanLogPause one_line_per_batch;
     const Seq& sq = seqs[s];
+    // A sequence with no keys puts its rows' weight on the sink with out 0: Δ = 0, no gradient.
     if (sq.Lq == 0 || sq.Lk == 0) {  // nothing attended: zero gradients for whichever rows exist
       const auto zero = [](const View4<T>& g) {
         for (i64 h = 0; h < g.shape[1]; ++h)
@@ -241,10 +245,18 @@ void backward_varlen_as(View3<const T> q, View3<const T> k, View3<const T> v, Se
       zero(rows(dv, sq.k0, sq.Lk));
       return;
     }
+    Options o = sequence_options(opt, sq, s, threads, all.Nq, all.Nk, plans);
+    if (!opt.dsinks.empty()) o.dsinks = {seq_dsinks.data() + s * static_cast<std::size_t>(hq), {hq}, {1}};
     backward(rows(q, sq.q0, sq.Lq), rows(k, sq.k0, sq.Lk), rows(v, sq.k0, sq.Lk), rows(out, sq.q0, sq.Lq),
              lse_rows(lse, sq.q0, sq.Lq), rows(dout, sq.q0, sq.Lq), rows(dq, sq.q0, sq.Lq), rows(dk, sq.k0, sq.Lk),
-             rows(dv, sq.k0, sq.Lk), sequence_options(opt, sq, s, threads, all.Nq, all.Nk, plans));
+             rows(dv, sq.k0, sq.Lk), o);
   });
+  for (i64 h = 0; h < hq && !opt.dsinks.empty(); ++h) {
+    double acc = 0.0;
+    for (std::size_t s = 0; s < seqs.size(); ++s)
+      acc += seq_dsinks[s * static_cast<std::size_t>(hq) + static_cast<std::size_t>(h)];
+    opt.dsinks.data[h * opt.dsinks.stride[0]] = static_cast<float>(acc);
+  }
   if (Plan* plan = record.get()) {
     plan->sequences = 0;
     for (const Plan& sequence : plans) detail::merge_plan(*plan, sequence);

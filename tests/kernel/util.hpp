@@ -89,6 +89,9 @@ struct DtypeYardstick {
   Buf<float> outn, dqn, dkn, dvn;
   Buf3<float> lsen;
   tolerance::Floors fl{};
+  // With Options::sinks: ∂L/∂sinks, (Hq), gold and naive, and its floor (below).
+  std::vector<float> dsinks64, dsinksn;
+  double dsinks_floor = 0.0;
 
   DtypeYardstick(Dtype t, const Buf<float>& q, const Buf<float>& k, const Buf<float>& v, const Buf<float>& dout,
                  const Options& opt) {
@@ -98,13 +101,19 @@ struct DtypeYardstick {
     out64 = Buf<double>({B, Hq, Nq, Dv}, q.bnhd), lse64 = Buf3<double>({B, Hq, Nq});
     reference::forward<double, double>(q64.cview(), k64.cview(), v64.cview(), out64.view(), lse64.view(), opt);
     dq64 = Buf<double>(q.shape, q.bnhd), dk64 = Buf<double>(k.shape, k.bnhd), dv64 = Buf<double>(v.shape, v.bnhd);
+    Options with_dsinks = opt, with_dsinks_naive = opt;
+    if (!opt.sinks.empty()) {
+      dsinks64.assign(static_cast<std::size_t>(Hq), 0.0f), dsinksn.assign(static_cast<std::size_t>(Hq), 0.0f);
+      with_dsinks.dsinks = {dsinks64.data(), {Hq}, {1}};
+      with_dsinks_naive.dsinks = {dsinksn.data(), {Hq}, {1}};
+    }
     reference::backward<double, double>(q64.cview(), k64.cview(), v64.cview(), out64.cview(), lse64.cview(),
-                                        do64.cview(), dq64.view(), dk64.view(), dv64.view(), opt);
+                                        do64.cview(), dq64.view(), dk64.view(), dv64.view(), with_dsinks);
     outn = Buf<float>({B, Hq, Nq, Dv}, q.bnhd), lsen = Buf3<float>({B, Hq, Nq});
     reference::forward_naive(t, q.cview(), k.cview(), v.cview(), outn.view(), lsen.view(), opt);
     dqn = Buf<float>(q.shape, q.bnhd), dkn = Buf<float>(k.shape, k.bnhd), dvn = Buf<float>(v.shape, v.bnhd);
     reference::backward_naive(t, q.cview(), k.cview(), v.cview(), outn.cview(), lsen.cview(), dout.cview(), dqn.view(),
-                              dkn.view(), dvn.view(), opt);
+                              dkn.view(), dvn.view(), with_dsinks_naive);
     const double mask_max = opt.mask.empty() ? 0.0 : max_abs_mask(opt.mask);
     auto f32 = tolerance::floors(q.data, k.data, v.data, dout.data, Dk, Dv, std::abs(resolve_scale(opt, Dk)),
                                  opt.softcap.value_or(0.0), mask_max, max_abs(lse64.data), max_abs(dv64.data));
@@ -114,12 +123,31 @@ struct DtypeYardstick {
     f32.out *= keep_scale, f32.dq *= keep_scale, f32.dk *= keep_scale;
     fl = tolerance::with_output_rounding(f32, unit_roundoff(t), max_abs(out64.data), max_abs(dq64.data),
                                          max_abs(dk64.data), max_abs(dv64.data));
+    // ∂L/∂sink_h = −Σ_i p_sink,i Δ_i reads out (through Δ_i = dout_i·out_i) and lse (through
+    // p_sink,i = exp(sink_h − lse_i)): out off by at most fl.out an element moves Δ_i by
+    // ‖dout_i‖₁·fl.out, lse off by fl.lse moves p_sink,i by a relative fl.lse (to first order).
+    if (!opt.sinks.empty())
+      for (i64 h = 0; h < Hq; ++h) {
+        double bound = 0.0;
+        for (i64 b = 0; b < B; ++b)
+          for (i64 i = 0; i < Nq; ++i) {
+            double delta = 0.0, dout_l1 = 0.0;
+            for (i64 e = 0; e < Dv; ++e) {
+              delta += out64.cview()(b, h, i, e) * static_cast<double>(dout.cview()(b, h, i, e));
+              dout_l1 += std::abs(static_cast<double>(dout.cview()(b, h, i, e)));
+            }
+            const double p_sink = std::exp(static_cast<double>(opt.sinks(h)) - lse64.cview()(b, h, i));
+            bound += p_sink * (dout_l1 * fl.out + std::abs(delta) * fl.lse);
+          }
+        dsinks_floor = std::max(dsinks_floor, bound);
+      }
   }
   tolerance::Verdict out(const std::vector<float>& x) const { return judge(x, outn.data, out64.data, fl.out); }
   tolerance::Verdict lse(const std::vector<float>& x) const { return judge(x, lsen.data, lse64.data, fl.lse); }
   tolerance::Verdict dq(const std::vector<float>& x) const { return judge(x, dqn.data, dq64.data, fl.dq); }
   tolerance::Verdict dk(const std::vector<float>& x) const { return judge(x, dkn.data, dk64.data, fl.dk); }
   tolerance::Verdict dv(const std::vector<float>& x) const { return judge(x, dvn.data, dv64.data, fl.dv); }
+  tolerance::Verdict dsinks(const std::vector<float>& x) const { return judge(x, dsinksn, dsinks64, dsinks_floor); }
 
  private:
   static double max_abs_mask(const View4<const float>& m) {

@@ -398,14 +398,24 @@ constexpr i64 kFewTileCols = 32;
 constexpr i64 kFewPrefetchKeys = 64;
 
 // Writes lane r of an item (query head h, row i) from its running max m, sum l and
-// unnormalised output row O: out and lse, or the split's partial results.
+// unnormalised output row O: out and lse, or the split's partial results. A sink joins the
+// sum here, once per row, as one more term exp(sink − top) with no value (a split's partial
+// leaves it to the merge, api.cpp).
 inline void finish_row(const Problem& p, const Tensors& t, const ForwardItem& it, i64 b, i64 h, i64 i, i64 r, float m,
                        float l, const float* O) {
   const i64 Dv = p.Dv;
+  const float sink = p.has_sinks && it.part_out == nullptr ? p.sinks.data[h * p.sinks.stride[0]] : kNegInf;
   const bool empty_row = l == 0.0f;
-  const float inv = empty_row ? 0.0f : 1.0f / l;
+  float inv = empty_row ? 0.0f : 1.0f / l;
   const float shift = m == kNegInf ? 0.0f : m;
-  const float lse = empty_row ? kNegInf : shift + __builtin_logf(l);
+  float lse = empty_row ? kNegInf : shift + __builtin_logf(l);
+  if (sink != kNegInf) {  // total = l·e^(m − top) + e^(sink − top), top = max(m, sink): no overflow either way
+    const float top = m > sink ? m : sink;
+    const float kept = empty_row ? 0.0f : __builtin_expf(m - top);
+    const float total = l * kept + __builtin_expf(sink - top);
+    inv = kept / total;
+    lse = top + __builtin_logf(total);  // an empty row: the sink's own logit, and out 0
+  }
   if (it.part_out != nullptr) {  // split-KV: this split's normalised output and lse
     float* po = it.part_out + (it.l0 + r) * Dv;
     for (i64 e = 0; e < Dv; ++e) po[e] = empty_row ? 0.0f : O[e] * inv;
