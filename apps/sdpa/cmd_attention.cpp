@@ -24,7 +24,33 @@ struct Args {
   bool ring = false;  // under mpirun: ring attention over the ranks (cmd_ring.cpp)
   std::string layout = "zigzag";
   std::string cu_seqlens_q, cu_seqlens_k;
+  std::string sinks, dsinks;  // attention sinks: --sinks in, --dsinks the backward's gradient out
 };
+
+// A --sinks file: a 1-D float32 or float64 array of one logit per query head (read as float32,
+// the library's type); the library checks its length and values.
+std::vector<float> load_sinks(const std::string& path) {
+  const io::NpyArray a = io::read_npy(path);
+  if (a.shape.size() != 1)
+    throw Error("--sinks (" + path + "): expected a 1-D array of Hq logits, got rank " +
+                std::to_string(a.shape.size()));
+  const auto n = static_cast<std::size_t>(a.numel());
+  if (a.dtype == io::DType::f32) return std::vector<float>(a.f32(), a.f32() + n);
+  if (a.dtype == io::DType::f64) {
+    std::vector<float> s(n);
+    for (std::size_t h = 0; h < n; ++h) s[h] = static_cast<float>(a.f64()[h]);
+    return s;
+  }
+  throw Error("--sinks (" + path + "): expected float32 or float64 logits, got " + io::dtype_name(a.dtype));
+}
+
+// --dsinks: the backward writes ∂L/∂sinks (Hq) into `grads` through the options it returns.
+Options with_dsinks(const Args& a, Options opt, std::vector<float>& grads) {
+  if (a.dsinks.empty()) return opt;
+  grads.assign(static_cast<std::size_t>(opt.sinks.shape[0]), 0.0f);
+  opt.dsinks = {grads.data(), {opt.sinks.shape[0]}, {1}};
+  return opt;
+}
 
 // An offsets file (--cu-seqlens-q/k): a 1-D int32 or int64 array; the library checks its values.
 std::vector<i64> load_offsets(const std::string& path, const std::string& name) {
@@ -103,10 +129,12 @@ int run_varlen(const Args& a, const Tensor& q, const Tensor& k, const Tensor& v,
       throw Error("--grad-out: shape must equal the output's, " + shape_str(std::array<i64, 3>{Tq, Hq, Dv}));
     const auto numel = [](const Tensor& t) { return static_cast<std::size_t>(t.shape[1] * t.shape[2] * t.shape[3]); };
     std::vector<T> dq(numel(q)), dk(numel(k)), dv(numel(v));
+    std::vector<float> dsinks;
     backward_varlen(packed(q), packed(k), packed(v), offsets(cq), offsets(ck), View3<const T>(out_view), lse_view,
                     packed(dout), contiguous(dq.data(), {Tq, Hq, q.shape[3]}),
                     contiguous(dk.data(), {k.shape[1], k.shape[2], k.shape[3]}),
-                    contiguous(dv.data(), {v.shape[1], v.shape[2], v.shape[3]}), opt);
+                    contiguous(dv.data(), {v.shape[1], v.shape[2], v.shape[3]}), with_dsinks(a, opt, dsinks));
+    if (!a.dsinks.empty()) files.add(a.dsinks, npy_bytes(dsinks, {Hq}, io::DType::f32));
     files.add(a.dq, out_bytes(dq, q.file_shape, q.dtype));
     files.add(a.dk, out_bytes(dk, k.file_shape, q.dtype));
     files.add(a.dv, out_bytes(dv, v.file_shape, q.dtype));
@@ -151,9 +179,11 @@ int run_dense(const Args& a, const Tensor& q, const Tensor& k, const Tensor& v, 
                   " (promoted to rank 4), got " + shape_str(dout.shape));
     const auto numel = [](const Tensor& t) { return static_cast<std::size_t>(t.shape[0] * t.shape[1] * t.shape[2] * t.shape[3]); };
     std::vector<T> dq(numel(q)), dk(numel(k)), dv(numel(v));
+    std::vector<float> dsinks;
     backward(view_of<T>(q), view_of<T>(k), view_of<T>(v), View4<const T>(out_view), View3<const float>(lse_view),
              view_of<T>(dout), contiguous(dq.data(), q.shape), contiguous(dk.data(), k.shape),
-             contiguous(dv.data(), v.shape), opt);
+             contiguous(dv.data(), v.shape), with_dsinks(a, opt, dsinks));
+    if (!a.dsinks.empty()) files.add(a.dsinks, npy_bytes(dsinks, {Hq}, io::DType::f32));
     files.add(a.dq, out_bytes(dq, q.file_shape, q.dtype));
     files.add(a.dk, out_bytes(dk, k.file_shape, q.dtype));
     files.add(a.dv, out_bytes(dv, v.file_shape, q.dtype));
@@ -183,7 +213,12 @@ int run(const Args& a) {
   const bool want_backward = !a.grad_out.empty() || !a.dq.empty() || !a.dk.empty() || !a.dv.empty();
   if (want_backward && (a.grad_out.empty() || a.dq.empty() || a.dk.empty() || a.dv.empty()))
     throw Error("--grad-out, --dq, --dk and --dv go together: give all four for the backward pass");
+  if (!a.dsinks.empty() && (a.sinks.empty() || !want_backward))
+    throw Error(
+        "--dsinks: the backward's gradient of --sinks; give --sinks and the backward (--grad-out, --dq, --dk, "
+        "--dv) with it");
   if (a.ring) {
+    if (!a.sinks.empty()) throw Error("--sinks: not supported with --ring (sinks run on one process)");
     if (!a.cu_seqlens_q.empty() || !a.cu_seqlens_k.empty())
       throw Error("--cu-seqlens-q/--cu-seqlens-k: not supported with --ring (packed sequences run on one process)");
     return run_ring_attention({a.q, a.k, a.v, a.out, a.lse, a.grad_out, a.dq, a.dk, a.dv, a.mask, a.layout},
@@ -198,6 +233,8 @@ int run(const Args& a) {
                   std::to_string(q.file_shape.size()));
   }
   Options opt = options_of(a);
+  const std::vector<float> sinks = a.sinks.empty() ? std::vector<float>{} : load_sinks(a.sinks);
+  if (!a.sinks.empty()) opt.sinks = {sinks.data(), {static_cast<i64>(sinks.size())}, {1}};
   if (!a.cu_seqlens_q.empty() || !a.cu_seqlens_k.empty()) {
     if (q.dtype == io::DType::f16) return run_varlen<fp16>(a, q, k, v, opt, want_backward);
     return run_varlen<float>(a, q, k, v, opt, want_backward);
@@ -236,6 +273,10 @@ Command add_attention(CLI::App& parent) {
   c->add_option("--mask", a->mask,
                 "Mask .npy broadcastable to [B,Hq,Nq,Nk]: float = additive, bool = keep; with --cu-seqlens-q/k a "
                 "rank-3 [Hq|1,Tq|1,Tk|1] mask of the packed batch, each sequence reading its own rows and columns");
+  c->add_option("--sinks", a->sinks,
+                "Attention sinks: a 1-D .npy of Hq logits, one per query head, each a key with no value in its "
+                "rows' softmax (gpt-oss); -inf for none on a head");
+  c->add_option("--dsinks", a->dsinks, "Backward with --sinks: write the gradient w.r.t. the sinks [Hq] here");
   c->add_option("--threads", a->threads, "Threads (0 = all)")->capture_default_str();
   c->add_option("--kernel", a->kernel, "fast | reference")->capture_default_str();
   c->add_option("--isa", a->isa, "auto | scalar | avx2 | avx512 (fast kernel)")->capture_default_str();

@@ -22,7 +22,7 @@ def _attention(q, k, v, options: dict, *, return_lse: bool = False, kernel: str 
         kind = _check_tensors({"q": q, "k": k, "v": v}, "q", half_ok=True)
     opts = _options(options, kernel=kernel, kind=kind, caller=caller)
     q4, k4, v4 = _to4(q), _to4(k), _to4(v)
-    route = _torch_route(q, k, v, options.get("mask")) if kind == "torch" else "direct"
+    route = _torch_route(q, k, v, options.get("mask"), options.get("sinks")) if kind == "torch" else "direct"
     if route == "direct":
         out4, lse4 = _forward4(kind, q4, k4, v4, opts, with_lse=return_lse)
     else:  # autograd; the custom op sdpa::forward for torch.compile, export
@@ -53,6 +53,10 @@ def attention(q, k, v, *, return_lse=False, **options):
     mask:    the same kind as q; bool (True keeps a key, as in PyTorch) or float (added to the scores;
              -inf masks; a float16/bfloat16 mask is widened to float32, a copy of the mask only),
              broadcast NumPy-style to [B, Hq, Nq, Nk] (size-1 dimensions are read with stride 0).
+    sinks:   attention sinks (gpt-oss): [Hq] float32, the same kind as q, one logit per query head in
+             the units of the scores; each joins its head's rows' softmax as a key with no value
+             (-inf: no sink on that head). lse includes it; a query that sees no key puts all its
+             weight on the sink (out 0, lse the sink). A tensor that requires grad gets its gradient.
     return_lse: also return the log-sum-exp of each query's scores, shaped like out without its
              last dimension (-inf for a query that sees no key; such a query's output is 0).
     threads: None or 0 for all available; the result is the same for any count.
@@ -85,7 +89,8 @@ def reference_attention(q, k, v, *, return_lse=False, **options):
 
 @with_options()
 def attention_backward(q, k, v, out, lse, dout, **options):
-    """Gradients (dq, dk, dv) of a loss whose gradient with respect to out is dout.
+    """Gradients (dq, dk, dv) of a loss whose gradient with respect to out is dout; with sinks, (dq, dk, dv,
+    dsinks), dsinks [Hq] float32.
 
     out and lse must be what sdpa.attention(..., return_lse=True) returned for the same q, k, v and
     options (with dropout: the same dropout_p, dropout_seed and dropout_offset, which regenerate the
@@ -103,8 +108,9 @@ def attention_backward(q, k, v, out, lse, dout, **options):
     opts = _options(options, kind=kind, seed="later", caller="attention_backward")
     if opts["dropout_p"] and options.get("dropout_seed") is None:
         raise ValueError("dropout_seed: required with dropout_p > 0 (the seed the forward used)")
-    dq, dk, dv = _backward4(kind, _to4(q), _to4(k), _to4(v), _to4(out), _to4(lse, 3), _to4(dout), opts)
-    return _from4(dq, q.ndim), _from4(dk, q.ndim), _from4(dv, q.ndim)
+    dq, dk, dv, dsinks = _backward4(kind, _to4(q), _to4(k), _to4(v), _to4(out), _to4(lse, 3), _to4(dout), opts)
+    grads = _from4(dq, q.ndim), _from4(dk, q.ndim), _from4(dv, q.ndim)
+    return grads if dsinks is None else grads + (dsinks,)
 
 @with_options()
 def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, *, return_lse=False, **options):
@@ -142,7 +148,8 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, *, return_lse=False, *
         raise TypeError(f"cu_seqlens_k: dtype {cu_seqlens_k.dtype} differs from cu_seqlens_q's "
                         f"{cu_seqlens_q.dtype}; give both int32 or both int64")
     opts = _options(options, kind=kind, packed_mask=True, caller="attention_varlen")
-    if kind == "torch" and _torch_route(q, k, v, cu_seqlens_q, cu_seqlens_k, options.get("mask")) != "direct":
+    if kind == "torch" and _torch_route(q, k, v, cu_seqlens_q, cu_seqlens_k, options.get("mask"),
+                                        options.get("sinks")) != "direct":
         # through the custom op sdpa::forward_varlen: autograd, torch.compile, torch.export
         from . import _ops
         out, lse = _ops.forward_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, opts)

@@ -24,7 +24,7 @@ from . import _ext
 # OPTIONS: what a caller passes by keyword to sdpa.attention, reference_attention, attention_backward,
 # attention_varlen, explain and sdpa.distributed.ring_attention, with its default. Those functions take
 # **options, and with_options writes the table into their signatures (help(), inspect).
-OPTIONS = (("scale", None), ("causal", None), ("window", None), ("softcap", None), ("mask", None),
+OPTIONS = (("scale", None), ("causal", None), ("window", None), ("softcap", None), ("mask", None), ("sinks", None),
            ("threads", None), ("dropout_p", 0.0), ("dropout_seed", None), ("dropout_offset", 0))
 _OPTION_DEFAULTS = dict(OPTIONS)
 
@@ -32,7 +32,7 @@ _OPTION_DEFAULTS = dict(OPTIONS)
 # _ext.forward, backward, forward_varlen and backward_varlen, and in this order the trailing arguments of
 # the custom ops sdpa::forward, backward, forward_varlen and backward_varlen (sdpa._ops writes their
 # schemas from it).
-KERNEL_ARGS = (("mask", "Tensor?"), ("keep", "Tensor?"), ("scale", "float?"), ("softcap", "float?"),
+KERNEL_ARGS = (("mask", "Tensor?"), ("keep", "Tensor?"), ("sinks", "Tensor?"), ("scale", "float?"), ("softcap", "float?"),
                ("causal", "str"), ("window_left", "int"), ("window_right", "int"), ("threads", "int"),
                ("kernel", "str"), ("dropout_p", "float"), ("dropout_seed", "int"), ("dropout_offset", "int"))
 KERNEL_ARG_NAMES = tuple(name for name, _ in KERNEL_ARGS)
@@ -299,7 +299,7 @@ def _options(options: dict, *, kernel: str = "fast", kind=None, seed: str = "dra
             raise TypeError(f"{caller}() got an unexpected keyword argument {name!r}")
     get = options.get
     scale, causal, window, softcap = get("scale"), get("causal"), get("window"), get("softcap")
-    mask, threads, dropout_p = get("mask"), get("threads"), get("dropout_p", 0.0)
+    mask, sinks, threads, dropout_p = get("mask"), get("sinks"), get("threads"), get("dropout_p", 0.0)
     dropout_seed, dropout_offset = get("dropout_seed"), get("dropout_offset", 0)
     if mask is not None and kind is not None and _kind("mask", mask) != kind:
         raise TypeError(f"mask: not the same kind of array as q; pass a "
@@ -339,9 +339,12 @@ def _options(options: dict, *, kernel: str = "fast", kind=None, seed: str = "dra
     if not _is_int(threads):
         raise TypeError(f"threads: expected an int >= 0 (0 or None: all available), got {threads!r}")
     additive, keep = _mask_arrays(mask, packed_mask)
+    if sinks is not None:
+        _check_sinks(sinks, kind)
     return {
         "mask": additive,
         "keep": keep,
+        "sinks": sinks,
         "scale": None if scale is None else float(scale),
         "softcap": None if softcap is None else float(softcap),
         "causal": _CAUSAL[causal],
@@ -353,6 +356,18 @@ def _options(options: dict, *, kernel: str = "fast", kind=None, seed: str = "dra
         "dropout_seed": int(dropout_seed),
         "dropout_offset": int(dropout_offset),
     }
+
+
+def _check_sinks(sinks, kind) -> None:
+    """sinks: one float32 logit per query head, [Hq], the same kind as q (its length and values: the library).
+    A tensor may require grad: the gradient reaches it (sdpa._ops)."""
+    ks = _kind("sinks", sinks)
+    if kind is not None and ks != kind:
+        raise TypeError(f"sinks: not the same kind of array as q; pass a "
+                        f"{'PyTorch tensor' if kind == 'torch' else 'NumPy array'}")
+    _check_layout("sinks", sinks, ks)
+    _check_float32("sinks", sinks, ks)
+    _check_rank("sinks", sinks, 1)
 
 
 def _dropout_seed(kind: str, dropout_p, dropout_seed):
@@ -379,17 +394,25 @@ def _forward4(kind: str, q, k, v, opts: dict, with_lse: bool = True):
 
 
 def _backward4(kind: str, q, k, v, out, lse, dout, opts: dict):
+    """dq, dk, dv like q, k, v, and dsinks [Hq] float32 where opts has sinks (else None)."""
     dq, dk, dv = _empty_like(kind, q), _empty_like(kind, k), _empty_like(kind, v)
-    _ext.backward(*_fast_args(kind, q, k, v, out, lse, dout, dq, dk, dv), **_fast_masks(kind, opts))
-    return dq, dk, dv
+    dsinks = None if opts["sinks"] is None else _empty(kind, (q.shape[1],))
+    _ext.backward(*_fast_args(kind, q, k, v, out, lse, dout, dq, dk, dv), **_fast_masks(kind, opts),
+                  dsinks=_raw(dsinks))
+    return dq, dk, dv, dsinks
 
 
 def _fast_masks(kind: str, opts: dict) -> dict:
-    """opts with its mask arrays passed as _fast_args passes tensors."""
-    if opts["mask"] is None and opts["keep"] is None:
+    """opts with its arrays (the masks, the sinks) passed as _fast_args passes tensors."""
+    if opts["mask"] is None and opts["keep"] is None and opts["sinks"] is None:
         return opts
-    mask, keep = _fast_args(kind, opts["mask"], opts["keep"])
-    return {**opts, "mask": mask, "keep": keep}
+    mask, keep, sinks = _fast_args(kind, opts["mask"], opts["keep"], opts["sinks"])
+    return {**opts, "mask": mask, "keep": keep, "sinks": sinks}
+
+
+def _raw_arrays(opts: dict) -> dict:
+    """opts with its arrays as _raw passes them (for the extension's overloaded functions: no capsules)."""
+    return {**opts, "mask": _raw(opts["mask"]), "keep": _raw(opts["keep"]), "sinks": _raw(opts["sinks"])}
 
 
 def _torch_route(*tensors) -> str:
@@ -441,11 +464,14 @@ def _forward_varlen(kind: str, q, k, v, cu_q, cu_k, opts: dict):
     Tq, Hq, _ = q.shape
     out = _empty(kind, (Tq, Hq, v.shape[2]), q.dtype)
     lse = _empty(kind, (Hq, Tq))
-    _ext.forward_varlen(*(_raw(x) for x in (q, k, v, cu_q, cu_k, out, lse)), **opts)
+    _ext.forward_varlen(*(_raw(x) for x in (q, k, v, cu_q, cu_k, out, lse)), **_raw_arrays(opts))
     return out, lse
 
 
 def _backward_varlen(kind: str, q, k, v, cu_q, cu_k, out, lse, dout, opts: dict):
+    """dq, dk, dv like q, k, v, and dsinks [Hq] float32 where opts has sinks (else None)."""
     dq, dk, dv = (_empty(kind, tuple(x.shape), x.dtype) for x in (q, k, v))
-    _ext.backward_varlen(*(_raw(x) for x in (q, k, v, cu_q, cu_k, out, lse, dout, dq, dk, dv)), **opts)
-    return dq, dk, dv
+    dsinks = None if opts["sinks"] is None else _empty(kind, (q.shape[1],))
+    _ext.backward_varlen(*(_raw(x) for x in (q, k, v, cu_q, cu_k, out, lse, dout, dq, dk, dv)), **_raw_arrays(opts),
+                         dsinks=dsinks)
+    return dq, dk, dv, dsinks

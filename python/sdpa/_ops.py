@@ -26,6 +26,13 @@ _NAMES = _core.KERNEL_ARG_NAMES
 # Which of the kernel's arguments are tensors (the masks): saved for the backward with save_for_backward.
 _TENSOR_ARGS = tuple(i for i, (_, kind) in enumerate(_core.KERNEL_ARGS) if kind.startswith("Tensor"))
 _SCHEMA_ARGS = ", ".join(f"{kind} {name}" for name, kind in _core.KERNEL_ARGS)
+_SINKS = _NAMES.index("sinks")  # the one option with a gradient
+
+
+def _dsinks_like(q, options):
+    """The backward's fourth result: dsinks [Hq] float32 with sinks, else an empty [0] (an op returns tensors)."""
+    sinks = options[_SINKS]
+    return q.new_empty((0,) if sinks is None else (sinks.shape[0],), dtype=torch.float32)
 
 
 def _dense_fakes(q, k, v, *options):
@@ -35,7 +42,7 @@ def _dense_fakes(q, k, v, *options):
 
 
 def _dense_grad_fakes(q, k, v, out, lse, dout, *options):
-    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)  # _core._backward4's
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), _dsinks_like(q, options)  # _backward4's
 
 
 def _varlen_fakes(q, k, v, cu_q, cu_k, *options):
@@ -45,11 +52,12 @@ def _varlen_fakes(q, k, v, cu_q, cu_k, *options):
 
 
 def _varlen_grad_fakes(q, k, v, cu_q, cu_k, out, lse, dout, *options):
-    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)  # _core._backward_varlen's
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape), _dsinks_like(q, options)
 
 
 # The ops, each said once: (name, its leading tensors, the kernel call on them, the fake giving its results'
-# shapes). The results: out (.., Dv) and lse for a forward, dq, dk, dv for a backward (q (B, Hq, Nq, Dk) dense
+# shapes). The results: out (.., Dv) and lse for a forward, dq, dk, dv and dsinks (Hq; (0) without sinks) for a
+# backward (q (B, Hq, Nq, Dk) dense
 # or (Tq, Hq, Dk) packed; k, v (B, Hkv, Nk, D) or (Tk, Hkv, D)). With dropout_p > 0 the mask is a pure function
 # of (dropout_seed, dropout_offset) and the position: each op is deterministic in its arguments (the seed is
 # drawn before it, by sdpa._core._options) and the backward regenerates the forward's mask.
@@ -62,19 +70,23 @@ _OPS = (
 )
 
 
-def _body(kernel_call, n_tensors: int):
+def _body(kernel_call, n_tensors: int, backward: bool):
     """The op's implementation: its leading tensors and the kernel's arguments, positionally, to the call."""
     def body(*args):
-        return kernel_call("torch", *args[:n_tensors], dict(zip(_NAMES, args[n_tensors:])))
+        results = kernel_call("torch", *args[:n_tensors], dict(zip(_NAMES, args[n_tensors:])))
+        if backward and results[3] is None:
+            return results[:3] + (_dsinks_like(args[0], args[n_tensors:]),)
+        return results
     return body
 
 
 _BODIES = {}
 for _name, _tensors, _call, _fake in _OPS:
-    _results = "(Tensor, Tensor)" if _name.startswith("forward") else "(Tensor, Tensor, Tensor)"
+    _backward = _name.startswith("backward")
+    _results = "(Tensor, Tensor, Tensor, Tensor)" if _backward else "(Tensor, Tensor)"
     torch.library.define(f"sdpa::{_name}", f"({', '.join('Tensor ' + t for t in _tensors)}, {_SCHEMA_ARGS}) -> "
                                            f"{_results}")
-    _BODIES[_name] = _body(_call, len(_tensors))
+    _BODIES[_name] = _body(_call, len(_tensors), _backward)
     torch.library.impl(f"sdpa::{_name}", "default", _BODIES[_name])
     torch.library.register_fake(f"sdpa::{_name}", _fake)
 
@@ -109,8 +121,11 @@ def _backward_by(backward_run):
         lead, out, lse, options = _saved(ctx)
         if dout.dtype != lead[0].dtype:  # e.g. a float32 or float64 loss upstream of a 16-bit out
             dout = dout.to(lead[0].dtype)
-        dq, dk, dv = backward_run(*lead, out, lse, dout, *options)
-        return (dq, dk, dv) + (None,) * (len(lead) - 3 + len(options))
+        dq, dk, dv, dsinks = backward_run(*lead, out, lse, dout, *options)
+        option_grads = [None] * len(options)
+        if options[_SINKS] is not None:
+            option_grads[_SINKS] = dsinks
+        return (dq, dk, dv) + (None,) * (len(lead) - 3) + tuple(option_grads)
     return backward
 
 

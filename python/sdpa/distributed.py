@@ -78,8 +78,9 @@ class _Ring:
         self.group, self.layout = group, layout
         # Checked as sdpa.attention checks them, before any collective; the block entry points
         # take the kernel's arguments less the masks and the kernel's name.
-        checked = _core._options(options, kind="torch", seed="later", caller="ring_attention", exclude=("mask",))
-        self.opts = {name: val for name, val in checked.items() if name not in ("mask", "keep", "kernel")}
+        checked = _core._options(options, kind="torch", seed="later", caller="ring_attention",
+                                 exclude=("mask", "sinks"))
+        self.opts = {name: val for name, val in checked.items() if name not in ("mask", "keep", "sinks", "kernel")}
         dropout_p, dropout_seed = self.opts["dropout_p"], options.get("dropout_seed")
         self.size, self.rank = _ranks(group)
         self.next, self.prev = _global(group, (self.rank + 1) % self.size), _global(group, (self.rank - 1) % self.size)
@@ -218,7 +219,7 @@ class _RingFunction(torch.autograd.Function):
         return dq, dk.clone(), dv.clone(), None
 
 
-@_core.with_options(exclude=("mask",))
+@_core.with_options(exclude=("mask", "sinks"))
 def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, group=None, layout: str = "zigzag",
                    **options) -> torch.Tensor:
     """Attention over a sequence sharded across the ranks of ``group``, with autograd.

@@ -65,10 +65,12 @@ def attention_forward(module, query, key, value, attention_mask: Optional["_torc
 
     dropout: the module's attention dropout, which transformers passes only in training mode (sdpa's
     dropout_p, seeded from torch's default generator).
-    Raises ValueError for what sdpa does not compute (position biases, attention sinks) and TypeError
-    for a model in a dtype the kernel does not take (float64), each naming the argument.
+    s_aux: gpt-oss's attention sinks, one learned logit per query head, passed as sdpa's sinks (in float32,
+    whatever the model's dtype; the gradient flows back to the parameter).
+    Raises ValueError for what sdpa does not compute (position biases) and TypeError for a model in a
+    dtype the kernel does not take (float64), each naming the argument.
     """
-    for unsupported in ("position_bias", "s_aux"):
+    for unsupported in ("position_bias",):
         if kwargs.get(unsupported) is not None:
             raise ValueError(f"{unsupported}: not supported by the {NAME!r} attention backend; use "
                              f"attn_implementation='eager' for this model")
@@ -92,14 +94,17 @@ def attention_forward(module, query, key, value, attention_mask: Optional["_torc
             if sliding_window is not None:
                 window = (sliding_window - 1, 0)  # transformers: key visible iff q_idx - kv_idx < sliding_window
     try:
+        sinks = kwargs.get("s_aux")
+        if sinks is not None and sinks.dtype != _torch.float32:
+            sinks = sinks.float()  # a bf16 model's sinks: widened exactly, differentiably
         out = _api.attention(query, key, value, scale=scaling, causal=causal, window=window, softcap=softcap,
-                             mask=mask, dropout_p=dropout)
+                             mask=mask, sinks=sinks, dropout_p=dropout)
     except (TypeError, ValueError) as e:
         raise _core.renamed(e, _NAMES) from None
     return out.transpose(1, 2), None
 
 
-_NAMES = (("dropout_p:", "dropout:"), ("q:", "query:"), ("k:", "key:"), ("v:", "value:"), ("mask:", "attention_mask:"), ("keep:", "attention_mask:"))
+_NAMES = (("dropout_p:", "dropout:"), ("sinks:", "s_aux:"), ("q:", "query:"), ("k:", "key:"), ("v:", "value:"), ("mask:", "attention_mask:"), ("keep:", "attention_mask:"))
 
 
 AttentionInterface.register(NAME, attention_forward)

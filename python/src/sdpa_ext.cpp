@@ -36,6 +36,8 @@ using In3 = nb::ndarray<const float, nb::ndim<3>, cpu>;
 using Out4 = nb::ndarray<float, nb::ndim<4>, cpu>;
 using Out3 = nb::ndarray<float, nb::ndim<3>, cpu>;
 using Keep4 = nb::ndarray<const std::uint8_t, nb::ndim<4>, cpu>;
+using In1 = nb::ndarray<const float, nb::ndim<1>, cpu>;  // sinks (Hq)
+using Out1 = nb::ndarray<float, nb::ndim<1>, cpu>;       // dsinks (Hq)
 // float32, float16 or bfloat16 (checked by dtype_of): inputs read-only (a broadcast view is), outputs not.
 using AnyIn4 = nb::ndarray<nb::ro, nb::ndim<4>, cpu>;
 using AnyOut4 = nb::ndarray<nb::ndim<4>, cpu>;
@@ -71,7 +73,8 @@ sdpa::Kernel parse_kernel(const std::string& s) {
 // into arrays the caller keeps alive for the duration of the call.
 sdpa::Options options(std::optional<double> scale, std::optional<double> softcap, const std::string& causal,
                       std::int64_t window_left, std::int64_t window_right, const In4& mask, const Keep4& keep,
-                      int threads, const std::string& kernel, sdpa::Dropout dropout = {}) {
+                      const In1& sinks, int threads, const std::string& kernel, sdpa::Dropout dropout = {},
+                      const Out1& dsinks = {}) {
   sdpa::Options opt;
   opt.scale = scale;
   opt.softcap = softcap;
@@ -79,6 +82,8 @@ sdpa::Options options(std::optional<double> scale, std::optional<double> softcap
   opt.window = {window_left, window_right};
   if (mask.is_valid()) opt.mask = view_of<const float, 4>(mask);
   if (keep.is_valid()) opt.keep = view_of<const std::uint8_t, 4>(keep);
+  if (sinks.is_valid()) opt.sinks = view_of<const float, 1>(sinks);
+  if (dsinks.is_valid()) opt.dsinks = view_of<float, 1>(dsinks);
   opt.threads = threads;
   opt.kernel = parse_kernel(kernel);
   opt.dropout = dropout;
@@ -164,9 +169,9 @@ nb::dict plan_dict(const sdpa::Plan& p) {
 // the call's sdpa::Plan as a dict (else None).
 nb::object forward(AnyIn4 q, AnyIn4 k, AnyIn4 v, AnyOut4 out, Out3 lse, std::optional<double> scale,
                    std::optional<double> softcap, const std::string& causal, std::int64_t window_left,
-                   std::int64_t window_right, In4 mask, Keep4 keep, int threads, const std::string& kernel,
+                   std::int64_t window_right, In4 mask, Keep4 keep, In1 sinks, int threads, const std::string& kernel,
                    double dropout_p, std::uint64_t dropout_seed, std::uint64_t dropout_offset, bool explain) {
-  sdpa::Options opt = options(scale, softcap, causal, window_left, window_right, mask, keep, threads, kernel,
+  sdpa::Options opt = options(scale, softcap, causal, window_left, window_right, mask, keep, sinks, threads, kernel,
                               {dropout_p, dropout_seed, dropout_offset});
   sdpa::Plan plan;
   if (explain) opt.plan = &plan;
@@ -185,11 +190,11 @@ nb::object forward(AnyIn4 q, AnyIn4 k, AnyIn4 v, AnyOut4 out, Out3 lse, std::opt
 
 nb::object backward(AnyIn4 q, AnyIn4 k, AnyIn4 v, AnyIn4 out, In3 lse, AnyIn4 dout, AnyOut4 dq, AnyOut4 dk, AnyOut4 dv,
                     std::optional<double> scale, std::optional<double> softcap, const std::string& causal,
-                    std::int64_t window_left, std::int64_t window_right, In4 mask, Keep4 keep, int threads,
+                    std::int64_t window_left, std::int64_t window_right, In4 mask, Keep4 keep, In1 sinks, int threads,
                     const std::string& kernel, double dropout_p, std::uint64_t dropout_seed,
-                    std::uint64_t dropout_offset, bool explain) {
-  sdpa::Options opt = options(scale, softcap, causal, window_left, window_right, mask, keep, threads, kernel,
-                              {dropout_p, dropout_seed, dropout_offset});
+                    std::uint64_t dropout_offset, Out1 dsinks, bool explain) {
+  sdpa::Options opt = options(scale, softcap, causal, window_left, window_right, mask, keep, sinks, threads, kernel,
+                              {dropout_p, dropout_seed, dropout_offset}, dsinks);
   sdpa::Plan plan;
   if (explain) opt.plan = &plan;
   const sdpa::Dtype t = backward_dtype_of(q, k, v, out, dout, dq, dk, dv);
@@ -214,12 +219,12 @@ using Offsets = nb::ndarray<const I, nb::ndim<1>, cpu>;
 
 template <class I>
 void forward_varlen(AnyIn3 q, AnyIn3 k, AnyIn3 v, Offsets<I> cu_q, Offsets<I> cu_k, AnyOut3 out, Lse2 lse,
-                    std::optional<double> scale,
-                    std::optional<double> softcap, const std::string& causal, std::int64_t window_left,
-                    std::int64_t window_right, In4 mask, Keep4 keep, int threads, const std::string& kernel,
-                    double dropout_p, std::uint64_t dropout_seed, std::uint64_t dropout_offset) {
-  const sdpa::Options opt = options(scale, softcap, causal, window_left, window_right, mask, keep, threads, kernel,
-                                    {dropout_p, dropout_seed, dropout_offset});
+                    std::optional<double> scale, std::optional<double> softcap, const std::string& causal,
+                    std::int64_t window_left, std::int64_t window_right, In4 mask, Keep4 keep, In1 sinks, int threads,
+                    const std::string& kernel, double dropout_p, std::uint64_t dropout_seed,
+                    std::uint64_t dropout_offset) {
+  const sdpa::Options opt = options(scale, softcap, causal, window_left, window_right, mask, keep, sinks, threads,
+                                    kernel, {dropout_p, dropout_seed, dropout_offset});
   const sdpa::Dtype t = dtype_of({{"q", q.dtype()}, {"k", k.dtype()}, {"v", v.dtype()}, {"out", out.dtype()}});
   nb::gil_scoped_release unlocked;
   with_element_type(t, [&](auto element) {
@@ -232,12 +237,12 @@ void forward_varlen(AnyIn3 q, AnyIn3 k, AnyIn3 v, Offsets<I> cu_q, Offsets<I> cu
 
 template <class I>
 void backward_varlen(AnyIn3 q, AnyIn3 k, AnyIn3 v, Offsets<I> cu_q, Offsets<I> cu_k, AnyIn3 out, LseIn2 lse,
-                     AnyIn3 dout, AnyOut3 dq, AnyOut3 dk, AnyOut3 dv, std::optional<double> scale, std::optional<double> softcap,
-                     const std::string& causal, std::int64_t window_left, std::int64_t window_right, In4 mask,
-                     Keep4 keep, int threads, const std::string& kernel, double dropout_p, std::uint64_t dropout_seed,
-                     std::uint64_t dropout_offset) {
-  const sdpa::Options opt = options(scale, softcap, causal, window_left, window_right, mask, keep, threads, kernel,
-                                    {dropout_p, dropout_seed, dropout_offset});
+                     AnyIn3 dout, AnyOut3 dq, AnyOut3 dk, AnyOut3 dv, std::optional<double> scale,
+                     std::optional<double> softcap, const std::string& causal, std::int64_t window_left,
+                     std::int64_t window_right, In4 mask, Keep4 keep, In1 sinks, int threads, const std::string& kernel,
+                     double dropout_p, std::uint64_t dropout_seed, std::uint64_t dropout_offset, Out1 dsinks) {
+  const sdpa::Options opt = options(scale, softcap, causal, window_left, window_right, mask, keep, sinks, threads,
+                                    kernel, {dropout_p, dropout_seed, dropout_offset}, dsinks);
   const sdpa::Dtype t = backward_dtype_of(q, k, v, out, dout, dq, dk, dv);
   nb::gil_scoped_release unlocked;
   with_element_type(t, [&](auto element) {
@@ -255,17 +260,18 @@ void def_varlen(nb::module_& m) {
         nb::arg("v").noconvert(), nb::arg("cu_seqlens_q").noconvert(), nb::arg("cu_seqlens_k").noconvert(),
         nb::arg("out").noconvert(), nb::arg("lse").noconvert(), nb::arg("scale").none(), nb::arg("softcap").none(),
         nb::arg("causal"), nb::arg("window_left"), nb::arg("window_right"), nb::arg("mask").noconvert().none(),
-        nb::arg("keep").noconvert().none(), nb::arg("threads"), nb::arg("kernel"), nb::arg("dropout_p") = 0.0,
-        nb::arg("dropout_seed") = 0, nb::arg("dropout_offset") = 0,
+        nb::arg("keep").noconvert().none(), nb::arg("sinks").noconvert().none(), nb::arg("threads"), nb::arg("kernel"),
+        nb::arg("dropout_p") = 0.0, nb::arg("dropout_seed") = 0, nb::arg("dropout_offset") = 0,
         "sdpa::forward_varlen into preallocated out (Tq, Hq, Dv) and lse (Hq, Tq).");
   m.def("backward_varlen", &backward_varlen<I>, nb::arg("q").noconvert(), nb::arg("k").noconvert(),
         nb::arg("v").noconvert(), nb::arg("cu_seqlens_q").noconvert(), nb::arg("cu_seqlens_k").noconvert(),
         nb::arg("out").noconvert(), nb::arg("lse").noconvert(), nb::arg("dout").noconvert(), nb::arg("dq").noconvert(),
         nb::arg("dk").noconvert(), nb::arg("dv").noconvert(), nb::arg("scale").none(), nb::arg("softcap").none(),
         nb::arg("causal"), nb::arg("window_left"), nb::arg("window_right"), nb::arg("mask").noconvert().none(),
-        nb::arg("keep").noconvert().none(), nb::arg("threads"), nb::arg("kernel"), nb::arg("dropout_p") = 0.0,
-        nb::arg("dropout_seed") = 0, nb::arg("dropout_offset") = 0,
-        "sdpa::backward_varlen into preallocated dq, dk, dv.");
+        nb::arg("keep").noconvert().none(), nb::arg("sinks").noconvert().none(), nb::arg("threads"), nb::arg("kernel"),
+        nb::arg("dropout_p") = 0.0, nb::arg("dropout_seed") = 0, nb::arg("dropout_offset") = 0,
+        nb::arg("dsinks").noconvert().none() = nb::none(),
+        "sdpa::backward_varlen into preallocated dq, dk, dv (and dsinks, with sinks).");
 }
 
 // What the module sees of an array: (address, shape, element strides). The tests use
@@ -373,8 +379,8 @@ sdpa::Options block_opts(const In4& q, const In4& k, std::int64_t q0, std::int64
                          std::optional<double> scale, std::optional<double> softcap, const std::string& causal,
                          std::int64_t window_left, std::int64_t window_right, int threads, double dropout_p,
                          std::uint64_t dropout_seed, std::uint64_t dropout_offset) {
-  const sdpa::Options whole = options(scale, softcap, causal, window_left, window_right, In4(), Keep4(), threads, "fast",
-                                      {dropout_p, dropout_seed, dropout_offset});
+  const sdpa::Options whole = options(scale, softcap, causal, window_left, window_right, In4(), Keep4(), In1(), threads,
+                                      "fast", {dropout_p, dropout_seed, dropout_offset});
   const sdpa::BlockPos pos{q0, k0, static_cast<std::int64_t>(q.shape(2)), static_cast<std::int64_t>(k.shape(2)),
                            nq, nk};
   if (!sdpa::block_visible(whole, pos)) return {};
@@ -437,17 +443,19 @@ NB_MODULE(_ext, m) {
   m.def("forward", &forward, nb::arg("q").noconvert(), nb::arg("k").noconvert(), nb::arg("v").noconvert(),
         nb::arg("out").noconvert(), nb::arg("lse").noconvert().none(), nb::arg("scale").none(),
         nb::arg("softcap").none(), nb::arg("causal"), nb::arg("window_left"), nb::arg("window_right"),
-        nb::arg("mask").noconvert().none(), nb::arg("keep").noconvert().none(), nb::arg("threads"), nb::arg("kernel"),
-        nb::arg("dropout_p") = 0.0, nb::arg("dropout_seed") = 0, nb::arg("dropout_offset") = 0,
-        nb::arg("explain") = false,
+        nb::arg("mask").noconvert().none(), nb::arg("keep").noconvert().none(), nb::arg("sinks").noconvert().none(),
+        nb::arg("threads"), nb::arg("kernel"), nb::arg("dropout_p") = 0.0, nb::arg("dropout_seed") = 0,
+        nb::arg("dropout_offset") = 0, nb::arg("explain") = false,
         "sdpa::forward into preallocated out (and lse, unless None); with explain, its sdpa::Plan as a dict.");
-  m.def("backward", &backward, nb::arg("q").noconvert(), nb::arg("k").noconvert(), nb::arg("v").noconvert(),
-        nb::arg("out").noconvert(), nb::arg("lse").noconvert(), nb::arg("dout").noconvert(), nb::arg("dq").noconvert(),
-        nb::arg("dk").noconvert(), nb::arg("dv").noconvert(), nb::arg("scale").none(), nb::arg("softcap").none(),
-        nb::arg("causal"), nb::arg("window_left"), nb::arg("window_right"), nb::arg("mask").noconvert().none(),
-        nb::arg("keep").noconvert().none(), nb::arg("threads"), nb::arg("kernel"), nb::arg("dropout_p") = 0.0,
-        nb::arg("dropout_seed") = 0, nb::arg("dropout_offset") = 0, nb::arg("explain") = false,
-        "sdpa::backward into preallocated dq, dk, dv; with explain, its sdpa::Plan as a dict.");
+  m.def(
+      "backward", &backward, nb::arg("q").noconvert(), nb::arg("k").noconvert(), nb::arg("v").noconvert(),
+      nb::arg("out").noconvert(), nb::arg("lse").noconvert(), nb::arg("dout").noconvert(), nb::arg("dq").noconvert(),
+      nb::arg("dk").noconvert(), nb::arg("dv").noconvert(), nb::arg("scale").none(), nb::arg("softcap").none(),
+      nb::arg("causal"), nb::arg("window_left"), nb::arg("window_right"), nb::arg("mask").noconvert().none(),
+      nb::arg("keep").noconvert().none(), nb::arg("sinks").noconvert().none(), nb::arg("threads"), nb::arg("kernel"),
+      nb::arg("dropout_p") = 0.0, nb::arg("dropout_seed") = 0, nb::arg("dropout_offset") = 0,
+      nb::arg("dsinks").noconvert().none() = nb::none(), nb::arg("explain") = false,
+      "sdpa::backward into preallocated dq, dk, dv (and dsinks, with sinks); with explain, its sdpa::Plan as a dict.");
   def_varlen<std::int32_t>(m);  // the offsets' two dtypes: one overload each, tried in turn
   def_varlen<std::int64_t>(m);
   m.def("inspect", &inspect, nb::arg("a").noconvert(),

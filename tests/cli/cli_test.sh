@@ -237,6 +237,24 @@ PY
     base=(attention --q q.npy --k k.npy --v v.npy --out e.npy)
     expect_error "--dropout" "$sdpa" "${base[@]}" --dropout 1
     expect_error "--dropout" "$sdpa" "${base[@]}" --dropout -0.5 ;;
+  sinks)
+    # Attention sinks: the fast kernel and the reference agree on out, lse, the gradients and
+    # --dsinks (dense and packed); sinks change the output; --dsinks needs --sinks and the backward.
+    "$tool" make q.npy f32 1 2 40 8; "$tool" make k.npy f32 2 2 50 8; "$tool" make v.npy f32 3 2 50 8
+    "$tool" make g.npy f32 4 2 40 8; "$tool" make s.npy f32 5 2; "$tool" make s3.npy f32 5 3
+    for kern in fast reference; do
+      "$sdpa" attention --q q.npy --k k.npy --v v.npy --out o_$kern.npy --lse l_$kern.npy --kernel $kern --sinks s.npy \
+        --causal bottom-right --grad-out g.npy --dq dq_$kern.npy --dk dk_$kern.npy --dv dv_$kern.npy --dsinks ds_$kern.npy
+    done
+    for t in o l dq dk dv ds; do close ${t}_fast.npy ${t}_reference.npy 1e-4; done
+    [ "$("$tool" info ds_fast.npy)" = "float32 [2]" ] || fail "dsinks: $("$tool" info ds_fast.npy)"
+    "$sdpa" attention --q q.npy --k k.npy --v v.npy --out none.npy --causal bottom-right
+    d=$("$tool" maxdiff none.npy o_fast.npy)
+    awk -v d="$d" 'BEGIN { exit !(d > 1e-3) }' || fail "sinks left the output unchanged (max diff $d)"
+    base=(attention --q q.npy --k k.npy --v v.npy --out e.npy)
+    expect_error "--dsinks" "$sdpa" "${base[@]}" --dsinks x.npy --grad-out g.npy --dq a.npy --dk b.npy --dv c.npy
+    expect_error "--dsinks" "$sdpa" "${base[@]}" --sinks s.npy --dsinks x.npy
+    expect_error "sinks: shape [3] should be [Hq] = [2]" "$sdpa" "${base[@]}" --sinks s3.npy ;;
   isa_environment)
     [ "$(SDPA_ISA=scalar "$sdpa" --version)" = "$("$sdpa" --version | sed 's/(isa: .*)/(isa: scalar)/')" ] || fail "SDPA_ISA=scalar"
     "$tool" make q.npy f32 1 40 8; "$tool" make k.npy f32 2 40 8; "$tool" make v.npy f32 3 40 8

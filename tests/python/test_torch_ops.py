@@ -32,12 +32,11 @@ def _inputs(seed, B=2, Hq=4, Hkv=2, L=7, S=9, E=8, Ev=6, grad=False):
 
 
 def _options(**kw):
-    """The op's trailing arguments (mask, keep, scale, softcap, causal, window_left, window_right, threads,
-    kernel, dropout_p, dropout_seed, dropout_offset), the defaults of sdpa.attention overridden by kw."""
-    o = dict(mask=None, keep=None, scale=None, softcap=None, causal="none", window_left=-1, window_right=-1,
-             threads=0, kernel="fast", dropout_p=0.0, dropout_seed=0, dropout_offset=0)
+    """The op's trailing arguments (sdpa._core.KERNEL_ARGS, in order), the defaults of sdpa.attention overridden
+    by kw (kernel argument names: keep, window_left, ...)."""
+    o = sdpa._core._options({})
     o.update(kw)
-    return tuple(o.values())
+    return tuple(o[name] for name in sdpa._core.KERNEL_ARG_NAMES)
 
 
 OPCHECK_CASES = {
@@ -235,7 +234,7 @@ def test_inference_calls_the_extension_directly_with_the_same_bits():
             st.scaled_dot_product_attention(qg, kg, vg, attn_mask=mask, enable_gqa=True)
         assert calls == [1], "torch.no_grad() still went through the custom op"
     assert torch.equal(plain, graded.detach())
-    op_out, _ = torch.ops.sdpa.forward(q, k, v, None, mask.view(torch.uint8), *_options()[2:])
+    op_out, _ = torch.ops.sdpa.forward(q, k, v, *_options(keep=mask.view(torch.uint8)))
     assert torch.equal(plain, op_out)
 
 

@@ -24,9 +24,17 @@ transformers = pytest.importorskip(
 import sdpa.transformers as sht  # noqa: E402
 from npref import EPS32, assert_within  # noqa: E402
 from transformers import (AutoModel, AutoModelForCausalLM, BertConfig, DynamicCache, Gemma2Config,  # noqa: E402
-                          GPT2Config, LlamaConfig, Qwen2Config)
+                          GPT2Config, GptOssConfig, LlamaConfig, Qwen2Config)
 
 VOCAB = 96
+
+
+def _eager_experts(cfg):
+    """A mixture-of-experts config whose experts run as plain loops: the grouped GEMM transformers picks by
+    default refuses float64, which the oracle model needs."""
+    cfg._experts_implementation = "eager"
+    return cfg
+
 SMALL = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4)
 
 CONFIGS = {
@@ -40,6 +48,11 @@ CONFIGS = {
                                                   max_position_embeddings=128),
     "gpt2": lambda: GPT2Config(vocab_size=VOCAB, n_embd=64, n_layer=2, n_head=4, n_positions=128, attn_pdrop=0.0,
                                resid_pdrop=0.0, embd_pdrop=0.0),
+    # attention sinks (s_aux, one learned logit per head), GQA, a sliding layer (window 6) then a full one, MoE
+    "gpt-oss-sinks": lambda: _eager_experts(GptOssConfig(
+        vocab_size=VOCAB, hidden_size=64, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=16, num_local_experts=4, num_experts_per_tok=2, sliding_window=6,
+        layer_types=["sliding_attention", "full_attention"], max_position_embeddings=128)),
 }
 DECODERS = list(CONFIGS)
 
@@ -78,6 +91,10 @@ def _models(name, cls=AutoModelForCausalLM):
     torch.manual_seed(0)
     ours = cls.from_config(copy.deepcopy(cfg), attn_implementation=sht.NAME)
     assert ours.config._attn_implementation == sht.NAME
+    with torch.no_grad():  # sinks initialise near 0 (std 0.02); spread them so that they matter: N(0, 1.5²)
+        for name, param in ours.named_parameters():
+            if name.endswith(".sinks"):
+                param.copy_(1.5 * torch.randn(param.shape, generator=torch.Generator().manual_seed(len(name))))
     eager = cls.from_config(copy.deepcopy(cfg), attn_implementation="eager")
     eager.load_state_dict(ours.state_dict())
     gold = cls.from_config(copy.deepcopy(cfg), attn_implementation="eager").double()

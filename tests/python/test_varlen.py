@@ -159,17 +159,19 @@ def test_custom_ops_opcheck(dropout_p):
     tcq, tck = torch.tensor(cq), torch.tensor(ck)
     out = sdpa.attention_varlen(tq, tk, tv, tcq, tck, causal="bottom-right", dropout_p=dropout_p, dropout_seed=9)
     assert out.grad_fn is not None  # differentiable through the op's autograd registration
-    opts = (None, None, "bottom-right", -1, -1, 0, "fast", dropout_p, 9, 0)
+    from sdpa import _core
     keep = torch.tensor(np.random.default_rng(7).random((1, 1, 1, k.shape[0])) < 0.8).view(torch.uint8)  # (1, 1, 1, Tk)
-    for masks in ((None, None), (None, keep)):  # the op's mask, keep inputs: none, and a packed keep-mask
-        torch.library.opcheck(torch.ops.sdpa.forward_varlen.default, (tq, tk, tv, tcq, tck) + masks + opts)
+    for keep_arg in (None, keep):  # the op's keep input: none, and a packed keep-mask
+        kernel_args = {**_core._options({"causal": "bottom-right", "dropout_p": dropout_p, "dropout_seed": 9}),
+                       "keep": keep_arg}
+        opts = tuple(kernel_args[name] for name in _core.KERNEL_ARG_NAMES)  # the op's trailing arguments
+        torch.library.opcheck(torch.ops.sdpa.forward_varlen.default, (tq, tk, tv, tcq, tck) + opts)
         with torch.no_grad():
-            o, lse = torch.ops.sdpa.forward_varlen(tq, tk, tv, tcq, tck, *masks, *opts)
-        if masks[1] is None:
+            o, lse = torch.ops.sdpa.forward_varlen(tq, tk, tv, tcq, tck, *opts)
+        if keep_arg is None:
             assert torch.equal(o, out.detach())
         torch.library.opcheck(torch.ops.sdpa.backward_varlen.default,
-                              (tq.detach(), tk.detach(), tv.detach(), tcq, tck, o, lse, torch.tensor(dout)) + masks
-                              + opts)
+                              (tq.detach(), tk.detach(), tv.detach(), tcq, tck, o, lse, torch.tensor(dout)) + opts)
 
 
 # ---- explicit masks on a packed batch ------------------------------------------------------------
