@@ -34,11 +34,7 @@ TEST(DtypeRule, AcceptsTheFp32KernelWithRoundedOutputs) {
       SCOPED_TRACE(dtype_name(t));
       Problem16 p = make(t, c, 1 + static_cast<int>(t) * 2 + static_cast<int>(c));
       const DtypeYardstick rule(t, p.q, p.k, p.v, p.dout, p.opt);
-      for (const KernelVariant& kv : kernel_variants()) {
-        SCOPED_TRACE(kv.name);
-        const KernelScope scope(kv);
-        Options o = p.opt;
-        o.isa = kv.isa;
+      for_each_variant(p.opt, [&](const KernelVariant&, const Options& o) {
         Buf<float> out({1, 4, 48, 32}, true), dq(p.q.shape, true), dk(p.k.shape, true), dv(p.v.shape, true);
         Buf3<float> lse({1, 4, 48});
         forward(p.q.cview(), p.k.cview(), p.v.cview(), out.view(), lse.view(), o);
@@ -51,7 +47,7 @@ TEST(DtypeRule, AcceptsTheFp32KernelWithRoundedOutputs) {
         SDPA_EXPECT_WITHIN("dq", rule.dq(dq.data));
         SDPA_EXPECT_WITHIN("dk", rule.dk(dk.data));
         SDPA_EXPECT_WITHIN("dv", rule.dv(dv.data));
-      }
+      });
     }
 }
 

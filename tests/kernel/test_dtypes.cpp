@@ -156,11 +156,7 @@ void check_case(const Case& c) {
   const Inputs in = make_inputs(c, t);
   const DtypeYardstick rule(t, in.q, in.k, in.v, in.dout, in.opt);
   const Buf<H> q = narrow<H>(in.q), k = narrow<H>(in.k), v = narrow<H>(in.v), dout = narrow<H>(in.dout);
-  for (const KernelVariant& kv : kernel_variants()) {
-    SCOPED_TRACE(kv.name);
-    const KernelScope scope(kv);
-    Options o = in.opt;
-    o.isa = kv.isa;
+  for_each_variant(in.opt, [&](const KernelVariant& kv, Options o) {
     o.threads = 2;
     const Run16<H> r = run16<H>(c, in, q, k, v, dout, o);
     if (c.fused_decode && kv.isa != Isa::scalar)
@@ -206,7 +202,7 @@ void check_case(const Case& c) {
       EXPECT_TRUE(same_bits(r.dk, again.dk));
       EXPECT_TRUE(same_bits(r.dv, again.dv));
     }
-  }
+  });
 }
 
 class Dtypes : public ::testing::TestWithParam<Case> {};

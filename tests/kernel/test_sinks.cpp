@@ -117,14 +117,8 @@ void check_case(const SinkCase& c) {
   SCOPED_TRACE(std::string(c.name) + " " + dtype_name(t));
   const Inputs in = make_inputs(c, t);
   const DtypeYardstick rule(t, in.q, in.k, in.v, in.dout, in.opt);
-  for (const KernelVariant& kv : kernel_variants()) {
-    SCOPED_TRACE(kv.name);
-    const KernelScope scope(kv);
-    Options o = in.opt;
-    o.isa = kv.isa;
+  for_each_variant(in.opt, [&](const KernelVariant&, Options o) {
     o.threads = 2;
-    Plan plan;
-    o.plan = &plan;
     const SinkRun<H> r = run<H>(c, in, o);
     SDPA_EXPECT_WITHIN("out", rule.out(widen(r.out)));
     SDPA_EXPECT_WITHIN("lse", rule.lse(r.lse.data));
@@ -132,7 +126,7 @@ void check_case(const SinkCase& c) {
     SDPA_EXPECT_WITHIN("dk", rule.dk(widen(r.dk)));
     SDPA_EXPECT_WITHIN("dv", rule.dv(widen(r.dv)));
     SDPA_EXPECT_WITHIN("dsinks", rule.dsinks(r.dsinks));
-    EXPECT_EQ(r.dsinks[3], 0.0f) << "head 3 has no sink (-inf): its gradient is 0";
+    if (c.Hq > 3) EXPECT_EQ(r.dsinks[3], 0.0f) << "head 3 has no sink (-inf): its gradient is 0";
     if (c.empty_rows)  // every key masked: all weight on the sink, out 0 and lse the sink's logit
       for (i64 h = 0; h < c.Hq; ++h)
         for (i64 i : {3, 7}) {
@@ -143,7 +137,6 @@ void check_case(const SinkCase& c) {
     for (int threads : {1, 7}) {
       SCOPED_TRACE(threads);
       o.threads = threads;
-      o.plan = nullptr;
       const SinkRun<H> again = run<H>(c, in, o);
       for (const auto& [a, b] :
            {std::pair{&r.out, &again.out}, {&r.dq, &again.dq}, {&r.dk, &again.dk}, {&r.dv, &again.dv}})
@@ -151,7 +144,7 @@ void check_case(const SinkCase& c) {
       EXPECT_EQ(0, std::memcmp(r.lse.data.data(), again.lse.data.data(), r.lse.data.size() * sizeof(float)));
       EXPECT_EQ(0, std::memcmp(r.dsinks.data(), again.dsinks.data(), r.dsinks.size() * sizeof(float)));
     }
-  }
+  });
 }
 
 class Sinks : public ::testing::TestWithParam<SinkCase> {};

@@ -274,6 +274,19 @@ class KernelScope {
   KernelScope& operator=(const KernelScope&) = delete;
 };
 
+// body(variant, options) for every kernel variant, in the variant's scope, the options `base` with
+// the variant's ISA: the loop most kernel tests run their case in.
+template <class Body>
+void for_each_variant(const Options& base, Body body) {
+  for (const KernelVariant& kv : kernel_variants()) {
+    SCOPED_TRACE(kv.name);
+    const KernelScope scope(kv);
+    Options o = base;
+    o.isa = kv.isa;
+    body(kv, o);
+  }
+}
+
 // A test parameterised by the kernel variant: the variant's scope for the test's body.
 class VariantTest : public ::testing::TestWithParam<KernelVariant> {
  protected:
