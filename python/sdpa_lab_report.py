@@ -211,6 +211,23 @@ def plot_precision(rows):
     return [fig_to_img(fig, "precision")]
 
 
+def plot_sinks(rows):
+    sinks = list(dict.fromkeys(r["sink"] for r in rows))
+    fig, axes = plt.subplots(1, 3, figsize=(16, 3.8))
+    for ax, key, label in ((axes[0], "key_mass", "mass the keys keep (1 − p_sink)"),
+                           (axes[1], "max_weight", "largest key weight"),
+                           (axes[2], "jacobian_trace", "keys' Jacobian trace Σ p(1 − p)")):
+        for i, sink in enumerate(sinks):
+            for scale, style in (("1/sqrt(d_k)", "--"), ("1", "-")):
+                sel = [r for r in rows if r["sink"] == sink and r["scale"] == scale]
+                errorbar(ax, [r["d_k"] for r in sel], [r[key] for r in sel], [r[key + "_lo"] for r in sel],
+                         [r[key + "_hi"] for r in sel], ls=style, color=COLORS[i % len(COLORS)],
+                         label=f"σ = {sink}, β = {'1/√d_k' if scale != '1' else '1'}")
+        ax.set(xscale="log", xlabel="d_k", title=label)
+    axes[0].legend(fontsize=7, ncol=2)
+    return [fig_to_img(fig, "sinks")]
+
+
 # Experiments without an entry here get their text and table, and no plot.
 PLOTS = {
     "variance": plot_variance,
@@ -222,6 +239,7 @@ PLOTS = {
     "alternatives": plot_alternatives,
     "projections": plot_projections,
     "precision": plot_precision,
+    "sinks": plot_sinks,
 }
 
 CSS = """

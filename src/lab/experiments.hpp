@@ -49,6 +49,8 @@ Table alternatives(const Settings& s);
 Table projections(const Settings& s);
 /// Claim 10 (ours): 1/√d_k keeps fp16/bf16 attention's rounding error independent of d_k.
 Table precision(const Settings& s);
+/// Claim 11 (ours): an attention sink lets a row withhold weight, but does not replace 1/√d_k.
+Table sinks(const Settings& s);
 
 // ---- the judges: claim-level verdicts from a table's cells ------------------------------
 
@@ -76,6 +78,11 @@ inline constexpr double kPrecisionScoreMax = 6.0;
 /// softmax saturating with d_k (claim 6) damps how much of it reaches out, hence the margin.
 inline constexpr double kPrecisionGrowth = 4.0;
 
+/// Sinks: under the largest sink (σ = 8), scaled rows must keep at most this mass on the keys.
+/// Scaled scores are about N(0, 1), so Σ_j e^{s_j} ≈ N·e^{1/2} ≈ 105 for N = 64 against e^8 ≈ 2981:
+/// the keys keep ≈ 0.034; the bound leaves a factor 3 for the spread of ‖q‖ across draws.
+inline constexpr double kSinkWithheldMass = 0.1;
+
 /// Tables judged row by row: holds when every row's verdict cell says "holds",
 /// else fails "in K of N rows".
 Verdict judge_variance(const Table& t);
@@ -90,5 +97,6 @@ Verdict judge_gradients(const Table& t);
 Verdict judge_alternatives(const Table& t);
 Verdict judge_projections(const Table& t);
 Verdict judge_precision(const Table& t);
+Verdict judge_sinks(const Table& t);
 
 }  // namespace sdpa::lab

@@ -42,12 +42,14 @@ std::vector<double> softmax(const std::vector<double>& z, double beta) {
 }
 
 std::vector<double> weights(const std::vector<float>& q, const std::vector<float>& k, std::int64_t T, std::int64_t N,
-                            std::int64_t d, double beta, int threads) {
+                            std::int64_t d, double beta, int threads, double sink) {
   std::vector<float> v(static_cast<std::size_t>(N * N), 0.0f), out(static_cast<std::size_t>(T * N));
   for (std::int64_t j = 0; j < N; ++j) v[static_cast<std::size_t>(j * N + j)] = 1.0f;
   Options opt;
   opt.scale = beta;
   opt.threads = threads;
+  const float sink_logit = static_cast<float>(sink);  // one head: the sink of every problem
+  if (sink_logit != -std::numeric_limits<float>::infinity()) opt.sinks = {&sink_logit, {1}, {1}};
   const View4<const float> vv{v.data(), {T, 1, N, N}, {0, 0, N, 1}};  // one identity shared by all problems
   forward(contiguous<const float>(q.data(), {T, 1, 1, d}), contiguous<const float>(k.data(), {T, 1, N, d}), vv,
           contiguous(out.data(), {T, 1, 1, N}), View3<float>{}, opt);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 namespace sdpa::lab {
@@ -21,8 +22,11 @@ std::vector<double> softmax(const std::vector<double>& z, double beta = 1.0);
 
 /// Attention rows for T independent problems of one query and N keys of width d:
 /// p[t, j] = softmax_j(β q_t·k_tj), from sdpa::forward with v = I. q: T×d, k: T×N×d.
+/// With a finite sink σ (Options::sinks), the keys' weights exp(s_tj)/(e^σ + Σ_j exp(s_tj)):
+/// a row sums to 1 − p_sink.
 std::vector<double> weights(const std::vector<float>& q, const std::vector<float>& k, std::int64_t T, std::int64_t N,
-                            std::int64_t d, double beta, int threads = 0);
+                            std::int64_t d, double beta, int threads = 0,
+                            double sink = -std::numeric_limits<double>::infinity());
 
 /// Gradients of L = Σ_t g_t·out_t for the same problems with values v (T×N×dv), from
 /// sdpa::backward: dq (T×d), and dlogits (T×N) = ∂L/∂s measured by a second backward in

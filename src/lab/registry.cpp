@@ -99,6 +99,18 @@ const std::array kExperiments{
                "scores in fp32, as FlashAttention and sdpa's kernels do, makes both equally accurate: the rounding "
                "left is that of P and out.",
                false, precision},
+    Experiment{"sinks", "11. Attention sinks", "(none: sinks postdate the seeds; gpt-oss learns one per head)",
+               "what a sink logit does to saturation and to the keys' gradients, scaled and unscaled",
+               "a sink σ, a key with no value, lets a row withhold weight: with scaled scores a large σ takes most "
+               "of the mass and no key wins it all; it does not replace 1/√d_k: unscaled scores outgrow any fixed σ "
+               "and those rows still saturate on one key",
+               "The sink changes how much of the row the keys share, not how the keys share it: the ratios between "
+               "key weights are the plain softmax's. So it cures the forced choice (a row with nothing relevant to "
+               "read can put its weight on nothing) but not the saturation of claim 6, which comes from the scores' "
+               "scale. And the keys' Jacobian shrinks with the mass withheld (trace ≈ key mass when no key "
+               "dominates): a row that withholds its weight also passes less gradient to its keys — a dormant head "
+               "rather than a saturated one.",
+               false, sinks},
 };
 
 }  // namespace

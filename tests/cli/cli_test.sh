@@ -557,7 +557,8 @@ PY
     grep -q 'wrote rep/index.html' log.txt || fail "report: $(cat log.txt)"
     grep -q '<h2>9. Projections' rep/index.html || fail "report lacks sections"
     grep -q '<h2>10. Scaling and 16-bit rounding' rep/index.html || fail "report lacks the precision section"
-    [ "$(grep -o 'data:image/png;base64' rep/index.html | wc -l)" -ge 9 ] || fail "report lacks embedded plots"
+    grep -q '<h2>11. Attention sinks' rep/index.html || fail "report lacks the sinks section"
+    [ "$(grep -o 'data:image/png;base64' rep/index.html | wc -l)" -ge 10 ] || fail "report lacks embedded plots"
     grep -q '"experiments"' rep/lab.json || fail "lab.json"
     # One verdict per experiment in lab.json, and the page shows each (it decides none).
     [ "$(grep -c '^   "verdict": ' rep/lab.json)" -eq "$(grep -c '^   "heading": ' rep/lab.json)" ] \

@@ -251,7 +251,7 @@ TEST(Registry, EveryExperimentReturnsAVerdictUnderItsOwnName) {
     const auto j = to_json(t);
     EXPECT_EQ(j["verdict"], t.verdict.text());
   }
-  EXPECT_EQ(names.size(), 11u);
+  EXPECT_EQ(names.size(), 12u);
   EXPECT_EQ(&find_experiment("general"), &experiments()[2]);
   try {
     find_experiment("varience");
@@ -407,6 +407,25 @@ TEST(Verdicts, PrecisionFailsWhenScalingStopsHelping) {
   for (std::size_t r = 0; r < t.rows.size(); ++r)
     if (where("1", "dtype")(r)) t.rows[r][t.column("err_units")] = 1.0;
   EXPECT_EQ(judge_precision(t).outcome, Outcome::fails);
+}
+
+TEST(Verdicts, SinksFailWhenASinkCuresOrWithholdsTooLittle) {
+  const Table good = sinks(Settings{});
+  ASSERT_EQ(good.verdict.outcome, Outcome::holds) << good.verdict.measured;
+  const auto where = [&good](const char* scale, double d_k, const char* sink) {
+    return [&good, scale, d_k, sink](std::size_t r) {
+      return good.text(r, "scale") == scale && good.number(r, "d_k") == d_k && good.text(r, "sink") == sink;
+    };
+  };
+  Table t = good;  // the largest sink leaves most of the mass on the keys
+  set_cell(t, "key_mass", 0.5, where("1/sqrt(d_k)", 64, "8"));
+  EXPECT_EQ(judge_sinks(t).outcome, Outcome::fails);
+  t = good;  // a sink raises the keys' mass
+  set_cell(t, "key_mass", 1.0, where("1/sqrt(d_k)", 16, "4"));
+  EXPECT_EQ(judge_sinks(t).outcome, Outcome::fails);
+  t = good;  // a sink undoes the unscaled saturation
+  set_cell(t, "max_weight", 0.5, where("1", 1024, "8"));
+  EXPECT_EQ(judge_sinks(t).outcome, Outcome::fails);
 }
 
 }  // namespace
