@@ -3,7 +3,8 @@ attn_implementation "exact_cpu" (sdpa) against transformers' "sdpa" (PyTorch's s
 in the same run.
 
     flock /tmp/sdpa-cpu.lock .venv/bin/python bench/hf_model.py [--layers 12 --width 768 --heads 12 --kv-heads 4
-                                                                --prefill 1024 --new 128 --rounds 3]
+                                                                --prefill 1024 --new 128 --rounds 3
+                                                                --dtype float32|bfloat16]
 
 Per backend: the prefill's wall time (one forward over --prefill tokens) and the decoding's (generate() of --new
 tokens, KV cache: the --new - 1 steps after generate()'s own prefill, timed from the first token to the last), each
@@ -75,6 +76,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--batch", type=int, default=1, help="> 1: a left-padded batch of uneven lengths")
     ap.add_argument("--threads", type=int, default=0, help="0: torch's default")
+    ap.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
+                    help="the model's weights and activations (both backends)")
     ap.add_argument("--json", help="also write the figures here")
     a = ap.parse_args()
     for name in ("layers", "width", "heads", "kv_heads", "prefill", "rounds", "batch"):
@@ -92,11 +95,12 @@ def main():
     cfg = LlamaConfig(vocab_size=a.vocab, hidden_size=a.width, intermediate_size=8 * a.width // 3 // 64 * 64,
                       num_hidden_layers=a.layers, num_attention_heads=a.heads, num_key_value_heads=a.kv_heads,
                       max_position_embeddings=a.prefill + a.new, eos_token_id=None, bos_token_id=None)
+    dtype = getattr(torch, a.dtype)
     torch.manual_seed(0)
     timed = {label: Timed(f"bench_{i}", fn) for i, (label, fn) in enumerate(BACKENDS.items())}
     models = {}
     for label, t in timed.items():
-        m = AutoModelForCausalLM.from_config(copy.deepcopy(cfg), attn_implementation=t.name).eval()
+        m = AutoModelForCausalLM.from_config(copy.deepcopy(cfg), attn_implementation=t.name).to(dtype).eval()
         if models:
             m.load_state_dict(next(iter(models.values())).state_dict())
         models[label] = m
@@ -140,7 +144,7 @@ def main():
     med = {label: {k: statistics.median(v) for k, v in f.items()} for label, f in figures.items()}
     print(f"Llama-shaped, random weights: {a.layers} layers, width {a.width}, {a.heads} heads / {a.kv_heads} kv "
           f"heads (head dim {a.width // a.heads}), vocab {a.vocab}; prefill {a.prefill} tokens, then {a.new} "
-          f"greedy tokens; batch {a.batch}{' (left-padded, uneven)' if a.batch > 1 else ''}, float32, {threads} threads; isa {sht._api.active_isa()}; median of "
+          f"greedy tokens; batch {a.batch}{' (left-padded, uneven)' if a.batch > 1 else ''}, {a.dtype}, {threads} threads; isa {sht._api.active_isa()}; median of "
           f"{a.rounds} alternating rounds")
     print()
     print("| backend | prefill: total s | prefill: attention s | decode: total s | decode: attention s | "

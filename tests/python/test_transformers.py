@@ -48,10 +48,11 @@ CONFIGS = {
                                                   max_position_embeddings=128),
     "gpt2": lambda: GPT2Config(vocab_size=VOCAB, n_embd=64, n_layer=2, n_head=4, n_positions=128, attn_pdrop=0.0,
                                resid_pdrop=0.0, embd_pdrop=0.0),
-    # attention sinks (s_aux, one learned logit per head), GQA, a sliding layer (window 6) then a full one, MoE
+    # attention sinks (s_aux, one learned logit per head), GQA, a sliding layer (window 6) then a full one; its
+    # MoE routes every token to both experts, so no rounding can flip a discrete choice of expert
     "gpt-oss-sinks": lambda: _eager_experts(GptOssConfig(
         vocab_size=VOCAB, hidden_size=64, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=16, num_local_experts=4, num_experts_per_tok=2, sliding_window=6,
+        num_key_value_heads=2, head_dim=16, num_local_experts=2, num_experts_per_tok=2, sliding_window=6,
         layer_types=["sliding_attention", "full_attention"], max_position_embeddings=128)),
 }
 DECODERS = list(CONFIGS)
@@ -246,6 +247,20 @@ def test_example_hf_generate_runs():
     assert last.startswith(f"attention: {sht.NAME} | generated: [") and last.count(",") == 31
 
 
+def test_example_gpt_oss_sinks_runs():
+    """examples/gpt_oss_sinks.py runs as shipped: sdpa's tokens are eager's, and the sinks get a gradient."""
+    import pathlib
+    import subprocess
+    import sys
+    script = pathlib.Path(__file__).resolve().parents[2] / "examples" / "gpt_oss_sinks.py"
+    res = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    last = res.stdout.strip().splitlines()[-1]
+    assert last.startswith("same tokens: True | layer 0 sinks' gradient: ")
+    grads = [float(g) for g in last.split("gradient: ")[1].split()]
+    assert len(grads) == 4 and any(g != 0.0 for g in grads)
+
+
 def test_lazy_attributes_are_their_own_modules():
     # `sdpa.transformers` and `sdpa.torch` load on first attribute access (sdpa/__init__.py);
     # each name must give its own module, not another's.
@@ -279,6 +294,56 @@ def test_attention_dropout_in_training_mode():
     assert (c - b).abs().max() > 1e-3, "training mode applied no dropout"
 
 
+def _bf16_rule(reference: str):
+    """FlashAttention's rule lifted to a bf16 model: error against float64 at most twice the reference bf16
+    model's plus rounding one bf16 result once (u·max|gold|, u = 2^-8)."""
+    u = 2.0 ** -8
+
+    def rule(name, x, ref, g):
+        x, ref, g = (t.detach().double() for t in (x, ref, g))
+        err, err_ref = (x - g).abs().max().item(), (ref - g).abs().max().item()
+        bound = 2 * err_ref + u * g.abs().max().item()
+        assert err <= bound, f"{name}: error {err:.3g} > bound {bound:.3g} ({reference} bf16 error {err_ref:.3g})"
+    return rule
+
+
+@pytest.mark.parametrize("name", DECODERS)
+def test_bfloat16_models_against_eager(name):
+    """Each decoder in torch.bfloat16 (gpt-oss with its sinks, Gemma2 with soft-cap and window, Qwen2 with its
+    window): sdpa as its attention against eager attention in the same bf16 model, both judged against the model
+    in float64 on those weights. Outside attention both run the same torch ops on the same bf16 values, so the
+    rule is _bf16_rule's; logits of a forward, every parameter's gradient after one step of the LM loss (the
+    sinks' included; a MoE router's only finite, below), and greedy generation with the KV cache runs in bf16."""
+    ours, eager, gold = _models(name)
+    ours, eager = ours.to(torch.bfloat16), eager.to(torch.bfloat16)
+    gold.load_state_dict({n: p.double() for n, p in ours.state_dict().items()})  # the bf16 weights, exactly
+    rule = _bf16_rule("eager")
+    ids = _ids(8, 2, 20)
+    with torch.no_grad():
+        got = ours.eval()(ids).logits
+        assert got.dtype == torch.bfloat16
+        rule("logits", got, eager.eval()(ids).logits, gold.eval()(ids).logits)
+
+    def grads(model):
+        model.train()
+        model.zero_grad()
+        model(ids, labels=ids).loss.backward()
+        return {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
+
+    g_ours, g_eager, g_gold = grads(ours), grads(eager), grads(gold)
+    assert g_ours.keys() == g_gold.keys()
+    for n in g_gold:
+        # A MoE router's gradient is a difference of expert outputs summed over tokens: it cancels terms far larger
+        # than itself, which the floor (one rounding of the result) does not bound; it is checked finite only.
+        if ".router." in n:
+            assert torch.isfinite(g_ours[n]).all(), n
+            continue
+        rule(n, g_ours[n], g_eager[n], g_gold[n])
+    with torch.no_grad():
+        tokens = ours.eval().generate(ids[:1, :9], max_new_tokens=8, do_sample=False, pad_token_id=0)
+    assert tokens.shape == (1, 17)
+
+
 def test_bfloat16_model_against_torch_sdpa():
     """A whole model in torch.bfloat16 (llama-gqa): sdpa as its attention against the same bf16 weights with
     torch's own SDPA ("sdpa"), both judged against the model in float64 on those weights (eager).
@@ -295,14 +360,8 @@ def test_bfloat16_model_against_torch_sdpa():
     theirs.load_state_dict(ours.state_dict())
     gold = AutoModelForCausalLM.from_config(copy.deepcopy(cfg), attn_implementation="eager").double()
     gold.load_state_dict(ours.state_dict())  # the bf16 weights, widened exactly
-    u = 2.0 ** -8
     ids = _ids(7, 2, 24)
-
-    def rule(name, x, ref, g):
-        x, ref, g = (t.detach().double() for t in (x, ref, g))
-        err, err_ref = (x - g).abs().max().item(), (ref - g).abs().max().item()
-        bound = 2 * err_ref + u * g.abs().max().item()
-        assert err <= bound, f"{name}: error {err:.3g} > bound {bound:.3g} (torch SDPA bf16 error {err_ref:.3g})"
+    rule = _bf16_rule("torch SDPA")
 
     with torch.no_grad():
         got = ours.eval()(ids).logits
