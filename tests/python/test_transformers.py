@@ -294,35 +294,23 @@ def test_attention_dropout_in_training_mode():
     assert (c - b).abs().max() > 1e-3, "training mode applied no dropout"
 
 
-def _bf16_rule(reference: str):
-    """FlashAttention's rule lifted to a bf16 model: error against float64 at most twice the reference bf16
-    model's plus rounding one bf16 result once (u·max|gold|, u = 2^-8)."""
+def _check_bf16_model(ours, reference, gold, ids, label):
+    """FlashAttention's rule lifted to a bf16 model: sdpa's model's error against the float64 model on the same
+    weights at most twice the reference bf16 model's plus rounding one bf16 result once (u·max|gold|, u = 2^-8).
+    Logits of a forward, and every parameter's gradient after one step of the LM loss. A MoE router's gradient is
+    a difference of expert outputs summed over tokens: it cancels terms far larger than itself, which that floor
+    does not bound, so it is checked finite only."""
     u = 2.0 ** -8
 
     def rule(name, x, ref, g):
+        assert x.dtype == torch.bfloat16, name
         x, ref, g = (t.detach().double() for t in (x, ref, g))
         err, err_ref = (x - g).abs().max().item(), (ref - g).abs().max().item()
         bound = 2 * err_ref + u * g.abs().max().item()
-        assert err <= bound, f"{name}: error {err:.3g} > bound {bound:.3g} ({reference} bf16 error {err_ref:.3g})"
-    return rule
+        assert err <= bound, f"{name}: error {err:.3g} > bound {bound:.3g} ({label} bf16 error {err_ref:.3g})"
 
-
-@pytest.mark.parametrize("name", DECODERS)
-def test_bfloat16_models_against_eager(name):
-    """Each decoder in torch.bfloat16 (gpt-oss with its sinks, Gemma2 with soft-cap and window, Qwen2 with its
-    window): sdpa as its attention against eager attention in the same bf16 model, both judged against the model
-    in float64 on those weights. Outside attention both run the same torch ops on the same bf16 values, so the
-    rule is _bf16_rule's; logits of a forward, every parameter's gradient after one step of the LM loss (the
-    sinks' included; a MoE router's only finite, below), and greedy generation with the KV cache runs in bf16."""
-    ours, eager, gold = _models(name)
-    ours, eager = ours.to(torch.bfloat16), eager.to(torch.bfloat16)
-    gold.load_state_dict({n: p.double() for n, p in ours.state_dict().items()})  # the bf16 weights, exactly
-    rule = _bf16_rule("eager")
-    ids = _ids(8, 2, 20)
     with torch.no_grad():
-        got = ours.eval()(ids).logits
-        assert got.dtype == torch.bfloat16
-        rule("logits", got, eager.eval()(ids).logits, gold.eval()(ids).logits)
+        rule("logits", ours.eval()(ids).logits, reference.eval()(ids).logits, gold.eval()(ids).logits)
 
     def grads(model):
         model.train()
@@ -330,15 +318,27 @@ def test_bfloat16_models_against_eager(name):
         model(ids, labels=ids).loss.backward()
         return {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
 
-    g_ours, g_eager, g_gold = grads(ours), grads(eager), grads(gold)
-    assert g_ours.keys() == g_gold.keys()
+    g_ours, g_ref, g_gold = grads(ours), grads(reference), grads(gold)
+    assert g_ours.keys() == g_gold.keys() and len(g_ours) > 4
     for n in g_gold:
-        # A MoE router's gradient is a difference of expert outputs summed over tokens: it cancels terms far larger
-        # than itself, which the floor (one rounding of the result) does not bound; it is checked finite only.
         if ".router." in n:
             assert torch.isfinite(g_ours[n]).all(), n
             continue
-        rule(n, g_ours[n], g_eager[n], g_gold[n])
+        rule(n, g_ours[n], g_ref[n], g_gold[n])
+
+
+@pytest.mark.parametrize("name", DECODERS)
+def test_bfloat16_models_against_eager(name):
+    """Each decoder in torch.bfloat16 (gpt-oss with its sinks, Gemma2 with soft-cap and window, Qwen2 with its
+    window): sdpa as its attention against eager attention in the same bf16 model, both judged against the model
+    in float64 on those weights. Outside attention both run the same torch ops on the same bf16 values, so the
+    rule is _check_bf16_model's (the sinks' gradients included), and greedy generation with the KV cache runs in
+    bf16."""
+    ours, eager, gold = _models(name)
+    ours, eager = ours.to(torch.bfloat16), eager.to(torch.bfloat16)
+    gold.load_state_dict({n: p.double() for n, p in ours.state_dict().items()})  # the bf16 weights, exactly
+    ids = _ids(8, 2, 20)
+    _check_bf16_model(ours, eager, gold, ids, "eager")
     with torch.no_grad():
         tokens = ours.eval().generate(ids[:1, :9], max_new_tokens=8, do_sample=False, pad_token_id=0)
     assert tokens.shape == (1, 17)
@@ -360,22 +360,4 @@ def test_bfloat16_model_against_torch_sdpa():
     theirs.load_state_dict(ours.state_dict())
     gold = AutoModelForCausalLM.from_config(copy.deepcopy(cfg), attn_implementation="eager").double()
     gold.load_state_dict(ours.state_dict())  # the bf16 weights, widened exactly
-    ids = _ids(7, 2, 24)
-    rule = _bf16_rule("torch SDPA")
-
-    with torch.no_grad():
-        got = ours.eval()(ids).logits
-        assert got.dtype == torch.bfloat16
-        rule("logits", got, theirs.eval()(ids).logits, gold.eval()(ids).logits)
-
-    def grads(model):
-        model.train()
-        model.zero_grad()
-        model(ids, labels=ids).loss.backward()
-        return {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
-
-    g_ours, g_theirs, g_gold = grads(ours), grads(theirs), grads(gold)
-    assert g_ours.keys() == g_gold.keys() and len(g_ours) > 4
-    for n in g_gold:
-        assert g_ours[n].dtype == torch.bfloat16
-        rule(n, g_ours[n], g_theirs[n], g_gold[n])
+    _check_bf16_model(ours, theirs, gold, _ids(7, 2, 24), "torch SDPA")
