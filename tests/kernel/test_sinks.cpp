@@ -166,8 +166,6 @@ TEST(SinksPlan, DecodingCaseSplitsTheKeys) {
     o.isa = isa;
     Plan plan;
     o.plan = &plan;
-    (void)run<float>(kCases[1], in, o);
-    // the backward overwrote it; the forward's plan is what this checks
     Buf<float> out({1, 4, 1, 64});
     Buf3<float> lse({1, 4, 1});
     forward(in.q.cview(), in.k.cview(), in.v.cview(), out.view(), lse.view(), o);
