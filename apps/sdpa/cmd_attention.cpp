@@ -218,10 +218,10 @@ int run(const Args& a) {
         "--dsinks: the backward's gradient of --sinks; give --sinks and the backward (--grad-out, --dq, --dk, "
         "--dv) with it");
   if (a.ring) {
-    if (!a.sinks.empty()) throw Error("--sinks: not supported with --ring (sinks run on one process)");
     if (!a.cu_seqlens_q.empty() || !a.cu_seqlens_k.empty())
       throw Error("--cu-seqlens-q/--cu-seqlens-k: not supported with --ring (packed sequences run on one process)");
-    return run_ring_attention({a.q, a.k, a.v, a.out, a.lse, a.grad_out, a.dq, a.dk, a.dv, a.mask, a.layout},
+    return run_ring_attention({a.q, a.k, a.v, a.out, a.lse, a.grad_out, a.dq, a.dk, a.dv, a.mask, a.layout,
+                               a.sinks.empty() ? std::vector<float>{} : load_sinks(a.sinks), a.dsinks},
                               options_of(a));
   }
   const Tensor q = load_tensor(a.q, "--q", true), k = load_tensor(a.k, "--k", true), v = load_tensor(a.v, "--v", true);

@@ -61,6 +61,7 @@ int run_ring_attention(const RingFiles& f, const Options& opt_in) {
     const MPI_Comm comm = MPI_COMM_WORLD;
     const dist::Layout layout = parse_shard_layout(f.layout, "--layout");
     Options opt = opt_in;
+    if (!f.sinks.empty()) opt.sinks = {f.sinks.data(), {static_cast<i64>(f.sinks.size())}, {1}};
     Mask mask;  // whole on every rank: each block's part is a view into it (block_options)
     if (!f.mask.empty()) {
       mask = load_mask(f.mask);
@@ -117,11 +118,16 @@ int run_ring_attention(const RingFiles& f, const Options& opt_in) {
                     " (promoted to rank 4), got " + shape_str(dout.shape));
       dist::require_agreement(comm, "--grad-out (its shape and bytes)", fingerprint(dout));
       const auto ds = dist::take_shard(dout.view(), size, rank, layout);
-      std::vector<float> dq(qs.size()), dk(ks.size()), dv(vs.size());
+      std::vector<float> dq(qs.size()), dk(ks.size()), dv(vs.size()), dsinks;
+      Options opt_b = opt;
+      if (!f.dsinks.empty()) {
+        dsinks.assign(f.sinks.size(), 0.0f);
+        opt_b.dsinks = {dsinks.data(), {static_cast<i64>(dsinks.size())}, {1}};
+      }
       dist::ring_backward(comm, qv, kv, vv, contiguous<const float>(out.data(), o_local),
                           contiguous<const float>(lse.data(), {B, Hq, nq}), contiguous<const float>(ds.data(), o_local),
                           contiguous(dq.data(), q_local), contiguous(dk.data(), k_local),
-                          contiguous(dv.data(), v_local), opt, ring);
+                          contiguous(dv.data(), v_local), opt_b, ring);
       std::vector<float> dq_all = whole(q.shape), dk_all = whole(k.shape), dv_all = whole(v.shape);
       dist::gather_to_root(comm, layout, dq.data(), q.shape, dq_all.data());
       dist::gather_to_root(comm, layout, dk.data(), k.shape, dk_all.data());
@@ -130,6 +136,7 @@ int run_ring_attention(const RingFiles& f, const Options& opt_in) {
         files.add(f.dq, npy_bytes(dq_all, q.file_shape, q.dtype));
         files.add(f.dk, npy_bytes(dk_all, k.file_shape, q.dtype));
         files.add(f.dv, npy_bytes(dv_all, v.file_shape, q.dtype));
+        if (!f.dsinks.empty()) files.add(f.dsinks, npy_bytes(dsinks, {Hq}, io::DType::f32));
       }
     }
     // Nothing lands before every rank got here: a rank that failed has aborted the job.

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "common.hpp"
 #include "nn/sweep.hpp"
@@ -17,6 +18,8 @@ struct RingFiles {
   std::string q, k, v, out, lse, grad_out, dq, dk, dv;
   std::string mask;  // the whole sequence's; every rank reads it whole and the ring cuts it per block
   std::string layout = "zigzag";
+  std::vector<float> sinks;  // --sinks' logits (Hq), empty for none; the same on every rank (checked)
+  std::string dsinks;        // --dsinks: the backward writes ∂L/∂sinks (Hq) here
 };
 
 /// Each rank reads the whole files, checks that every rank read the same bytes and options,

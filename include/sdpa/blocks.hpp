@@ -9,6 +9,9 @@
 //   merge:    merge_partial(out, lse, out_part, lse_part), over the blocks in a fixed order
 //   backward: backward_accumulate(q_shard, k_block, v_block, out, lse, dout, dq, dk_block, dv_block,
 //                                 block_options(opt, pos)) with the *merged* out and lse
+// With attention sinks (Options::sinks) the blocks run without them; the sink is one more
+// part of each row, merged once after the last block (merge_sinks), and the backward's
+// ∂L/∂sinks is a sum over the query shards (add_sink_grads).
 #pragma once
 
 #include <cstdint>
@@ -55,7 +58,8 @@ struct BlockPos {
 /// masks (mask, keep: the whole sequence's, (B or 1, H or 1, nq or 1, nk or 1)) cut to
 /// the block's rows and columns (a view, no copy), and Dropout::row0, key0 moved by q0, k0
 /// so that the block draws the whole sequence's dropout mask at its positions (merged
-/// blocks then give the whole call's dropout attention). Throws sdpa::Error for a block
+/// blocks then give the whole call's dropout attention), and no sinks (Options::sinks,
+/// dsinks: a sink is merged once per row, by merge_sinks, not once per block). Throws sdpa::Error for a block
 /// outside the sequence or a mask whose last two dimensions are neither 1 nor nq, nk.
 Options block_options(const Options& whole, const BlockPos& pos);
 
@@ -71,6 +75,20 @@ bool block_visible(const Options& whole, const BlockPos& pos);
 /// threads: as Options::threads (0: all available); the bits do not depend on it.
 void merge_partial(View4<float> out, View3<float> lse, View4<const float> part_out, View3<const float> part_lse,
                    int threads = 0);
+
+/// The sinks (Options::sinks, (H): one logit per query head, finite or −∞) merged into the
+/// merged (out, lse) of every key block, once, as one more part of each row with lse = sink_h
+/// and out = 0: lse = log(exp(lse) + exp(sink_h)), out scaled by exp(lse_old − lse). A row
+/// that saw no key (lse −inf) gets lse = sink_h and out 0; a −inf sink changes nothing.
+/// Shapes and threads as merge_partial's; throws sdpa::Error for sinks not (H).
+void merge_sinks(View4<float> out, View3<float> lse, View1<const float> sinks, int threads = 0);
+
+/// This query shard's share of ∂L/∂sinks, *added* to dsinks (H): −Σ_{b,i} exp(sink_h − lse_bhi)
+/// · (dout_bhi · out_bhi), with out and lse merged over every block *and* the sink (after
+/// merge_sinks). The shards' shares summed, in a fixed order, are sdpa::backward's dsinks.
+/// out, dout (B, H, N, Dv); lse (B, H, N); sinks, dsinks (H).
+void add_sink_grads(View4<const float> out, View3<const float> lse, View4<const float> dout, View1<const float> sinks,
+                    View1<float> dsinks);
 
 /// The backward of one block, *added* to dq, dk, dv (`+=`, unlike sdpa::backward's `=`):
 /// out and lse are the merged results of the query rows over *all* keys, so that

@@ -78,9 +78,13 @@ class _Ring:
         self.group, self.layout = group, layout
         # Checked as sdpa.attention checks them, before any collective; the block entry points
         # take the kernel's arguments less the masks and the kernel's name.
-        checked = _core._options(options, kind="torch", seed="later", caller="ring_attention",
-                                 exclude=("mask", "sinks"))
+        checked = _core._options(options, kind="torch", seed="later", caller="ring_attention", exclude=("mask",))
         self.opts = {name: val for name, val in checked.items() if name not in ("mask", "keep", "sinks", "kernel")}
+        # The sinks are no block's: each row's is merged once, after every block (sdpa/blocks.hpp).
+        self.sinks = checked["sinks"]
+        if self.sinks is not None and self.sinks.shape[0] != q.shape[1]:
+            raise ValueError(f"sinks: shape [{self.sinks.shape[0]}] should be [Hq] = [{q.shape[1]}], "
+                             "one logit per query head")
         dropout_p, dropout_seed = self.opts["dropout_p"], options.get("dropout_seed")
         self.size, self.rank = _ranks(group)
         self.next, self.prev = _global(group, (self.rank + 1) % self.size), _global(group, (self.rank - 1) % self.size)
@@ -94,7 +98,9 @@ class _Ring:
             dist.broadcast(drawn, src=_global(group, 0), group=group)
             self.opts["dropout_seed"] = int(drawn)
         # Every rank must pass the same options and shapes; all raise together if one differs.
-        mine = repr((sorted(self.opts.items()), layout, q.shape[:2], q.shape[3], k.shape[:2], k.shape[3], v.shape[3]))
+        sinks = None if self.sinks is None else [float(x).hex() for x in self.sinks.tolist()]  # every bit
+        mine = repr((sorted(self.opts.items()), sinks, layout, q.shape[:2], q.shape[3], k.shape[:2], k.shape[3],
+                     v.shape[3]))
         every = [None] * self.size
         dist.all_gather_object(every, mine, group=group)
         differ = [r for r in range(self.size) if every[r] != every[0]]
@@ -141,7 +147,7 @@ class _Ring:
 
 class _RingFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, ring: _Ring):
+    def forward(ctx, q, k, v, sinks, ring: _Ring):
         q, k, v = (x.detach().contiguous() for x in (q, k, v))
         B, Hq, nq_local, _ = q.shape
         Dv = v.shape[3]
@@ -165,14 +171,17 @@ class _RingFunction(torch.autograd.Function):
                 r.wait()
             if reqs:
                 cur = nxt
+        if sinks is not None:
+            sinks = sinks.detach().contiguous()
+            _ext.merge_sinks(out, lse, sinks, threads=ring.opts["threads"])
         ctx.ring = ring
-        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.save_for_backward(q, k, v, out, lse, sinks)
         return out
 
     @staticmethod
     def backward(ctx, dout):
         ring = ctx.ring
-        q, k, v, out, lse = ctx.saved_tensors
+        q, k, v, out, lse, sinks = ctx.saved_tensors
         dout = dout.contiguous()
         dq = torch.zeros_like(q)
         cur = torch.cat([k.reshape(-1), v.reshape(-1)])
@@ -216,10 +225,24 @@ class _RingFunction(torch.autograd.Function):
             send_req.wait()
             del sent
         dk, dv = ring.split(home, ring.rank)
-        return dq, dk.clone(), dv.clone(), None
+        return dq, dk.clone(), dv.clone(), _sink_grads(ring, out, lse, dout, sinks, ctx.needs_input_grad[3]), None
 
 
-@_core.with_options(exclude=("mask", "sinks"))
+def _sink_grads(ring: _Ring, out, lse, dout, sinks, wanted: bool):
+    """∂L/∂sinks of the whole sequence on every rank: the ranks' shares summed in rank order."""
+    if sinks is None or not wanted:
+        return None
+    mine = torch.zeros(sinks.shape[0], dtype=torch.float32)
+    _ext.add_sink_grads(out, lse, dout, sinks, mine)
+    every = [torch.empty_like(mine) for _ in range(ring.size)]
+    dist.all_gather(every, mine, group=ring.group)
+    total = every[0].clone()
+    for share in every[1:]:
+        total += share
+    return total
+
+
+@_core.with_options(exclude=("mask",))
 def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, group=None, layout: str = "zigzag",
                    **options) -> torch.Tensor:
     """Attention over a sequence sharded across the ranks of ``group``, with autograd.
@@ -230,7 +253,9 @@ def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, group=N
     sequence; ``window`` (left, right) likewise. Every rank must call it with the same options.
     ``dropout_p``, ``dropout_seed``, ``dropout_offset`` as sdpa.attention's: the mask is the whole
     sequence's (each block draws it at its own positions), so the result is single-process
-    ``sdpa.attention`` with the same seed and offset. With ``dropout_seed=None`` every rank draws a
+    ``sdpa.attention`` with the same seed and offset. ``sinks`` ``[Hq]`` float32 (a tensor; autograd
+    reaches it): each row's sink merged once after every block, its gradient summed over the ranks.
+    With ``dropout_seed=None`` every rank draws a
     seed from torch's default CPU generator and rank 0's is broadcast; an explicit seed must be the
     same on every rank (checked with the other options). float32 CPU tensors only; the transport is
     torch.distributed (gloo for CPU tensors).
@@ -242,4 +267,4 @@ def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, group=N
     if not dist.is_initialized():
         raise RuntimeError("ring_attention: torch.distributed is not initialised (init_process_group('gloo'))")
     ring = _Ring(q, k, v, group, layout, options)
-    return _RingFunction.apply(q, k, v, ring)
+    return _RingFunction.apply(q, k, v, ring.sinks, ring)

@@ -424,6 +424,19 @@ void merge_partial(Out4 out, Out3 lse, In4 part_out, In3 part_lse, int threads) 
                       view_of<const float, 3>(part_lse), threads);
 }
 
+// Each row's sink merged once into (out, lse) merged over every block (sdpa::merge_sinks).
+void merge_sinks(Out4 out, Out3 lse, In1 sinks, int threads) {
+  nb::gil_scoped_release unlocked;
+  sdpa::merge_sinks(view_of<float, 4>(out), view_of<float, 3>(lse), view_of<const float, 1>(sinks), threads);
+}
+
+// This shard's share of ∂L/∂sinks, added to dsinks (sdpa::add_sink_grads).
+void add_sink_grads(In4 out, In3 lse, In4 dout, In1 sinks, Out1 dsinks) {
+  nb::gil_scoped_release unlocked;
+  sdpa::add_sink_grads(view_of<const float, 4>(out), view_of<const float, 3>(lse), view_of<const float, 4>(dout),
+                       view_of<const float, 1>(sinks), view_of<float, 1>(dsinks));
+}
+
 std::vector<std::pair<std::int64_t, std::int64_t>> shard_segments(std::int64_t n, int ranks, int rank,
                                                                   const std::string& layout) {
   std::vector<std::pair<std::int64_t, std::int64_t>> out;
@@ -478,6 +491,12 @@ NB_MODULE(_ext, m) {
         nb::arg("part_out").noconvert(), nb::arg("part_lse").noconvert(), nb::arg("threads") = 0,
         "(out, lse) <- their lse-merge with (part_out, part_lse), in that order; threads as the library's "
         "(0: all available).");
+  m.def("merge_sinks", &merge_sinks, nb::arg("out").noconvert(), nb::arg("lse").noconvert(),
+        nb::arg("sinks").noconvert(), nb::arg("threads") = 0,
+        "(out, lse) <- each row's sink merged in once, as a part with lse = sinks[h] and out = 0.");
+  m.def("add_sink_grads", &add_sink_grads, nb::arg("out").noconvert(), nb::arg("lse").noconvert(),
+        nb::arg("dout").noconvert(), nb::arg("sinks").noconvert(), nb::arg("dsinks").noconvert(),
+        "dsinks += these rows' share of the gradient w.r.t. the sinks, given the merged out and lse.");
   m.def("shard_segments", &shard_segments, nb::arg("n"), nb::arg("ranks"), nb::arg("rank"), nb::arg("layout"),
         "[(start, length)] of a rank's shard of a length-n sequence: layout 'contiguous' or 'zigzag'.");
 

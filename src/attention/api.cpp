@@ -272,23 +272,15 @@ class OperandPack {
   bool packed_ = false;
 };
 
-// ∂L/∂sink_h = −Σ_{b,i} p_sink · Δ_bhi, p_sink = exp(sink_h − lse_bhi): the sink is a key whose
-// value is 0, so its dP is 0 and its dS = p_sink·(0 − Δ); the keys' gradients need nothing more,
-// as P recomputed from an lse that holds the sink is already the sink-aware softmax. Summed in
-// double, rows in order, one head per thread: the same bits for any thread count.
+// ∂L/∂sinks (merge.hpp's sink_grad per head, rows b-major): the keys' gradients need nothing
+// more, as P recomputed from an lse that holds the sink is already the sink-aware softmax.
 void sink_grads(const Problem& p, const View3<const float>& lse, const std::vector<float>& delta,
                 const View1<float>& dsinks) {
-  for (i64 h = 0; h < p.Hq; ++h) {
-    const double sink = p.sinks.data[h * p.sinks.stride[0]];
-    double acc = 0.0;
-    if (sink != -std::numeric_limits<double>::infinity())
-      for (i64 b = 0; b < p.B; ++b)
-        for (i64 i = 0; i < p.Nq; ++i) {
-          const double l = lse.data[b * lse.stride[0] + h * lse.stride[1] + i * lse.stride[2]];
-          acc -= std::exp(sink - l) * static_cast<double>(delta[static_cast<std::size_t>((b * p.Hq + h) * p.Nq + i)]);
-        }
-    dsinks.data[h * dsinks.stride[0]] = static_cast<float>(acc);
-  }
+  for (i64 h = 0; h < p.Hq; ++h)
+    dsinks.data[h * dsinks.stride[0]] = static_cast<float>(sink_grad(
+        p.sinks.data[h * p.sinks.stride[0]], p.B * p.Nq,
+        [&](i64 r) { return lse.data[r / p.Nq * lse.stride[0] + h * lse.stride[1] + r % p.Nq * lse.stride[2]]; },
+        [&](i64 r) { return delta[static_cast<std::size_t>((r / p.Nq * p.Hq + h) * p.Nq + r % p.Nq)]; }));
 }
 
 // Split-KV: with few items (decoding: a handful of query rows per kv head) the keys are

@@ -4,6 +4,8 @@
 #include "sdpa/blocks.hpp"
 
 #include <algorithm>
+#include <array>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -46,6 +48,7 @@ Options block_options(const Options& whole, const BlockPos& pos) {
   // Global query q0 + i sees global key k0 + j iff k0 + j <= q0 + i + D (causal), i.e. the
   // block's own diagonal offset is q0 − k0 + D; the window follows the same diagonal.
   o.diagonal = whole_diagonal(whole, pos) + pos.q0 - pos.k0;
+  o.sinks = {}, o.dsinks = {};  // merged once per row (merge_sinks), not once per block
   return o;
 }
 
@@ -82,6 +85,65 @@ void merge_partial(View4<float> out, View3<float> lse, View4<const float> part_o
         [&](i64 e, float x) { out(b, h, i, e) = x; });
     lse(b, h, i) = l;
   }
+}
+
+namespace {
+// The sinks checked against the head count of (B, H, N, ·) rows, as sdpa::forward checks them.
+void check_sinks_for(const char* who, std::array<i64, 3> rows, const std::array<i64, 3>& lse_shape,
+                     View1<const float> sinks, View1<float> dsinks = {}) {
+  if (lse_shape != rows)
+    throw Error(std::string(who) + ": lse " + shape_str(lse_shape) + " should be (B, H, N) = " + shape_str(rows));
+  if (sinks.empty()) throw Error(std::string(who) + ": sinks: empty (one logit per query head)");
+  Options o;
+  o.sinks = sinks, o.dsinks = dsinks;
+  detail::Problem p;
+  p.Hq = rows[1];
+  try {
+    detail::check_sinks(o, p);
+  } catch (const Error& e) {
+    throw Error(std::string(who) + ": " + e.what());
+  }
+}
+}  // namespace
+
+void merge_sinks(View4<float> out, View3<float> lse, View1<const float> sinks, int threads) {
+  const std::array<i64, 3> rows{out.shape[0], out.shape[1], out.shape[2]};
+  check_sinks_for("merge_sinks", rows, lse.shape, sinks);
+  if (threads < 0) throw Error("merge_sinks: threads must be >= 0 (0 = all available), got " + std::to_string(threads));
+  const i64 n = rows[0] * rows[1] * rows[2], dv = out.shape[3];
+  Options threads_only;
+  threads_only.threads = threads;
+  const int workers = detail::resolve_threads(threads_only);
+#pragma omp parallel for num_threads(workers) schedule(static)
+  for (i64 r = 0; r < n; ++r) {
+    const i64 b = r / (rows[1] * rows[2]), h = r / rows[2] % rows[1], i = r % rows[2];
+    const float sink = sinks(h);
+    if (sink == -std::numeric_limits<float>::infinity()) continue;
+    // The sink is part 1: out 0, lse sink_h (as the split-KV merge takes it, api.cpp).
+    const float l = detail::merge_row(
+        2, dv, [&](i64 s) { return s == 0 ? lse(b, h, i) : sink; },
+        [&](i64 s, i64 e) { return s == 0 ? out(b, h, i, e) : 0.0f; }, [&](i64 e, float x) { out(b, h, i, e) = x; });
+    lse(b, h, i) = l;
+  }
+}
+
+void add_sink_grads(View4<const float> out, View3<const float> lse, View4<const float> dout, View1<const float> sinks,
+                    View1<float> dsinks) {
+  const std::array<i64, 3> rows{out.shape[0], out.shape[1], out.shape[2]};
+  check_sinks_for("add_sink_grads", rows, lse.shape, sinks, dsinks);
+  if (dsinks.empty()) throw Error("add_sink_grads: dsinks: empty (it receives the gradient, (H))");
+  if (dout.shape != out.shape)
+    throw Error("add_sink_grads: dout " + shape_str(dout.shape) + " should be out's shape " + shape_str(out.shape));
+  const i64 B = rows[0], N = rows[2], dv = out.shape[3];
+  for (i64 h = 0; h < rows[1]; ++h)
+    dsinks(h) += static_cast<float>(detail::sink_grad(
+        sinks(h), B * N, [&](i64 r) { return lse(r / N, h, r % N); },
+        [&](i64 r) {
+          double delta = 0.0;  // Δ = dout·out, in double as the sum it enters
+          for (i64 e = 0; e < dv; ++e)
+            delta += static_cast<double>(dout(r / N, h, r % N, e)) * static_cast<double>(out(r / N, h, r % N, e));
+          return delta;
+        }));
 }
 
 void backward_accumulate(View4<const float> q, View4<const float> k, View4<const float> v, View4<const float> out,

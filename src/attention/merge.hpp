@@ -61,4 +61,17 @@ float merge_row(std::int64_t count, std::int64_t dv, LseAt lse_at, OutAt out_at,
   return lse;
 }
 
+/// One head's ∂L/∂sink = −Σ_r exp(sink − lse_r)·Δ_r over its rows r = 0 … rows−1, Δ_r =
+/// dout_r·out_r: the sink is a key whose value is 0, so its dP is 0 and its dS = p_sink·(0 − Δ).
+/// Summed in double, rows in order (the same bits for any thread count); 0 for a −inf sink.
+/// Used by sdpa::backward (api.cpp) and by sdpa::add_sink_grads (blocks.cpp).
+template <class LseAt, class DeltaAt>
+double sink_grad(float sink, std::int64_t rows, LseAt lse_at, DeltaAt delta_at) {
+  double acc = 0.0;
+  if (sink == -std::numeric_limits<float>::infinity()) return acc;
+  for (std::int64_t r = 0; r < rows; ++r)
+    acc -= std::exp(static_cast<double>(sink) - static_cast<double>(lse_at(r))) * static_cast<double>(delta_at(r));
+  return acc;
+}
+
 }  // namespace sdpa::detail

@@ -151,6 +151,10 @@ Problem validate_backward(const View4<const T>& q, const View4<const T>& k, cons
                           const View4<const T>& out, const View3<const LseOf<T>>& lse, const View4<const T>& dout,
                           const View4<T>& dq, const View4<T>& dk, const View4<T>& dv, const Options& opt);
 
+/// Options::sinks and dsinks against p.Hq: one logit per query head, finite or −∞, dsinks only
+/// beside them and as long; sets p.sinks, p.has_sinks. Throws sdpa::Error naming the field.
+void check_sinks(const Options& opt, Problem& p);
+
 /// Number of worker threads for these options.
 int resolve_threads(const Options& opt);
 

@@ -161,28 +161,6 @@ void check_dropout_positions(const Dropout& d, const Problem& p) {
          ", Nk " + std::to_string(p.Nk));
 }
 
-// One logit per query head, finite or −∞; dsinks (the backward's) only beside them, as long.
-void check_sinks(const Options& opt, Problem& p) {
-  if (opt.sinks.empty()) {
-    if (!opt.dsinks.empty()) fail("dsinks: set without sinks (it receives the gradient of Options::sinks)");
-    return;
-  }
-  const auto hq = std::to_string(p.Hq);
-  if (opt.sinks.shape[0] != p.Hq)
-    fail("sinks: shape [" + std::to_string(opt.sinks.shape[0]) + "] should be [Hq] = [" + hq +
-         "], one logit per query head");
-  for (i64 h = 0; h < p.Hq; ++h) {
-    const float x = opt.sinks.data[h * opt.sinks.stride[0]];
-    if (std::isnan(x) || x == std::numeric_limits<float>::infinity())
-      fail("sinks: head " + std::to_string(h) + " is " + std::to_string(x) + "; each sink must be finite, or -inf " +
-           "for no sink");
-  }
-  if (!opt.dsinks.empty() && opt.dsinks.shape[0] != p.Hq)
-    fail("dsinks: shape [" + std::to_string(opt.dsinks.shape[0]) + "] should be [Hq] = [" + hq + "], as sinks");
-  p.sinks = opt.sinks;
-  p.has_sinks = true;
-}
-
 void check_options(const Options& opt, Problem& p) {
   p.scale = resolve_scale(opt, p.Dk);
   if (opt.softcap) {
@@ -255,6 +233,27 @@ Problem common(const View4<const T>& q, const View4<const T>& k, const View4<con
 }
 
 }  // namespace
+
+void check_sinks(const Options& opt, Problem& p) {
+  if (opt.sinks.empty()) {
+    if (!opt.dsinks.empty()) fail("dsinks: set without sinks (it receives the gradient of Options::sinks)");
+    return;
+  }
+  const auto hq = std::to_string(p.Hq);
+  if (opt.sinks.shape[0] != p.Hq)
+    fail("sinks: shape [" + std::to_string(opt.sinks.shape[0]) + "] should be [Hq] = [" + hq +
+         "], one logit per query head");
+  for (i64 h = 0; h < p.Hq; ++h) {
+    const float x = opt.sinks.data[h * opt.sinks.stride[0]];
+    if (std::isnan(x) || x == std::numeric_limits<float>::infinity())
+      fail("sinks: head " + std::to_string(h) + " is " + std::to_string(x) + "; each sink must be finite, or -inf " +
+           "for no sink");
+  }
+  if (!opt.dsinks.empty() && opt.dsinks.shape[0] != p.Hq)
+    fail("dsinks: shape [" + std::to_string(opt.dsinks.shape[0]) + "] should be [Hq] = [" + hq + "], as sinks");
+  p.sinks = opt.sinks;
+  p.has_sinks = true;
+}
 
 template <class T>
 Problem validate_forward(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v, const View4<T>& out,

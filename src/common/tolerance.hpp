@@ -92,6 +92,31 @@ inline Floors with_output_rounding(Floors f, double u, double out_max, double dq
   return {f.out + u * out_max, f.lse, f.dq + u * dq_max, f.dk + u * dk_max, f.dv + u * dv_max};
 }
 
+/// The floor of ∂L/∂sink_h = −Σ_{b,i} p_sink,bhi Δ_bhi (p_sink = exp(sink_h − lse_bhi), Δ = dout·out),
+/// max over heads, for out off by at most err_out an element and lse by err_lse: out moves Δ by
+/// ‖dout‖₁·err_out, lse moves p_sink by a relative err_lse (to first order). out(b, h, i, e),
+/// lse(b, h, i), dout(b, h, i, e) and sink(h) read the fp64 answer, the inputs and the sinks.
+template <class Out, class Lse, class Dout, class Sink>
+double sink_grad_floor(std::int64_t B, std::int64_t H, std::int64_t N, std::int64_t Dv, Out out, Lse lse, Dout dout,
+                       Sink sink, double err_out, double err_lse) {
+  double worst = 0.0;
+  for (std::int64_t h = 0; h < H; ++h) {
+    double bound = 0.0;
+    for (std::int64_t b = 0; b < B; ++b)
+      for (std::int64_t i = 0; i < N; ++i) {
+        double delta = 0.0, dout_l1 = 0.0;
+        for (std::int64_t e = 0; e < Dv; ++e) {
+          delta += static_cast<double>(out(b, h, i, e)) * static_cast<double>(dout(b, h, i, e));
+          dout_l1 += std::abs(static_cast<double>(dout(b, h, i, e)));
+        }
+        const double p_sink = std::exp(static_cast<double>(sink(h)) - static_cast<double>(lse(b, h, i)));
+        bound += p_sink * (dout_l1 * err_out + std::abs(delta) * err_lse);
+      }
+    worst = std::max(worst, bound);
+  }
+  return worst;
+}
+
 struct Verdict {
   double fast, naive, bound;
   bool ok() const { return fast <= bound; }

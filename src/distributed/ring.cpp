@@ -66,16 +66,26 @@ void copy4(View4<const float> from, View4<float> to) {
         for (i64 d = 0; d < s[3]; ++d) to(a, b, c, d) = from(a, b, c, d);
 }
 
+// The sinks in full ("{}": each float's shortest exact text), so that ranks agree on them.
+std::string sinks_text(View1<const float> sinks) {
+  std::string t = ", sinks";
+  if (sinks.empty()) return t + " -";
+  for (i64 h = 0; h < sinks.shape[0]; ++h) t += fmt::format(" {}", sinks(h));
+  return t;
+}
+
 std::string options_text(const Options& o) {
   auto opt_num = [](const std::optional<double>& x) { return x ? std::to_string(*x) : std::string("-"); };
   return "scale " + opt_num(o.scale) + ", softcap " + opt_num(o.softcap) + ", causal " +
          std::to_string(static_cast<int>(o.causal)) + ", diagonal " +
          (o.diagonal ? std::to_string(*o.diagonal) : std::string("-")) + ", window " + std::to_string(o.window.left) +
-         "," + std::to_string(o.window.right) + ", mask " + shape_str(o.mask.shape) + ", keep " + shape_str(o.keep.shape) +
+         "," + std::to_string(o.window.right) + ", mask " + shape_str(o.mask.shape) + ", keep " +
+         shape_str(o.keep.shape) +
          // dropout: every rank must draw the same sequence's mask (block_options places each block
          // in it); p in full ("{}": the shortest text that reads back the same double)
          fmt::format(", dropout {} seed {} offset {} at {},{},{}", o.dropout.p, o.dropout.seed, o.dropout.offset,
-                     o.dropout.batch0, o.dropout.row0, o.dropout.key0);
+                     o.dropout.batch0, o.dropout.row0, o.dropout.key0) +
+         sinks_text(o.sinks);
 }
 
 // The collective checks every rank runs first: the same options, sizes and layout on
@@ -89,6 +99,13 @@ void check_ring(MPI_Comm comm, const Ring& r, View4<const float> q, View4<const 
   require_agreement(comm, "B, Hq, Hkv, Dk, Dv",
                     std::to_string(q.shape[0]) + " " + std::to_string(q.shape[1]) + " " + std::to_string(k.shape[1]) +
                         " " + std::to_string(q.shape[3]) + " " + std::to_string(v.shape[3]));
+  // The sinks' values are checked by merge_sinks, alike on every rank (they agree); their
+  // shape here, before any block is computed.
+  if (!opt.sinks.empty() && opt.sinks.shape[0] != q.shape[1])
+    throw Error("ring: sinks: shape [" + std::to_string(opt.sinks.shape[0]) + "] should be [Hq] = [" +
+                std::to_string(q.shape[1]) + "], one logit per query head");
+  if (!opt.dsinks.empty() && (opt.sinks.empty() || opt.dsinks.shape != opt.sinks.shape))
+    throw Error("ring: dsinks: set without sinks, or not as long as them");
   const i64 want_q = shard_length(ring.nq, r.size, r.rank, ring.layout),
             want_k = shard_length(ring.nk, r.size, r.rank, ring.layout);
   std::string local = "ok";
@@ -153,6 +170,25 @@ struct RingSetup {
     qsegs = shard_segments(ring.nq, r.size, r.rank, ring.layout);
   }
 };
+
+// ∂L/∂sinks: each rank's share over its query rows (add_sink_grads), all-gathered and summed
+// in rank order on every rank, so that every rank writes the same bits for a given P.
+void sum_sink_grads(MPI_Comm comm, const Ring& r, View4<const float> out, View3<const float> lse,
+                    View4<const float> dout, const Options& opt, RingStats& st) {
+  const double t0 = now();
+  const i64 Hq = opt.sinks.shape[0];
+  std::vector<float> mine(static_cast<std::size_t>(Hq), 0.0f), every(static_cast<std::size_t>(Hq * r.size));
+  add_sink_grads(out, lse, dout, opt.sinks, contiguous(mine.data(), {Hq}));
+  const double t1 = now();
+  MPI_Allgather(mine.data(), count_of(Hq, "dsinks"), MPI_FLOAT, every.data(), count_of(Hq, "dsinks"), MPI_FLOAT, comm);
+  st.bytes_sent += Hq * static_cast<i64>(sizeof(float));
+  for (i64 h = 0; h < Hq; ++h) {
+    float sum = 0.0f;
+    for (int rank = 0; rank < r.size; ++rank) sum += every[static_cast<std::size_t>(rank * Hq + h)];
+    opt.dsinks(h) = sum;
+  }
+  st.compute_s += t1 - t0, st.wait_s += now() - t1;
+}
 
 }  // namespace
 
@@ -274,6 +310,11 @@ void ring_forward(MPI_Comm comm, View4<const float> q, View4<const float> k, Vie
     st.compute_s += t1 - t0, st.wait_s += t2 - t1;
     cur = 1 - cur;
   }
+  if (ring.compute && !opt.sinks.empty()) {  // each row's sink, once, after every block
+    const double t0 = now();
+    merge_sinks(out, lse, opt.sinks, opt.threads);
+    st.compute_s += now() - t0;
+  }
   st.total_s = now() - t_start;
   if (stats) *stats = st;
 }
@@ -362,6 +403,7 @@ void ring_backward(MPI_Comm comm, View4<const float> q, View4<const float> k, Vi
     copy4(kv.k(const_cast<float*>(home), n_mine), dk);
     copy4(kv.v(const_cast<float*>(home), n_mine), dv);
   }
+  if (ring.compute && !opt.dsinks.empty()) sum_sink_grads(comm, r, out, lse, dout, opt, st);
   st.total_s = now() - t_start;
   if (stats) *stats = st;
 }

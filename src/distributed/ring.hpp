@@ -11,6 +11,9 @@
 // Explicit masks (Options::mask, keep) are the whole sequence's, (B or 1, Hq or 1, nq or 1,
 // nk or 1), on every rank; each block reads its part (block_options). Their shapes are
 // checked across ranks, their contents are the caller's to agree on (the CLI hashes them).
+// Attention sinks (Options::sinks, (Hq)) are the same on every rank (checked); the forward
+// merges each row's sink once after the last block (merge_sinks), and the backward writes
+// Options::dsinks on every rank: the ranks' shares summed in rank order.
 // An error raised on one rank only (bad local shapes caught by validation, allocation)
 // cannot be seen by the others: call MPI_Abort then, as the CLI does.
 #pragma once
@@ -70,7 +73,8 @@ void ring_forward(MPI_Comm comm, View4<const float> q, View4<const float> k, Vie
                   View3<float> lse, const Options& opt, const RingOptions& ring, RingStats* stats = nullptr);
 
 /// Backward: given the forward's local out and lse and the local dout, overwrites the
-/// local dq, dk, dv. Deterministic for a given P.
+/// local dq, dk, dv (and, with sinks, opt.dsinks: the whole sequence's, on every rank).
+/// Deterministic for a given P.
 void ring_backward(MPI_Comm comm, View4<const float> q, View4<const float> k, View4<const float> v,
                    View4<const float> out, View3<const float> lse, View4<const float> dout, View4<float> dq,
                    View4<float> dk, View4<float> dv, const Options& opt, const RingOptions& ring,

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <limits>
 #include <memory>
 #include <random>
 #include <string>
@@ -26,6 +27,7 @@ struct Case {
   std::shared_ptr<std::vector<float>> mask;
   std::shared_ptr<std::vector<std::uint8_t>> keep;
   double mask_max = 0;  // max |mask|
+  std::shared_ptr<std::vector<float>> sinks;  // the logits opt.sinks views, (Hq)
 };
 // gtest prints a parameter in the test's listing (ctest -N): the case's name, not its bytes.
 inline void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
@@ -48,11 +50,12 @@ inline Data make_data(const Case& c) {
 
 struct Result {
   std::vector<float> out, lse, dq, dk, dv;
+  std::vector<float> dsinks;  // with sinks: ∂L/∂sinks (Hq)
 };
 
 struct Gold {
-  std::vector<double> out, lse, dq, dk, dv;
-  double tol_out = 0, tol_lse = 0, tol_dq = 0, tol_dk = 0, tol_dv = 0;
+  std::vector<double> out, lse, dq, dk, dv, dsinks;
+  double tol_out = 0, tol_lse = 0, tol_dq = 0, tol_dk = 0, tol_dv = 0, tol_dsinks = 0;
 };
 
 template <class T>
@@ -71,11 +74,20 @@ inline Gold make_gold(const Case& c, const Data& d, i64 parts) {
   g.dq.resize(d.q.size()), g.dk.resize(d.k.size()), g.dv.resize(d.v.size());
   reference::forward<double, double>(contiguous(q64.data(), qs), contiguous(k64.data(), ks), contiguous(v64.data(), vs),
                                      contiguous(g.out.data(), os), contiguous(g.lse.data(), ls), c.opt);
+  // With sinks, ∂L/∂sinks too: the fp64 answer's (written as float) and the naive one's.
+  std::vector<float> dsinks64, dsinks_naive;
+  Options with_dsinks = c.opt, with_dsinks_naive = c.opt;
+  if (!c.opt.sinks.empty()) {
+    dsinks64.assign(static_cast<std::size_t>(c.Hq), 0.0f), dsinks_naive.assign(static_cast<std::size_t>(c.Hq), 0.0f);
+    with_dsinks.dsinks = contiguous(dsinks64.data(), {c.Hq});
+    with_dsinks_naive.dsinks = contiguous(dsinks_naive.data(), {c.Hq});
+  }
   reference::backward<double, double>(contiguous(q64.data(), qs), contiguous(k64.data(), ks),
                                       contiguous(v64.data(), vs), contiguous<const double>(g.out.data(), os),
                                       contiguous<const double>(g.lse.data(), ls), contiguous(do64.data(), os),
                                       contiguous(g.dq.data(), qs), contiguous(g.dk.data(), ks),
-                                      contiguous(g.dv.data(), vs), c.opt);
+                                      contiguous(g.dv.data(), vs), with_dsinks);
+  g.dsinks = widen(dsinks64);
   // Naive fp32: one sample of the rounding noise an fp32 implementation makes.
   Result n{std::vector<float>(d.dout.size()), std::vector<float>(g.lse.size()), std::vector<float>(d.q.size()),
            std::vector<float>(d.k.size()), std::vector<float>(d.v.size())};
@@ -86,7 +98,7 @@ inline Gold make_gold(const Case& c, const Data& d, i64 parts) {
                                     contiguous<const float>(d.v.data(), vs), contiguous<const float>(n.out.data(), os),
                                     contiguous<const float>(n.lse.data(), ls),
                                     contiguous<const float>(d.dout.data(), os), contiguous(n.dq.data(), qs),
-                                    contiguous(n.dk.data(), ks), contiguous(n.dv.data(), vs), c.opt);
+                                    contiguous(n.dk.data(), ks), contiguous(n.dv.data(), vs), with_dsinks_naive);
   // Column mass C = max_j Σ_{i, h of j's group} p_ij: the probabilities themselves, from the
   // fp64 reference with v = the identity (out_i = p_i·).
   std::vector<double> eye(static_cast<std::size_t>(c.B * c.Hkv * c.Nk * c.Nk), 0.0);
@@ -109,7 +121,8 @@ inline Gold make_gold(const Case& c, const Data& d, i64 parts) {
   const double beta = std::abs(resolve_scale(c.opt, c.Dk)), cap = c.opt.softcap.value_or(0.0);
   auto fl = tolerance::floors(d.q, d.k, d.v, d.dout, c.Dk, c.Dv, beta, cap, c.mask_max, tolerance::max_abs(g.lse),
                               tolerance::max_abs(g.dv));
-  auto ex = merge_extra(d.q, d.k, d.v, d.dout, c.Dk, c.Dv, c.Nk, beta, cap, parts, fl.lse, mass, c.mask_max);
+  const double sink_max = c.opt.sinks.empty() ? -1.0 : tolerance::max_abs(*c.sinks);  // −inf: not finite, skipped
+  auto ex = merge_extra(d.q, d.k, d.v, d.dout, c.Dk, c.Dv, c.Nk, beta, cap, parts, fl.lse, mass, c.mask_max, sink_max);
   // Dropout (the single-call rule of tests/kernel/test_grid.cpp): the kept weights grow by
   // 1/(1 - p), and with them every term the floors of out, dq and dk bound (dv's is taken
   // from max|dv|, which holds the factor). The merge's terms likewise, each once: a part's
@@ -126,6 +139,18 @@ inline Gold make_gold(const Case& c, const Data& d, i64 parts) {
   g.tol_dq = 2 * max_abs_err(n.dq, g.dq) + fl.dq + ex.dq;
   g.tol_dk = 2 * max_abs_err(n.dk, g.dk) + fl.dk + ex.dk;
   g.tol_dv = 2 * max_abs_err(n.dv, g.dv) + fl.dv + ex.dv;
+  // ∂L/∂sinks reads the merged out and lse: their floors and merge terms carry over.
+  if (!c.opt.sinks.empty()) {
+    const auto out64 = contiguous<const double>(g.out.data(), os);
+    const auto dout32 = contiguous<const float>(d.dout.data(), os);
+    const auto lse64 = contiguous<const double>(g.lse.data(), ls);
+    g.tol_dsinks = 2 * max_abs_err(dsinks_naive, g.dsinks) +
+                   tolerance::sink_grad_floor(
+                       c.B, c.Hq, c.Nq, c.Dv, [&](i64 b, i64 h, i64 i, i64 e) { return out64(b, h, i, e); },
+                       [&](i64 b, i64 h, i64 i) { return lse64(b, h, i); },
+                       [&](i64 b, i64 h, i64 i, i64 e) { return dout32(b, h, i, e); },
+                       [&](i64 h) { return c.opt.sinks(h); }, fl.out + ex.out, fl.lse + ex.lse);
+  }
   return g;
 }
 
@@ -147,6 +172,10 @@ inline void expect_within(const Result& r, const Gold& g, bool print = false) {
   EXPECT_LE(max_abs_err(r.dq, g.dq), g.tol_dq) << "dq";
   EXPECT_LE(max_abs_err(r.dk, g.dk), g.tol_dk) << "dk";
   EXPECT_LE(max_abs_err(r.dv, g.dv), g.tol_dv) << "dv";
+  ASSERT_EQ(r.dsinks.size(), g.dsinks.size()) << "dsinks: computed exactly when the case has sinks";
+  if (print && !r.dsinks.empty())
+    std::printf("  dsinks error/bound %.2e/%.2e\n", max_abs_err(r.dsinks, g.dsinks), g.tol_dsinks);
+  EXPECT_LE(max_abs_err(r.dsinks, g.dsinks), g.tol_dsinks) << "dsinks";
 }
 
 /// The cases both tests run: causal none / top-left / bottom-right with Nq <, =, > Nk,
@@ -196,6 +225,20 @@ inline std::vector<Case> cases() {
   auto dropout = [](double p) { return Dropout{p, 0x5eed0123456789abull, (std::uint64_t{3} << 32) | 17}; };
   add("dropout_gqa", 37, 37, Causal::none)->opt.dropout = dropout(0.2);
   add("dropout_bottom_right_mqa", 29, 47, Causal::bottom_right, 1)->opt.dropout = dropout(0.5);
+  // Attention sinks (one logit per query head, one head without: −inf), merged once per row
+  // after every block: under a causal mask with more keys than queries, and under a window
+  // with soft-cap and dropout (the sink never dropped).
+  auto sinks = [](Case* c) {
+    c->sinks = std::make_shared<std::vector<float>>(
+        std::vector<float>{0.8f, -1.5f, 2.5f, -std::numeric_limits<float>::infinity()});
+    c->opt.sinks = contiguous<const float>(c->sinks->data(), {c->Hq});
+  };
+  sinks(add("sinks_bottom_right_more_keys", 29, 47, Causal::bottom_right));
+  {
+    Case* c = add("sinks_window_softcap_dropout", 40, 40, Causal::none);
+    sinks(c);
+    c->opt.window = {9, 4}, c->opt.softcap = 5.0, c->opt.dropout = dropout(0.2);
+  }
   return cs;
 }
 

@@ -9,6 +9,8 @@
 //   out: + 2 floor_lse max|v| + (S−1) eps max|v| (4L + 20)
 //   lse: + (S−1) eps (L + 4)
 //   dX:  + (S−1) eps (L + 5) G_X
+// With attention sinks the sink is one more part of every row (S + 1 parts), its lse the
+// sink's logit: L = max(smax, max|sink|) + log(Nk + 1).
 #pragma once
 
 #include <algorithm>
@@ -25,16 +27,19 @@ struct MergeExtra {
 };
 
 /// The merge's extra terms. parts = S, the number of key blocks merged per query row.
-/// column_mass = C above (pass 0 when no backward is checked).
+/// column_mass = C above (pass 0 when no backward is checked). sink_max: max |finite sink|, or
+/// a negative number without sinks.
 inline MergeExtra merge_extra(const std::vector<float>& q, const std::vector<float>& k, const std::vector<float>& v,
                               const std::vector<float>& dout, std::int64_t Dk, std::int64_t Dv, std::int64_t Nk,
                               double beta, double softcap, std::int64_t parts, double floor_lse, double column_mass,
-                              double mask_max = 0.0) {
+                              double mask_max = 0.0, double sink_max = -1.0) {
   using tolerance::kEps32;
   double smax = beta * tolerance::max_row_norm(q, Dk) * tolerance::max_row_norm(k, Dk);
   if (softcap > 0) smax = std::min(smax, softcap);
   smax += mask_max;  // an additive mask moves every score by at most max|mask| (tolerance.hpp)
-  const double L = smax + std::log(static_cast<double>(Nk));
+  const bool sinks = sink_max >= 0.0;
+  const double L = std::max(smax, sink_max) + std::log(static_cast<double>(Nk + (sinks ? 1 : 0)));
+  parts += sinks ? 1 : 0;
   const double dpmax = tolerance::max_row_norm(dout, Dv) * tolerance::max_row_norm(v, Dv);
   const double s1 = static_cast<double>(parts - 1) * kEps32;
   const double vmax = tolerance::max_abs(v);

@@ -70,6 +70,19 @@ case $case in
         $opts "${grads[@]}"
       echo "P=$np $layout $opts"
       for t in o l dq dk dv; do close $t.npy ${t}1.npy 1e-3; done
+    done
+    # Attention sinks (each row's sink merged once, after every block; ∂L/∂sinks summed over
+    # the ranks) against one process, with a window and under a causal mask.
+    "$tool" make s.npy f32 13 4
+    for spec in "3 zigzag --causal bottom-right" "2 contiguous --window 6,2"; do
+      read -r np layout opts <<< "$spec"
+      "$sdpa" attention --q q.npy --k k.npy --v v.npy --out o1.npy --lse l1.npy $opts --sinks s.npy \
+        --grad-out g.npy --dq dq1.npy --dk dk1.npy --dv dv1.npy --dsinks ds1.npy
+      mpi "$np" "$sdpa" attention --ring --layout "$layout" --q q.npy --k k.npy --v v.npy --out o.npy --lse l.npy \
+        $opts --sinks s.npy "${grads[@]}" --dsinks ds.npy
+      echo "P=$np $layout $opts --sinks"
+      for t in o l dq dk dv ds; do close $t.npy ${t}1.npy 1e-3; done
+      [ "$("$tool" info ds.npy)" = "float32 [4]" ] || fail "ds.npy shape: $("$tool" info ds.npy)"
     done ;;
   faults)
     # Options that differ between ranks.
@@ -78,7 +91,12 @@ case $case in
     # Dropout seeds that differ between ranks (each would draw another mask).
     expect_fault "ranks disagree on options" 2 bash -c \
       's=7; [ "$OMPI_COMM_WORLD_RANK" = 1 ] && s=8; exec "$0" attention --ring --q q.npy --k k.npy --v v.npy --out o.npy --dropout 0.2 --seed $s' "$sdpa"
-    # A rank that reads a different file.
+    # Sinks that differ between ranks; sinks of the wrong length (every rank alike).
+    "$tool" make s.npy f32 13 4; "$tool" make s2.npy f32 14 4; "$tool" make s3.npy f32 13 3
+    expect_fault "ranks disagree on options" 2 bash -c \
+      'f=s.npy; [ "$OMPI_COMM_WORLD_RANK" = 1 ] && f=s2.npy; exec "$0" attention --ring --q q.npy --k k.npy --v v.npy --sinks $f --out o.npy' "$sdpa"
+    expect_fault "sinks: shape [3] should be [Hq] = [4]" 2 "$sdpa" attention --ring --q q.npy --k k.npy --v v.npy \
+      --sinks s3.npy --out o.npy
     # A rank that reads a different mask.
     "$tool" make add.npy f32 10 4 37 41; "$tool" make add2.npy f32 12 4 37 41
     expect_fault "ranks disagree on --mask" 2 bash -c \

@@ -60,6 +60,8 @@ Result blockwise(const Case& c, const Data& d, const std::vector<i64>& qcut, con
       merge_partial(rows(r.out.data(), os, q0, q1), rows3(r.lse.data(), ls, q0, q1), po, pl);
     }
   }
+  const bool sinks = !c.opt.sinks.empty();
+  if (sinks) merge_sinks(contiguous(r.out.data(), os), contiguous(r.lse.data(), ls), c.opt.sinks);
   for (std::size_t a = 0; a + 1 < qcut.size(); ++a)
     for (std::size_t b = 0; b + 1 < kcut.size(); ++b) {
       const i64 q0 = qcut[a], q1 = qcut[a + 1], k0 = kcut[b], k1 = kcut[b + 1];
@@ -71,6 +73,14 @@ Result blockwise(const Case& c, const Data& d, const std::vector<i64>& qcut, con
                           rows(r.dq.data(), qs, q0, q1), rows(r.dk.data(), ks, k0, k1), rows(r.dv.data(), vs, k0, k1),
                           block_options(c.opt, pos));
     }
+  if (sinks) {  // the query shards' shares, in order
+    r.dsinks.assign(static_cast<std::size_t>(c.Hq), 0.0f);
+    for (std::size_t a = 0; a + 1 < qcut.size(); ++a)
+      add_sink_grads(rows<const float>(r.out.data(), os, qcut[a], qcut[a + 1]),
+                     rows3<const float>(r.lse.data(), ls, qcut[a], qcut[a + 1]),
+                     rows<const float>(d.dout.data(), os, qcut[a], qcut[a + 1]), c.opt.sinks,
+                     contiguous(r.dsinks.data(), {c.Hq}));
+  }
   return r;
 }
 
@@ -88,8 +98,10 @@ TEST_P(Blocks, MergedBlocksMatchTheWholeCall) {
 
 TEST_P(Blocks, OneBlockIsTheWholeCallBitForBit) {
   // With one shard and one block the merge into (0, −inf) is exact and the accumulation
-  // adds to zeros: the same bits as forward / backward.
-  const Case& c = GetParam();
+  // adds to zeros: the same bits as forward / backward. (Without the sinks: the whole call
+  // folds a sink into its rows' final sum, the blocks merge it after, a different rounding.)
+  Case c = GetParam();
+  c.opt.sinks = {};
   const Data d = make_data(c);
   const Result r = blockwise(c, d, {0, c.Nq}, {0, c.Nk});
   std::vector<float> out(d.dout.size()), lse(r.lse.size()), dq(d.q.size()), dk(d.k.size()), dv(d.v.size());
@@ -140,6 +152,62 @@ TEST(Blocks, BadArgumentsAreRefused) {
       merge_partial(contiguous(a.data(), {1, 1, 2, 4}), contiguous(l.data(), {1, 1, 2}),
                     contiguous<const float>(b.data(), {1, 1, 3, 4}), contiguous<const float>(lb.data(), {1, 1, 3})),
       Error);
+}
+
+// The sink as a part: a row that saw no key gets lse = sink and out 0; a −inf sink leaves
+// its head's rows as they were (bit for bit); one seen key of lse l and a sink s weigh
+// 1/(1 + e^{s−l}) and e^{s−l}/(1 + e^{s−l}); block_options hands the blocks no sinks.
+TEST(Blocks, MergeSinks) {
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> out{0.0f, 0.0f, 3.0f, -1.0f, 5.0f, 7.0f}, lse{-inf, std::log(2.0f), 0.25f};
+  const std::vector<float> sinks{1.5f, 0.0f, -inf};  // heads 0, 1, 2: one row each
+  merge_sinks(contiguous(out.data(), {1, 3, 1, 2}), contiguous(lse.data(), {1, 3, 1}), contiguous(sinks.data(), {3}));
+  EXPECT_EQ(lse[0], 1.5f);
+  EXPECT_EQ(out[0], 0.0f);
+  EXPECT_EQ(out[1], 0.0f);
+  EXPECT_NEAR(lse[1], std::log(3.0), 1e-6);  // log(e^{log 2} + e^0)
+  EXPECT_NEAR(out[2], 3.0 * 2.0 / 3.0, 1e-6);
+  EXPECT_NEAR(out[3], -1.0 * 2.0 / 3.0, 1e-6);
+  EXPECT_EQ(lse[2], 0.25f);
+  EXPECT_EQ(out[4], 5.0f);
+  EXPECT_EQ(out[5], 7.0f);
+  Options o;
+  std::vector<float> ds(3);
+  o.sinks = contiguous(sinks.data(), {3}), o.dsinks = contiguous(ds.data(), {3});
+  const Options b = block_options(o, BlockPos{0, 0, 1, 1, 1, 1});
+  EXPECT_TRUE(b.sinks.empty());
+  EXPECT_TRUE(b.dsinks.empty());
+}
+
+TEST(Blocks, SinkArgumentsAreRefused) {
+  std::vector<float> out(8), lse(2), dsinks(1);
+  const std::vector<float> two{0.0f, 1.0f}, nan{std::nanf("")};
+  const auto o = contiguous(out.data(), {1, 1, 2, 4});
+  const auto l = contiguous(lse.data(), {1, 1, 2});
+  auto message = [](auto call) {
+    try {
+      call();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message([&] { merge_sinks(o, l, contiguous(two.data(), {2})); }).find("merge_sinks: sinks: shape [2]"),
+            std::string::npos);
+  EXPECT_NE(message([&] { merge_sinks(o, l, contiguous(nan.data(), {1})); }).find("merge_sinks: sinks: head 0 is nan"),
+            std::string::npos);
+  EXPECT_NE(message([&] { merge_sinks(o, l, View1<const float>{}); }).find("merge_sinks: sinks: empty"),
+            std::string::npos);
+  EXPECT_NE(message([&] {
+              add_sink_grads(View4<const float>(o), View3<const float>(l), View4<const float>(o),
+                             contiguous(two.data(), {1}), View1<float>{});
+            }).find("add_sink_grads: dsinks: empty"),
+            std::string::npos);
+  EXPECT_NE(message([&] {
+              add_sink_grads(View4<const float>(o), View3<const float>(contiguous(lse.data(), {1, 1, 1})),
+                             View4<const float>(o), contiguous(two.data(), {1}), contiguous(dsinks.data(), {1}));
+            }).find("add_sink_grads: lse"),
+            std::string::npos);
 }
 
 }  // namespace

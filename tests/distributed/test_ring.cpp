@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <cmath>
 #include <limits>
 
 #include "distributed/ring.hpp"
@@ -61,11 +62,16 @@ Local run_ring(const Case& c, const Data& d, Layout layout) {
   dist::ring_forward(MPI_COMM_WORLD, contiguous<const float>(q.data(), qs), contiguous<const float>(k.data(), ks),
                      contiguous<const float>(v.data(), vs), contiguous(l.r.out.data(), os),
                      contiguous(l.r.lse.data(), {c.B, c.Hq, nq}), c.opt, ring, &l.fwd);
+  Options opt_b = c.opt;  // with sinks, every rank receives the whole ∂L/∂sinks
+  if (!c.opt.sinks.empty()) {
+    l.r.dsinks.assign(static_cast<std::size_t>(c.Hq), nan);
+    opt_b.dsinks = contiguous(l.r.dsinks.data(), {c.Hq});
+  }
   dist::ring_backward(MPI_COMM_WORLD, contiguous<const float>(q.data(), qs), contiguous<const float>(k.data(), ks),
                       contiguous<const float>(v.data(), vs), contiguous<const float>(l.r.out.data(), os),
                       contiguous<const float>(l.r.lse.data(), {c.B, c.Hq, nq}),
                       contiguous<const float>(dout.data(), os), contiguous(l.r.dq.data(), qs),
-                      contiguous(l.r.dk.data(), ks), contiguous(l.r.dv.data(), vs), c.opt, ring, &l.bwd);
+                      contiguous(l.r.dk.data(), ks), contiguous(l.r.dv.data(), vs), opt_b, ring, &l.bwd);
   return l;
 }
 
@@ -100,6 +106,7 @@ TEST_P(Ring, ShardsMatchTheWholeCall) {
   EXPECT_EQ(first.r.dq, again.r.dq);
   EXPECT_EQ(first.r.dk, again.r.dk);
   EXPECT_EQ(first.r.dv, again.r.dv);
+  EXPECT_EQ(first.r.dsinks, again.r.dsinks);
 }
 
 std::vector<Param> params() {
@@ -139,6 +146,26 @@ TEST(RingErrors, MismatchedDropoutSeedThrowsOnEveryRank) {
   c.name = "dropout_mismatch";
   const Data d = make_data(c);
   c.opt.dropout = {0.2, world_rank() == world_size() - 1 ? 8u : 7u, 0};
+  EXPECT_THROW(
+      {
+        try {
+          run_ring(c, d, Layout::zigzag);
+        } catch (const Error& e) {
+          EXPECT_NE(std::string(e.what()).find("ranks disagree on options"), std::string::npos) << e.what();
+          throw;
+        }
+      },
+      Error);
+}
+
+// The sinks too: one rank's logit differing in the last bit is caught before any block.
+TEST(RingErrors, MismatchedSinksThrowOnEveryRank) {
+  Case c;
+  c.name = "sinks_mismatch";
+  const Data d = make_data(c);
+  std::vector<float> sinks{0.5f, 0.5f, 0.5f, 0.5f};
+  if (world_rank() == world_size() - 1) sinks[2] = std::nextafter(0.5f, 1.0f);
+  c.opt.sinks = contiguous<const float>(sinks.data(), {4});
   EXPECT_THROW(
       {
         try {

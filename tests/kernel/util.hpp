@@ -123,24 +123,13 @@ struct DtypeYardstick {
     f32.out *= keep_scale, f32.dq *= keep_scale, f32.dk *= keep_scale;
     fl = tolerance::with_output_rounding(f32, unit_roundoff(t), max_abs(out64.data), max_abs(dq64.data),
                                          max_abs(dk64.data), max_abs(dv64.data));
-    // ∂L/∂sink_h = −Σ_i p_sink,i Δ_i reads out (through Δ_i = dout_i·out_i) and lse (through
-    // p_sink,i = exp(sink_h − lse_i)): out off by at most fl.out an element moves Δ_i by
-    // ‖dout_i‖₁·fl.out, lse off by fl.lse moves p_sink,i by a relative fl.lse (to first order).
+    // ∂L/∂sinks reads out (through Δ = dout·out) and lse (through p_sink): their floors carry over.
     if (!opt.sinks.empty())
-      for (i64 h = 0; h < Hq; ++h) {
-        double bound = 0.0;
-        for (i64 b = 0; b < B; ++b)
-          for (i64 i = 0; i < Nq; ++i) {
-            double delta = 0.0, dout_l1 = 0.0;
-            for (i64 e = 0; e < Dv; ++e) {
-              delta += out64.cview()(b, h, i, e) * static_cast<double>(dout.cview()(b, h, i, e));
-              dout_l1 += std::abs(static_cast<double>(dout.cview()(b, h, i, e)));
-            }
-            const double p_sink = std::exp(static_cast<double>(opt.sinks(h)) - lse64.cview()(b, h, i));
-            bound += p_sink * (dout_l1 * fl.out + std::abs(delta) * fl.lse);
-          }
-        dsinks_floor = std::max(dsinks_floor, bound);
-      }
+      dsinks_floor = tolerance::sink_grad_floor(
+          B, Hq, Nq, Dv, [&](i64 b, i64 h, i64 i, i64 e) { return out64.cview()(b, h, i, e); },
+          [&](i64 b, i64 h, i64 i) { return lse64.cview()(b, h, i); },
+          [&](i64 b, i64 h, i64 i, i64 e) { return dout.cview()(b, h, i, e); }, [&](i64 h) { return opt.sinks(h); },
+          fl.out, fl.lse);
   }
   tolerance::Verdict out(const std::vector<float>& x) const { return judge(x, outn.data, out64.data, fl.out); }
   tolerance::Verdict lse(const std::vector<float>& x) const { return judge(x, lsen.data, lse64.data, fl.lse); }

@@ -4,6 +4,7 @@ single-call rule (2 x naive fp32 error + floor) plus the merge's bound; and bit-
 second run. With dropout the reference applies the whole sequence's mask, read back from sdpa's
 reference kernel (dropout_multipliers). Exits non-zero (an AssertionError) on any failure."""
 
+import math
 import os
 import sys
 
@@ -15,7 +16,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 import sdpa  # noqa: E402
 import sdpa.distributed as sd  # noqa: E402
 from npref import (assert_within, attention_ref, backward_ref, backward_floors, forward_floors,  # noqa: E402
-                   merge_extra)
+                   merge_extra, sink_grad_floor, sink_grad_ref)
 
 CASES = [  # (name, Nq, Nk, Hkv, options)
     ("full", 29, 29, 2, {}),
@@ -26,6 +27,11 @@ CASES = [  # (name, Nq, Nk, Hkv, options)
     # Dropout of the whole sequence: shard boundaries (29/4, 37/6, ...) split key quads.
     ("dropout_gqa", 29, 29, 2, {"dropout_p": 0.2, "dropout_seed": 5, "dropout_offset": 3}),
     ("dropout_bottom_right_mqa", 23, 37, 1, {"causal": "bottom-right", "dropout_p": 0.5, "dropout_seed": 2 ** 63 + 11}),
+    # Attention sinks (one head without: -inf), merged once per row after every block; their
+    # gradient summed over the ranks.
+    ("sinks_bottom_right", 23, 37, 2, {"causal": "bottom-right", "sinks": [0.75, -1.5, 2.5, -math.inf]}),
+    ("sinks_window_dropout", 29, 29, 1, {"window": (6, 2), "sinks": [1.0, 0.0, -0.5, 3.0], "dropout_p": 0.25,
+                                         "dropout_seed": 12}),
 ]
 _DROPOUT = ("dropout_p", "dropout_seed", "dropout_offset")
 
@@ -61,7 +67,7 @@ def main():
             f_out, f_lse = forward_floors(q, k, v, lse64, **ref)
             floors = dict(zip(("dq", "dk", "dv"), backward_floors(q, k, v, dout, gold["dv"], **ref)))
             parts = size * (2 if layout == "zigzag" else 1)
-            e_out, _, *e_grad = merge_extra(q, k, v, dout, cache64["p"], parts, f_lse, **ref)
+            e_out, e_lse, *e_grad = merge_extra(q, k, v, dout, cache64["p"], parts, f_lse, **ref)
             extra = dict(zip(("dq", "dk", "dv"), e_grad))
             # Dropout: the kept weights grow by 1/(1 - p), and with them the floors of out, dq, dk
             # (dv's is taken from max|dv|) and every merge term (tests/distributed/gold.hpp derives each).
@@ -75,19 +81,26 @@ def main():
 
             def run():
                 ql, kl, vl = (sd.shard(x, None, layout).requires_grad_() for x in (q, k, v))
-                o = sd.ring_attention(ql, kl, vl, layout=layout, **opts)
+                sinks = None
+                if "sinks" in opts:
+                    sinks = torch.tensor(opts["sinks"], dtype=torch.float32, requires_grad=True)
+                o = sd.ring_attention(ql, kl, vl, layout=layout, **{**opts, "sinks": sinks})
                 (o * sd.shard(dout, None, layout)).sum().backward()
-                return o.detach(), ql.grad, kl.grad, vl.grad
+                return o.detach(), ql.grad, kl.grad, vl.grad, (None if sinks is None else sinks.grad)
 
-            o, dq, dk, dv = run()
+            o, dq, dk, dv, dsinks = run()
             tag = f"rank {rank}/{size} {layout} {name}"
             assert_within(f"{tag} out", o.numpy(), local(outn), local(out64), f_out + e_out)
             for key, got in (("dq", dq), ("dk", dk), ("dv", dv)):
                 assert_within(f"{tag} {key}", got.numpy(), local(naive[key]), local(gold[key]),
                               floors[key] + extra[key])
+            if "sinks" in opts:  # every rank holds the whole sequence's gradient
+                f_dsinks = sink_grad_floor(out64, lse64, dout, opts["sinks"], f_out + e_out, f_lse + e_lse)
+                assert_within(f"{tag} dsinks", dsinks.numpy(), sink_grad_ref(cachen, dout), sink_grad_ref(cache64, dout),
+                              f_dsinks)
             again = run()  # deterministic for a given number of ranks
-            for a, b in zip((o, dq, dk, dv), again):
-                assert torch.equal(a, b), f"{tag}: a second run differs"
+            for a, b in zip((o, dq, dk, dv, dsinks), again):
+                assert (a is None and b is None) or torch.equal(a, b), f"{tag}: a second run differs"
             whole = sd.unshard(o, Nq, None, layout)
             assert torch.equal(sd.shard(whole, None, layout), o), f"{tag}: unshard(shard(x)) != x"
     # Dropout without a seed: every rank draws from its own generator (here seeded differently)
@@ -109,6 +122,14 @@ def main():
         x = sd.shard(torch.randn(1, 2, 20, 8), None, "zigzag")
         sd.ring_attention(x, x, x, causal="top-left" if rank == size - 1 else None)
         raise AssertionError("mismatched options were accepted")
+    except ValueError as e:
+        assert "other options" in str(e), e
+    # Sinks that differ between ranks (in the last bit): every rank raises.
+    try:
+        x = sd.shard(torch.randn(1, 2, 20, 8), None, "zigzag")
+        sink = torch.tensor([0.5, 0.5], dtype=torch.float32)
+        sd.ring_attention(x, x, x, sinks=sink if rank < size - 1 else torch.nextafter(sink, torch.ones(2)))
+        raise AssertionError("mismatched sinks were accepted")
     except ValueError as e:
         assert "other options" in str(e), e
     dist.destroy_process_group()

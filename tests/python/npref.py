@@ -45,10 +45,11 @@ def _mask4(mask):
 
 
 def attention_ref(q, k, v, *, dtype=np.float64, scale=None, causal=None, window=None, softcap=None, mask=None,
-                  dropout=None):
+                  dropout=None, sinks=None):
     """(out, lse, cache) for [B, H, N, D] inputs; cache feeds backward_ref. dropout: the multipliers
     M [B, Hq, Nq, Nk] (keep / (1 - p), else 0) applied to the probabilities before P V; lse stays the
-    undropped one."""
+    undropped one. sinks [Hq]: each head's logit joins its rows' softmax as a key with no value
+    (never dropped); sink_grad_ref gives its gradient."""
     q, k, v = (np.asarray(x).astype(dtype) for x in (q, k, v))
     B, Hq, Nq, Dk = q.shape
     Hkv, Nk = k.shape[1], k.shape[2]
@@ -73,15 +74,39 @@ def attention_ref(q, k, v, *, dtype=np.float64, scale=None, causal=None, window=
             s = s + np.where(np.isfinite(m), m, 0).astype(dtype)
     s = np.where(vis, s, -np.inf).astype(dtype)
     mx = s.max(axis=-1, keepdims=True)
+    if sinks is not None:
+        sink = np.broadcast_to(np.asarray(sinks).astype(dtype)[None, :, None, None], mx.shape)
+        mx = np.maximum(mx, sink)
     empty = mx == -np.inf
     e = np.where(vis, np.exp(s - np.where(empty, 0, mx)), 0).astype(dtype)
     den = e.sum(axis=-1, keepdims=True)
+    e_sink = None
+    if sinks is not None:
+        e_sink = np.where(empty, 0, np.exp(sink - np.where(empty, 0, mx))).astype(dtype)
+        den = den + e_sink
     p = np.where(empty, 0, e / np.where(empty, 1, den)).astype(dtype)
     m = None if dropout is None else np.asarray(dropout).astype(dtype)
     out = ((p if m is None else p * m) @ vr).astype(dtype)
     lse = np.where(empty, -np.inf, mx + np.log(np.where(empty, 1, den)))[..., 0].astype(dtype)
-    cache = dict(q=q, kr=kr, vr=vr, p=p, m=m, beta=beta, t=t, g=g, out=out, dtype=dtype)
+    p_sink = None if e_sink is None else np.where(empty, 0, e_sink / np.where(empty, 1, den)).astype(dtype)
+    cache = dict(q=q, kr=kr, vr=vr, p=p, m=m, beta=beta, t=t, g=g, out=out, dtype=dtype, p_sink=p_sink)
     return out, lse, cache
+
+
+def sink_grad_ref(cache, dout):
+    """dL/dsinks [Hq] = -sum over the head's rows of p_sink * (dout . out), in the cache's dtype."""
+    dt = cache["dtype"]
+    delta = (np.asarray(dout).astype(dt) * cache["out"]).sum(axis=-1)
+    return -(cache["p_sink"][..., 0] * delta).sum(axis=(0, 2)).astype(dt)
+
+
+def sink_grad_floor(out_gold, lse_gold, dout, sinks, err_out, err_lse):
+    """The floor of dL/dsinks (tolerance.hpp's sink_grad_floor): out off by err_out an element moves
+    delta = dout . out by |dout|_1 err_out, lse off by err_lse moves p_sink by a relative err_lse."""
+    out_gold, dout = np.asarray(out_gold, np.float64), np.asarray(dout, np.float64)
+    p_sink = np.exp(np.asarray(sinks, np.float64)[None, :, None] - np.asarray(lse_gold, np.float64))
+    delta = (dout * out_gold).sum(axis=-1)
+    return float((p_sink * (np.abs(dout).sum(axis=-1) * err_out + np.abs(delta) * err_lse)).sum(axis=(0, 2)).max())
 
 
 def backward_ref(cache, dout):
@@ -174,11 +199,16 @@ def assert_within(what, fast, naive, gold, floor):
 def merge_extra(q, k, v, dout, p, parts, lse_floor, **opts):
     """The extra error of a result merged by lse from `parts` key blocks per row, for
     (out, lse, dq, dk, dv): docs/scaling.md, "The merge's error bound" (tests/distributed/merge_tolerance.hpp
-    is the same bound for the C++ tests). p: the fp64 probabilities [B, Hq, Nq, Nk]."""
+    is the same bound for the C++ tests). p: the fp64 probabilities [B, Hq, Nq, Nk]. With sinks the
+    sink is one more part, its lse the sink's logit."""
     Dk, Nk = np.shape(q)[-1], np.shape(k)[-2]
     scale = opts.get("scale")
     beta = abs(1.0 / math.sqrt(Dk) if scale is None else scale)
-    L = smax(q, k, scale=scale, softcap=opts.get("softcap")) + math.log(Nk)
+    sm = smax(q, k, scale=scale, softcap=opts.get("softcap"))
+    L = sm + math.log(Nk)
+    if opts.get("sinks") is not None:
+        L = max(sm, max_abs(opts["sinks"])) + math.log(Nk + 1)
+        parts += 1
     dpmax = max_row_norm(dout) * max_row_norm(v)
     Hq, Hkv = np.shape(q)[1], np.shape(k)[1]
     B, _, Nq, _ = np.shape(p)
