@@ -10,6 +10,7 @@ tensor argument means the caller has, and torch is then found in sys.modules. Th
 
 from __future__ import annotations
 
+import functools
 import inspect
 import numbers
 import sys
@@ -391,6 +392,31 @@ def _forward4(kind: str, q, k, v, opts: dict, with_lse: bool = True):
     lse = _empty(kind, (B, Hq, Nq)) if with_lse else None
     _ext.forward(*_fast_args(kind, q, k, v, out, lse), **_fast_masks(kind, opts))
     return out, lse
+
+
+@functools.lru_cache(maxsize=1024)
+def _scalar_options(scale, causal, window, softcap) -> dict:
+    """The kernel's arguments (KERNEL_ARGS) for options without arrays or dropout, checked by _options once per
+    distinct set: a model's layers repeat a handful, and an inference call inside a model then pays no option
+    parsing (docs/python.md, "Inside a model"). The dict is shared: callers copy before changing it. window
+    must be hashable (a tuple), else TypeError: the caller's full path then checks it."""
+    return _options({"scale": scale, "causal": causal, "window": window, "softcap": softcap})
+
+
+def _forward_bnhd(q, k, v, opts: dict, keep=None, sinks=None):
+    """The inference call of a torch model: out [B, Nq, Hq, Dv], contiguous in the layout a model's output
+    projection reads (the kernel writes it through its [B, Hq, Nq, Dv] view), for torch q, k, v [B, H, N, D]
+    on the "direct" route (_torch_route), opts from _scalar_options, keep a bool mask's uint8 view, sinks
+    float32 [Hq]. Nothing else is checked in Python: the library validates shapes, strides and dtypes
+    (sdpa.Error) and nanobind the devices (TypeError), and a caller takes the full path on either to have
+    the error named."""
+    B, Hq, Nq, _ = q.shape
+    out = _torch_module().empty((B, Nq, Hq, v.shape[3]), dtype=q.dtype)
+    if keep is not None or sinks is not None:
+        keep, sinks = _fast_args("torch", keep, sinks)
+        opts = {**opts, "keep": keep, "sinks": sinks}
+    _ext.forward(*_fast_args("torch", q, k, v, out.transpose(1, 2), None), **opts)
+    return out
 
 
 def _backward4(kind: str, q, k, v, out, lse, dout, opts: dict):

@@ -93,15 +93,36 @@ def attention_forward(module, query, key, value, attention_mask: Optional["_torc
             causal = "top-left"
             if sliding_window is not None:
                 window = (sliding_window - 1, 0)  # transformers: key visible iff q_idx - kv_idx < sliding_window
+    sinks = kwargs.get("s_aux")
+    if sinks is not None and sinks.dtype != _torch.float32:
+        sinks = sinks.float()  # a bf16 model's sinks: widened exactly, differentiably
+    if not dropout:
+        out = _inference(query, key, value, mask, sinks, scaling, causal, window, softcap)
+        if out is not None:
+            return out, None
     try:
-        sinks = kwargs.get("s_aux")
-        if sinks is not None and sinks.dtype != _torch.float32:
-            sinks = sinks.float()  # a bf16 model's sinks: widened exactly, differentiably
         out = _api.attention(query, key, value, scale=scaling, causal=causal, window=window, softcap=softcap,
                              mask=mask, sinks=sinks, dropout_p=dropout)
     except (TypeError, ValueError) as e:
         raise _core.renamed(e, _NAMES) from None
     return out.transpose(1, 2), None
+
+
+def _inference(query, key, value, mask, sinks, scaling, causal, window, softcap):
+    """The call of a model in inference (no gradient, nothing tracing): the layer's options checked once and
+    cached (_core._scalar_options), the tensors handed to the kernel as they are, the output written in the
+    [B, Nq, Hq, Dv] layout the model reads next (no copy). None where this route does not apply (a float mask,
+    autograd, tracing) or the call fails: attention_forward's full path then runs it, or names the error."""
+    if mask is not None and mask.dtype != _torch.bool:
+        return None
+    try:
+        if _core._torch_route(query, key, value, mask, sinks) != "direct":
+            return None
+        opts = _core._scalar_options(scaling, causal, window, softcap)
+        keep = None if mask is None else mask.view(_torch.uint8)
+        return _core._forward_bnhd(query, key, value, opts, keep, sinks)
+    except (TypeError, ValueError, BufferError, RuntimeError):  # BufferError: DLPack refuses the tensor (meta)
+        return None
 
 
 _NAMES = (("dropout_p:", "dropout:"), ("sinks:", "s_aux:"), ("q:", "query:"), ("k:", "key:"), ("v:", "value:"), ("mask:", "attention_mask:"), ("keep:", "attention_mask:"))

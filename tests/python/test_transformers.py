@@ -59,30 +59,38 @@ DECODERS = list(CONFIGS)
 
 
 class SmaxSpy:
-    """Wraps the backend to record smax, the bound on |score| of every attention call."""
+    """Wraps the backend's two routes (the full one, sdpa.attention, and the inference one) to record smax, the
+    bound on |score| of every attention call."""
 
     def __init__(self):
         self.smax = 0.0
 
+    def record(self, q, k, scale, softcap, mask):
+        beta = abs(scale) if scale is not None else q.shape[-1] ** -0.5
+        s = beta * q.detach().abs().max().item() * k.detach().abs().max().item()
+        if softcap is not None:
+            s = min(s, softcap)
+        if mask is not None and mask.dtype != torch.bool:
+            finite = mask[torch.isfinite(mask)]
+            s += finite.abs().max().item() if finite.numel() else 0.0
+        self.smax = max(self.smax, s)
+
     def __enter__(self):
-        self._orig = sht._api.attention
+        self._full, self._inference = sht._api.attention, sht._inference
 
-        def spy(q, k, v, *, scale=None, softcap=None, mask=None, **kw):
-            beta = abs(scale) if scale is not None else q.shape[-1] ** -0.5
-            s = beta * q.detach().abs().max().item() * k.detach().abs().max().item()
-            if softcap is not None:
-                s = min(s, softcap)
-            if mask is not None and mask.dtype != torch.bool:
-                finite = mask[torch.isfinite(mask)]
-                s += finite.abs().max().item() if finite.numel() else 0.0
-            self.smax = max(self.smax, s)
-            return self._orig(q, k, v, scale=scale, softcap=softcap, mask=mask, **kw)
+        def full(q, k, v, *, scale=None, softcap=None, mask=None, **kw):
+            self.record(q, k, scale, softcap, mask)
+            return self._full(q, k, v, scale=scale, softcap=softcap, mask=mask, **kw)
 
-        sht._api.attention = spy
+        def inference(q, k, v, mask, sinks, scale, causal, window, softcap):
+            self.record(q, k, scale, softcap, mask)
+            return self._inference(q, k, v, mask, sinks, scale, causal, window, softcap)
+
+        sht._api.attention, sht._inference = full, inference
         return self
 
     def __exit__(self, *exc):
-        sht._api.attention = self._orig
+        sht._api.attention, sht._inference = self._full, self._inference
 
 
 def _models(name, cls=AutoModelForCausalLM):
@@ -211,6 +219,56 @@ def test_bert_encoder_with_padding():
         oracle = torch.cat([gold(ids[b][keep[b]][None]).last_hidden_state[0] for b in range(2)])
         _check("hidden states", got[keep], want[keep], oracle, spy.smax)
     assert spy.smax > 0
+
+
+class _Layer:  # what attention_forward reads of a module
+    is_causal = True
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_inference_route_gives_the_full_routes_bits(dtype):
+    """In inference (no_grad) the backend takes its cached-options route: the same bits as sdpa.attention on
+    the same call (decoding, prefill with its causal mask, a padded batch's bool mask, sinks, a window with
+    soft-cap), out contiguous in the [B, Nq, Hq, D] layout the model reads; with autograd, the full route."""
+    g = torch.Generator().manual_seed(3)
+
+    def full(q, k, v, **kw):
+        return sht._api.attention(q, k, v, **kw).transpose(1, 2)
+
+    def both(q, k, v, mask=None, **kw):
+        sinks = kw.get("s_aux")
+        with torch.no_grad():
+            got, _ = sht.attention_forward(_Layer(), q, k, v, mask, **kw)
+            causal = "top-left" if mask is None and q.shape[2] > 1 else None
+            window = None if kw.get("sliding_window") is None or causal is None else (kw["sliding_window"] - 1, 0)
+            want = full(q, k, v, scale=kw.get("scaling"), causal=causal, window=window, softcap=kw.get("softcap"),
+                        mask=mask, sinks=sinks)
+        assert got.is_contiguous() and got.shape == want.shape, (got.shape, got.stride())
+        assert torch.equal(got, want)
+
+    def qkv(B, Nq, Nk):
+        q = torch.randn(B, Nq, 6, 16, generator=g).to(dtype).transpose(1, 2)  # a projection's view, as in a model
+        return q, torch.randn(B, 2, Nk, 16, generator=g).to(dtype), torch.randn(B, 2, Nk, 16, generator=g).to(dtype)
+
+    before = sht._core._scalar_options.cache_info().hits
+    both(*qkv(1, 1, 37), scaling=0.3)  # decoding
+    both(*qkv(1, 1, 37), scaling=0.3)  # the same layer again: its options from the cache
+    assert sht._core._scalar_options.cache_info().hits > before
+    both(*qkv(2, 9, 9), scaling=0.25, sliding_window=4, softcap=3.0)  # prefill, window and soft-cap
+    keep = torch.ones(2, 1, 1, 21, dtype=torch.bool)
+    keep[1, :, :, :5] = False  # sequence 1 left-padded
+    both(*qkv(2, 1, 21), mask=keep)
+    both(*qkv(1, 1, 21), s_aux=torch.tensor([0.5, -1.0, 2.0, 0.0, 1.0, -0.5]))
+    # With autograd the full route (and its custom op's autograd) runs.
+    taken = []
+    orig = sht._api.attention
+    sht._api.attention = lambda *a, **kw: taken.append(1) or orig(*a, **kw)
+    try:
+        q, k, v = (x.requires_grad_() for x in qkv(1, 3, 3))
+        sht.attention_forward(_Layer(), q, k, v, None)[0].sum().backward()
+    finally:
+        sht._api.attention = orig
+    assert taken and q.grad is not None
 
 
 def test_set_attn_implementation_and_errors():

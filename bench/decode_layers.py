@@ -1,0 +1,124 @@
+"""What a decoding step's attention call costs inside a Hugging Face model, layer by layer of the Python path,
+in one process: the same Llama-shaped model as bench/hf_model.py (random weights), greedy decoding with the KV
+cache, its attention function switched between rounds (A B C D, then reversed, ...):
+
+  torch sdpa      transformers' "sdpa" backend (PyTorch's scaled_dot_product_attention)
+  sdpa full       sdpa.transformers' full route: sdpa.attention with its per-call checks and options
+  sdpa inference  sdpa.transformers as it runs in inference: the layer's options checked once and cached
+  kernel alone    sdpa's extension called on the same tensors with those options and a ready output buffer:
+                  the floor of any Python path (what the call costs in C++ and in the handover)
+
+    flock /tmp/sdpa-cpu.lock .venv/bin/python bench/decode_layers.py [--prefill 1024 --new 64 --rounds 4
+                                                                     --dtype float32|bfloat16]
+
+Prints, per variant, the median over rounds of the per-call median (µs) of the decoding's attention calls and
+the decoding's ms per token. docs/python.md, "Inside a model", holds a run.
+"""
+
+import argparse
+import statistics
+import time
+
+import torch
+import sdpa.transformers as sht
+from sdpa import _core, _ext
+from transformers import AttentionInterface, AttentionMaskInterface, AutoModelForCausalLM, LlamaConfig
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import sdpa_mask
+
+
+def full_route(module, query, key, value, mask, **kw):
+    saved, sht._inference = sht._inference, lambda *a: None  # the inference route declines: the full one runs
+    try:
+        return sht.attention_forward(module, query, key, value, mask, **kw)
+    finally:
+        sht._inference = saved
+
+
+def kernel_alone(module, query, key, value, mask, scaling=None, **kw):
+    B, Hq, Nq, _ = query.shape
+    out = torch.empty(B, Nq, Hq, value.shape[3], dtype=query.dtype)
+    causal = "top-left" if mask is None and Nq > 1 else None
+    opts = _core._scalar_options(scaling, causal, None, None)
+    keep = None if mask is None else mask[:, :, :, :key.shape[2]].view(torch.uint8)
+    t = time.perf_counter()
+    _ext.forward(query, key, value, out.transpose(1, 2), None, **{**opts, "keep": keep})
+    KernelAlone.seconds = time.perf_counter() - t
+    return out, None
+
+
+class KernelAlone:
+    seconds = 0.0
+
+
+VARIANTS = {"torch sdpa": sdpa_attention_forward, "sdpa full": full_route, "sdpa inference": sht.attention_forward,
+            "kernel alone": kernel_alone}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--prefill", type=int, default=1024)
+    ap.add_argument("--new", type=int, default=64)
+    ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
+    a = ap.parse_args()
+    if a.new < 2 or a.rounds < 1 or a.prefill < 1:
+        ap.error("--new >= 2, --rounds >= 1, --prefill >= 1")
+    current = {"fn": None}
+    calls = []
+
+    def timed(module, query, *args, **kwargs):
+        t = time.perf_counter()
+        r = current["fn"](module, query, *args, **kwargs)
+        if query.shape[2] == 1:
+            # kernel alone: the extension's call itself, not the output's allocation around it
+            calls.append(KernelAlone.seconds if current["fn"] is kernel_alone else time.perf_counter() - t)
+        return r
+
+    AttentionInterface.register("decode_layers", timed)
+    AttentionMaskInterface.register("decode_layers", sdpa_mask)
+    cfg = LlamaConfig(vocab_size=32000, hidden_size=768, intermediate_size=2048, num_hidden_layers=12,
+                      num_attention_heads=12, num_key_value_heads=4, max_position_embeddings=a.prefill + a.new,
+                      eos_token_id=None, bos_token_id=None)
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(cfg, attn_implementation="decode_layers").to(getattr(torch, a.dtype))
+    model.eval()
+    ids = torch.randint(1, 32000, (1, a.prefill), generator=torch.Generator().manual_seed(1))
+    per_call = {name: [] for name in VARIANTS}
+    per_token = {name: [] for name in VARIANTS}
+
+    def one(name):
+        current["fn"] = VARIANTS[name]
+        calls.clear()
+        stamps = []
+
+        class Clock:
+            def __call__(self, input_ids, scores):
+                stamps.append(time.perf_counter())
+                return scores
+
+        with torch.no_grad():
+            model.generate(ids, max_new_tokens=a.new, min_new_tokens=a.new, do_sample=False, pad_token_id=0,
+                           logits_processor=[Clock()])
+        return statistics.median(calls), (stamps[-1] - stamps[0]) / (a.new - 1)
+
+    names = list(VARIANTS)
+    for name in names:  # warm-up
+        one(name)
+    for r in range(a.rounds):
+        for name in (names if r % 2 == 0 else names[::-1]):
+            call, token = one(name)
+            per_call[name].append(call)
+            per_token[name].append(token)
+    print(f"Llama-shaped, 12 layers, width 768, 12/4 heads, {a.dtype}, prefill {a.prefill}, {a.new} new tokens, "
+          f"{torch.get_num_threads()} threads, isa {sht._api.active_isa()}; medians of {a.rounds} alternating rounds")
+    print()
+    print("| variant | decode attention µs/call | decode ms/token |")
+    print("|---|---|---|")
+    for name in names:
+        print(f"| {name} | {1e6 * statistics.median(per_call[name]):.1f} | "
+              f"{1e3 * statistics.median(per_token[name]):.2f} |")
+
+
+if __name__ == "__main__":
+    main()
