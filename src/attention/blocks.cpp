@@ -64,14 +64,14 @@ bool block_visible(const Options& whole, const BlockPos& pos) {
   return false;
 }
 
-void merge_partial(View4<float> out, View3<float> lse, View4<const float> part_out, View3<const float> part_lse,
-                   int threads) {
+namespace {
+// (out, lse) <- the merge of every row (b, h, i) with one more part, whose lse is part_lse(b, h, i)
+// and out element e part_out(b, h, i, e) (merge.hpp's merge_row, part 0 the row as it is).
+template <class PartLse, class PartOut>
+void merge_rows(const char* who, View4<float> out, View3<float> lse, int threads, PartLse part_lse, PartOut part_out) {
+  if (threads < 0)
+    throw Error(std::string(who) + ": threads must be >= 0 (0 = all available), got " + std::to_string(threads));
   const std::array<i64, 3> rows{out.shape[0], out.shape[1], out.shape[2]};
-  if (part_out.shape != out.shape || lse.shape != rows || part_lse.shape != rows)
-    throw Error("merge_partial: shapes differ: out " + shape_str(out.shape) + ", lse " + shape_str(lse.shape) +
-                ", part_out " + shape_str(part_out.shape) + ", part_lse " + shape_str(part_lse.shape) +
-                " (want out and part_out (B, H, N, Dv), lse and part_lse (B, H, N))");
-  if (threads < 0) throw Error("merge_partial: threads must be >= 0 (0 = all available), got " + std::to_string(threads));
   const i64 n = rows[0] * rows[1] * rows[2], dv = out.shape[3];
   Options threads_only;
   threads_only.threads = threads;
@@ -87,7 +87,6 @@ void merge_partial(View4<float> out, View3<float> lse, View4<const float> part_o
   }
 }
 
-namespace {
 // The sinks checked against the head count of (B, H, N, ·) rows, as sdpa::forward checks them.
 void check_sinks_for(const char* who, std::array<i64, 3> rows, const std::array<i64, 3>& lse_shape,
                      View1<const float> sinks, View1<float> dsinks = {}) {
@@ -106,25 +105,25 @@ void check_sinks_for(const char* who, std::array<i64, 3> rows, const std::array<
 }
 }  // namespace
 
-void merge_sinks(View4<float> out, View3<float> lse, View1<const float> sinks, int threads) {
+void merge_partial(View4<float> out, View3<float> lse, View4<const float> part_out, View3<const float> part_lse,
+                   int threads) {
   const std::array<i64, 3> rows{out.shape[0], out.shape[1], out.shape[2]};
-  check_sinks_for("merge_sinks", rows, lse.shape, sinks);
-  if (threads < 0) throw Error("merge_sinks: threads must be >= 0 (0 = all available), got " + std::to_string(threads));
-  const i64 n = rows[0] * rows[1] * rows[2], dv = out.shape[3];
-  Options threads_only;
-  threads_only.threads = threads;
-  const int workers = detail::resolve_threads(threads_only);
-#pragma omp parallel for num_threads(workers) schedule(static)
-  for (i64 r = 0; r < n; ++r) {
-    const i64 b = r / (rows[1] * rows[2]), h = r / rows[2] % rows[1], i = r % rows[2];
-    const float sink = sinks(h);
-    if (sink == -std::numeric_limits<float>::infinity()) continue;
-    // The sink is part 1: out 0, lse sink_h (as the split-KV merge takes it, api.cpp).
-    const float l = detail::merge_row(
-        2, dv, [&](i64 s) { return s == 0 ? lse(b, h, i) : sink; },
-        [&](i64 s, i64 e) { return s == 0 ? out(b, h, i, e) : 0.0f; }, [&](i64 e, float x) { out(b, h, i, e) = x; });
-    lse(b, h, i) = l;
-  }
+  if (part_out.shape != out.shape || lse.shape != rows || part_lse.shape != rows)
+    throw Error("merge_partial: shapes differ: out " + shape_str(out.shape) + ", lse " + shape_str(lse.shape) +
+                ", part_out " + shape_str(part_out.shape) + ", part_lse " + shape_str(part_lse.shape) +
+                " (want out and part_out (B, H, N, Dv), lse and part_lse (B, H, N))");
+  merge_rows(
+      "merge_partial", out, lse, threads, [&](i64 b, i64 h, i64 i) { return part_lse(b, h, i); },
+      [&](i64 b, i64 h, i64 i, i64 e) { return part_out(b, h, i, e); });
+}
+
+void merge_sinks(View4<float> out, View3<float> lse, View1<const float> sinks, int threads) {
+  check_sinks_for("merge_sinks", {out.shape[0], out.shape[1], out.shape[2]}, lse.shape, sinks);
+  // The sink is a part with out 0 and lse sink_h (as the split-KV merge takes it, api.cpp); a −inf
+  // sink weighs exactly 0 and leaves the row's bits as they were.
+  merge_rows(
+      "merge_sinks", out, lse, threads, [&](i64, i64 h, i64) { return sinks(h); },
+      [](i64, i64, i64, i64) { return 0.0f; });
 }
 
 void add_sink_grads(View4<const float> out, View3<const float> lse, View4<const float> dout, View1<const float> sinks,

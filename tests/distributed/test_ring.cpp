@@ -120,6 +120,20 @@ INSTANTIATE_TEST_SUITE_P(Cases, Ring, ::testing::ValuesIn(params()), [](const au
   return info.param.c.name + "_" + shard_layout_name(info.param.layout);
 });
 
+// The ring on options that differ between ranks: every rank throws the agreement check's error.
+void expect_disagreement(const Case& c, const Data& d, Layout layout) {
+  EXPECT_THROW(
+      {
+        try {
+          run_ring(c, d, layout);
+        } catch (const Error& e) {
+          EXPECT_NE(std::string(e.what()).find("ranks disagree on options"), std::string::npos) << e.what();
+          throw;
+        }
+      },
+      Error);
+}
+
 TEST(RingErrors, MismatchedOptionsThrowOnEveryRank) {
   Case c;
   c.name = "mismatch";
@@ -127,16 +141,7 @@ TEST(RingErrors, MismatchedOptionsThrowOnEveryRank) {
   Options o = c.opt;
   if (world_rank() == world_size() - 1) o.causal = Causal::top_left;  // one rank differs
   c.opt = o;
-  EXPECT_THROW(
-      {
-        try {
-          run_ring(c, d, Layout::contiguous);
-        } catch (const Error& e) {
-          EXPECT_NE(std::string(e.what()).find("ranks disagree on options"), std::string::npos) << e.what();
-          throw;
-        }
-      },
-      Error);
+  expect_disagreement(c, d, Layout::contiguous);
 }
 
 // Dropout's seed is part of the options every rank must agree on: with one rank's seed
@@ -146,16 +151,7 @@ TEST(RingErrors, MismatchedDropoutSeedThrowsOnEveryRank) {
   c.name = "dropout_mismatch";
   const Data d = make_data(c);
   c.opt.dropout = {0.2, world_rank() == world_size() - 1 ? 8u : 7u, 0};
-  EXPECT_THROW(
-      {
-        try {
-          run_ring(c, d, Layout::zigzag);
-        } catch (const Error& e) {
-          EXPECT_NE(std::string(e.what()).find("ranks disagree on options"), std::string::npos) << e.what();
-          throw;
-        }
-      },
-      Error);
+  expect_disagreement(c, d, Layout::zigzag);
 }
 
 // The sinks too: one rank's logit differing in the last bit is caught before any block.
@@ -166,16 +162,7 @@ TEST(RingErrors, MismatchedSinksThrowOnEveryRank) {
   std::vector<float> sinks{0.5f, 0.5f, 0.5f, 0.5f};
   if (world_rank() == world_size() - 1) sinks[2] = std::nextafter(0.5f, 1.0f);
   c.opt.sinks = contiguous<const float>(sinks.data(), {4});
-  EXPECT_THROW(
-      {
-        try {
-          run_ring(c, d, Layout::zigzag);
-        } catch (const Error& e) {
-          EXPECT_NE(std::string(e.what()).find("ranks disagree on options"), std::string::npos) << e.what();
-          throw;
-        }
-      },
-      Error);
+  expect_disagreement(c, d, Layout::zigzag);
 }
 
 TEST(RingErrors, ShortSequencesAreRefused) {
