@@ -14,6 +14,10 @@ decoding's). The two backends are timed alternately (A B B A ...) and each figur
 the host-busy caveat. Both run on the same torch thread count as sdpa's OpenMP threads. The models hold the same weights;
 the script says whether their greedy tokens agree.
 
+--decode-only skips the timed prefill (the prefill columns print nan; generate() still runs its own) and --no-warmup
+the untimed first run of each backend: for long contexts, where one prefill takes minutes and a warm-up is lost in
+the noise of a run that long.
+
 --batch B > 1 runs a padded batch: sequence b holds prefill - b·prefill/(2B) tokens, left-padded to --prefill (as a
 tokenizer pads for generation), so transformers passes both backends its 4-d boolean mask (causal ∧ key padding)
 on every call, prefill and decoding, instead of None.
@@ -78,6 +82,8 @@ def main():
     ap.add_argument("--threads", type=int, default=0, help="0: torch's default")
     ap.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
                     help="the model's weights and activations (both backends)")
+    ap.add_argument("--decode-only", action="store_true", help="skip the timed prefill (long contexts)")
+    ap.add_argument("--no-warmup", action="store_true", help="skip each backend's untimed first run")
     ap.add_argument("--json", help="also write the figures here")
     a = ap.parse_args()
     for name in ("layers", "width", "heads", "kv_heads", "prefill", "rounds", "batch"):
@@ -117,10 +123,11 @@ def main():
         m, t, f = models[label], timed[label], figures[label]
         with torch.no_grad():
             t.seconds = {"prefill": 0.0, "decode": 0.0}
-            start = time.perf_counter()
-            m(ids, attention_mask=attention_mask)
-            f["prefill_s"].append(time.perf_counter() - start)
-            f["prefill_attn_s"].append(t.seconds["prefill"])
+            if not a.decode_only:
+                start = time.perf_counter()
+                m(ids, attention_mask=attention_mask)
+                f["prefill_s"].append(time.perf_counter() - start)
+                f["prefill_attn_s"].append(t.seconds["prefill"])
             t.seconds["decode"], clock = 0.0, StepClock()
             out = m.generate(ids, attention_mask=attention_mask, max_new_tokens=a.new, min_new_tokens=a.new,
                              do_sample=False, pad_token_id=0, logits_processor=LogitsProcessorList([clock]))
@@ -132,8 +139,9 @@ def main():
 
     labels = list(models)
     load_before = os.getloadavg()[0]
-    one(labels[0])  # warm-up (allocator, OpenMP pool), not counted
-    one(labels[1])
+    if not a.no_warmup:
+        one(labels[0])  # warm-up (allocator, OpenMP pool), not counted
+        one(labels[1])
     for f in figures.values():
         for v in f.values():
             v.clear()
@@ -141,7 +149,7 @@ def main():
         for label in (labels if r % 2 == 0 else labels[::-1]):
             one(label)
 
-    med = {label: {k: statistics.median(v) for k, v in f.items()} for label, f in figures.items()}
+    med = {label: {k: statistics.median(v) if v else float("nan") for k, v in f.items()} for label, f in figures.items()}
     print(f"Llama-shaped, random weights: {a.layers} layers, width {a.width}, {a.heads} heads / {a.kv_heads} kv "
           f"heads (head dim {a.width // a.heads}), vocab {a.vocab}; prefill {a.prefill} tokens, then {a.new} "
           f"greedy tokens; batch {a.batch}{' (left-padded, uneven)' if a.batch > 1 else ''}, {a.dtype}, {threads} threads; isa {sht._api.active_isa()}; median of "
