@@ -14,6 +14,10 @@ decoding's). The two backends are timed alternately (A B B A ...) and each figur
 the host-busy caveat. Both run on the same torch thread count as sdpa's OpenMP threads. The models hold the same weights;
 the script says whether their greedy tokens agree.
 
+--sdpa-cache picks the sdpa backend's KV cache: growing (default; sdpa.transformers.GrowingCache, each step's
+tokens written in place) or dynamic (transformers' DynamicCache, which concatenates the whole cache per layer and
+step); torch sdpa runs transformers' default, DynamicCache, as its users get it.
+
 --decode-only skips the timed prefill (the prefill columns print nan; generate() still runs its own) and --no-warmup
 the untimed first run of each backend: for long contexts, where one prefill takes minutes and a warm-up is lost in
 the noise of a run that long.
@@ -31,12 +35,16 @@ import statistics
 import time
 
 import torch
+import transformers
 import sdpa.transformers as sht
 from transformers import (AttentionInterface, AttentionMaskInterface, AutoModelForCausalLM, LlamaConfig,
                           LogitsProcessor, LogitsProcessorList)
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import sdpa_mask
 
+# generate()'s keyword for a cache object: "cache" from transformers 5.24 (the first release seen to take it;
+# past_key_values is deprecated there), past_key_values before
+CACHE_KWARG = "cache" if sht._version_tuple(transformers.__version__) >= (5, 24, 0) else "past_key_values"
 BACKENDS = {"sdpa (exact_cpu)": sht.attention_forward, "torch sdpa": sdpa_attention_forward}
 
 
@@ -84,6 +92,10 @@ def main():
                     help="the model's weights and activations (both backends)")
     ap.add_argument("--decode-only", action="store_true", help="skip the timed prefill (long contexts)")
     ap.add_argument("--no-warmup", action="store_true", help="skip each backend's untimed first run")
+    ap.add_argument("--sdpa-cache", choices=("growing", "dynamic"), default="growing",
+                    help="the sdpa backend's KV cache in generate(): sdpa.transformers.GrowingCache (tokens appended "
+                         "in place) or transformers' DynamicCache (torch.cat per step); torch sdpa always runs "
+                         "transformers' default, DynamicCache")
     ap.add_argument("--json", help="also write the figures here")
     a = ap.parse_args()
     for name in ("layers", "width", "heads", "kv_heads", "prefill", "rounds", "batch"):
@@ -129,8 +141,11 @@ def main():
                 f["prefill_s"].append(time.perf_counter() - start)
                 f["prefill_attn_s"].append(t.seconds["prefill"])
             t.seconds["decode"], clock = 0.0, StepClock()
+            cache = {}
+            if label == labels[0] and a.sdpa_cache == "growing":
+                cache = {CACHE_KWARG: sht.GrowingCache(config=m.config)}
             out = m.generate(ids, attention_mask=attention_mask, max_new_tokens=a.new, min_new_tokens=a.new,
-                             do_sample=False, pad_token_id=0, logits_processor=LogitsProcessorList([clock]))
+                             do_sample=False, pad_token_id=0, logits_processor=LogitsProcessorList([clock]), **cache)
         # generate() runs the prefill again (not counted here), then a.new - 1 decoding steps between the clock's
         # first and last note
         f["decode_s"].append(clock.times[-1] - clock.times[0])
@@ -152,7 +167,7 @@ def main():
     med = {label: {k: statistics.median(v) if v else float("nan") for k, v in f.items()} for label, f in figures.items()}
     print(f"Llama-shaped, random weights: {a.layers} layers, width {a.width}, {a.heads} heads / {a.kv_heads} kv "
           f"heads (head dim {a.width // a.heads}), vocab {a.vocab}; prefill {a.prefill} tokens, then {a.new} "
-          f"greedy tokens; batch {a.batch}{' (left-padded, uneven)' if a.batch > 1 else ''}, {a.dtype}, {threads} threads; isa {sht._api.active_isa()}; median of "
+          f"greedy tokens; sdpa's cache {a.sdpa_cache}, torch's DynamicCache; batch {a.batch}{' (left-padded, uneven)' if a.batch > 1 else ''}, {a.dtype}, {threads} threads; isa {sht._api.active_isa()}; median of "
           f"{a.rounds} alternating rounds")
     print()
     print("| backend | prefill: total s | prefill: attention s | decode: total s | decode: attention s | "

@@ -54,7 +54,8 @@ def _check_version(found: str) -> None:
 
 _check_version(_transformers.__version__)
 
-from transformers import AttentionInterface, AttentionMaskInterface  # noqa: E402
+from transformers import AttentionInterface, AttentionMaskInterface, DynamicCache  # noqa: E402
+from transformers.cache_utils import DynamicLayer  # noqa: E402
 from transformers.masking_utils import sdpa_mask as _sdpa_mask  # noqa: E402
 
 
@@ -125,10 +126,87 @@ def _inference(query, key, value, mask, sinks, scaling, causal, window, softcap)
         return None
 
 
+class GrowingLayer(DynamicLayer):
+    """A DynamicLayer whose keys and values live in buffers [B, H, capacity, D] with room to grow: update()
+    writes the new tokens in place after the cached ones and returns views of the first `length` positions
+    (strided over the capacity, which the kernel reads as they are). DynamicLayer concatenates instead, a copy
+    of the whole cache per layer and step (at a 32k context, more time than the attention itself).
+
+    A full buffer is replaced by one with room for `need + max(min_room, need * growth)` positions (geometric:
+    the copies cost O(1) per token, amortised; growth 0.25 holds at most a quarter more than the tokens).
+    Anything that replaces .keys (crop keeps the view; reorder_cache, batch_select_indices and
+    batch_repeat_interleave do not) is adopted at the next update as the new contents."""
+
+    def __init__(self, growth: float = 0.25, min_room: int = 256, **kwargs):
+        super().__init__(**kwargs)
+        if not growth > 0 or min_room < 1:
+            raise ValueError(f"growth, min_room: need growth > 0 and min_room >= 1, got {growth}, {min_room}")
+        self.growth, self.min_room = growth, int(min_room)
+        self._k_buf = self._v_buf = None
+
+    def _owns(self, key_states, value_states) -> bool:
+        """Whether .keys/.values are still the leading views of this layer's buffers, and the new tokens fit
+        their batch, heads, head dims and dtype."""
+        kb, vb = self._k_buf, self._v_buf
+        if kb is None or self.keys.numel() == 0:
+            return False
+        same = (self.keys.data_ptr() == kb.data_ptr() and self.values.data_ptr() == vb.data_ptr()
+                and self.keys.stride() == kb.stride() and self.values.stride() == vb.stride())
+        fits = (key_states.dtype == kb.dtype and value_states.dtype == vb.dtype
+                and key_states.shape[:2] + key_states.shape[3:] == kb.shape[:2] + kb.shape[3:]
+                and value_states.shape[:2] + value_states.shape[3:] == vb.shape[:2] + vb.shape[3:])
+        return same and fits
+
+    def update(self, key_states, value_states, *args, **kwargs):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        length = self.get_seq_length()
+        need = length + key_states.shape[-2]
+        if not self._owns(key_states, value_states) or need > self._k_buf.shape[2]:
+            capacity = need + max(self.min_room, int(need * self.growth))
+            old_k, old_v = (self.keys, self.values) if length else (None, None)
+            self._k_buf = key_states.new_empty(key_states.shape[:2] + (capacity,) + key_states.shape[3:])
+            self._v_buf = value_states.new_empty(value_states.shape[:2] + (capacity,) + value_states.shape[3:])
+            if length:
+                self._k_buf[:, :, :length].copy_(old_k)
+                self._v_buf[:, :, :length].copy_(old_v)
+        self._k_buf[:, :, length:need].copy_(key_states)
+        self._v_buf[:, :, length:need].copy_(value_states)
+        self.keys, self.values = self._k_buf[:, :, :need], self._v_buf[:, :, :need]
+        return self.keys, self.values
+
+    def reset(self) -> None:
+        super().reset()
+        self._k_buf = self._v_buf = None
+
+
+class GrowingCache(DynamicCache):
+    """transformers' DynamicCache with its full-attention layers as GrowingLayer (tokens appended in place);
+    sliding-window layers stay transformers' own (they hold at most the window). For generate():
+
+        out = model.generate(ids, past_key_values=sdpa.transformers.GrowingCache(config=model.config), ...)
+
+    The same tokens as DynamicCache (the same keys and values, read in place); growth and min_room as
+    GrowingLayer's."""
+
+    def __init__(self, *args, growth: float = 0.25, min_room: int = 256, **kwargs):
+        super().__init__(*args, **kwargs)
+        make = lambda: GrowingLayer(growth=growth, min_room=min_room)  # noqa: E731
+        make()  # the arguments checked now, not at the first update
+        if self.layer_class_to_replicate is DynamicLayer:
+            self.layer_class_to_replicate = make
+        for i, layer in enumerate(self.layers):
+            if type(layer) is DynamicLayer:
+                grown = make()
+                if layer.is_initialized:
+                    grown.update(layer.keys, layer.values)
+                self.layers[i] = grown
+
+
 _NAMES = (("dropout_p:", "dropout:"), ("sinks:", "s_aux:"), ("q:", "query:"), ("k:", "key:"), ("v:", "value:"), ("mask:", "attention_mask:"), ("keep:", "attention_mask:"))
 
 
 AttentionInterface.register(NAME, attention_forward)
 AttentionMaskInterface.register(NAME, _sdpa_mask)
 
-__all__ = ["NAME", "MIN_TRANSFORMERS", "attention_forward"]
+__all__ = ["NAME", "MIN_TRANSFORMERS", "attention_forward", "GrowingCache", "GrowingLayer"]

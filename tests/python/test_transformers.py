@@ -419,3 +419,59 @@ def test_bfloat16_model_against_torch_sdpa():
     gold = AutoModelForCausalLM.from_config(copy.deepcopy(cfg), attn_implementation="eager").double()
     gold.load_state_dict(ours.state_dict())  # the bf16 weights, widened exactly
     _check_bf16_model(ours, theirs, gold, _ids(7, 2, 24), "torch SDPA")
+
+
+def _cache_kwarg():
+    """generate()'s keyword for a cache object (bench/hf_model.py's rule): "cache" from transformers 5.24."""
+    return "cache" if sht._version_tuple(transformers.__version__) >= (5, 24, 0) else "past_key_values"
+
+
+@pytest.mark.parametrize("name", ["llama-gqa", "qwen2-window", "gpt-oss-sinks"])
+def test_growing_cache_generates_dynamic_caches_tokens(name):
+    """sdpa.transformers.GrowingCache: 32 greedy tokens of a left-padded batch the same as with transformers'
+    DynamicCache, the buffers grown in place several times on the way (min_room 4), sliding layers left as
+    transformers' own; and its logits the same bits as DynamicCache's (the same keys, read in place)."""
+    ours, _, _ = _models(name)
+    ids = _ids(11, 2, 13)
+    mask = torch.ones_like(ids)
+    ids[1, :4], mask[1, :4] = 0, 0
+    kw = dict(attention_mask=mask, max_new_tokens=32, do_sample=False, pad_token_id=0)
+    with torch.no_grad():
+        want = ours.generate(ids, **kw)
+        cache = sht.GrowingCache(config=ours.config, min_room=4, growth=0.1)
+        got = ours.generate(ids, **kw, **{_cache_kwarg(): cache})
+    assert torch.equal(got, want)
+    grown = [layer for layer in cache.layers if isinstance(layer, sht.GrowingLayer)]
+    assert grown, "no full-attention layer took the growing cache"
+    assert len(grown) == len(cache.layers) - sum(type(layer).__name__ == "DynamicSlidingWindowLayer"
+                                                  for layer in cache.layers)
+    for layer in grown:
+        assert layer.keys.shape[2] == 13 + 31 and layer.keys.data_ptr() == layer._k_buf.data_ptr()
+        assert layer._k_buf.shape[2] < 2 * (13 + 31)  # growth 0.1: a tenth more room, plus min_room
+    # a chunked prefill through both caches: the same bits
+    with torch.no_grad():
+        a, b = DynamicCache(config=ours.config), sht.GrowingCache(config=ours.config, min_room=1)
+        for lo, hi in ((0, 7), (7, 9), (9, 13)):
+            la = ours(ids[:1, lo:hi], use_cache=True, **{_cache_kwarg(): a}).logits
+            lb = ours(ids[:1, lo:hi], use_cache=True, **{_cache_kwarg(): b}).logits
+            assert torch.equal(la, lb)
+
+
+def test_growing_cache_adopts_reordered_and_cropped_contents():
+    """Beam search reorders the cache (reorder_cache: new tensors) and crop() narrows it: the layer adopts what
+    .keys holds at the next update, so beam search gives DynamicCache's sequences; bad arguments are refused."""
+    ours, _, _ = _models("llama-gqa")
+    ids = _ids(12, 1, 9)
+    kw = dict(max_new_tokens=12, num_beams=3, do_sample=False, pad_token_id=0, early_stopping=False)
+    with torch.no_grad():
+        want = ours.generate(ids, **kw)
+        got = ours.generate(ids, **kw, **{_cache_kwarg(): sht.GrowingCache(config=ours.config, min_room=2)})
+    assert torch.equal(got, want)
+    layer = sht.GrowingLayer(min_room=2)
+    x = torch.randn(1, 2, 5, 4)
+    layer.update(x, x)
+    layer.crop(-2)
+    k, _ = layer.update(x[:, :, :1], x[:, :, :1])
+    assert torch.equal(k, torch.cat([x[:, :, :3], x[:, :, :1]], dim=2))
+    with pytest.raises(ValueError, match="growth"):
+        sht.GrowingCache(growth=0)
