@@ -81,7 +81,7 @@ struct Options {
 /// (read once per process). The counts are the call's own, recorded as it runs, so they
 /// cannot drift from what the kernel did.
 struct Plan {
-  std::string call;  // "forward", "backward", "forward_varlen", "backward_varlen"
+  std::string call;  // "forward", "backward", "forward_varlen", "backward_varlen", "forward_kvcache"
   Kernel kernel = Kernel::fast;
   Dtype dtype = Dtype::f32;
   Isa isa = Isa::scalar;                // the path that ran (the fast kernel's)
@@ -102,6 +102,9 @@ struct Plan {
   std::int64_t backward_items = 0;
   std::int64_t strided_copies = 0;   // inputs whose far-apart rows were copied back to back once
   std::int64_t packed_operands = 0;  // K or V packed once per call for the 16-bit engine
+  // forward_kvcache (sdpa/kvcache.hpp) over a paged cache: the sequences whose blocks the decoding
+  // loop read in place (the others' were gathered into one contiguous copy first).
+  std::int64_t paged_sequences = 0;
   /// One line: the call, dtype, ISA, engine, loops and schedule, and the reasons.
   std::string summary() const;
 };

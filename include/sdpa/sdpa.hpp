@@ -6,6 +6,7 @@
 #include "sdpa/dispatch.hpp"
 #include "sdpa/error.hpp"
 #include "sdpa/half.hpp"
+#include "sdpa/kvcache.hpp"
 #include "sdpa/reference.hpp"
 #include "sdpa/tensor.hpp"
 #include "sdpa/version.hpp"

@@ -244,3 +244,82 @@ def bf16_dot_active() -> bool:
     is the avx512 one, and the CPU is AMD's (Zen 4 on) or SDPA_BF16_DOT is 1; SDPA_BF16_DOT=0 turns it
     off. fp16 widens on that path (docs/contract.md)."""
     return _ext.bf16_dot_active()
+
+
+def _index_array(name: str, x, kind: str, rank: int, batch: int):
+    """cache_seqlens [B] or block_table [B, max_blocks] as the kernel takes it: int32 of q's kind, CPU. An int64
+    one is narrowed (a copy of B or B * max_blocks ints; values past int32 are refused, not wrapped); cache_seqlens
+    may be one int for every sequence."""
+    if name == "cache_seqlens" and _is_int(x):
+        x = _core._torch_module().full((batch,), x) if kind == "torch" else _core.np.full((batch,), x)
+    if _kind(name, x) != kind:
+        raise TypeError(f"{name}: not the same kind of array as q; pass a "
+                        f"{'PyTorch tensor' if kind == 'torch' else 'NumPy array'}")
+    _check_layout(name, x, kind)
+    _check_rank(name, x, rank)
+    if kind == "torch":
+        t = _core._torch_module()
+        ok = (t.int32, t.int64)
+    else:
+        ok = (_core.np.dtype(_core.np.int32), _core.np.dtype(_core.np.int64))
+    if x.dtype not in ok:
+        raise TypeError(f"{name}: dtype {x.dtype} is not supported; expected int32 (or int64, narrowed)")
+    if x.dtype == ok[0]:
+        return x
+    if x.numel() if kind == "torch" else x.size:
+        lo, hi = int(x.min()), int(x.max())
+        if lo < -2 ** 31 or hi >= 2 ** 31:
+            raise ValueError(f"{name}: entries must fit int32, got values in [{lo}, {hi}]")
+    return x.to(t.int32) if kind == "torch" else x.astype(_core.np.int32)
+
+
+def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens, block_table=None, causal=False,
+                           window=None, softcap=None, sinks=None, scale=None, threads=None, return_lse=False):
+    """Attention over a KV cache (FlashAttention's flash_attn_with_kvcache): decoding and chunked prefill.
+
+    q: [B, Nq, Hq, Dk], the new queries of each sequence (one or a few tokens). The cache, written in place:
+      contiguous  k_cache [B, Nmax, Hkv, Dk], v_cache [B, Nmax, Hkv, Dv]; or
+      paged       k_cache [blocks, block_size, Hkv, Dk], v_cache likewise, with block_table [B, max_blocks]
+                  (int32): position p of sequence b is row p % block_size of block block_table[b, p // block_size].
+    cache_seqlens: [B] int32 (or int64, or one int for all): the tokens each sequence holds before the call.
+    k, v: [B, Nnew, Hkv, Dk|Dv] or None: new tokens, written into the cache at positions cache_seqlens[b] ..
+      cache_seqlens[b] + Nnew - 1, then attended to with the rest; without them, cache_seqlens counts the keys
+      each sequence's queries read.
+    causal: True: the queries are each sequence's last Nq positions (query i sees keys j <= i + L - Nq for a
+      sequence of L keys, bottom-right); False: every query sees all L keys. window, softcap, sinks, scale,
+      threads: as in sdpa.attention (the window around the same bottom-right diagonal).
+    NumPy arrays or PyTorch CPU tensors, one kind; q, the caches, k and v one dtype of float32, float16 or
+    (torch) bfloat16. Returns out [B, Nq, Hq, Dv] in q's dtype (and lse [B, Hq, Nq] float32 with return_lse).
+    A sequence with no keys gets out 0 and lse -inf (its sink's logit with sinks). Inference only: no
+    gradient flows (a tensor that requires grad with autograd on is refused). Every argument is checked
+    before the cache is written (a block outside the cache, a sequence that would outgrow it, two sequences
+    appending into one block: sdpa.Error naming it). Per sequence the result is sdpa.attention's on its
+    keys, to the bit, for any thread count.
+    """
+    named = {"q": q, "k_cache": k_cache, "v_cache": v_cache}
+    if (k is None) != (v is None):
+        raise ValueError(f"{'v' if v is None else 'k'}: missing; new keys and values come together (or neither)")
+    if k is not None:
+        named.update(k=k, v=v)
+    kind = _check_tensors(named, "q", half_ok=True)
+    for name, x in named.items():
+        _check_rank(name, x, 4)
+    if kind == "torch" and _core._torch_module().is_grad_enabled() and any(x.requires_grad for x in named.values()):
+        raise ValueError("attention_with_kvcache: has no backward (inference over a cache); call it under "
+                         "torch.no_grad() or with tensors that do not require grad")
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal: expected a bool (True: bottom-right over each sequence's keys), got {causal!r}")
+    B, Nq, Hq, _ = q.shape
+    seqlens = _index_array("cache_seqlens", cache_seqlens, kind, 1, B)
+    table = None if block_table is None else _index_array("block_table", block_table, kind, 2, B)
+    opts = _options({"scale": scale, "causal": "bottom-right" if causal else None, "window": window,
+                     "softcap": softcap, "sinks": sinks, "threads": threads}, kind=kind,
+                    caller="attention_with_kvcache")
+    out = _empty(kind, (B, Nq, Hq, v_cache.shape[3]), q.dtype)
+    lse = _empty(kind, (B, Hq, Nq)) if return_lse else None
+    args = {name: opts[name] for name in ("scale", "softcap", "causal", "window_left", "window_right", "threads",
+                                          "kernel")}
+    qx, kc, vc, sl, bt, kx, vx, ox, lx, sx = _fast_args(kind, q, k_cache, v_cache, seqlens, table, k, v, out, lse,
+                                                        opts["sinks"])
+    _ext.forward_kvcache(qx, kc, vc, sl, bt, kx, vx, ox, lx, sinks=sx, **args)
+    return (out, lse) if return_lse else out

@@ -161,6 +161,7 @@ nb::dict plan_dict(const sdpa::Plan& p) {
   d["backward_items"] = p.backward_items;
   d["strided_copies"] = p.strided_copies;
   d["packed_operands"] = p.packed_operands;
+  d["paged_sequences"] = p.paged_sequences;
   d["summary"] = p.summary();
   return d;
 }
@@ -276,6 +277,49 @@ void def_varlen(nb::module_& m) {
 
 // What the module sees of an array: (address, shape, element strides). The tests use
 // it to show that a strided view arrives as the caller's own memory.
+using Int1 = nb::ndarray<const std::int32_t, nb::ndim<1>, cpu>;  // cache_seqlens (B)
+using Int2 = nb::ndarray<const std::int32_t, nb::ndim<2>, cpu>;  // block_table (B, max_blocks)
+
+// sdpa::forward_kvcache: the new tokens (k_new, v_new; None: none) appended into k_cache, v_cache
+// in place, out (B, Nq, Hq, Dv) and lse (B, Hq, Nq) written; block_table None: a contiguous cache.
+nb::object forward_kvcache(AnyIn4 q, AnyOut4 k_cache, AnyOut4 v_cache, Int1 cache_seqlens, Int2 block_table,
+                           AnyIn4 k_new, AnyIn4 v_new, AnyOut4 out, Out3 lse, std::optional<double> scale,
+                           std::optional<double> softcap, const std::string& causal, std::int64_t window_left,
+                           std::int64_t window_right, In1 sinks, int threads, const std::string& kernel, bool explain) {
+  sdpa::Options opt = options(scale, softcap, causal, window_left, window_right, {}, {}, sinks, threads, kernel);
+  sdpa::Plan plan;
+  if (explain) opt.plan = &plan;
+  const bool with_new = k_new.is_valid() || v_new.is_valid();
+  if (with_new && !(k_new.is_valid() && v_new.is_valid()))
+    throw sdpa::Error(std::string(k_new.is_valid() ? "v" : "k") + ": missing; new keys and values come together");
+  const sdpa::Dtype t =
+      with_new
+          ? dtype_of({{"q", q.dtype()},
+                      {"k_cache", k_cache.dtype()},
+                      {"v_cache", v_cache.dtype()},
+                      {"out", out.dtype()},
+                      {"k", k_new.dtype()},
+                      {"v", v_new.dtype()}})
+          : dtype_of(
+                {{"q", q.dtype()}, {"k_cache", k_cache.dtype()}, {"v_cache", v_cache.dtype()}, {"out", out.dtype()}});
+  const auto lse_view = lse.is_valid() ? view_of<float, 3>(lse) : sdpa::View3<float>{};
+  {
+    nb::gil_scoped_release unlocked;
+    with_element_type(t, [&](auto element) {
+      using T = decltype(element);
+      sdpa::KvCache<T> cache;
+      cache.k = view_of<T, 4>(k_cache);
+      cache.v = view_of<T, 4>(v_cache);
+      cache.seqlens = view_of<const std::int32_t, 1>(cache_seqlens);
+      if (block_table.is_valid()) cache.block_table = view_of<const std::int32_t, 2>(block_table);
+      sdpa::forward_kvcache(
+          view_of<const T, 4>(q), cache, with_new ? view_of<const T, 4>(k_new) : sdpa::View4<const T>{},
+          with_new ? view_of<const T, 4>(v_new) : sdpa::View4<const T>{}, view_of<T, 4>(out), lse_view, opt);
+    });
+  }
+  return explain ? nb::object(plan_dict(plan)) : nb::none();
+}
+
 nb::tuple inspect(nb::ndarray<const float, cpu> a) {
   nb::list shape, strides;
   for (std::size_t d = 0; d < a.ndim(); ++d) {
@@ -471,6 +515,13 @@ NB_MODULE(_ext, m) {
       "sdpa::backward into preallocated dq, dk, dv (and dsinks, with sinks); with explain, its sdpa::Plan as a dict.");
   def_varlen<std::int32_t>(m);  // the offsets' two dtypes: one overload each, tried in turn
   def_varlen<std::int64_t>(m);
+  m.def("forward_kvcache", &forward_kvcache, nb::arg("q").noconvert(), nb::arg("k_cache").noconvert(),
+        nb::arg("v_cache").noconvert(), nb::arg("cache_seqlens").noconvert(), nb::arg("block_table").noconvert().none(),
+        nb::arg("k").noconvert().none(), nb::arg("v").noconvert().none(), nb::arg("out").noconvert(),
+        nb::arg("lse").noconvert().none(), nb::arg("scale").none(), nb::arg("softcap").none(), nb::arg("causal"),
+        nb::arg("window_left"), nb::arg("window_right"), nb::arg("sinks").noconvert().none(), nb::arg("threads"),
+        nb::arg("kernel"), nb::arg("explain") = false,
+        "sdpa::forward_kvcache: k, v (unless None) appended into the caches in place, then out (and lse) written.");
   m.def("inspect", &inspect, nb::arg("a").noconvert(),
         "(address, shape, element strides) of a float32 CPU array as the module receives it.");
   m.def("forward_block", &forward_block, nb::arg("q").noconvert(), nb::arg("k").noconvert(), nb::arg("v").noconvert(),

@@ -41,8 +41,6 @@ bool backward_on_engine(Engine16 engine, const Problem& p) {
 }
 void set_kernels_for_tests(const FastKernels* kernels) { kernels_for_tests.store(kernels, std::memory_order_relaxed); }
 
-namespace {
-
 const FastKernels& kernels_for(const Options& opt) {
   if (const FastKernels* k = kernels_for_tests.load(std::memory_order_relaxed)) return *k;
   // The avx512 path's table is the one of the engine the dispatch chose.
@@ -55,6 +53,8 @@ const FastKernels& kernels_for(const Options& opt) {
                                                     }};
   return per_isa(set, opt.isa, "isa")();
 }
+
+namespace {
 
 // The plan's ISA, and the reasons for it and for the engine of a call of `dtype` on `kern`.
 void plan_dispatch(Plan& plan, const Options& opt, const FastKernels& kern, Dtype dtype) {
@@ -385,6 +385,8 @@ void backward_reference(View4<const T> q, View4<const T> k, View4<const T> v, Vi
   }
 }
 
+void run_forward(Problem& p, Tensors& t, const Options& opt, PlanRecord& record);
+
 // The one forward for every dtype: T is float, bf16 or fp16; the kernel reads the dtype
 // from the Problem and the Tensors.
 template <class T>
@@ -396,9 +398,17 @@ void forward_any(View4<const T> q, View4<const T> k, View4<const T> v, View4<T> 
     return record.finish();
   }
   Problem p = validate_forward<T>(q, k, v, out, lse, opt);
-  const FastKernels& kern = kernels_for(opt);
   Tensors t;
   t.q = q, t.k = k, t.v = v, t.out_w = out, t.lse_w = lse;
+  run_forward(p, t, opt, record);
+}
+
+// The forward of a validated call: its work items over the threads, split-KV and its merge, the
+// per-call copies and packings (none for a paged cache, whose rows only the decoding loop maps),
+// and the plan.
+void run_forward(Problem& p, Tensors& t, const Options& opt, PlanRecord& record) {
+  const FastKernels& kern = kernels_for(opt);
+  const bool paged = t.pages.table != nullptr;
 
   // Items: (b, kv head, a tile of query lanes over the group's heads[, a key split]).
   const i64 lanes = p.group * p.Nq, lane_tiles = ceil_div(lanes, kTileRows);
@@ -421,11 +431,13 @@ void forward_any(View4<const T> q, View4<const T> k, View4<const T> v, View4<T> 
   // samples) than the copy: Q goes with K and V. Offered in the order of what each saved
   // (V packed per tile 6.5 % of the samples, K 2.6 %, Q 1.6 %), for the memory cap.
   TightCopies copies;
-  copies.add(t.v, lane_tiles), copies.add(t.k, lane_tiles), copies.add(t.q, lane_tiles);
-  copies.copy(workers);
   OperandPack v_pack, k_pack;
-  v_pack.pack(kern, p, t, PackedOperand::v, lane_tiles, workers);
-  k_pack.pack(kern, p, t, PackedOperand::k, lane_tiles, workers);
+  if (!paged) {
+    copies.add(t.v, lane_tiles), copies.add(t.k, lane_tiles), copies.add(t.q, lane_tiles);
+    copies.copy(workers);
+    v_pack.pack(kern, p, t, PackedOperand::v, lane_tiles, workers);
+    k_pack.pack(kern, p, t, PackedOperand::k, lane_tiles, workers);
+  }
   MaskRowTable mask_rows;  // what each explicit mask row lets through, read once (mask_rows.hpp)
   mask_rows.attach(p, workers);
   const ScratchBlocks blocks(workers, kern.forward_scratch(p));
@@ -568,6 +580,28 @@ void backward_any(View4<const T> q, View4<const T> k, View4<const T> v, View4<co
 }
 
 }  // namespace
+
+// The checks see K and V as one row per head (row stride 0: their shapes, strides and aliasing),
+// since a paged cache's rows do not lie at one stride; the cache and its block table are
+// kvcache.cpp's to check.
+template <class T>
+void forward_paged(View4<const T> q, View4<const T> k, View4<const T> v, const KvPages& pages, View4<T> out,
+                   View3<float> lse, const Options& opt) {
+  PlanRecord record(opt, "forward", dtype_of<T>());
+  View4<const T> k_row = k, v_row = v;
+  k_row.stride[2] = v_row.stride[2] = 0;
+  Problem p = validate_forward<T>(q, k_row, v_row, out, lse, opt);
+  Tensors t;
+  t.pages = pages;
+  t.q = q, t.k = k, t.v = v, t.out_w = out, t.lse_w = lse;
+  run_forward(p, t, opt, record);
+}
+template void forward_paged<float>(View4<const float>, View4<const float>, View4<const float>, const KvPages&,
+                                   View4<float>, View3<float>, const Options&);
+template void forward_paged<bf16>(View4<const bf16>, View4<const bf16>, View4<const bf16>, const KvPages&, View4<bf16>,
+                                  View3<float>, const Options&);
+template void forward_paged<fp16>(View4<const fp16>, View4<const fp16>, View4<const fp16>, const KvPages&, View4<fp16>,
+                                  View3<float>, const Options&);
 }  // namespace detail
 
 void forward(View4<const float> q, View4<const float> k, View4<const float> v, View4<float> out, View3<float> lse,

@@ -98,7 +98,19 @@ struct FastKernels {
   PackLayout (*forward_pack_layout)(const Problem&, PackedOperand which);
   bool (*forward_pack_tile)(const Problem&, const Tensors&, PackedOperand which, i64 b, i64 g, i64 j0, void* head,
                             i64 ld, void* scratch);
+  // The most query lanes per kv head (group·Nq) for which forward_item reads a paged cache
+  // (Tensors::pages) in its fused decoding loop: kFewLanes where the ISA has that loop, else 0.
+  i64 paged_lanes;
 };
+
+// The forward of one sequence over a paged KV cache (kvcache.cpp): q (1, Hq, Nq, Dk), out,
+// lse as sdpa::forward's; k, v (1, Hkv, L, D) views of the cache's block 0 (head and row
+// strides of a block) whose rows pages maps (KvPages). The caller has checked the cache and the
+// block table, and that kernels_for(opt).paged_lanes covers group·Nq, with no mask or dropout.
+template <class T>
+void forward_paged(View4<const T> q, View4<const T> k, View4<const T> v, const KvPages& pages, View4<T> out,
+                   View3<float> lse, const Options& opt);
+const FastKernels& kernels_for(const Options& opt);
 
 // Bytes the strided-input copies (api.cpp, TightCopies) have allocated in this process, and
 // the most one call's copies may take (512 MiB); the setter is for tests, which lower the cap

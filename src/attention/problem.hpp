@@ -130,7 +130,19 @@ struct Packed16 {
   const std::uint8_t* finite = nullptr;
 };
 
+/// A paged KV cache (sdpa/kvcache.hpp) as the fused decoding loop reads it: Tensors::k and v
+/// point at block 0 of the cache, with the head and row strides of a block, and row j of a
+/// head lives in block table[j / rows], at row j % rows. rows is a multiple of 16 (the loop
+/// resolves 16 keys at a time); k_block, v_block: elements from one block to the next. Null
+/// table: K and V are ordinary strided views.
+struct KvPages {
+  const std::int32_t* table = nullptr;
+  i64 rows = 0;
+  i64 k_block = 0, v_block = 0;
+};
+
 struct Tensors {
+  KvPages pages;  // only with the fused decoding loop (api.cpp, forward_paged)
   InView q, k, v, out, dout;
   View3<const float> lse_in;
   OutView out_w, dq, dk, dv;

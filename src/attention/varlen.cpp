@@ -16,6 +16,7 @@
 #include "attention/fast.hpp"
 #include "attention/plan.hpp"
 #include "attention/problem.hpp"
+#include "attention/sequences.hpp"
 
 namespace sdpa {
 namespace {
@@ -113,34 +114,6 @@ Options sequence_options(const Options& opt, const Seq& sq, std::size_t s, int t
   return o;
 }
 
-// Runs body(s, threads) for every sequence: the wide ones one after another with all threads,
-// then the narrow ones in parallel, one thread each, longest first. An exception in a worker
-// is caught and rethrown after the region (none may leave an OpenMP region).
-template <class Body>
-void run_sequences(const std::vector<Seq>& seqs, const std::vector<i64>& items, const std::vector<double>& cost,
-                   int threads, Body body) {
-  std::vector<std::size_t> narrow;
-  for (std::size_t s = 0; s < seqs.size(); ++s) {
-    if (items[s] >= threads)
-      body(s, threads);
-    else
-      narrow.push_back(s);
-  }
-  std::stable_sort(narrow.begin(), narrow.end(), [&](std::size_t a, std::size_t b) { return cost[a] > cost[b]; });
-  std::exception_ptr error;
-  const i64 n = static_cast<i64>(narrow.size());
-#pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
-  for (i64 x = 0; x < n; ++x) {
-    try {
-      body(narrow[static_cast<std::size_t>(x)], 1);
-    } catch (...) {
-#pragma omp critical(sdpa_varlen_error)
-      if (!error) error = std::current_exception();
-    }
-  }
-  if (error) std::rethrow_exception(error);
-}
-
 i64 tiles(i64 n, i64 tile) { return (n + tile - 1) / tile; }
 
 // Both passes are written once for the element type T of q, k, v, out and the gradients
@@ -172,7 +145,7 @@ void forward_varlen_as(View3<const T> q, View3<const T> k, View3<const T> v, Seq
   }
   detail::PlanRecord record(opt, "forward_varlen", dtype_of<T>());
   std::vector<Plan> plans(record.get() != nullptr ? seqs.size() : 0);
-  run_sequences(seqs, items, cost, detail::resolve_threads(opt), [&](std::size_t s, int threads) {
+  detail::run_sequences(seqs.size(), items, cost, detail::resolve_threads(opt), [&](std::size_t s, int threads) {
     const detail::PlanLogPause one_line_per_batch;
     const Seq& sq = seqs[s];
     if (sq.Lq == 0) return;
@@ -230,7 +203,7 @@ void backward_varlen_as(View3<const T> q, View3<const T> k, View3<const T> v, Se
   // With sinks: each sequence's ∂L/∂sinks in its own row, summed in sequence order after.
   const i64 hq = all.Hq;
   std::vector<float> seq_dsinks(opt.dsinks.empty() ? 0 : seqs.size() * static_cast<std::size_t>(hq), 0.0f);
-  run_sequences(seqs, items, cost, detail::resolve_threads(opt), [&](std::size_t s, int threads) {
+  detail::run_sequences(seqs.size(), items, cost, detail::resolve_threads(opt), [&](std::size_t s, int threads) {
     const detail::PlanLogPause one_line_per_batch;
     const Seq& sq = seqs[s];
     // A sequence with no keys puts its rows' weight on the sink with out 0: Δ = 0, no gradient.

@@ -226,6 +226,51 @@ inline bool applies(const Problem& p, const Tensors& t, i64 n) {
          !p.has_dropout && p.Nk < (i64{1} << 30);
 }
 
+// A tile's keys in runs of kRun whose rows lie at one stride (a paged cache's blocks hold a
+// multiple of kRun rows, so a run never straddles two): each run's first K and V row.
+constexpr i64 kRun = 16;
+static_assert(kKeys == 2 * kRun && kRun % W == 0, "a tile is two runs, each whole score vectors");
+template <class E>
+struct TileRuns {
+  const E* k[2];
+  const E* v[2];
+  // Row r of the tile (r < kKeys).
+  const E* k_row(i64 r, i64 ldk) const { return k[r / kRun] + r % kRun * ldk; }
+  // Whether the second run's V rows follow the first's at the row stride (one V run).
+  bool adjacent(i64 ldv) const { return v[1] == v[0] + kRun * ldv; }
+};
+
+// The rows of one (b, kv head): K and V as strided views, or in a paged cache's blocks (KvPages).
+template <class E>
+struct HeadRows {
+  const E* k;
+  const E* v;
+  i64 ldk, ldv;
+  KvPages pages;
+  HeadRows(const Tensors& t, i64 b, i64 g)
+      : k(elements<E>(t.k) + off(t.k, b, g, 0, 0)),
+        v(elements<E>(t.v) + off(t.v, b, g, 0, 0)),
+        ldk(t.k.stride[2]),
+        ldv(t.v.stride[2]),
+        pages(t.pages) {}
+  // The runs of the tile from key j0 (a multiple of kKeys) of a head of nk keys. A run that starts
+  // at or past nk is never read (rows past nk are clamped to nk - 1, in the first run's tile); it
+  // takes the first run's rows, so no block-table entry past the sequence's last is read.
+  TileRuns<E> tile(i64 j0, i64 nk) const {
+    TileRuns<E> r;
+    for (int x = 0; x < 2; ++x) {
+      const i64 j = j0 + x * kRun < nk ? j0 + x * kRun : j0;
+      if (pages.table == nullptr) {
+        r.k[x] = k + j * ldk, r.v[x] = v + j * ldv;
+      } else {
+        const i64 blk = pages.table[j / pages.rows], row = j % pages.rows;
+        r.k[x] = k + blk * pages.k_block + row * ldk, r.v[x] = v + blk * pages.v_block + row * ldv;
+      }
+    }
+    return r;
+  }
+};
+
 // One item's buffers; `slots` is its lanes rounded up to whole groups (at most kFewLanes).
 struct Scratch {
   float* Q;     // (slots, dkp)  queries as rows, zero past Dk and past the last lane
@@ -284,24 +329,29 @@ void item(const Problem& p, const Tensors& t, const ForwardItem& it, const ItemL
   R m[max_groups], l[max_groups];  // running max (per lane, in all its elements), partial sums
   for (i64 gi = 0; gi < groups; ++gi) m[gi] = neg_inf, l[gi] = zero;
 
-  const E* Kb = elements<E>(t.k) + off(t.k, b, g, 0, 0);
-  const E* Vb = elements<E>(t.v) + off(t.v, b, g, 0, 0);
+  const HeadRows<E> rows(t, b, g);
   const i64 ldk = t.k.stride[2], ldv = t.v.stride[2];
+  alignas(64) float ones[W];  // the rescale of a tile's second run of keys (pv_runs)
+  for (float& x : ones) x = 1.0f;
   int cur = 0;
   for (i64 j0 = first / kKeys * kKeys; j0 <= last; j0 += kKeys) {
     const i64 bc = imin(kKeys, p.Nk - j0);
     // Only the lanes' ranges and Nk cut a tile (split boundaries do not: see kKeys).
     const bool mask = tile_needs_mask(see, j0, kKeys);
+    // The tile's runs of kRun keys, and those of the tile kPrefetchKeys ahead where it is in range.
+    const TileRuns<E> tile = rows.tile(j0, p.Nk);
+    const bool pf_tile = j0 + kKeys - 1 + kPrefetchKeys <= last;  // the whole tile ahead: V's prefetches
+    const TileRuns<E> ahead = j0 + kPrefetchKeys <= last ? rows.tile(j0 + kPrefetchKeys, p.Nk) : tile;
     for (i64 gi = 0; gi < groups; ++gi) {
       R sc[blocks];  // the tile's score vectors
       for (i64 kb = 0; kb < blocks; ++kb) {
         const i64 jb = j0 + kb * KB;
         const E* kr[KB];
         const E* pk[KB] = {};
-        for (int c = 0; c < KB; ++c) kr[c] = Kb + imin(jb + c, p.Nk - 1) * ldk;  // rows past Nk: masked below
+        for (int c = 0; c < KB; ++c) kr[c] = tile.k_row(imin(jb + c, p.Nk - 1) - j0, ldk);  // past Nk: masked below
         const bool pf = gi == 0 && jb + kPrefetchKeys + KB - 1 <= last;
         if (pf)
-          for (int c = 0; c < KB; ++c) pk[c] = Kb + (jb + kPrefetchKeys + c) * ldk;
+          for (int c = 0; c < KB; ++c) pk[c] = ahead.k_row(kb * KB + c, ldk);
         R x = Vec::mul(score_block<NL, E>(kr, Q + gi * NL * dkp, dkp, Dk, pf ? pk : nullptr), beta);
         if (p.has_softcap) x = Vec::mul(cap, Vec::tanh(Vec::mul(x, inv_cap)));
         if (mask) x = Ops::hide_outside(x, static_cast<int>(jb), c_e, lo_e[gi], hi_e[gi]);
@@ -313,9 +363,16 @@ void item(const Problem& p, const Tensors& t, const ForwardItem& it, const ItemL
           m[gi], l[gi], blocks, [&](i64 kb) { return sc[kb]; }, [](R x) { return Ops::group_reduce<KB, true>(x); },
           [&](i64 kb, R e) { Vec::store(Pg + kb * W, e); });
       Vec::store(al[gi], alpha);
-      const bool pf = gi == 0 && j0 + kKeys - 1 + kPrefetchKeys <= last;
-      pv_tile<NL, E>(Vb + j0 * ldv, ldv, bc, Dv, Pg, al[gi], O[cur] + gi * NL * dvp, O[cur ^ 1] + gi * NL * dvp, dvp,
-                     pf ? Vb + (j0 + kPrefetchKeys) * ldv : nullptr);
+      const bool pf = gi == 0 && pf_tile;
+      float* const Oo = O[cur] + gi * NL * dvp;
+      float* const On = O[cur ^ 1] + gi * NL * dvp;
+      if (bc <= kRun || (tile.adjacent(ldv) && (!pf || ahead.adjacent(ldv)))) {  // one V run (contiguous: always)
+        pv_tile<NL, E>(tile.v[0], ldv, bc, Dv, Pg, al[gi], Oo, On, dvp, pf ? ahead.v[0] : nullptr);
+      } else {  // two blocks: the second run's P·V added onto the first's (rescale 1), the same sum order
+        pv_tile<NL, E>(tile.v[0], ldv, kRun, Dv, Pg, al[gi], Oo, On, dvp, pf ? ahead.v[0] : nullptr);
+        pv_tile<NL, E>(tile.v[1], ldv, bc - kRun, Dv, Pg + kRun / KB * W, ones, On, On, dvp,
+                       pf ? ahead.v[1] : nullptr);
+      }
     }
     cur ^= 1;
   }

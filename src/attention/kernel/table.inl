@@ -22,7 +22,12 @@ const FastKernels& table() {
                              exp_n,
                              tanh_n,
                              no_pack,
-                             nullptr};
+                             nullptr,
+#ifdef SDPA_FUSED_DECODE
+                             kFewLanes};
+#else
+                             0};
+#endif
   return k;
 }
 #ifdef SDPA_ENGINE16

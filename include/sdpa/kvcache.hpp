@@ -1,0 +1,55 @@
+// sdpa/kvcache.hpp — attention over a KV cache, for decoding and chunked prefill: the new
+// tokens' keys and values written into the cache in place, then each sequence's queries
+// attending to its cached keys (FlashAttention's flash_attn_with_kvcache, in sdpa's terms).
+//
+// Shapes (the layout serving engines keep: tokens before heads):
+//   q        (B, Nq, Hq, Dk)                         out  (B, Nq, Hq, Dv)      lse (B, Hq, Nq) fp32
+//   contiguous cache:  k (B, Nmax, Hkv, Dk)          v (B, Nmax, Hkv, Dv)
+//   paged cache:       k (blocks, block_size, Hkv, Dk)  v (blocks, block_size, Hkv, Dv)
+//                      block_table (B, max_blocks) int32: position p of sequence b is row
+//                      p % block_size of block block_table[b, p / block_size]
+//   seqlens  (B) int32: the tokens sequence b holds before the call
+//   k_new    (B, Nnew, Hkv, Dk), v_new (B, Nnew, Hkv, Dv): optional; written at positions
+//            seqlens[b] .. seqlens[b] + Nnew - 1 of sequence b, which then holds
+//            L_b = seqlens[b] + Nnew keys (L_b = seqlens[b] without them)
+//
+// Sequence b's queries attend to its L_b keys exactly as sdpa::forward would to a
+// (1, Hkv, L_b, D) tensor holding them, with the call's options: with Causal::bottom_right
+// the queries are the sequence's last Nq positions (query i sees keys j <= i + L_b - Nq);
+// Causal::top_left is refused (it would put the queries at the start of a sequence whose
+// keys they follow). Windows, soft-cap, sinks, scale, threads and the ISA as in
+// sdpa::forward; explicit masks and dropout are refused (a cache call is inference). A
+// sequence with L_b = 0 gets out = 0 and lse = −∞ (the sink's logit where sinks are set).
+//
+// Every argument is checked before anything is written: a block table entry outside the
+// cache's blocks, a sequence that would outgrow the cache, two sequences writing one cache
+// row, wrong shapes — each throws sdpa::Error naming the argument, and then the cache is
+// unchanged. Only the rows a call writes or reads are touched.
+#pragma once
+
+#include <cstdint>
+
+#include "sdpa/attention.hpp"
+
+namespace sdpa {
+
+/// A KV cache in element type T (float, bf16, fp16): contiguous when block_table is empty, else
+/// paged. See the file comment for the shapes.
+template <class T>
+struct KvCache {
+  View4<T> k{};
+  View4<T> v{};
+  View<const std::int32_t, 2> block_table{};
+  View<const std::int32_t, 1> seqlens{};
+};
+
+/// Appends k_new, v_new (when non-empty) into the cache, then writes out (and lse when
+/// non-empty). The same bits for any thread count.
+void forward_kvcache(View4<const float> q, const KvCache<float>& cache, View4<const float> k_new,
+                     View4<const float> v_new, View4<float> out, View3<float> lse, const Options& opt = {});
+void forward_kvcache(View4<const bf16> q, const KvCache<bf16>& cache, View4<const bf16> k_new, View4<const bf16> v_new,
+                     View4<bf16> out, View3<float> lse, const Options& opt = {});
+void forward_kvcache(View4<const fp16> q, const KvCache<fp16>& cache, View4<const fp16> k_new, View4<const fp16> v_new,
+                     View4<fp16> out, View3<float> lse, const Options& opt = {});
+
+}  // namespace sdpa

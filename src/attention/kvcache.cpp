@@ -1,0 +1,310 @@
+// kvcache.cpp — attention over a KV cache (sdpa/kvcache.hpp): every argument checked, the new
+// tokens written into the cache, then each sequence one sdpa::forward call over its cached
+// keys, the sequences spread over the threads as varlen's are (sequences.hpp).
+//
+// A contiguous cache's sequence is a strided (1, Hkv, L, D) view of it, read in place. A
+// paged one is read in place too where the fused decoding loop takes the call (decoding and
+// short chunks: group·Nq up to its lanes; blocks of a multiple of 16 rows): it maps each run of
+// 16 keys through the block table (kernel/decode.inl), with the contiguous call's bits. Any
+// other paged call (a long chunk, odd block sizes, the scalar path, the reference kernel)
+// gathers the sequence's blocks into one contiguous copy first: correct, and a copy of the
+// bytes the forward then reads again.
+#include "sdpa/kvcache.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "attention/fast.hpp"
+#include "attention/plan.hpp"
+#include "attention/problem.hpp"
+#include "attention/sequences.hpp"
+
+namespace sdpa {
+namespace {
+
+using detail::i64;
+
+[[noreturn]] void fail(const std::string& msg) { throw Error(msg); }
+
+std::string str(i64 x) { return std::to_string(x); }
+
+// (B, N, H, D) as the (B, H, N, D) view the kernel takes (a transposed view, no copy).
+template <class T>
+View4<T> as_bhnd(const View4<T>& x) {
+  return {
+      x.data, {x.shape[0], x.shape[2], x.shape[1], x.shape[3]}, {x.stride[0], x.stride[2], x.stride[1], x.stride[3]}};
+}
+
+// Batch b of a (B, ...) view, as a batch of one.
+template <class T, std::size_t R>
+View<T, R> batch(View<T, R> x, i64 b) {
+  x.data += b * x.stride[0];
+  x.shape[0] = 1;
+  return x;
+}
+
+void check_dims(const char* name, const std::array<i64, 4>& shape, const char* dims, const void* data) {
+  for (int d = 0; d < 4; ++d)
+    if (shape[d] <= 0)
+      fail(std::string(name) + ": dimension " + str(d) + " (" + dims[d] + ") is " + str(shape[d]) + " in shape " +
+           shape_str(shape) + "; every dimension must be >= 1");
+  if (data == nullptr) fail(std::string(name) + ": data pointer is null (shape " + shape_str(shape) + ")");
+}
+
+void check_equal(const char* name, const std::array<i64, 4>& shape, const std::array<i64, 4>& want,
+                 const std::string& why) {
+  if (shape != want) fail(std::string(name) + ": shape " + shape_str(shape) + " should be " + shape_str(want) + why);
+}
+
+// What the checks found: the cache's geometry and each sequence's key count after the append.
+struct Layout {
+  i64 B = 0, Nq = 0, Hq = 0, Hkv = 0, Dk = 0, Dv = 0, Nnew = 0;
+  bool paged = false;
+  i64 rows = 0;           // positions per block (paged) or per sequence (contiguous)
+  i64 capacity = 0;       // positions a sequence may hold
+  std::vector<i64> held;  // (B) keys before the append
+  // The cache row of position p of sequence b: (block or batch index, row within it).
+  template <class T>
+  std::pair<i64, i64> where(const KvCache<T>& c, i64 b, i64 p) const {
+    if (!paged) return {b, p};
+    return {c.block_table(b, p / rows), p % rows};
+  }
+};
+
+// Every check of a call, before anything is written.
+template <class T>
+Layout check_call(const View4<const T>& q, const KvCache<T>& c, const View4<const T>& k_new,
+                  const View4<const T>& v_new, const View4<T>& out, const View3<float>& lse, const Options& opt) {
+  Layout g;
+  check_dims("q", q.shape, "BNHD", q.data);
+  g.B = q.shape[0], g.Nq = q.shape[1], g.Hq = q.shape[2], g.Dk = q.shape[3];
+  g.paged = c.block_table.data != nullptr || c.block_table.shape != std::array<i64, 2>{0, 0};
+  check_dims("k_cache", c.k.shape, g.paged ? "PRHD" : "BNHD", c.k.data);
+  check_dims("v_cache", c.v.shape, g.paged ? "PRHD" : "BNHD", c.v.data);
+  g.Hkv = c.k.shape[2], g.Dv = c.v.shape[3], g.rows = c.k.shape[1];
+  if (c.k.shape[3] != g.Dk) fail("k_cache: head dim " + str(c.k.shape[3]) + " differs from q's " + str(g.Dk));
+  if (g.Hq % g.Hkv != 0)
+    fail("k_cache: query heads Hq = " + str(g.Hq) + " is not a multiple of the cache's kv heads Hkv = " + str(g.Hkv));
+  check_equal("v_cache", c.v.shape, {c.k.shape[0], c.k.shape[1], g.Hkv, g.Dv}, " (k_cache's first three dimensions)");
+  if (c.k.stride[3] != 1 || c.v.stride[3] != 1)
+    fail("k_cache, v_cache: the head dimension must be contiguous (stride 1), got strides " + shape_str(c.k.stride) +
+         " and " + shape_str(c.v.stride));
+  if (g.paged) {
+    if (c.block_table.data == nullptr) fail("block_table: data pointer is null");
+    if (c.block_table.shape[0] != g.B || c.block_table.shape[1] < 1)
+      fail("block_table: shape " + shape_str(c.block_table.shape) + " should be [B, max_blocks] with B = " + str(g.B) +
+           " (q's batch) and max_blocks >= 1");
+    if (__builtin_mul_overflow(c.block_table.shape[1], g.rows, &g.capacity))
+      fail("block_table: max_blocks " + str(c.block_table.shape[1]) + " times block_size " + str(g.rows) +
+           " overflows");
+  } else {
+    if (c.k.shape[0] != g.B)
+      fail("k_cache: batch " + str(c.k.shape[0]) + " differs from q's " + str(g.B) +
+           " (a contiguous cache holds one sequence per batch row; pass block_table for a paged one)");
+    g.capacity = g.rows;
+  }
+  const bool with_new = k_new.data != nullptr || v_new.data != nullptr;
+  if (with_new) {
+    if (k_new.data == nullptr || v_new.data == nullptr)
+      fail(std::string(k_new.data == nullptr ? "k_new" : "v_new") + ": missing; new keys and values come together");
+    check_dims("k_new", k_new.shape, "BNHD", k_new.data);
+    check_dims("v_new", v_new.shape, "BNHD", v_new.data);
+    g.Nnew = k_new.shape[1];
+    check_equal("k_new", k_new.shape, {g.B, g.Nnew, g.Hkv, g.Dk}, " ([B, Nnew, Hkv, Dk] of q and the cache)");
+    check_equal("v_new", v_new.shape, {g.B, g.Nnew, g.Hkv, g.Dv}, " ([B, Nnew, Hkv, Dv], as k_new)");
+  }
+  if (c.seqlens.data == nullptr) fail("cache_seqlens: data pointer is null");
+  if (c.seqlens.shape[0] != g.B)
+    fail("cache_seqlens: shape [" + str(c.seqlens.shape[0]) + "] should be [B] = [" + str(g.B) + "]");
+  g.held.resize(static_cast<std::size_t>(g.B));
+  for (i64 b = 0; b < g.B; ++b) {
+    const i64 n = c.seqlens(b);
+    if (n < 0) fail("cache_seqlens: entry " + str(b) + " is " + str(n) + "; a sequence holds >= 0 tokens");
+    if (n + g.Nnew > g.capacity)
+      fail("cache_seqlens: entry " + str(b) + " is " + str(n) + ", and with " + str(g.Nnew) + " new tokens sequence " +
+           str(b) + " needs " + str(n + g.Nnew) + " positions; the cache holds " + str(g.capacity) +
+           (g.paged ? " (max_blocks × block_size)" : " (k_cache's dimension 1)"));
+    g.held[static_cast<std::size_t>(b)] = n;
+    if (g.paged)  // every block the sequence reads or writes, in range
+      for (i64 j = 0; j * g.rows < n + g.Nnew; ++j) {
+        const i64 blk = c.block_table(b, j);
+        if (blk < 0 || blk >= c.k.shape[0])
+          fail("block_table: entry [" + str(b) + ", " + str(j) + "] is " + str(blk) + ", outside the cache's " +
+               str(c.k.shape[0]) + " blocks (k_cache's dimension 0); sequence " + str(b) + " reads blocks 0.." +
+               str((n + g.Nnew - 1) / g.rows) + " of its row");
+      }
+  }
+  if (with_new && g.paged) {
+    // A row a new token is written into must be no other position's: not another new token's (two sequences
+    // appending into one block), not a key some sequence reads (a block shared for its prefix is read-only).
+    struct Write {
+      i64 block, row, b, pos;
+      bool operator<(const Write& o) const { return std::tie(block, row) < std::tie(o.block, o.row); }
+    };
+    std::vector<Write> written;
+    written.reserve(static_cast<std::size_t>(g.B * g.Nnew));
+    for (i64 b = 0; b < g.B; ++b)
+      for (i64 t = 0; t < g.Nnew; ++t) {
+        const i64 pos = g.held[static_cast<std::size_t>(b)] + t;
+        const auto [blk, row] = g.where(c, b, pos);
+        written.push_back({blk, row, b, pos});
+      }
+    std::sort(written.begin(), written.end());
+    for (std::size_t x = 1; x < written.size(); ++x)
+      if (!(written[x - 1] < written[x]))
+        fail("block_table: block " + str(written[x].block) + " row " + str(written[x].row) +
+             " is written by two new tokens (sequences " + str(written[x - 1].b) + " and " + str(written[x].b) +
+             " append into one block)");
+    for (i64 b = 0; b < g.B; ++b) {
+      const i64 L = g.held[static_cast<std::size_t>(b)] + g.Nnew;
+      for (i64 j = 0; j * g.rows < L; ++j) {
+        const i64 blk = c.block_table(b, j);
+        for (auto w = std::lower_bound(written.begin(), written.end(), Write{blk, 0, 0, 0});
+             w != written.end() && w->block == blk; ++w)
+          if (j * g.rows + w->row < L && (w->b != b || w->pos != j * g.rows + w->row))
+            fail("block_table: block " + str(blk) + " row " + str(w->row) + " is written by sequence " + str(w->b) +
+                 "'s new token and read by sequence " + str(b) + " (position " + str(j * g.rows + w->row) +
+                 "); a block shared between sequences is read-only");
+      }
+    }
+  }
+  if (!opt.mask.empty() || !opt.keep.empty())
+    fail(
+        "mask: an explicit mask is not taken over a KV cache (each sequence's length, causal and window say "
+        "which keys it sees)");
+  if (opt.dropout.p != 0.0) fail("dropout: not taken over a KV cache (inference)");
+  if (opt.diagonal) fail("diagonal: not taken over a KV cache (causal aligns each sequence by its own length)");
+  if (!opt.dsinks.empty()) fail("dsinks: a KV cache call has no backward");
+  if (opt.causal == Causal::top_left)
+    fail(
+        "causal: top_left is refused over a KV cache; the queries are each sequence's last Nq positions "
+        "(bottom_right)");
+  check_equal("out", out.shape, {g.B, g.Nq, g.Hq, g.Dv}, " ([B, Nq, Hq, Dv])");
+  // The options, q, out and lse through the one validation, on the batch seen with the cache's first
+  // rows as its keys.
+  View4<const T> k0 = as_bhnd(View4<const T>(c.k)), v0 = as_bhnd(View4<const T>(c.v));
+  if (g.paged) k0.shape[0] = v0.shape[0] = g.B, k0.stride[0] = v0.stride[0] = 0;
+  detail::validate_forward<T>(as_bhnd(q), k0, v0, as_bhnd(out), lse, opt);
+  return g;
+}
+
+// Writes k_new and v_new into their positions (the checks done).
+template <class T>
+void append(const KvCache<T>& c, const View4<const T>& k_new, const View4<const T>& v_new, const Layout& g) {
+  for (i64 b = 0; b < g.B; ++b)
+    for (i64 t = 0; t < g.Nnew; ++t) {
+      const auto [blk, row] = g.where(c, b, g.held[static_cast<std::size_t>(b)] + t);
+      for (i64 h = 0; h < g.Hkv; ++h) {
+        for (i64 e = 0; e < g.Dk; ++e) c.k(blk, row, h, e) = k_new(b, t, h, e);
+        for (i64 e = 0; e < g.Dv; ++e) c.v(blk, row, h, e) = v_new(b, t, h, e);
+      }
+    }
+}
+
+// Sequence b's first L positions of a paged cache x (D wide), copied into buf as (1, Hkv, L, D).
+template <class T>
+View4<const T> gather(const View4<T>& x, const KvCache<T>& c, const Layout& g, i64 b, i64 L, std::vector<T>& buf) {
+  const i64 D = x.shape[3];
+  buf.resize(static_cast<std::size_t>(L * g.Hkv * D));
+  for (i64 p = 0; p < L; ++p) {
+    const auto [blk, row] = g.where(c, b, p);
+    for (i64 h = 0; h < g.Hkv; ++h)
+      std::memcpy(&buf[static_cast<std::size_t>((p * g.Hkv + h) * D)], &x(blk, row, h, 0),
+                  static_cast<std::size_t>(D) * sizeof(T));
+  }
+  return {buf.data(), {1, g.Hkv, L, D}, {0, D, g.Hkv * D, 1}};
+}
+
+template <class T>
+void forward_kvcache_as(View4<const T> q, const KvCache<T>& c, View4<const T> k_new, View4<const T> v_new, View4<T> out,
+                        View3<float> lse, const Options& opt) {
+  const Layout g = check_call<T>(q, c, k_new, v_new, out, lse, opt);
+  append(c, k_new, v_new, g);
+
+  const bool want_lse = lse.data != nullptr;
+  std::vector<i64> items(static_cast<std::size_t>(g.B));
+  std::vector<double> cost(static_cast<std::size_t>(g.B));
+  for (i64 b = 0; b < g.B; ++b) {
+    const i64 L = g.held[static_cast<std::size_t>(b)] + g.Nnew;
+    // The work items forward makes of it: its kv heads, times its key splits where few (api.cpp's rule,
+    // approximated by one split per kSplitKeys keys), so a long decoding sequence runs with every thread.
+    items[static_cast<std::size_t>(b)] = g.Hkv * std::max<i64>(1, L / 2048);
+    cost[static_cast<std::size_t>(b)] = static_cast<double>(g.Nq) * static_cast<double>(L);
+  }
+  // A paged cache is read in place by the fused decoding loop where it takes the call: the ISA has it,
+  // few enough query lanes per kv head, and blocks of a multiple of 16 rows (decode.inl, kRun); else
+  // each sequence's blocks are gathered into one contiguous copy first.
+  const bool reads_pages = g.paged && opt.kernel == Kernel::fast && g.rows % 16 == 0 &&
+                           detail::kernels_for(opt).paged_lanes >= g.Hq / g.Hkv * g.Nq;
+  detail::PlanRecord record(opt, "forward_kvcache", dtype_of<T>());
+  std::vector<Plan> plans(record.get() != nullptr ? static_cast<std::size_t>(g.B) : 0);
+  detail::run_sequences(
+      static_cast<std::size_t>(g.B), items, cost, detail::resolve_threads(opt), [&](std::size_t s, int threads) {
+        const detail::PlanLogPause one_line_per_batch;
+        const i64 b = static_cast<i64>(s);
+        const i64 L = g.held[s] + g.Nnew;
+        const View4<T> o = as_bhnd(batch(out, b));
+        const View3<float> l = want_lse ? batch(lse, b) : View3<float>{};
+        if (L == 0) {  // no key: the contract's empty row, its weight on the sink
+          for (i64 h = 0; h < g.Hq; ++h)
+            for (i64 i = 0; i < g.Nq; ++i) {
+              for (i64 e = 0; e < g.Dv; ++e) o(0, h, i, e) = T(0.0f);
+              if (want_lse) l(0, h, i) = opt.sinks.empty() ? -std::numeric_limits<float>::infinity() : opt.sinks(h);
+            }
+          return;
+        }
+        Options so = opt;
+        so.threads = threads;
+        so.plan = plans.empty() ? nullptr : &plans[s];
+        const View4<const T> qb = as_bhnd(batch(q, b));
+        if (reads_pages) {  // the decoding loop maps the blocks as it reads them
+          std::vector<std::int32_t> table(static_cast<std::size_t>(c.block_table.shape[1]));
+          for (std::size_t j = 0; j < table.size(); ++j) table[j] = c.block_table(b, static_cast<i64>(j));
+          const detail::KvPages pages{table.data(), g.rows, c.k.stride[0], c.v.stride[0]};
+          View4<const T> kb = as_bhnd(View4<const T>(c.k)), vb = as_bhnd(View4<const T>(c.v));
+          kb.shape[0] = vb.shape[0] = 1, kb.shape[2] = vb.shape[2] = L;
+          kb.stride[0] = vb.stride[0] = 0;
+          detail::forward_paged<T>(qb, kb, vb, pages, o, l, so);
+          if (so.plan != nullptr) so.plan->paged_sequences = 1;
+          return;
+        }
+        std::vector<T> kbuf, vbuf;
+        View4<const T> kb, vb;
+        if (g.paged) {
+          kb = gather(c.k, c, g, b, L, kbuf);
+          vb = gather(c.v, c, g, b, L, vbuf);
+        } else {
+          kb = as_bhnd(View4<const T>(batch(c.k, b)));
+          vb = as_bhnd(View4<const T>(batch(c.v, b)));
+          kb.shape[2] = vb.shape[2] = L;
+        }
+        forward(qb, kb, vb, o, l, so);
+      });
+  if (Plan* plan = record.get()) {
+    plan->sequences = 0;
+    for (const Plan& sequence : plans) detail::merge_plan(*plan, sequence);
+  }
+  record.finish();
+}
+
+}  // namespace
+
+void forward_kvcache(View4<const float> q, const KvCache<float>& cache, View4<const float> k_new,
+                     View4<const float> v_new, View4<float> out, View3<float> lse, const Options& opt) {
+  forward_kvcache_as<float>(q, cache, k_new, v_new, out, lse, opt);
+}
+void forward_kvcache(View4<const bf16> q, const KvCache<bf16>& cache, View4<const bf16> k_new, View4<const bf16> v_new,
+                     View4<bf16> out, View3<float> lse, const Options& opt) {
+  forward_kvcache_as<bf16>(q, cache, k_new, v_new, out, lse, opt);
+}
+void forward_kvcache(View4<const fp16> q, const KvCache<fp16>& cache, View4<const fp16> k_new, View4<const fp16> v_new,
+                     View4<fp16> out, View3<float> lse, const Options& opt) {
+  forward_kvcache_as<fp16>(q, cache, k_new, v_new, out, lse, opt);
+}
+
+}  // namespace sdpa

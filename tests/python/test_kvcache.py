@@ -1,0 +1,124 @@
+"""sdpa.attention_with_kvcache (a KV cache, contiguous or paged, new tokens appended in place) against the float64
+NumPy oracle on each sequence's keys under the project's rule (npref.py), its bits against sdpa.attention on the
+sequence, errors naming the argument with the cache left unchanged; and sdpa.transformers.GrowingCache in
+generate()."""
+
+import numpy as np
+import pytest
+
+import sdpa
+from npref import assert_within, attention_ref, forward_floors
+
+HELD = [0, 5, 37, 100]  # tokens per sequence before the call
+HQ, HKV, DK, DV, CAP, BLOCK = 8, 2, 32, 24, 112, 16
+
+
+def make(seed, nq, nnew, paged):
+    rng = np.random.default_rng(seed)
+    B = len(HELD)
+    outer = (B * (CAP // BLOCK) + 3, BLOCK) if paged else (B, CAP)
+    q = rng.standard_normal((B, nq, HQ, DK)).astype(np.float32)
+    kc = rng.standard_normal(outer + (HKV, DK)).astype(np.float32)
+    vc = rng.standard_normal(outer + (HKV, DV)).astype(np.float32)
+    kn = rng.standard_normal((B, nnew, HKV, DK)).astype(np.float32)
+    vn = rng.standard_normal((B, nnew, HKV, DV)).astype(np.float32)
+    table = rng.permutation(outer[0])[:B * (CAP // BLOCK)].reshape(B, CAP // BLOCK).astype(np.int32) if paged else None
+    return q, kc, vc, kn, vn, table
+
+
+def rows(cache, table, b, n):
+    """Sequence b's first n positions of a cache, [n, H, D]."""
+    if table is None:
+        return cache[b, :n]
+    pos = np.arange(n)
+    return cache[table[b, pos // BLOCK], pos % BLOCK]
+
+
+@pytest.mark.parametrize("paged", [False, True], ids=["contiguous", "paged"])
+@pytest.mark.parametrize("nq,causal,opts", [(1, False, {}), (3, True, {}), (3, True, {"window": (20, 0), "softcap": 3.0}),
+                                           (2, True, {"sinks": np.array([0.5, -1, 2, -np.inf, 0, 1.5, -0.5, 3],
+                                                                        np.float32), "scale": 0.3})],
+                         ids=["decode", "chunk_causal", "window_softcap", "sinks"])
+def test_against_the_reference_and_attention_on_each_sequence(paged, nq, causal, opts):
+    q, kc, vc, kn, vn, table = make(7, nq, nq, paged)
+    kc0, vc0 = kc.copy(), vc.copy()
+    out, lse = sdpa.attention_with_kvcache(q, kc, vc, kn, vn, cache_seqlens=np.array(HELD, np.int32),
+                                           block_table=table, causal=causal, return_lse=True, **opts)
+    assert out.shape == (len(HELD), nq, HQ, DV) and lse.shape == (len(HELD), HQ, nq)
+    for b, held in enumerate(HELD):
+        # the append: exactly the new rows, written where the sequence's next positions are
+        np.testing.assert_array_equal(rows(kc, table, b, held + nq)[held:], kn[b])
+        np.testing.assert_array_equal(rows(vc, table, b, held + nq)[held:], vn[b])
+        np.testing.assert_array_equal(rows(kc, table, b, held), rows(kc0, table, b, held))
+        k = rows(kc, table, b, held + nq).transpose(1, 0, 2)[None]
+        v = rows(vc, table, b, held + nq).transpose(1, 0, 2)[None]
+        qb = q[b].transpose(1, 0, 2)[None]
+        ref_opts = dict(opts, causal="bottom-right" if causal else None)
+        gold_out, gold_lse, _ = attention_ref(qb, k, v, **ref_opts)
+        naive_out, naive_lse, _ = attention_ref(qb, k, v, dtype=np.float32, **ref_opts)
+        fo, fl = forward_floors(qb, k, v, gold_lse, **ref_opts)
+        got_out, got_lse = out[b].transpose(1, 0, 2)[None], lse[b][None]
+        assert_within(f"out[{b}]", got_out, naive_out, gold_out, fo)
+        assert_within(f"lse[{b}]", got_lse, naive_lse, gold_lse, fl)
+        # the same bits as sdpa.attention on the sequence's keys (each sequence is one such call)
+        want_out, want_lse = sdpa.attention(np.ascontiguousarray(qb), np.ascontiguousarray(k),
+                                            np.ascontiguousarray(v), return_lse=True, **ref_opts)
+        np.testing.assert_array_equal(got_out, want_out)
+        np.testing.assert_array_equal(got_lse, want_lse)
+    touched = np.zeros(kc.shape[:2], bool)  # no other cache row changed
+    for b, held in enumerate(HELD):
+        for p in range(held, held + nq):
+            touched[(b, p) if table is None else (table[b, p // BLOCK], p % BLOCK)] = True
+    np.testing.assert_array_equal(kc[~touched], kc0[~touched])
+    np.testing.assert_array_equal(vc[~touched], vc0[~touched])
+
+
+def test_without_new_tokens_reads_the_held_keys_and_threads_do_not_change_bits():
+    q, kc, vc, _, _, table = make(3, 1, 0, True)
+    kc0 = kc.copy()
+    seqlens = np.array(HELD, np.int64)  # int64 is narrowed
+    one = sdpa.attention_with_kvcache(q, kc, vc, cache_seqlens=seqlens, block_table=table, threads=1)
+    for t in (2, 5):
+        np.testing.assert_array_equal(
+            sdpa.attention_with_kvcache(q, kc, vc, cache_seqlens=seqlens, block_table=table, threads=t), one)
+    np.testing.assert_array_equal(kc, kc0)
+    np.testing.assert_array_equal(one[0], 0)  # sequence 0 holds no key: the empty row
+
+
+def test_torch_bfloat16_and_the_grad_refusal():
+    torch = pytest.importorskip("torch")
+    q, kc, vc, kn, vn, _ = (torch.from_numpy(x) if x is not None else None for x in make(5, 1, 1, False))
+    q, kc, vc, kn, vn = (x.bfloat16() for x in (q, kc, vc, kn, vn))
+    lens = torch.tensor(HELD, dtype=torch.int32)
+    with torch.no_grad():
+        out = sdpa.attention_with_kvcache(q, kc, vc, kn, vn, cache_seqlens=lens, causal=True)
+    assert out.dtype == torch.bfloat16 and out.shape == (4, 1, HQ, DV)
+    for b, held in enumerate(HELD):
+        assert torch.equal(kc[b, held], kn[b, 0])
+        want = sdpa.attention(q[b:b + 1].transpose(1, 2), kc[b:b + 1, :held + 1].transpose(1, 2),
+                              vc[b:b + 1, :held + 1].transpose(1, 2), causal="bottom-right")
+        assert torch.equal(out[b:b + 1].transpose(1, 2), want)
+    with pytest.raises(ValueError, match="no backward"):
+        sdpa.attention_with_kvcache(q.float().requires_grad_(), kc.float(), vc.float(), cache_seqlens=lens)
+
+
+@pytest.mark.parametrize("change,match", [
+    (lambda a: a.update(block_table=np.where(a["block_table"] == a["block_table"][2, 1], 99, a["block_table"])),
+     r"block_table: entry \[2, 1\]"),
+    (lambda a: a.update(cache_seqlens=np.array([0, 5, 37, 112], np.int32)), r"cache_seqlens: entry 3"),
+    (lambda a: a.update(cache_seqlens=np.array([0, 5, 37], np.int32)), r"cache_seqlens: shape"),
+    (lambda a: a.update(cache_seqlens=np.array(HELD, np.float32)), r"cache_seqlens: dtype"),
+    (lambda a: a.update(v=None), r"^v: missing"),
+    (lambda a: a.update(causal="bottom-right"), r"causal: expected a bool"),
+    (lambda a: a.update(block_table=a["block_table"][:3]), r"block_table: shape"),
+    (lambda a: a.update(k=a["k"][:, :, :1]), r"k_new: shape"),
+])
+def test_bad_arguments_leave_the_cache_unchanged(change, match):
+    q, kc, vc, kn, vn, table = make(9, 1, 1, True)
+    args = dict(k=kn, v=vn, cache_seqlens=np.array(HELD, np.int32), block_table=table, causal=True)
+    change(args)
+    kc0, vc0 = kc.copy(), vc.copy()
+    with pytest.raises((ValueError, TypeError), match=match):
+        sdpa.attention_with_kvcache(q, kc, vc, **args)
+    np.testing.assert_array_equal(kc, kc0)
+    np.testing.assert_array_equal(vc, vc0)
