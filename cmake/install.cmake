@@ -12,6 +12,7 @@ install(FILES
           ${PROJECT_SOURCE_DIR}/include/sdpa/dispatch.hpp
           ${PROJECT_SOURCE_DIR}/include/sdpa/error.hpp
           ${PROJECT_SOURCE_DIR}/include/sdpa/half.hpp
+          ${PROJECT_SOURCE_DIR}/include/sdpa/kvcache.hpp
           ${PROJECT_SOURCE_DIR}/include/sdpa/philox.hpp
           ${PROJECT_SOURCE_DIR}/include/sdpa/reference.hpp
           ${PROJECT_SOURCE_DIR}/include/sdpa/sdpa.hpp
