@@ -304,6 +304,10 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens
     kind = _check_tensors(named, "q", half_ok=True)
     for name, x in named.items():
         _check_rank(name, x, 4)
+    for name in ("k_cache", "v_cache"):
+        if kind == "numpy" and not named[name].flags.writeable:
+            raise ValueError(f"{name}: read-only; the cache is written in place (new tokens appended), so it must be "
+                             f"a writable array")
     if kind == "torch" and _core._torch_module().is_grad_enabled() and any(x.requires_grad for x in named.values()):
         raise ValueError("attention_with_kvcache: has no backward (inference over a cache); call it under "
                          "torch.no_grad() or with tensors that do not require grad")

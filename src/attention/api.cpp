@@ -294,9 +294,9 @@ constexpr i64 kMaxSplits = 16;
 // many floats (16 MiB): group·Nq up to 32768 rows at D = 128.
 constexpr i64 kOnePassMaxFloats = i64{4} << 20;
 
-i64 kv_splits(const Problem& p, i64 items) {
-  if (items >= kSplitBelowItems || p.Nk < 2 * kSplitKeys) return 1;
-  return std::min(kMaxSplits, std::min(ceil_div(kSplitBelowItems * 2, items), p.Nk / kSplitKeys));
+i64 kv_splits(i64 Nk, i64 items) {
+  if (items >= kSplitBelowItems || Nk < 2 * kSplitKeys) return 1;
+  return std::min(kMaxSplits, std::min(ceil_div(kSplitBelowItems * 2, items), Nk / kSplitKeys));
 }
 
 // The splits' partial results, merged by merge_row (attention/merge.hpp).
@@ -412,7 +412,7 @@ void run_forward(Problem& p, Tensors& t, const Options& opt, PlanRecord& record)
 
   // Items: (b, kv head, a tile of query lanes over the group's heads[, a key split]).
   const i64 lanes = p.group * p.Nq, lane_tiles = ceil_div(lanes, kTileRows);
-  const i64 splits = kv_splits(p, p.B * p.Hkv * lane_tiles);
+  const i64 splits = kv_splits(p.Nk, p.B * p.Hkv * lane_tiles);
   const i64 split_keys = ceil_div(ceil_div(p.Nk, kTileCols), splits) * kTileCols;
   const i64 items = p.B * p.Hkv * lane_tiles * splits;
   std::vector<float> part_out, part_lse;  // (splits, B, Hkv, lanes[, Dv]) when split
@@ -580,6 +580,11 @@ void backward_any(View4<const T> q, View4<const T> k, View4<const T> v, View4<co
 }
 
 }  // namespace
+
+i64 forward_items(i64 B, i64 Hkv, i64 lanes, i64 Nk) {
+  const i64 lane_tiles = ceil_div(lanes, kTileRows);
+  return B * Hkv * lane_tiles * kv_splits(Nk, B * Hkv * lane_tiles);
+}
 
 // The checks see K and V as one row per head (row stride 0: their shapes, strides and aliasing),
 // since a paged cache's rows do not lie at one stride; the cache and its block table are

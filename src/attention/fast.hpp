@@ -112,6 +112,10 @@ void forward_paged(View4<const T> q, View4<const T> k, View4<const T> v, const K
                    View3<float> lse, const Options& opt);
 const FastKernels& kernels_for(const Options& opt);
 
+// The work items of a forward of B·Hkv kv heads with `lanes` query lanes each (group·Nq) over Nk
+// keys: lane tiles times key splits (api.cpp's split-KV rule), as sdpa::forward makes them.
+i64 forward_items(i64 B, i64 Hkv, i64 lanes, i64 Nk);
+
 // Bytes the strided-input copies (api.cpp, TightCopies) have allocated in this process, and
 // the most one call's copies may take (512 MiB); the setter is for tests, which lower the cap
 // to show a call above it reads its inputs in place, with the same bits.

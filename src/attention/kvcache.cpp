@@ -49,10 +49,7 @@ View<T, R> batch(View<T, R> x, i64 b) {
 }
 
 void check_dims(const char* name, const std::array<i64, 4>& shape, const char* dims, const void* data) {
-  for (int d = 0; d < 4; ++d)
-    if (shape[d] <= 0)
-      fail(std::string(name) + ": dimension " + str(d) + " (" + dims[d] + ") is " + str(shape[d]) + " in shape " +
-           shape_str(shape) + "; every dimension must be >= 1");
+  detail::check_dims(name, shape, dims);
   if (data == nullptr) fail(std::string(name) + ": data pointer is null (shape " + shape_str(shape) + ")");
 }
 
@@ -231,9 +228,9 @@ void forward_kvcache_as(View4<const T> q, const KvCache<T>& c, View4<const T> k_
   std::vector<double> cost(static_cast<std::size_t>(g.B));
   for (i64 b = 0; b < g.B; ++b) {
     const i64 L = g.held[static_cast<std::size_t>(b)] + g.Nnew;
-    // The work items forward makes of it: its kv heads, times its key splits where few (api.cpp's rule,
-    // approximated by one split per kSplitKeys keys), so a long decoding sequence runs with every thread.
-    items[static_cast<std::size_t>(b)] = g.Hkv * std::max<i64>(1, L / 2048);
+    // The work items forward makes of it (key splits included), so a long decoding sequence runs alone
+    // with every thread and short ones side by side.
+    items[static_cast<std::size_t>(b)] = detail::forward_items(1, g.Hkv, g.Hq / g.Hkv * g.Nq, L);
     cost[static_cast<std::size_t>(b)] = static_cast<double>(g.Nq) * static_cast<double>(L);
   }
   // A paged cache is read in place by the fused decoding loop where it takes the call: the ISA has it,

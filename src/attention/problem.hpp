@@ -163,6 +163,15 @@ Problem validate_backward(const View4<const T>& q, const View4<const T>& k, cons
                           const View4<const T>& out, const View3<const LseOf<T>>& lse, const View4<const T>& dout,
                           const View4<T>& dq, const View4<T>& dk, const View4<T>& dv, const Options& opt);
 
+/// Every dimension of `name`'s shape at least 1, else sdpa::Error naming the tensor, the
+/// dimension and its letter in `dims` (one letter per dimension, e.g. "BHND"). The one
+/// message of validation, varlen and the KV cache for an empty dimension.
+void check_dims(const char* name, const i64* shape, int rank, const char* dims);
+template <std::size_t R>
+void check_dims(const char* name, const std::array<i64, R>& shape, const char* dims) {
+  check_dims(name, shape.data(), static_cast<int>(R), dims);
+}
+
 /// Options::sinks and dsinks against p.Hq: one logit per query head, finite or −∞, dsinks only
 /// beside them and as long; sets p.sinks, p.has_sinks. Throws sdpa::Error naming the field.
 void check_sinks(const Options& opt, Problem& p);

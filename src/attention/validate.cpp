@@ -77,10 +77,7 @@ Range byte_range(const Desc& d) {
 }
 
 void check_present(const Desc& d) {
-  for (int i = 0; i < d.rank; ++i)
-    if (d.shape[i] <= 0)
-      fail(std::string(d.name) + ": dimension " + std::to_string(i) + " (" + d.dims[i] + ") is " +
-           std::to_string(d.shape[i]) + " in shape " + shape_of(d) + "; every dimension must be >= 1");
+  check_dims(d.name, d.shape.data(), d.rank, d.dims);
   // Total element count must fit too.
   i64 n = 1;
   for (int i = 0; i < d.rank; ++i)
@@ -233,6 +230,16 @@ Problem common(const View4<const T>& q, const View4<const T>& k, const View4<con
 }
 
 }  // namespace
+
+void check_dims(const char* name, const i64* shape, int rank, const char* dims) {
+  for (int i = 0; i < rank; ++i)
+    if (shape[i] <= 0) {
+      std::string s = "[";
+      for (int j = 0; j < rank; ++j) s += (j ? ", " : "") + std::to_string(shape[j]);
+      fail(std::string(name) + ": dimension " + std::to_string(i) + " (" + dims[i] + ") is " +
+           std::to_string(shape[i]) + " in shape " + s + "]; every dimension must be >= 1");
+    }
+}
 
 void check_sinks(const Options& opt, Problem& p) {
   if (opt.sinks.empty()) {

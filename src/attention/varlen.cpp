@@ -77,13 +77,6 @@ View3<T> lse_rows(const View<T, 2>& x, i64 r0, i64 n) {
   return {x.data + r0 * x.stride[1], {1, x.shape[0], n}, {0, x.stride[0], x.stride[1]}};
 }
 
-void check_rank3(const char* name, const std::array<i64, 3>& shape, const char* dims) {
-  for (int d = 0; d < 3; ++d)
-    if (shape[d] <= 0)
-      fail(std::string(name) + ": dimension " + std::to_string(d) + " (" + dims[d] + ") is " +
-           std::to_string(shape[d]) + " in shape " + shape_str(shape) + "; every dimension must be >= 1");
-}
-
 // A packed call's explicit mask: (1, Hq|1, Tq|1, Tk|1), each sequence reading its own rows and
 // columns of it (cut_mask). Said here in the packed call's own terms; validate_forward then
 // checks the rest (null data, aliasing) on the packed call seen as one sequence.
@@ -122,10 +115,10 @@ i64 tiles(i64 n, i64 tile) { return (n + tile - 1) / tile; }
 template <class T>
 void forward_varlen_as(View3<const T> q, View3<const T> k, View3<const T> v, SeqOffsets cu_seqlens_q,
                        SeqOffsets cu_seqlens_k, View3<T> out, View<float, 2> lse, const Options& opt) {
-  check_rank3("q", q.shape, "THD");
-  check_rank3("k", k.shape, "THD");
-  check_rank3("v", v.shape, "THD");
-  check_rank3("out", out.shape, "THD");
+  detail::check_dims("q", q.shape, "THD");
+  detail::check_dims("k", k.shape, "THD");
+  detail::check_dims("v", v.shape, "THD");
+  detail::check_dims("out", out.shape, "THD");
   check_packed_mask("mask", opt.mask, q.shape[1], q.shape[0], k.shape[0]);
   check_packed_mask("keep", opt.keep, q.shape[1], q.shape[0], k.shape[0]);
   const std::vector<Seq> seqs = sequences(cu_seqlens_q, cu_seqlens_k, q.shape[0], k.shape[0]);
@@ -173,14 +166,14 @@ template <class T>
 void backward_varlen_as(View3<const T> q, View3<const T> k, View3<const T> v, SeqOffsets cu_seqlens_q,
                         SeqOffsets cu_seqlens_k, View3<const T> out, View<const float, 2> lse, View3<const T> dout,
                         View3<T> dq, View3<T> dk, View3<T> dv, const Options& opt) {
-  check_rank3("q", q.shape, "THD");
-  check_rank3("k", k.shape, "THD");
-  check_rank3("v", v.shape, "THD");
-  check_rank3("out", out.shape, "THD");
-  check_rank3("dout", dout.shape, "THD");
-  check_rank3("dq", dq.shape, "THD");
-  check_rank3("dk", dk.shape, "THD");
-  check_rank3("dv", dv.shape, "THD");
+  detail::check_dims("q", q.shape, "THD");
+  detail::check_dims("k", k.shape, "THD");
+  detail::check_dims("v", v.shape, "THD");
+  detail::check_dims("out", out.shape, "THD");
+  detail::check_dims("dout", dout.shape, "THD");
+  detail::check_dims("dq", dq.shape, "THD");
+  detail::check_dims("dk", dk.shape, "THD");
+  detail::check_dims("dv", dv.shape, "THD");
   check_packed_mask("mask", opt.mask, q.shape[1], q.shape[0], k.shape[0]);
   check_packed_mask("keep", opt.keep, q.shape[1], q.shape[0], k.shape[0]);
   const std::vector<Seq> seqs = sequences(cu_seqlens_q, cu_seqlens_k, q.shape[0], k.shape[0]);

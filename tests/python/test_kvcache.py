@@ -85,6 +85,13 @@ def test_without_new_tokens_reads_the_held_keys_and_threads_do_not_change_bits()
     np.testing.assert_array_equal(one[0], 0)  # sequence 0 holds no key: the empty row
 
 
+def test_a_read_only_cache_is_named():
+    q, kc, vc, _, _, _ = make(4, 1, 0, False)
+    vc.flags.writeable = False
+    with pytest.raises(ValueError, match="^v_cache: read-only"):
+        sdpa.attention_with_kvcache(q, kc, vc, cache_seqlens=3)
+
+
 def test_torch_bfloat16_and_the_grad_refusal():
     torch = pytest.importorskip("torch")
     q, kc, vc, kn, vn, _ = (torch.from_numpy(x) if x is not None else None for x in make(5, 1, 1, False))
