@@ -105,6 +105,9 @@ struct Plan {
   // forward_kvcache (sdpa/kvcache.hpp) over a paged cache: the sequences whose blocks the decoding
   // loop read in place (the others' were gathered into one contiguous copy first).
   std::int64_t paged_sequences = 0;
+  // forward_kvcache over a quantized cache: the sequences whose codes the fused decoding loop read
+  // in place (the others were dequantized into a float copy first: the scalar path, long chunks).
+  std::int64_t quantized_sequences = 0;
   /// One line: the call, dtype, ISA, engine, loops and schedule, and the reasons.
   std::string summary() const;
 };

@@ -162,6 +162,7 @@ nb::dict plan_dict(const sdpa::Plan& p) {
   d["strided_copies"] = p.strided_copies;
   d["packed_operands"] = p.packed_operands;
   d["paged_sequences"] = p.paged_sequences;
+  d["quantized_sequences"] = p.quantized_sequences;
   d["summary"] = p.summary();
   return d;
 }

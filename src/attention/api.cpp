@@ -408,7 +408,8 @@ void forward_any(View4<const T> q, View4<const T> k, View4<const T> v, View4<T> 
 // and the plan.
 void run_forward(Problem& p, Tensors& t, const Options& opt, PlanRecord& record) {
   const FastKernels& kern = kernels_for(opt);
-  const bool paged = t.pages.table != nullptr;
+  // A paged or quantized cache: rows only the decoding loop maps and reads, never copied or packed.
+  const bool cache_rows = t.pages.table != nullptr || t.codes.kind != KvCodes::Kind::none;
 
   // Items: (b, kv head, a tile of query lanes over the group's heads[, a key split]).
   const i64 lanes = p.group * p.Nq, lane_tiles = ceil_div(lanes, kTileRows);
@@ -432,7 +433,7 @@ void run_forward(Problem& p, Tensors& t, const Options& opt, PlanRecord& record)
   // (V packed per tile 6.5 % of the samples, K 2.6 %, Q 1.6 %), for the memory cap.
   TightCopies copies;
   OperandPack v_pack, k_pack;
-  if (!paged) {
+  if (!cache_rows) {
     copies.add(t.v, lane_tiles), copies.add(t.k, lane_tiles), copies.add(t.q, lane_tiles);
     copies.copy(workers);
     v_pack.pack(kern, p, t, PackedOperand::v, lane_tiles, workers);
@@ -607,6 +608,34 @@ template void forward_paged<bf16>(View4<const bf16>, View4<const bf16>, View4<co
                                   View3<float>, const Options&);
 template void forward_paged<fp16>(View4<const fp16>, View4<const fp16>, View4<const fp16>, const KvPages&, View4<fp16>,
                                   View3<float>, const Options&);
+
+// Validation sees K and V by their shapes alone (views of q's first element, every stride 0):
+// it takes no byte codes, and kvcache.cpp checks the codes, their scales and their
+// disjointness from out and lse.
+template <class T>
+void forward_codes(View4<const T> q, View4<const std::uint8_t> k, View4<const std::uint8_t> v, const KvPages& pages,
+                   const KvCodes& codes, View4<T> out, View3<float> lse, const Options& opt) {
+  PlanRecord record(opt, "forward", dtype_of<T>());
+  const View4<const T> k_shape{q.data, k.shape, {0, 0, 0, 0}}, v_shape{q.data, v.shape, {0, 0, 0, 0}};
+  Problem p = validate_forward<T>(q, k_shape, v_shape, out, lse, opt);
+  Tensors t;
+  t.pages = pages;
+  t.codes = codes;
+  auto bytes = [&](const View4<const std::uint8_t>& x) {  // the codes as an input whose `bits` the loop reads
+    InView in;
+    in.shape = x.shape, in.stride = x.stride, in.bits = x.data;
+    in.dtype = p.dtype;  // unread: KvCodes says what the bytes are
+    return in;
+  };
+  t.q = q, t.k = bytes(k), t.v = bytes(v), t.out_w = out, t.lse_w = lse;
+  run_forward(p, t, opt, record);
+}
+template void forward_codes<float>(View4<const float>, View4<const std::uint8_t>, View4<const std::uint8_t>,
+                                   const KvPages&, const KvCodes&, View4<float>, View3<float>, const Options&);
+template void forward_codes<bf16>(View4<const bf16>, View4<const std::uint8_t>, View4<const std::uint8_t>,
+                                  const KvPages&, const KvCodes&, View4<bf16>, View3<float>, const Options&);
+template void forward_codes<fp16>(View4<const fp16>, View4<const std::uint8_t>, View4<const std::uint8_t>,
+                                  const KvPages&, const KvCodes&, View4<fp16>, View3<float>, const Options&);
 }  // namespace detail
 
 void forward(View4<const float> q, View4<const float> k, View4<const float> v, View4<float> out, View3<float> lse,

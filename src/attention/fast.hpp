@@ -110,6 +110,12 @@ struct FastKernels {
 template <class T>
 void forward_paged(View4<const T> q, View4<const T> k, View4<const T> v, const KvPages& pages, View4<T> out,
                    View3<float> lse, const Options& opt);
+// The same over a quantized cache's codes (kvcache.cpp): k, v (1, Hkv, L, D) byte views (of a
+// paged cache's block 0 where pages has a table), codes.kind and its scales (KvCodes). The
+// caller has checked them, and that kernels_for(opt).paged_lanes covers group·Nq.
+template <class T>
+void forward_codes(View4<const T> q, View4<const std::uint8_t> k, View4<const std::uint8_t> v, const KvPages& pages,
+                   const KvCodes& codes, View4<T> out, View3<float> lse, const Options& opt);
 const FastKernels& kernels_for(const Options& opt);
 
 // The work items of a forward of B·Hkv kv heads with `lanes` query lanes each (group·Nq) over Nk

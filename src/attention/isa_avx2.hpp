@@ -53,6 +53,29 @@ struct Ops {
   static float to_float(float x) { return x; }
   static float to_float(bf16 x) { return __builtin_bit_cast(float, static_cast<unsigned>(x.bits) << 16); }
   static float to_float(fp16 x) { return _cvtsh_ss(x.bits); }
+  // A quantized cache's bytes: int8 codes sign-extended and converted; e4m3 bytes placed into
+  // fp16 bits (sign to bit 15, exponent and mantissa to bits 13..7: the value × 2^-8, exact)
+  // and widened by F16C (kernel/decode.inl, kCodeUnit). Partial vectors: load_part above.
+  static __m256 load(const I8Code* x) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(x))));
+  }
+  static __m256 load(const E4M3Code* x) {
+    const __m128i w = _mm_slli_epi16(_mm_cvtepi8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(x))), 7);
+    return _mm256_cvtph_ps(_mm_and_si128(w, _mm_set1_epi16(static_cast<short>(0xBFFF))));
+  }
+  static float to_float(I8Code x) { return static_cast<float>(x.bits); }
+  static float to_float(E4M3Code x) {  // as the vector loads: the byte in an fp16's bits, value × 2^-8
+    return to_float(
+        __builtin_bit_cast(fp16, static_cast<std::uint16_t>(((x.bits & 0x80) << 8) | ((x.bits & 0x7F) << 7))));
+  }
+  // KB consecutive floats at p, repeated across the vector (a score vector's per-key factors).
+  template <int KB>
+  static __m256 load_keys(const float* p) {
+    if constexpr (KB == 8) return _mm256_loadu_ps(p);
+    if constexpr (KB == 4) return _mm256_broadcast_ps(reinterpret_cast<const __m128*>(p));
+    if constexpr (KB == 2) return _mm256_castpd_ps(_mm256_broadcast_sd(reinterpret_cast<const double*>(p)));
+    static_assert(KB == 2 || KB == 4 || KB == 8);
+  }
 
   // a[0..7] -> one vector whose element e is the sum of a[e]'s elements: 14 shuffles and
   // 7 adds, where 8 horizontal sums take 8 × 5.

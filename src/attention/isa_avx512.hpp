@@ -44,6 +44,32 @@ struct Ops {
   static float to_float(fp16 x) {  // _cvtsh_ss needs -mf16c, which the AVX-512 flags leave out
     return _mm512_cvtss_f32(_mm512_cvtph_ps(_mm256_castsi128_si256(_mm_cvtsi32_si128(x.bits))));
   }
+  // A quantized cache's bytes: int8 codes sign-extended and converted; e4m3 bytes placed into
+  // fp16 bits (sign to bit 15, exponent and mantissa to bits 13..7: the value × 2^-8, exact)
+  // and widened as fp16 is (kernel/decode.inl, kCodeUnit).
+  static __m512 from_i8(__m128i b) { return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b)); }
+  static __m512 from_e4m3(__m128i b) {
+    const __m256i w = _mm256_slli_epi16(_mm256_cvtepi8_epi16(b), 7);  // sign-extended: bits 15 and 14 set if < 0
+    return _mm512_cvtph_ps(_mm256_and_si256(w, _mm256_set1_epi16(static_cast<short>(0xBFFF))));
+  }
+  static __m512 load(const I8Code* x) { return from_i8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x))); }
+  static __m512 load(const E4M3Code* x) { return from_e4m3(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x))); }
+  static __m512 load_part(const I8Code* x, Mask m) { return from_i8(_mm_maskz_loadu_epi8(m, x)); }
+  static __m512 load_part(const E4M3Code* x, Mask m) { return from_e4m3(_mm_maskz_loadu_epi8(m, x)); }
+  static float to_float(I8Code x) { return static_cast<float>(x.bits); }
+  static float to_float(E4M3Code x) {  // as the vector loads: the byte in an fp16's bits, value × 2^-8
+    return to_float(
+        __builtin_bit_cast(fp16, static_cast<std::uint16_t>(((x.bits & 0x80) << 8) | ((x.bits & 0x7F) << 7))));
+  }
+  // KB consecutive floats at p, repeated across the vector (a score vector's per-key factors).
+  template <int KB>
+  static __m512 load_keys(const float* p) {
+    if constexpr (KB == 16) return _mm512_loadu_ps(p);
+    if constexpr (KB == 8)
+      return _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_loadu_pd(reinterpret_cast<const double*>(p))));
+    if constexpr (KB == 4) return _mm512_broadcast_f32x4(_mm_loadu_ps(p));
+    static_assert(KB == 4 || KB == 8 || KB == 16);
+  }
 
   // a[0..15] -> one vector whose element e is the sum of a[e]'s elements.
   static __m512 reduce_all(const __m512* a) {

@@ -9,10 +9,16 @@
 // other paged call (a long chunk, odd block sizes, the scalar path, the reference kernel)
 // gathers the sequence's blocks into one contiguous copy first: correct, and a copy of the
 // bytes the forward then reads again.
+//
+// A quantized cache's new tokens are quantized into it (quantize.hpp); its codes are read in
+// place, contiguous or paged, where the fused decoding loop takes the call, and otherwise each
+// sequence's rows are dequantized into a float copy and attended to by the float kernel.
 #include "sdpa/kvcache.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <type_traits>
 #include <limits>
 #include <string>
 #include <tuple>
@@ -22,6 +28,7 @@
 #include "attention/fast.hpp"
 #include "attention/plan.hpp"
 #include "attention/problem.hpp"
+#include "attention/quantize.hpp"
 #include "attention/sequences.hpp"
 
 namespace sdpa {
@@ -66,17 +73,65 @@ struct Layout {
   i64 capacity = 0;       // positions a sequence may hold
   std::vector<i64> held;  // (B) keys before the append
   // The cache row of position p of sequence b: (block or batch index, row within it).
-  template <class T>
-  std::pair<i64, i64> where(const KvCache<T>& c, i64 b, i64 p) const {
+  template <class C>
+  std::pair<i64, i64> where(const C& c, i64 b, i64 p) const {
     if (!paged) return {b, p};
     return {c.block_table(b, p / rows), p % rows};
   }
 };
 
-// Every check of a call, before anything is written.
+// The bytes a view spans, [lo, hi).
+template <class X, std::size_t R>
+std::pair<std::uintptr_t, std::uintptr_t> byte_span(const View<X, R>& x) {
+  i64 lo = 0, hi = 0;
+  for (std::size_t d = 0; d < R; ++d) (x.stride[d] < 0 ? lo : hi) += (x.shape[d] - 1) * x.stride[d];
+  const auto base = reinterpret_cast<std::uintptr_t>(x.data);
+  return {base + static_cast<std::uintptr_t>(lo * static_cast<i64>(sizeof(X))),
+          base + static_cast<std::uintptr_t>((hi + 1) * static_cast<i64>(sizeof(X)))};
+}
+
+// A quantized cache's own checks: its scales' shapes, out and lse apart from the codes and scales
+// (validation sees K and V by their shapes alone), and new tokens finite (no code holds a NaN or an
+// infinity, and none may be written as a finite one).
 template <class T>
-Layout check_call(const View4<const T>& q, const KvCache<T>& c, const View4<const T>& k_new,
-                  const View4<const T>& v_new, const View4<T>& out, const View3<float>& lse, const Options& opt) {
+void check_codes(const QuantizedKvCache& c, const Layout& g, const View4<const T>& k_new, const View4<const T>& v_new,
+                 const View4<T>& out, const View3<float>& lse) {
+  for (const auto& [name, s, x] : {std::tuple{"k_scale", c.k_scale, c.k}, std::tuple{"v_scale", c.v_scale, c.v}}) {
+    if (s.data == nullptr) fail(std::string(name) + ": data pointer is null");
+    const std::array<i64, 3> want{x.shape[0], g.Hkv, x.shape[1]};
+    if (s.shape != want)
+      fail(std::string(name) + ": shape " + shape_str(s.shape) + " should be " + shape_str(want) +
+           (g.paged ? " ([blocks, Hkv, block_size]: one scale per position and kv head)"
+                    : " ([B, Hkv, Nmax]: one scale per position and kv head)"));
+    if (s.stride[2] != 1 && s.shape[2] > 1)
+      fail(std::string(name) + ": the positions must be contiguous (stride 1), got strides " + shape_str(s.stride));
+  }
+  const auto apart = [](const char* a, auto sa, const char* b, auto sb) {
+    if (sa.first < sb.second && sb.first < sa.second)
+      fail(std::string(a) + " aliases " + b + "; outputs must not share memory with the cache");
+  };
+  for (const auto& [name, span] :
+       {std::pair{"k_cache", byte_span(c.k)}, std::pair{"v_cache", byte_span(c.v)},
+        std::pair{"k_scale", byte_span(c.k_scale)}, std::pair{"v_scale", byte_span(c.v_scale)}}) {
+    apart("out", byte_span(out), name, span);
+    if (lse.data != nullptr) apart("lse", byte_span(lse), name, span);
+  }
+  if (k_new.data == nullptr) return;
+  for (const auto& [name, x] : {std::pair{"k_new", k_new}, std::pair{"v_new", v_new}})
+    for (i64 b = 0; b < x.shape[0]; ++b)
+      for (i64 t = 0; t < x.shape[1]; ++t)
+        for (i64 h = 0; h < x.shape[2]; ++h)
+          for (i64 e = 0; e < x.shape[3]; ++e)
+            if (!std::isfinite(static_cast<float>(x(b, t, h, e))))
+              fail(std::string(name) + ": element [" + str(b) + ", " + str(t) + ", " + str(h) + ", " + str(e) +
+                   "] is " + std::to_string(static_cast<float>(x(b, t, h, e))) + "; a " + kv_quant_name(c.quant) +
+                   " cache has no code for a NaN or an infinity");
+}
+
+// Every check of a call, before anything is written. C: KvCache<T> or QuantizedKvCache.
+template <class T, class C>
+Layout check_call(const View4<const T>& q, const C& c, const View4<const T>& k_new, const View4<const T>& v_new,
+                  const View4<T>& out, const View3<float>& lse, const Options& opt) {
   Layout g;
   check_dims("q", q.shape, "BNHD", q.data);
   g.B = q.shape[0], g.Nq = q.shape[1], g.Hq = q.shape[2], g.Dk = q.shape[3];
@@ -183,10 +238,17 @@ Layout check_call(const View4<const T>& q, const KvCache<T>& c, const View4<cons
         "(bottom_right)");
   check_equal("out", out.shape, {g.B, g.Nq, g.Hq, g.Dv}, " ([B, Nq, Hq, Dv])");
   // The options, q, out and lse through the one validation, on the batch seen with the cache's first
-  // rows as its keys.
-  View4<const T> k0 = as_bhnd(View4<const T>(c.k)), v0 = as_bhnd(View4<const T>(c.v));
-  if (g.paged) k0.shape[0] = v0.shape[0] = g.B, k0.stride[0] = v0.stride[0] = 0;
-  detail::validate_forward<T>(as_bhnd(q), k0, v0, as_bhnd(out), lse, opt);
+  // rows as its keys (a quantized cache's by their shapes: views of q's first element, stride 0).
+  if constexpr (std::is_same_v<C, KvCache<T>>) {
+    View4<const T> k0 = as_bhnd(View4<const T>(c.k)), v0 = as_bhnd(View4<const T>(c.v));
+    if (g.paged) k0.shape[0] = v0.shape[0] = g.B, k0.stride[0] = v0.stride[0] = 0;
+    detail::validate_forward<T>(as_bhnd(q), k0, v0, as_bhnd(out), lse, opt);
+  } else {
+    check_codes<T>(c, g, k_new, v_new, out, lse);
+    const View4<const T> k0{q.data, {g.B, g.Hkv, g.rows, g.Dk}, {0, 0, 0, 0}};
+    const View4<const T> v0{q.data, {g.B, g.Hkv, g.rows, g.Dv}, {0, 0, 0, 0}};
+    detail::validate_forward<T>(as_bhnd(q), k0, v0, as_bhnd(out), lse, opt);
+  }
   return g;
 }
 
@@ -203,6 +265,43 @@ void append(const KvCache<T>& c, const View4<const T>& k_new, const View4<const 
     }
 }
 
+// Quantizes k_new and v_new into their positions (the checks done: every value finite), each row
+// with its scale.
+template <class T>
+void append(const QuantizedKvCache& c, const View4<const T>& k_new, const View4<const T>& v_new, const Layout& g) {
+  std::vector<float> row(static_cast<std::size_t>(std::max(g.Dk, g.Dv)));
+  const auto put = [&](const View4<const T>& x, const View4<std::uint8_t>& codes, const View3<float>& scales, i64 b,
+                       i64 t, i64 h, i64 blk, i64 r) {
+    const i64 D = x.shape[3];
+    for (i64 e = 0; e < D; ++e) row[static_cast<std::size_t>(e)] = static_cast<float>(x(b, t, h, e));
+    scales(blk, h, r) = detail::quantize_row(c.quant, row.data(), D, 1, &codes(blk, r, h, 0), codes.stride[3]);
+  };
+  for (i64 b = 0; b < g.B; ++b)
+    for (i64 t = 0; t < g.Nnew; ++t) {
+      const auto [blk, r] = g.where(c, b, g.held[static_cast<std::size_t>(b)] + t);
+      for (i64 h = 0; h < g.Hkv; ++h) {
+        put(k_new, c.k, c.k_scale, b, t, h, blk, r);
+        put(v_new, c.v, c.v_scale, b, t, h, blk, r);
+      }
+    }
+}
+
+// Sequence b's first L positions of a quantized cache's codes x and scales s, dequantized into buf
+// as (1, Hkv, L, D) floats.
+View4<const float> dequantized(const View4<std::uint8_t>& x, const View3<float>& s, const QuantizedKvCache& c,
+                               const Layout& g, i64 b, i64 L, std::vector<float>& buf) {
+  const i64 D = x.shape[3];
+  buf.resize(static_cast<std::size_t>(L * g.Hkv * D));
+  for (i64 p = 0; p < L; ++p) {
+    const auto [blk, row] = g.where(c, b, p);
+    for (i64 h = 0; h < g.Hkv; ++h)
+      for (i64 e = 0; e < D; ++e)
+        buf[static_cast<std::size_t>((p * g.Hkv + h) * D + e)] =
+            detail::code_value(c.quant, x(blk, row, h, e)) * s(blk, h, row);
+  }
+  return {buf.data(), {1, g.Hkv, L, D}, {0, D, g.Hkv * D, 1}};
+}
+
 // Sequence b's first L positions of a paged cache x (D wide), copied into buf as (1, Hkv, L, D).
 template <class T>
 View4<const T> gather(const View4<T>& x, const KvCache<T>& c, const Layout& g, i64 b, i64 L, std::vector<T>& buf) {
@@ -217,8 +316,85 @@ View4<const T> gather(const View4<T>& x, const KvCache<T>& c, const Layout& g, i
   return {buf.data(), {1, g.Hkv, L, D}, {0, D, g.Hkv * D, 1}};
 }
 
+// Sequence b's attention over a float cache: read in place (contiguous; paged where the decoding
+// loop maps blocks), or gathered into one contiguous copy.
 template <class T>
-void forward_kvcache_as(View4<const T> q, const KvCache<T>& c, View4<const T> k_new, View4<const T> v_new, View4<T> out,
+void attend(const KvCache<T>& c, const Layout& g, bool in_kernel, i64 b, i64 L, const View4<const T>& qb,
+            const View4<T>& o, const View3<float>& l, const Options& so) {
+  if (g.paged && in_kernel) {  // the decoding loop maps the blocks as it reads them
+    std::vector<std::int32_t> table(static_cast<std::size_t>(c.block_table.shape[1]));
+    for (std::size_t j = 0; j < table.size(); ++j) table[j] = c.block_table(b, static_cast<i64>(j));
+    const detail::KvPages pages{table.data(), g.rows, c.k.stride[0], c.v.stride[0]};
+    View4<const T> kb = as_bhnd(View4<const T>(c.k)), vb = as_bhnd(View4<const T>(c.v));
+    kb.shape[0] = vb.shape[0] = 1, kb.shape[2] = vb.shape[2] = L;
+    kb.stride[0] = vb.stride[0] = 0;
+    detail::forward_paged<T>(qb, kb, vb, pages, o, l, so);
+    if (so.plan != nullptr) so.plan->paged_sequences = 1;
+    return;
+  }
+  std::vector<T> kbuf, vbuf;
+  View4<const T> kb, vb;
+  if (g.paged) {
+    kb = gather(c.k, c, g, b, L, kbuf);
+    vb = gather(c.v, c, g, b, L, vbuf);
+  } else {
+    kb = as_bhnd(View4<const T>(batch(c.k, b)));
+    vb = as_bhnd(View4<const T>(batch(c.v, b)));
+    kb.shape[2] = vb.shape[2] = L;
+  }
+  forward(qb, kb, vb, o, l, so);
+}
+
+// Sequence b's attention over a quantized cache: its codes read in place by the decoding loop, or
+// its rows dequantized into a float copy for the float kernel (q and out through float too).
+template <class T>
+void attend(const QuantizedKvCache& c, const Layout& g, bool in_kernel, i64 b, i64 L, const View4<const T>& qb,
+            const View4<T>& o, const View3<float>& l, const Options& so) {
+  if (in_kernel) {
+    std::vector<std::int32_t> table;
+    detail::KvPages pages;
+    detail::KvCodes codes;
+    codes.kind = detail::codes_kind(c.quant);
+    codes.k_head = c.k_scale.stride[1], codes.v_head = c.v_scale.stride[1];
+    View4<const std::uint8_t> kb = as_bhnd(View4<const std::uint8_t>(c.k)),
+                              vb = as_bhnd(View4<const std::uint8_t>(c.v));
+    kb.shape[0] = vb.shape[0] = 1, kb.shape[2] = vb.shape[2] = L;
+    if (g.paged) {  // block 0's rows and scales; the loop maps the blocks
+      table.resize(static_cast<std::size_t>(c.block_table.shape[1]));
+      for (std::size_t j = 0; j < table.size(); ++j) table[j] = c.block_table(b, static_cast<i64>(j));
+      pages = {table.data(), g.rows, c.k.stride[0], c.v.stride[0]};
+      kb.stride[0] = vb.stride[0] = 0;
+      codes.k_scale = c.k_scale.data, codes.v_scale = c.v_scale.data;
+      codes.k_block = c.k_scale.stride[0], codes.v_block = c.v_scale.stride[0];
+    } else {  // batch b's rows and scales
+      kb.data += b * c.k.stride[0], vb.data += b * c.v.stride[0];
+      codes.k_scale = c.k_scale.data + b * c.k_scale.stride[0],
+      codes.v_scale = c.v_scale.data + b * c.v_scale.stride[0];
+    }
+    detail::forward_codes<T>(qb, kb, vb, pages, codes, o, l, so);
+    if (so.plan != nullptr) so.plan->quantized_sequences = 1, so.plan->paged_sequences = g.paged ? 1 : 0;
+    return;
+  }
+  std::vector<float> kbuf, vbuf;
+  const View4<const float> kb = dequantized(c.k, c.k_scale, c, g, b, L, kbuf);
+  const View4<const float> vb = dequantized(c.v, c.v_scale, c, g, b, L, vbuf);
+  if constexpr (std::is_same_v<T, float>) {
+    forward(qb, kb, vb, o, l, so);
+  } else {  // q widened, out rounded once
+    std::vector<float> qf(static_cast<std::size_t>(qb.numel())), of(static_cast<std::size_t>(o.numel()));
+    const View4<float> qv = contiguous(qf.data(), qb.shape), ov = contiguous(of.data(), o.shape);
+    for (i64 h = 0; h < qb.shape[1]; ++h)
+      for (i64 i = 0; i < qb.shape[2]; ++i)
+        for (i64 e = 0; e < qb.shape[3]; ++e) qv(0, h, i, e) = static_cast<float>(qb(0, h, i, e));
+    forward(View4<const float>(qv), kb, vb, ov, l, so);
+    for (i64 h = 0; h < o.shape[1]; ++h)
+      for (i64 i = 0; i < o.shape[2]; ++i)
+        for (i64 e = 0; e < o.shape[3]; ++e) o(0, h, i, e) = T(ov(0, h, i, e));
+  }
+}
+
+template <class T, class C>
+void forward_kvcache_as(View4<const T> q, const C& c, View4<const T> k_new, View4<const T> v_new, View4<T> out,
                         View3<float> lse, const Options& opt) {
   const Layout g = check_call<T>(q, c, k_new, v_new, out, lse, opt);
   append(c, k_new, v_new, g);
@@ -233,11 +409,11 @@ void forward_kvcache_as(View4<const T> q, const KvCache<T>& c, View4<const T> k_
     items[static_cast<std::size_t>(b)] = detail::forward_items(1, g.Hkv, g.Hq / g.Hkv * g.Nq, L);
     cost[static_cast<std::size_t>(b)] = static_cast<double>(g.Nq) * static_cast<double>(L);
   }
-  // A paged cache is read in place by the fused decoding loop where it takes the call: the ISA has it,
-  // few enough query lanes per kv head, and blocks of a multiple of 16 rows (decode.inl, kRun); else
-  // each sequence's blocks are gathered into one contiguous copy first.
-  const bool reads_pages = g.paged && opt.kernel == Kernel::fast && g.rows % 16 == 0 &&
-                           detail::kernels_for(opt).paged_lanes >= g.Hq / g.Hkv * g.Nq;
+  // Whether the fused decoding loop takes the call, reading a paged cache's blocks and a quantized
+  // cache's codes in place: the ISA has it, few enough query lanes per kv head, and blocks of a
+  // multiple of 16 rows (decode.inl, kRun). A contiguous float cache is read in place by any loop.
+  const bool in_kernel = opt.kernel == Kernel::fast && (!g.paged || g.rows % 16 == 0) &&
+                         detail::kernels_for(opt).paged_lanes >= g.Hq / g.Hkv * g.Nq;
   detail::PlanRecord record(opt, "forward_kvcache", dtype_of<T>());
   std::vector<Plan> plans(record.get() != nullptr ? static_cast<std::size_t>(g.B) : 0);
   detail::run_sequences(
@@ -258,29 +434,7 @@ void forward_kvcache_as(View4<const T> q, const KvCache<T>& c, View4<const T> k_
         Options so = opt;
         so.threads = threads;
         so.plan = plans.empty() ? nullptr : &plans[s];
-        const View4<const T> qb = as_bhnd(batch(q, b));
-        if (reads_pages) {  // the decoding loop maps the blocks as it reads them
-          std::vector<std::int32_t> table(static_cast<std::size_t>(c.block_table.shape[1]));
-          for (std::size_t j = 0; j < table.size(); ++j) table[j] = c.block_table(b, static_cast<i64>(j));
-          const detail::KvPages pages{table.data(), g.rows, c.k.stride[0], c.v.stride[0]};
-          View4<const T> kb = as_bhnd(View4<const T>(c.k)), vb = as_bhnd(View4<const T>(c.v));
-          kb.shape[0] = vb.shape[0] = 1, kb.shape[2] = vb.shape[2] = L;
-          kb.stride[0] = vb.stride[0] = 0;
-          detail::forward_paged<T>(qb, kb, vb, pages, o, l, so);
-          if (so.plan != nullptr) so.plan->paged_sequences = 1;
-          return;
-        }
-        std::vector<T> kbuf, vbuf;
-        View4<const T> kb, vb;
-        if (g.paged) {
-          kb = gather(c.k, c, g, b, L, kbuf);
-          vb = gather(c.v, c, g, b, L, vbuf);
-        } else {
-          kb = as_bhnd(View4<const T>(batch(c.k, b)));
-          vb = as_bhnd(View4<const T>(batch(c.v, b)));
-          kb.shape[2] = vb.shape[2] = L;
-        }
-        forward(qb, kb, vb, o, l, so);
+        attend<T>(c, g, in_kernel, b, L, as_bhnd(batch(q, b)), o, l, so);
       });
   if (Plan* plan = record.get()) {
     plan->sequences = 0;
@@ -301,6 +455,19 @@ void forward_kvcache(View4<const bf16> q, const KvCache<bf16>& cache, View4<cons
 }
 void forward_kvcache(View4<const fp16> q, const KvCache<fp16>& cache, View4<const fp16> k_new, View4<const fp16> v_new,
                      View4<fp16> out, View3<float> lse, const Options& opt) {
+  forward_kvcache_as<fp16>(q, cache, k_new, v_new, out, lse, opt);
+}
+
+void forward_kvcache(View4<const float> q, const QuantizedKvCache& cache, View4<const float> k_new,
+                     View4<const float> v_new, View4<float> out, View3<float> lse, const Options& opt) {
+  forward_kvcache_as<float>(q, cache, k_new, v_new, out, lse, opt);
+}
+void forward_kvcache(View4<const bf16> q, const QuantizedKvCache& cache, View4<const bf16> k_new,
+                     View4<const bf16> v_new, View4<bf16> out, View3<float> lse, const Options& opt) {
+  forward_kvcache_as<bf16>(q, cache, k_new, v_new, out, lse, opt);
+}
+void forward_kvcache(View4<const fp16> q, const QuantizedKvCache& cache, View4<const fp16> k_new,
+                     View4<const fp16> v_new, View4<fp16> out, View3<float> lse, const Options& opt) {
   forward_kvcache_as<fp16>(q, cache, k_new, v_new, out, lse, opt);
 }
 

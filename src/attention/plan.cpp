@@ -32,6 +32,7 @@ std::string Plan::summary() const {
   if (strided_copies > 0) s += "; " + std::to_string(strided_copies) + " strided inputs copied";
   if (packed_operands > 0) s += "; " + std::to_string(packed_operands) + " operands packed once";
   if (paged_sequences > 0) s += "; " + std::to_string(paged_sequences) + " paged sequences read in place";
+  if (quantized_sequences > 0) s += "; " + std::to_string(quantized_sequences) + " quantized sequences read in place";
   return s + " (" + why + ")";
 }
 
@@ -84,6 +85,7 @@ void merge_plan(Plan& into, const Plan& seq) {
   into.strided_copies += seq.strided_copies;
   into.packed_operands += seq.packed_operands;
   into.paged_sequences += seq.paged_sequences;
+  into.quantized_sequences += seq.quantized_sequences;
 }
 
 }  // namespace detail

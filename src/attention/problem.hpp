@@ -141,8 +141,38 @@ struct KvPages {
   i64 k_block = 0, v_block = 0;
 };
 
+/// A quantized KV cache's elements (sdpa/kvcache.hpp, QuantizedKvCache): one byte each, read
+/// by the fused decoding loop as code × scale. Distinct types so each has its own load.
+struct I8Code {
+  std::int8_t bits;
+};
+struct E4M3Code {
+  std::uint8_t bits;
+};
+
+/// The value of an e4m3 byte (finite codes only: 0x7F and 0xFF, NaN, are never written).
+/// Exponent 0: subnormal, m · 2^-9; else (1 + m/8) · 2^(e - 7).
+inline float e4m3_value(std::uint8_t b) {
+  const int e = (b >> 3) & 15, m = b & 7;
+  const float mag =
+      e == 0 ? static_cast<float>(m) * 0x1p-9f : __builtin_ldexpf(1.0f + static_cast<float>(m) / 8.0f, e - 7);
+  return (b & 0x80) != 0 ? -mag : mag;
+}
+
+/// Which codes Tensors::k and v hold (their `bits` then point at the bytes) and their scales:
+/// key j of kv head g has scale k_scale[g·k_head + j] for a contiguous view (the pointer at the
+/// view's batch), and k_scale[blk·k_block + g·k_head + row] in a paged cache's block blk.
+/// Only the fused decoding loop reads codes (api.cpp, forward_codes).
+struct KvCodes {
+  enum class Kind { none, int8, fp8_e4m3 } kind = Kind::none;
+  const float* k_scale = nullptr;
+  const float* v_scale = nullptr;
+  i64 k_head = 0, v_head = 0, k_block = 0, v_block = 0;
+};
+
 struct Tensors {
   KvPages pages;  // only with the fused decoding loop (api.cpp, forward_paged)
+  KvCodes codes;  // likewise (api.cpp, forward_codes)
   InView q, k, v, out, dout;
   View3<const float> lse_in;
   OutView out_w, dq, dk, dv;

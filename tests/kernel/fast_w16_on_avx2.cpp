@@ -50,6 +50,29 @@ struct Ops {
   static float to_float(float x) { return x; }
   static float to_float(bf16 x) { return __builtin_bit_cast(float, static_cast<unsigned>(x.bits) << 16); }
   static float to_float(fp16 x) { return _cvtsh_ss(x.bits); }
+  // A quantized cache's bytes, eight at a time as isa_avx2.hpp's.
+  static __m256 half_i8(const void* x) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(static_cast<const __m128i*>(x))));
+  }
+  static __m256 half_e4m3(const void* x) {
+    const __m128i w = _mm_slli_epi16(_mm_cvtepi8_epi16(_mm_loadl_epi64(static_cast<const __m128i*>(x))), 7);
+    return _mm256_cvtph_ps(_mm_and_si128(w, _mm_set1_epi16(static_cast<short>(0xBFFF))));
+  }
+  static Vec::R load(const I8Code* x) { return {half_i8(x), half_i8(x + 8)}; }
+  static Vec::R load(const E4M3Code* x) { return {half_e4m3(x), half_e4m3(x + 8)}; }
+  static float to_float(I8Code x) { return static_cast<float>(x.bits); }
+  static float to_float(E4M3Code x) {  // as the vector loads: the byte in an fp16's bits, value × 2^-8
+    return to_float(
+        __builtin_bit_cast(fp16, static_cast<std::uint16_t>(((x.bits & 0x80) << 8) | ((x.bits & 0x7F) << 7))));
+  }
+  template <int KB>
+  static Vec::R load_keys(const float* p) {
+    static_assert(KB == 4 || KB == 8 || KB == 16);
+    if constexpr (KB == 16) return {_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8)};
+    if constexpr (KB == 8) return {_mm256_loadu_ps(p), _mm256_loadu_ps(p)};
+    const __m256 x = _mm256_broadcast_ps(reinterpret_cast<const __m128*>(p));
+    return {x, x};
+  }
 
   // _mm512_unpacklo/hi_ps, _mm512_shuffle_ps and _mm512_permute_ps act within 128-bit lanes:
   // their AVX2 forms on each half are the same operation.

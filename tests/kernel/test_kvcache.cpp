@@ -4,7 +4,10 @@
 // sdpa::forward on the sequence and for any thread count; and every bad argument refused
 // before anything is written.
 #include <algorithm>
+#include <cstdio>
 #include <numeric>
+
+#include "attention/quantize.hpp"
 
 #include "util.hpp"
 
@@ -396,6 +399,389 @@ TEST(KvCache, BadArgumentsAreRefusedBeforeAnythingIsWritten) {
   expect_refused("sinks of the wrong length", "sinks", [](CacheCase&, CacheData&, Options& o) {
     o.sinks = {few_sinks.data(), {3}, {1}};
   });
+}
+
+// ---------------------------------------------------------------------------------------
+// Quantized caches (QuantizedKvCache): int8 and fp8 e4m3 codes, one scale per position and kv head.
+
+// Every finite e4m3 byte decodes to a value that encodes back to it, and a value halfway between
+// two neighbours goes to the one with the even mantissa (round to nearest, ties to even).
+TEST(KvQuant, E4M3RoundTripsEveryFiniteCodeAndTiesGoToEven) {
+  for (int c = 0; c < 256; ++c) {
+    if ((c & 0x7F) == 0x7F) continue;  // NaN, never written
+    const float x = detail::e4m3_value(static_cast<std::uint8_t>(c));
+    EXPECT_EQ(detail::encode(KvQuant::fp8_e4m3, x), c == 0x80 ? 0 : c) << c;
+    if ((c & 0x7F) < 0x7E) {
+      const float next = detail::e4m3_value(static_cast<std::uint8_t>(c + 1));
+      const int even = (c & 1) == 0 ? c : c + 1;
+      EXPECT_EQ(detail::encode(KvQuant::fp8_e4m3, (static_cast<double>(x) + next) / 2), even == 0x80 ? 0 : even) << c;
+    }
+  }
+  EXPECT_EQ(detail::e4m3_value(0x7E), 448.0f);
+  EXPECT_EQ(detail::e4m3_value(0x01), 0x1p-9f);
+  for (int c = -127; c <= 127; ++c)
+    EXPECT_EQ(detail::code_value(KvQuant::int8, detail::encode(KvQuant::int8, c)), static_cast<float>(c));
+}
+
+// The per-element error bound of a format (docs/contract.md, "Quantized KV caches"): int8 half a
+// step, scale / 2; e4m3 half a unit in the last place of the code, at most 2^-4 |x| for a normal
+// code, 2^-10 scale among the subnormals.
+double quant_error_bound(KvQuant q, double x, double scale) {
+  if (q == KvQuant::int8) return scale / 2;
+  return std::max(std::ldexp(std::fabs(x), -4), std::ldexp(scale, -10));
+}
+
+TEST(KvQuant, RowsRoundTripWithinHalfAStepAndNonFiniteIsRefused) {
+  for (KvQuant q : {KvQuant::int8, KvQuant::fp8_e4m3}) {
+    SCOPED_TRACE(kv_quant_name(q));
+    std::mt19937_64 rng(3);
+    std::vector<float> x(2 * 5 * 3 * 40);
+    fill_normal(x, rng);
+    for (std::size_t i = 0; i < 40; ++i) x[i] = 0.0f;  // row (0, 0, 0): all zero
+    x[45] = 1e-30f;                                    // a tiny element beside normal ones
+    std::vector<std::uint8_t> codes(x.size());
+    std::vector<float> scales(2 * 3 * 5), back(x.size());
+    quantize_kv(contiguous(static_cast<const float*>(x.data()), {2, 5, 3, 40}), q,
+                contiguous(codes.data(), {2, 5, 3, 40}), contiguous(scales.data(), {2, 3, 5}));
+    dequantize_kv(contiguous(static_cast<const std::uint8_t*>(codes.data()), {2, 5, 3, 40}),
+                  contiguous(static_cast<const float*>(scales.data()), {2, 3, 5}), q,
+                  contiguous(back.data(), {2, 5, 3, 40}));
+    EXPECT_EQ(scales[0], 0.0f);
+    for (i64 a = 0; a < 2; ++a)
+      for (i64 r = 0; r < 5; ++r)
+        for (i64 h = 0; h < 3; ++h) {
+          const double s = scales[static_cast<std::size_t>((a * 3 + h) * 5 + r)];
+          double absmax = 0;
+          for (i64 d = 0; d < 40; ++d)
+            absmax = std::max(absmax, std::fabs(double(x[static_cast<std::size_t>(((a * 5 + r) * 3 + h) * 40 + d)])));
+          EXPECT_EQ(s, static_cast<float>(absmax / detail::code_max(q)));
+          for (i64 d = 0; d < 40; ++d) {
+            const std::size_t i = static_cast<std::size_t>(((a * 5 + r) * 3 + h) * 40 + d);
+            // the bound, plus the fp32 rounding of code × scale
+            EXPECT_LE(std::fabs(double(back[i]) - x[i]), quant_error_bound(q, x[i], s) * (1 + 1e-6) + 0x1p-24 * absmax)
+                << i;
+          }
+        }
+    std::vector<float> bad = x;
+    bad[77] = kNaN;
+    const std::vector<std::uint8_t> before = codes;
+    EXPECT_THROW(quantize_kv(contiguous(static_cast<const float*>(bad.data()), {2, 5, 3, 40}), q,
+                             contiguous(codes.data(), {2, 5, 3, 40}), contiguous(scales.data(), {2, 3, 5})),
+                 Error);
+    EXPECT_EQ(codes, before);
+  }
+}
+
+// A quantized copy of a case's cache and its new tokens: the codes and scales the call starts from,
+// and each sequence's keys and values as the call must read them (dequantized).
+struct QuantData {
+  std::vector<std::uint8_t> k, v;
+  std::vector<float> ks, vs;
+  std::vector<float> k_cache, v_cache, k_new, v_new;  // dequantized, laid out as CacheData's
+  QuantData(const CacheCase& c, const CacheData& d, KvQuant q) {
+    const auto [n0, n1] = c.outer();
+    const auto quant = [&](const std::vector<float>& x, i64 a, i64 r, i64 D, std::vector<std::uint8_t>& codes,
+                           std::vector<float>& scales, std::vector<float>& back) {
+      codes.resize(x.size()), scales.resize(static_cast<std::size_t>(a * c.Hkv * r)), back.resize(x.size());
+      quantize_kv(contiguous(x.data(), {a, r, c.Hkv, D}), q, contiguous(codes.data(), {a, r, c.Hkv, D}),
+                  contiguous(scales.data(), {a, c.Hkv, r}));
+      dequantize_kv(contiguous(static_cast<const std::uint8_t*>(codes.data()), {a, r, c.Hkv, D}),
+                    contiguous(static_cast<const float*>(scales.data()), {a, c.Hkv, r}), q,
+                    contiguous(back.data(), {a, r, c.Hkv, D}));
+    };
+    quant(d.k_cache, n0, n1, c.Dk, k, ks, k_cache);
+    quant(d.v_cache, n0, n1, c.Dv, v, vs, v_cache);
+    std::vector<std::uint8_t> unused_codes;
+    std::vector<float> unused_scales;
+    quant(d.k_new, c.B(), c.Nnew, c.Dk, unused_codes, unused_scales, k_new);
+    quant(d.v_new, c.B(), c.Nnew, c.Dv, unused_codes, unused_scales, v_new);
+  }
+  // d with the dequantized values in place of the float ones (for CacheData::keys).
+  CacheData as_read(CacheData d) const {
+    d.k_cache = k_cache, d.v_cache = v_cache, d.k_new = k_new, d.v_new = v_new;
+    return d;
+  }
+};
+
+template <class H>
+struct QuantRun {
+  std::vector<std::uint8_t> k, v;
+  std::vector<float> ks, vs, lse;
+  std::vector<H> out;
+};
+template <class H>
+QuantRun<H> run_quantized(const CacheCase& c, const CacheData& d, const QuantData& qd, KvQuant quant,
+                          const Options& opt) {
+  QuantRun<H> r{qd.k, qd.v, qd.ks, qd.vs, {}, {}};
+  const auto [n0, n1] = c.outer();
+  r.out.assign(static_cast<std::size_t>(c.B() * c.Nq * c.Hq * c.Dv), H(kNaN));
+  r.lse.assign(static_cast<std::size_t>(c.B() * c.Hq * c.Nq), kNaN);
+  const std::vector<H> q = as<H>(d.q), kn = as<H>(d.k_new), vn = as<H>(d.v_new);
+  QuantizedKvCache cache;
+  cache.quant = quant;
+  cache.k = contiguous(r.k.data(), {n0, n1, c.Hkv, c.Dk});
+  cache.v = contiguous(r.v.data(), {n0, n1, c.Hkv, c.Dv});
+  cache.k_scale = contiguous(r.ks.data(), {n0, c.Hkv, n1});
+  cache.v_scale = contiguous(r.vs.data(), {n0, c.Hkv, n1});
+  cache.seqlens = {d.seqlens.data(), {c.B()}, {1}};
+  if (c.paged) cache.block_table = contiguous(d.table.data(), {c.B(), c.max_blocks()});
+  forward_kvcache(
+      contiguous(q.data(), {c.B(), c.Nq, c.Hq, c.Dk}), cache, contiguous(kn.data(), {c.B(), c.Nnew, c.Hkv, c.Dk}),
+      contiguous(vn.data(), {c.B(), c.Nnew, c.Hkv, c.Dv}), contiguous(r.out.data(), {c.B(), c.Nq, c.Hq, c.Dv}),
+      contiguous(r.lse.data(), {c.B(), c.Hq, c.Nq}), opt);
+  return r;
+}
+
+// Each sequence's out and lse against the fp64 reference on its dequantized keys and values, within
+// the project's rule for the call's dtype: the kernel adds nothing to the quantization. The new tokens
+// are quantized on the way in (the codes quantize_kv gives them); the decoding loop reads the codes in
+// place where it takes the call (up to 8 query lanes per kv head, not the scalar path), the others
+// read a dequantized copy.
+template <class H>
+void expect_quantized_matches_reference(Dtype t, KvQuant quant) {
+  for (const CacheCase& c : cases()) {
+    SCOPED_TRACE(c.name);
+    const CacheData d(c, t, std::hash<std::string>{}(c.name) + 1);
+    const QuantData qd(c, d, quant);
+    const CacheData read = qd.as_read(d);
+    Options base = c.opt;
+    if (!c.sinks.empty()) base.sinks = {c.sinks.data(), {c.Hq}, {1}};
+    std::vector<DtypeYardstick> gold;
+    for (i64 b = 0; b < c.B(); ++b) {
+      Buf<float> q({1, c.Hq, c.Nq, c.Dk}), dout({1, c.Hq, c.Nq, c.Dv});
+      for (i64 h = 0; h < c.Hq; ++h)
+        for (i64 i = 0; i < c.Nq; ++i)
+          for (i64 e = 0; e < c.Dk; ++e)
+            q.at(0, h, i, e) = d.q[static_cast<std::size_t>(((b * c.Nq + i) * c.Hq + h) * c.Dk + e)];
+      gold.emplace_back(t, q, read.keys(c, b, false), read.keys(c, b, true), dout, base);
+    }
+    for_each_variant(base, [&](const KernelVariant& kv, Options o) {
+      Plan plan;
+      o.plan = &plan;
+      const QuantRun<H> r = run_quantized<H>(c, d, qd, quant, o);
+      CacheRun<H> as_cache{{}, {}, r.out, r.lse};
+      std::vector<float> out, lse;
+      for (i64 b = 0; b < c.B(); ++b) {
+        SCOPED_TRACE("sequence " + std::to_string(b));
+        sequence_results(c, as_cache, b, out, lse);
+        SDPA_EXPECT_WITHIN("out", gold[static_cast<std::size_t>(b)].out(out));
+        SDPA_EXPECT_WITHIN("lse", gold[static_cast<std::size_t>(b)].lse(lse));
+      }
+      const bool in_place = kv.isa != Isa::scalar && c.Hq / c.Hkv * c.Nq <= 8;
+      EXPECT_EQ(plan.quantized_sequences, in_place ? c.B() : 0) << plan.summary();
+    });
+  }
+}
+
+TEST(QuantizedKvCache, MatchesTheReferenceOnTheDequantizedCacheInt8) {
+  expect_quantized_matches_reference<float>(Dtype::f32, KvQuant::int8);
+}
+TEST(QuantizedKvCache, MatchesTheReferenceOnTheDequantizedCacheFp8) {
+  expect_quantized_matches_reference<float>(Dtype::f32, KvQuant::fp8_e4m3);
+}
+TEST(QuantizedKvCache, MatchesTheReferenceOnTheDequantizedCacheBf16Queries) {
+  expect_quantized_matches_reference<bf16>(Dtype::bf16, KvQuant::int8);
+  expect_quantized_matches_reference<bf16>(Dtype::bf16, KvQuant::fp8_e4m3);
+}
+
+// The append writes the new tokens' codes and scales (quantize_kv's), and nothing else changes.
+TEST(QuantizedKvCache, AppendWritesTheNewRowsCodesAndScalesAndNothingElse) {
+  for (KvQuant quant : {KvQuant::int8, KvQuant::fp8_e4m3})
+    for (const CacheCase& c : cases()) {
+      SCOPED_TRACE(c.name + " " + kv_quant_name(quant));
+      const CacheData d(c, Dtype::f32, 9);
+      const QuantData qd(c, d, quant);
+      const QuantRun<float> r = run_quantized<float>(c, d, qd, quant, c.opt);
+      std::vector<std::uint8_t> kc(d.k_new.size()), vc(d.v_new.size());
+      std::vector<float> kns(static_cast<std::size_t>(c.B() * c.Hkv * c.Nnew)), vns(kns.size());
+      quantize_kv(contiguous(d.k_new.data(), {c.B(), c.Nnew, c.Hkv, c.Dk}), quant,
+                  contiguous(kc.data(), {c.B(), c.Nnew, c.Hkv, c.Dk}), contiguous(kns.data(), {c.B(), c.Hkv, c.Nnew}));
+      quantize_kv(contiguous(d.v_new.data(), {c.B(), c.Nnew, c.Hkv, c.Dv}), quant,
+                  contiguous(vc.data(), {c.B(), c.Nnew, c.Hkv, c.Dv}), contiguous(vns.data(), {c.B(), c.Hkv, c.Nnew}));
+      std::vector<std::uint8_t> k_want = qd.k, v_want = qd.v;
+      std::vector<float> ks_want = qd.ks, vs_want = qd.vs;
+      const i64 n1 = c.outer()[1];
+      for (i64 b = 0; b < c.B(); ++b)
+        for (i64 t = 0; t < c.Nnew; ++t) {
+          const auto [i0, i1] = d.where(c, b, c.held[static_cast<std::size_t>(b)] + t);
+          for (i64 h = 0; h < c.Hkv; ++h) {
+            std::copy_n(kc.begin() + ((b * c.Nnew + t) * c.Hkv + h) * c.Dk, c.Dk,
+                        k_want.begin() + ((i0 * n1 + i1) * c.Hkv + h) * c.Dk);
+            std::copy_n(vc.begin() + ((b * c.Nnew + t) * c.Hkv + h) * c.Dv, c.Dv,
+                        v_want.begin() + ((i0 * n1 + i1) * c.Hkv + h) * c.Dv);
+            ks_want[static_cast<std::size_t>((i0 * c.Hkv + h) * n1 + i1)] =
+                kns[static_cast<std::size_t>((b * c.Hkv + h) * c.Nnew + t)];
+            vs_want[static_cast<std::size_t>((i0 * c.Hkv + h) * n1 + i1)] =
+                vns[static_cast<std::size_t>((b * c.Hkv + h) * c.Nnew + t)];
+          }
+        }
+      EXPECT_EQ(r.k, k_want);
+      EXPECT_EQ(r.v, v_want);
+      EXPECT_EQ(r.ks, ks_want);
+      EXPECT_EQ(r.vs, vs_want);
+    }
+}
+
+// The same bits for any thread count, and paged as contiguous (the same rows scattered over blocks of
+// 16 and 64 positions), at lengths past the split-KV threshold (keys split over items and merged).
+TEST(QuantizedKvCache, SameBitsForAnyThreadCountAndPagedAsContiguous) {
+  for (KvQuant quant : {KvQuant::int8, KvQuant::fp8_e4m3}) {
+    CacheCase c;
+    c.held = {0, 16, 300, 5000, 33};
+    c.Nq = 1, c.Nnew = 1, c.Hq = 8, c.Hkv = 2, c.Dk = 64, c.Dv = 40, c.cap = 5008;
+    const CacheData d(c, Dtype::f32, 31);
+    const QuantData qd(c, d, quant);
+    for_each_variant(c.opt, [&](const KernelVariant&, Options o) {
+      SCOPED_TRACE(kv_quant_name(quant));
+      o.threads = 1;
+      const QuantRun<float> one = run_quantized<float>(c, d, qd, quant, o);
+      for (int t : {2, 3}) {
+        o.threads = t;
+        const QuantRun<float> r = run_quantized<float>(c, d, qd, quant, o);
+        EXPECT_EQ(r.out, one.out) << t << " threads";
+        EXPECT_EQ(r.lse, one.lse) << t << " threads";
+      }
+      for (i64 block : {16, 64}) {
+        SCOPED_TRACE("block " + std::to_string(block));
+        CacheCase pc = c;
+        pc.paged = true, pc.block = block;
+        CacheData pd(pc, Dtype::f32, 32, false);
+        pd.q = d.q, pd.k_new = d.k_new, pd.v_new = d.v_new;
+        QuantData pq(pc, pd, quant);  // its shapes; the codes and scales come from the contiguous cache
+        const i64 n1 = pc.outer()[1];
+        for (i64 b = 0; b < c.B(); ++b)
+          for (i64 pos = 0; pos < c.cap; ++pos) {
+            const auto [blk, row] = pd.where(pc, b, pos);
+            for (i64 h = 0; h < c.Hkv; ++h) {
+              std::copy_n(qd.k.begin() + ((b * c.cap + pos) * c.Hkv + h) * c.Dk, c.Dk,
+                          pq.k.begin() + ((blk * n1 + row) * c.Hkv + h) * c.Dk);
+              std::copy_n(qd.v.begin() + ((b * c.cap + pos) * c.Hkv + h) * c.Dv, c.Dv,
+                          pq.v.begin() + ((blk * n1 + row) * c.Hkv + h) * c.Dv);
+              pq.ks[static_cast<std::size_t>((blk * c.Hkv + h) * n1 + row)] =
+                  qd.ks[static_cast<std::size_t>((b * c.Hkv + h) * c.cap + pos)];
+              pq.vs[static_cast<std::size_t>((blk * c.Hkv + h) * n1 + row)] =
+                  qd.vs[static_cast<std::size_t>((b * c.Hkv + h) * c.cap + pos)];
+            }
+          }
+        const QuantRun<float> r = run_quantized<float>(pc, pd, pq, quant, o);
+        EXPECT_EQ(r.out, one.out);
+        EXPECT_EQ(r.lse, one.lse);
+      }
+    });
+  }
+}
+
+// Against the fp64 attention of the float cache (before quantization): within the bound the contract
+// derives from the quantization step. Per query row, with δk_j the per-element bound of key j's
+// error, ε = β · max_j Σ_d |q_d| δk_jd bounds every score's error, so each weight moves by at most a
+// factor e^{±2ε}: |Δout_e| <= (e^{2ε} - 1) · max_j |v_je| + max_j δv_je, and |Δlse| <= ε; plus the
+// kernel's own fp32 error (the rule's, far below: 1e-5 here).
+TEST(QuantizedKvCache, ErrorAgainstTheFloatCacheWithinTheQuantizationBound) {
+  for (KvQuant quant : {KvQuant::int8, KvQuant::fp8_e4m3}) {
+    SCOPED_TRACE(kv_quant_name(quant));
+    CacheCase c;
+    c.held = {1, 40, 300, 1000};
+    c.Hq = 8, c.Hkv = 2, c.Dk = 128, c.Dv = 128, c.cap = 1024;
+    const CacheData d(c, Dtype::f32, 41);
+    const QuantData qd(c, d, quant);
+    const QuantRun<float> r = run_quantized<float>(c, d, qd, quant, Options{});
+    const double beta = 1.0 / std::sqrt(128.0);
+    double worst = 0;  // the largest error / bound seen
+    for (i64 b = 0; b < c.B(); ++b) {
+      Buf<float> kf = d.keys(c, b, false), vf = d.keys(c, b, true);
+      const i64 L = kf.shape[2];
+      Buf<float> q({1, c.Hq, 1, c.Dk});
+      for (i64 h = 0; h < c.Hq; ++h)
+        for (i64 e = 0; e < c.Dk; ++e) q.at(0, h, 0, e) = d.q[static_cast<std::size_t>((b * c.Hq + h) * c.Dk + e)];
+      Buf<double> out64({1, c.Hq, 1, c.Dv});
+      Buf3<double> lse64({1, c.Hq, 1});
+      reference::forward<double, double>(q.cast<double>().cview(), kf.cast<double>().cview(), vf.cast<double>().cview(),
+                                         out64.view(), lse64.view(), Options{});
+      const auto row_scale = [&](Buf<float>& x, i64 g, i64 j) {
+        double absmax = 0;
+        for (i64 e = 0; e < x.shape[3]; ++e) absmax = std::max(absmax, std::fabs(double(x.at(0, g, j, e))));
+        return absmax / detail::code_max(quant);
+      };
+      for (i64 h = 0; h < c.Hq; ++h) {
+        const i64 g = h / (c.Hq / c.Hkv);
+        double eps = 0, vmax = 0, dv = 0;
+        for (i64 j = 0; j < L; ++j) {
+          const double ks = row_scale(kf, g, j), vs = row_scale(vf, g, j);
+          double e_j = 0;
+          for (i64 e = 0; e < c.Dk; ++e)
+            e_j += std::fabs(double(q.at(0, h, 0, e))) * quant_error_bound(quant, kf.at(0, g, j, e), ks);
+          eps = std::max(eps, beta * e_j);
+          for (i64 e = 0; e < c.Dv; ++e) {
+            vmax = std::max(vmax, std::fabs(double(vf.at(0, g, j, e))));
+            dv = std::max(dv, quant_error_bound(quant, vf.at(0, g, j, e), vs));
+          }
+        }
+        const double bound = std::expm1(2 * eps) * vmax + dv;
+        for (i64 e = 0; e < c.Dv; ++e) {
+          const double got = r.out[static_cast<std::size_t>((b * c.Hq + h) * c.Dv + e)];
+          const double err = std::fabs(got - out64.at(0, h, 0, e));
+          EXPECT_LE(err, bound + 1e-5) << "sequence " << b << " head " << h << " element " << e;
+          worst = std::max(worst, err / bound);
+        }
+        EXPECT_LE(std::fabs(r.lse[static_cast<std::size_t>(b * c.Hq + h)] - lse64.data[static_cast<std::size_t>(h)]),
+                  eps + 1e-5);
+      }
+    }
+    std::printf("[ quantized ] %s: largest out error / bound %.3f\n", kv_quant_name(quant), worst);
+  }
+}
+
+// Bad input refused before anything is written: a NaN or infinity among the new tokens (no code holds
+// it), scales of the wrong shape, out overlapping the codes.
+TEST(QuantizedKvCache, BadArgumentsAreRefusedBeforeAnythingIsWritten) {
+  CacheCase c;
+  c.paged = true;
+  const CacheData good(c, Dtype::f32, 2);
+  const QuantData gq(c, good, KvQuant::int8);
+  const auto expect_refused = [&](const std::string& what, const std::string& name, auto mutate) {
+    SCOPED_TRACE(what);
+    CacheData d = good;
+    QuantRun<float> r{gq.k, gq.v, gq.ks, gq.vs, {}, {}};
+    r.out.assign(static_cast<std::size_t>(c.B() * c.Nq * c.Hq * c.Dv), 7.0f);
+    r.lse.assign(static_cast<std::size_t>(c.B() * c.Hq * c.Nq), 7.0f);
+    const auto [n0, n1] = c.outer();
+    QuantizedKvCache cache;
+    cache.k = contiguous(r.k.data(), {n0, n1, c.Hkv, c.Dk});
+    cache.v = contiguous(r.v.data(), {n0, n1, c.Hkv, c.Dv});
+    cache.k_scale = contiguous(r.ks.data(), {n0, c.Hkv, n1});
+    cache.v_scale = contiguous(r.vs.data(), {n0, c.Hkv, n1});
+    cache.seqlens = {d.seqlens.data(), {c.B()}, {1}};
+    cache.block_table = contiguous(d.table.data(), {c.B(), c.max_blocks()});
+    View4<float> out = contiguous(r.out.data(), {c.B(), c.Nq, c.Hq, c.Dv});
+    mutate(d, cache, out);
+    try {
+      forward_kvcache(contiguous(d.q.data(), {c.B(), c.Nq, c.Hq, c.Dk}), cache,
+                      contiguous(d.k_new.data(), {c.B(), c.Nnew, c.Hkv, c.Dk}),
+                      contiguous(d.v_new.data(), {c.B(), c.Nnew, c.Hkv, c.Dv}), out,
+                      contiguous(r.lse.data(), {c.B(), c.Hq, c.Nq}), Options{});
+      ADD_FAILURE() << "not refused";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(name), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(r.k, gq.k);
+    EXPECT_EQ(r.v, gq.v);
+    EXPECT_EQ(r.ks, gq.ks);
+    EXPECT_EQ(r.vs, gq.vs);
+  };
+  expect_refused(
+      "NaN among the new keys", "k_new: element [2, 0, 1, 3]",
+      [&](CacheData& d, QuantizedKvCache&, View4<float>&) { d.k_new[((2 * 1 + 0) * 2 + 1) * 32 + 3] = kNaN; });
+  expect_refused("infinity among the new values", "v_new: element",
+                 [&](CacheData& d, QuantizedKvCache&, View4<float>&) { d.v_new[5] = kInf; });
+  expect_refused("scales of the wrong shape", "k_scale: shape",
+                 [&](CacheData&, QuantizedKvCache& q, View4<float>&) { q.k_scale.shape[2] -= 1; });
+  expect_refused("no v scales", "v_scale: data pointer is null",
+                 [&](CacheData&, QuantizedKvCache& q, View4<float>&) { q.v_scale.data = nullptr; });
+  expect_refused("out over the codes", "out aliases k_cache", [&](CacheData&, QuantizedKvCache& q, View4<float>& o) {
+    o.data = reinterpret_cast<float*>(q.k.data);
+  });
+  expect_refused("block out of range (the shared checks)", "block_table: entry",
+                 [&](CacheData& d, QuantizedKvCache&, View4<float>&) { d.table[2 * 7 + 1] = 99; });
 }
 
 }  // namespace

@@ -11,6 +11,10 @@
 // through Ops::load / Ops::load_part / Ops::to_float (the one seam: fp32 as is, fp16 by
 // F16C's vcvtph2ps, bf16 by zero-extend and shift 16), so a 16-bit KV cache is read once at
 // half the bytes of fp32 and widened in registers; Q, P, O and the arithmetic stay fp32.
+// A quantized cache's bytes (I8Code, E4M3Code) go through the same seam, and their scales,
+// one per key, multiply the scores (K's) and the probabilities (V's) a score vector at a
+// time: s_j = β·k_scale_j·(q·codes_j) and o = Σ_j (p_j·v_scale_j)·codes_j, so the row's max,
+// its sum and the P·V loop are the float cache's.
 //
 // Why a path of its own (docs/performance.md, "Decoding"): with 4 lanes the general loop
 // padded them to a 16-lane tile, so the softmax ran 4× the exps it needed, each (key,
@@ -39,6 +43,14 @@ static_assert(kKeys % W == 0 && kMaxGroups * kGroupLanes == kFewLanes && W / kGr
 // the item's mask test need not look at the split (tile_needs_mask in item below).
 static_assert(kTileCols % kKeys == 0);
 
+// A quantized cache's code types (problem.hpp). E4M3 bytes load as value × 2^-8 (Ops puts the
+// byte into an fp16's bits, which vcvtph2ps widens: exact, subnormals included), so their scales
+// are taken × 2^8.
+template <class E>
+constexpr bool kIsCode = std::is_same_v<E, I8Code> || std::is_same_v<E, E4M3Code>;
+template <class E>
+constexpr float kCodeUnit = std::is_same_v<E, E4M3Code> ? 256.0f : 1.0f;
+
 // The elements of a (B, H, N, D) input in its dtype E (DtypeView: fp32 in data, 16-bit in bits).
 template <class E>
 inline const E* elements(const InView& x) {
@@ -61,7 +73,7 @@ inline R score_block(const E* const* k, const float* q, i64 ldq, i64 Dk, const E
   const i64 dfull = Dk / W * W;
   // part: whether this is the last, partial vector of the rows (Dk - d floats, under m).
   auto step = [&](i64 d, auto part, Mask m) {
-    if (pf_k != nullptr) {
+    if (pf_k != nullptr && (sizeof(E) > 1 || d % 64 == 0)) {  // bytes: one prefetch per line
       SDPA_UNROLL
       for (int c = 0; c < KB; ++c) __builtin_prefetch(pf_k[c] + d, 0, 2);
     }
@@ -109,7 +121,8 @@ inline R pv_chunk(const E* V, i64 ldv, i64 bc, const float* P, const float* al, 
       vv[v] = Ops::pin(PART && v == CV - 1 ? Ops::load_part(vr + v * W, last) : Ops::load(vr + v * W));
     if constexpr (PF) {
       SDPA_UNROLL
-      for (int v = 0; v < CV; ++v) __builtin_prefetch(pr + v * W, 0, 2);
+      for (int v = 0; v < CV; ++v)  // bytes: one prefetch per line
+        if (sizeof(E) > 1 || (e0 + v * W) % 64 == 0) __builtin_prefetch(pr + v * W, 0, 2);
     }
     SDPA_UNROLL
     for (int l = 0; l < NL; ++l) {
@@ -234,25 +247,36 @@ template <class E>
 struct TileRuns {
   const E* k[2];
   const E* v[2];
+  const float* ks[2];  // a quantized cache's: the runs' first K and V scales (else null)
+  const float* vs[2];
   // Row r of the tile (r < kKeys).
   const E* k_row(i64 r, i64 ldk) const { return k[r / kRun] + r % kRun * ldk; }
   // Whether the second run's V rows follow the first's at the row stride (one V run).
   bool adjacent(i64 ldv) const { return v[1] == v[0] + kRun * ldv; }
 };
 
-// The rows of one (b, kv head): K and V as strided views, or in a paged cache's blocks (KvPages).
+// The rows of one (b, kv head): K and V as strided views, or in a paged cache's blocks (KvPages),
+// and a quantized cache's scales (KvCodes; one per key, unit stride within a view or a block).
 template <class E>
 struct HeadRows {
   const E* k;
   const E* v;
   i64 ldk, ldv;
   KvPages pages;
+  const float* ks = nullptr;
+  const float* vs = nullptr;
+  i64 ks_block = 0, vs_block = 0;
   HeadRows(const Tensors& t, i64 b, i64 g)
       : k(elements<E>(t.k) + off(t.k, b, g, 0, 0)),
         v(elements<E>(t.v) + off(t.v, b, g, 0, 0)),
         ldk(t.k.stride[2]),
         ldv(t.v.stride[2]),
-        pages(t.pages) {}
+        pages(t.pages) {
+    if constexpr (kIsCode<E>) {
+      ks = t.codes.k_scale + g * t.codes.k_head, vs = t.codes.v_scale + g * t.codes.v_head;
+      ks_block = t.codes.k_block, vs_block = t.codes.v_block;
+    }
+  }
   // The runs of the tile from key j0 (a multiple of kKeys) of a head of nk keys. A run that starts
   // at or past nk is never read (rows past nk are clamped to nk - 1, in the first run's tile); it
   // takes the first run's rows, so no block-table entry past the sequence's last is read.
@@ -262,9 +286,11 @@ struct HeadRows {
       const i64 j = j0 + x * kRun < nk ? j0 + x * kRun : j0;
       if (pages.table == nullptr) {
         r.k[x] = k + j * ldk, r.v[x] = v + j * ldv;
+        if constexpr (kIsCode<E>) r.ks[x] = ks + j, r.vs[x] = vs + j;
       } else {
         const i64 blk = pages.table[j / pages.rows], row = j % pages.rows;
         r.k[x] = k + blk * pages.k_block + row * ldk, r.v[x] = v + blk * pages.v_block + row * ldv;
+        if constexpr (kIsCode<E>) r.ks[x] = ks + blk * ks_block + row, r.vs[x] = vs + blk * vs_block + row;
       }
     }
     return r;
@@ -326,7 +352,8 @@ void item(const Problem& p, const Tensors& t, const ForwardItem& it, const ItemL
   for (int e = 0; e < W; ++e) c_e[e] = e % KB;
 
   const R neg_inf = Vec::set1(kNegInf), zero = Vec::zero();
-  const R beta = Vec::set1(static_cast<float>(p.scale));
+  const R beta = Vec::set1(static_cast<float>(p.scale) * kCodeUnit<E>);  // × 2^8 for e4m3 codes
+  const R code_unit = Vec::set1(kCodeUnit<E>);
   const R cap = Vec::set1(static_cast<float>(p.softcap));
   const R inv_cap = Vec::set1(static_cast<float>(1.0 / p.softcap));
   R m[max_groups], l[max_groups];  // running max (per lane, in all its elements), partial sums
@@ -349,7 +376,28 @@ void item(const Problem& p, const Tensors& t, const ForwardItem& it, const ItemL
     if constexpr (PAGED) {
       tile = rows.tile(j0, p.Nk);
       ahead = j0 + kPrefetchKeys <= last ? rows.tile(j0 + kPrefetchKeys, p.Nk) : tile;
+    } else if constexpr (kIsCode<E>) {
+      tile = rows.tile(j0, p.Nk);  // its scales
     }
+    // A quantized cache: the tile's scales per run. The last tile's keys past Nk take scale 0 (their
+    // scores are masked; their scales, past the sequence, may be anything, and a NaN one times a zero
+    // weight would spoil P·V).
+    const float* ksr[2] = {tile.ks[0], tile.ks[1]};
+    const float* vsr[2] = {tile.vs[0], tile.vs[1]};
+    alignas(64) float kpad[kIsCode<E> ? kKeys : 1], vpad[kIsCode<E> ? kKeys : 1];
+    if constexpr (kIsCode<E>) {
+      if (bc < kKeys) {
+        for (i64 c = 0; c < kKeys; ++c) {
+          kpad[c] = c < bc ? tile.ks[c / kRun][c % kRun] : 0.0f;
+          vpad[c] = c < bc ? tile.vs[c / kRun][c % kRun] : 0.0f;
+        }
+        ksr[0] = kpad, ksr[1] = kpad + kRun, vsr[0] = vpad, vsr[1] = vpad + kRun;
+      }
+    }
+    // Score block kb's KB scales (keys kb·KB.. of the tile, within one run), in score-vector layout.
+    auto scales = [&](const float* const* run, i64 kb) {
+      return Ops::load_keys<KB>(run[kb * KB / kRun] + kb * KB % kRun);
+    };
     for (i64 gi = 0; gi < groups; ++gi) {
       R sc[blocks];  // the tile's score vectors
       for (i64 kb = 0; kb < blocks; ++kb) {
@@ -362,7 +410,11 @@ void item(const Problem& p, const Tensors& t, const ForwardItem& it, const ItemL
         if (pf)
           for (int c = 0; c < KB; ++c)
             pk[c] = PAGED ? ahead.k_row(kb * KB + c, ldk) : Kb + (jb + kPrefetchKeys + c) * ldk;
-        R x = Vec::mul(score_block<NL, E>(kr, Q + gi * NL * dkp, dkp, Dk, pf ? pk : nullptr), beta);
+        R x = score_block<NL, E>(kr, Q + gi * NL * dkp, dkp, Dk, pf ? pk : nullptr);
+        if constexpr (kIsCode<E>)
+          x = Vec::mul(x, Vec::mul(scales(ksr, kb), beta));
+        else
+          x = Vec::mul(x, beta);
         if (p.has_softcap) x = Vec::mul(cap, Vec::tanh(Vec::mul(x, inv_cap)));
         if (mask) x = Ops::hide_outside(x, static_cast<int>(jb), c_e, lo_e[gi], hi_e[gi]);
         sc[kb] = x;
@@ -371,7 +423,11 @@ void item(const Problem& p, const Tensors& t, const ForwardItem& it, const ItemL
       float* Pg = P + gi * NL * kKeys;
       const R alpha = online_softmax_step(
           m[gi], l[gi], blocks, [&](i64 kb) { return sc[kb]; }, [](R x) { return Ops::group_reduce<KB, true>(x); },
-          [&](i64 kb, R e) { Vec::store(Pg + kb * W, e); });
+          [&](i64 kb, R e) {
+            if constexpr (kIsCode<E>)  // the V scales (× 2^8 for e4m3), so P·V runs on the codes
+              e = Vec::mul(e, kCodeUnit<E> == 1.0f ? scales(vsr, kb) : Vec::mul(scales(vsr, kb), code_unit));
+            Vec::store(Pg + kb * W, e);
+          });
       Vec::store(al[gi], alpha);
       const bool pf = gi == 0 && pf_tile;
       float* const Oo = O[cur] + gi * NL * dvp;
@@ -416,9 +472,14 @@ void forward_as(const Problem& p, const Tensors& t, const ForwardItem& it, const
   forward_lanes<E, false>(p, t, it, lanes, scratch);
 }
 
-// The one dispatch on the call's dtype.
+// The one dispatch on the call's dtype, or on a quantized cache's codes (q in the call's dtype).
 inline void forward(const Problem& p, const Tensors& t, const ForwardItem& it, const ItemLanes& lanes,
                     WorkerScratch scratch) {
+  switch (t.codes.kind) {
+    case KvCodes::Kind::int8: return forward_as<I8Code>(p, t, it, lanes, scratch);
+    case KvCodes::Kind::fp8_e4m3: return forward_as<E4M3Code>(p, t, it, lanes, scratch);
+    case KvCodes::Kind::none: break;
+  }
   switch (p.dtype) {
     case Dtype::f32: return forward_as<float>(p, t, it, lanes, scratch);
     case Dtype::bf16: return forward_as<bf16>(p, t, it, lanes, scratch);

@@ -13,9 +13,10 @@ ForwardLoop forward_item_on(const Problem& p, const Tensors& t, const ForwardIte
     return ForwardLoop::decoding;
   }
 #endif
-  // Only the decoding loop reads a paged cache; api.cpp's forward_paged sends it nothing else
-  // (FastKernels::paged_lanes), so reaching here with pages is a bug, stopped before a wrong read.
-  if (t.pages.table != nullptr) __builtin_trap();
+  // Only the decoding loop reads a paged or quantized cache; api.cpp's forward_paged and
+  // forward_codes send it nothing else (FastKernels::paged_lanes), so reaching here with either
+  // is a bug, stopped before a wrong read.
+  if (t.pages.table != nullptr || t.codes.kind != KvCodes::Kind::none) __builtin_trap();
   if (lanes.n <= kFewLanes && t.k.stride[3] == 1) {
     forward_few_lanes(p, t, it, lanes, scratch);
     return ForwardLoop::few_lanes;

@@ -1,0 +1,104 @@
+// quantize.cpp — the 8-bit KV formats: int8 (symmetric) and fp8 e4m3 ("e4m3fn": no infinities,
+// 0x7F and 0xFF NaN, never written), one fp32 scale per row; quantize_kv and dequantize_kv.
+#include "attention/quantize.hpp"
+
+#include <cmath>
+#include <string>
+
+namespace sdpa {
+namespace detail {
+
+float code_max(KvQuant q) { return q == KvQuant::int8 ? 127.0f : 448.0f; }
+
+namespace {
+
+std::uint8_t encode_e4m3(double v) {
+  const std::uint8_t sign = v < 0 ? 0x80 : 0;
+  const double a = std::fabs(v);
+  if (a == 0.0) return 0;
+  int e = 0;
+  std::frexp(a, &e);  // a = f · 2^e, f in [0.5, 1): a in [2^(e-1), 2^e)
+  int E = e - 1;
+  if (E < -6) {  // below the smallest normal, 2^-6: subnormal steps of 2^-9 (8 steps round up to 2^-6's code)
+    const auto m = static_cast<std::uint8_t>(std::nearbyint(a * 512.0));
+    return m == 0 ? 0 : static_cast<std::uint8_t>(sign | m);  // zero as +0, whatever its sign
+  }
+  double m = std::nearbyint((std::ldexp(a, -E) - 1.0) * 8.0);  // 0..8, ties to even
+  if (m == 8.0) m = 0.0, ++E;
+  if (E > 8 || (E == 8 && m > 6.0)) return static_cast<std::uint8_t>(sign | 0x7E);  // 448, the largest
+  return static_cast<std::uint8_t>(sign | ((E + 7) << 3) | static_cast<int>(m));
+}
+
+}  // namespace
+
+std::uint8_t encode(KvQuant q, double v) {
+  if (q == KvQuant::fp8_e4m3) return encode_e4m3(v);
+  const double r = std::nearbyint(v);
+  return static_cast<std::uint8_t>(static_cast<std::int8_t>(r > 127.0 ? 127.0 : r < -127.0 ? -127.0 : r));
+}
+
+float quantize_row(KvQuant q, const float* x, i64 n, i64 stride, std::uint8_t* codes, i64 code_stride) {
+  float absmax = 0.0f;
+  for (i64 i = 0; i < n; ++i) absmax = std::fmax(absmax, std::fabs(x[i * stride]));
+  const float scale = absmax / code_max(q);
+  for (i64 i = 0; i < n; ++i) {
+    // x / scale in double, then clamped: absmax / scale may land a rounding above code_max.
+    double v = scale == 0.0f ? 0.0 : static_cast<double>(x[i * stride]) / static_cast<double>(scale);
+    v = std::fmax(-code_max(q), std::fmin(static_cast<double>(code_max(q)), v));
+    codes[i * code_stride] = encode(q, v);
+  }
+  return scale;
+}
+
+}  // namespace detail
+
+const char* kv_quant_name(KvQuant q) { return q == KvQuant::int8 ? "int8" : "fp8_e4m3"; }
+
+namespace {
+
+[[noreturn]] void fail(const std::string& msg) { throw Error(msg); }
+
+template <class T, class S>
+void check_pair(const View4<T>& x, const char* xname, const View3<S>& scales, const char* sname) {
+  detail::check_dims(xname, x.shape, "ARHD");
+  if (x.data == nullptr) fail(std::string(xname) + ": data pointer is null");
+  if (scales.data == nullptr) fail(std::string(sname) + ": data pointer is null");
+  const std::array<std::int64_t, 3> want{x.shape[0], x.shape[2], x.shape[1]};
+  if (scales.shape != want)
+    fail(std::string(sname) + ": shape " + shape_str(scales.shape) + " should be " + shape_str(want) +
+         " ([A, H, R] of " + xname + "'s [A, R, H, D]: one scale per row)");
+}
+
+}  // namespace
+
+void quantize_kv(View4<const float> x, KvQuant quant, View4<std::uint8_t> codes, View3<float> scales) {
+  check_pair(x, "x", scales, "scales");
+  if (codes.data == nullptr) fail("codes: data pointer is null");
+  if (codes.shape != x.shape) fail("codes: shape " + shape_str(codes.shape) + " should be x's " + shape_str(x.shape));
+  for (std::int64_t a = 0; a < x.shape[0]; ++a)  // every value finite before anything is written
+    for (std::int64_t r = 0; r < x.shape[1]; ++r)
+      for (std::int64_t h = 0; h < x.shape[2]; ++h)
+        for (std::int64_t d = 0; d < x.shape[3]; ++d)
+          if (!std::isfinite(x(a, r, h, d)))
+            fail("x: element [" + std::to_string(a) + ", " + std::to_string(r) + ", " + std::to_string(h) + ", " +
+                 std::to_string(d) + "] is " + std::to_string(x(a, r, h, d)) + "; " + kv_quant_name(quant) +
+                 " has no code for a NaN or an infinity");
+  for (std::int64_t a = 0; a < x.shape[0]; ++a)
+    for (std::int64_t r = 0; r < x.shape[1]; ++r)
+      for (std::int64_t h = 0; h < x.shape[2]; ++h)
+        scales(a, h, r) =
+            detail::quantize_row(quant, &x(a, r, h, 0), x.shape[3], x.stride[3], &codes(a, r, h, 0), codes.stride[3]);
+}
+
+void dequantize_kv(View4<const std::uint8_t> codes, View3<const float> scales, KvQuant quant, View4<float> x) {
+  check_pair(codes, "codes", scales, "scales");
+  if (x.data == nullptr) fail("x: data pointer is null");
+  if (x.shape != codes.shape) fail("x: shape " + shape_str(x.shape) + " should be codes' " + shape_str(codes.shape));
+  for (std::int64_t a = 0; a < x.shape[0]; ++a)
+    for (std::int64_t r = 0; r < x.shape[1]; ++r)
+      for (std::int64_t h = 0; h < x.shape[2]; ++h)
+        for (std::int64_t d = 0; d < x.shape[3]; ++d)
+          x(a, r, h, d) = detail::code_value(quant, codes(a, r, h, d)) * scales(a, h, r);
+}
+
+}  // namespace sdpa

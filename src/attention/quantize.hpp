@@ -1,0 +1,32 @@
+// quantize.hpp — the 8-bit KV formats (sdpa/kvcache.hpp, KvQuant) one row at a time: what
+// quantize_kv and the KV cache's append write, and the values the kernel reads back.
+#pragma once
+
+#include <cstdint>
+
+#include "attention/problem.hpp"
+#include "sdpa/kvcache.hpp"
+
+namespace sdpa::detail {
+
+/// The largest code magnitude: 127 (int8) or 448 (e4m3).
+float code_max(KvQuant q);
+
+/// The code of v (|v| <= code_max, finite), rounded to nearest, ties to even.
+std::uint8_t encode(KvQuant q, double v);
+
+/// A code's value (before its scale): exact.
+inline float code_value(KvQuant q, std::uint8_t c) {
+  return q == KvQuant::int8 ? static_cast<float>(static_cast<std::int8_t>(c)) : e4m3_value(c);
+}
+
+/// n finite floats x[i·stride] into codes[i·code_stride]; returns the row's scale, max|x| /
+/// code_max (0 for an all-zero row, whose codes are 0).
+float quantize_row(KvQuant q, const float* x, i64 n, i64 stride, std::uint8_t* codes, i64 code_stride);
+
+/// KvCodes' kind for a format.
+inline KvCodes::Kind codes_kind(KvQuant q) {
+  return q == KvQuant::int8 ? KvCodes::Kind::int8 : KvCodes::Kind::fp8_e4m3;
+}
+
+}  // namespace sdpa::detail
