@@ -105,10 +105,34 @@ nlohmann::ordered_json json_row(const bench::SuiteResult& res, const bench::Varl
           {"flops_ratio_padded", v.ideal_speedup()}};
 }
 
+// A KV-cache row: the call's median against a plain read of the same bytes, alternating.
+nlohmann::ordered_json json_row(const bench::SuiteResult& res, const bench::KvCacheRow& r) {
+  return {{"pass", r.pass_name()},
+          {"batch", 1},
+          {"heads", r.Hq},
+          {"kv_heads", r.Hkv},
+          {"seq_q", 1},
+          {"seq_k", r.Nk},
+          {"dim", r.D},
+          {"format", bench::kv_format_name(r.format)},
+          {"block_size", r.block > 0 ? nlohmann::ordered_json(r.block) : nlohmann::ordered_json(nullptr)},
+          {"threads", r.threads},
+          {"isa", isa_name(res.isa)},
+          {"seconds_median", r.sdpa.median_seconds},
+          {"runs", r.sdpa.runs},
+          {"bytes", r.bytes},
+          {"gbytes_per_s", r.gbytes_per_s()},
+          {"read_seconds_median", r.read.median_seconds},
+          {"read_gbs", r.read_gbytes_per_s()},
+          {"fraction_of_read", r.fraction_of_read()},
+          {"tokens_per_s", r.tokens_per_s()}};
+}
+
 void print_json(const bench::SuiteResult& res) {
   std::vector<nlohmann::ordered_json> rows;
   for (const auto& r : res.rows) rows.push_back(json_row(res, r));
   for (const auto& v : res.varlen) rows.push_back(json_row(res, v));
+  for (const auto& r : res.kvcache) rows.push_back(json_row(res, r));
   fmt::print("[");  // one row per line
   for (std::size_t i = 0; i < rows.size(); ++i) fmt::print("{}\n {}", i ? "," : "", rows[i].dump());
   fmt::print("\n]\n");
@@ -198,6 +222,27 @@ void print_table(const Args& a, const bench::SuiteResult& res) {
         v.pass_name(), v.label(), v.threads, 1e3 * v.packed.median_seconds, v.packed_gflops(),
         v.peak_gflops > 0 ? 100 * v.packed_gflops() / v.peak_gflops : 0.0, 1e3 * v.padded.median_seconds, v.speedup(),
         v.ideal_speedup(), v.packed.runs, v.padded.runs);
+  if (!res.kvcache.empty()) {
+    // Each format's tokens/s against bf16's at the same length and layout (the 8-bit formats read
+    // about half its bytes).
+    const auto bf16_of = [&](const bench::KvCacheRow& r) {
+      for (const auto& o : res.kvcache)
+        if (o.format == bench::KvFormat::bf16 && o.Nk == r.Nk && o.block == r.block) return o.tokens_per_s();
+      return 0.0;
+    };
+    fmt::print("\n{:<32} {:<28} {:>10} {:>10} {:>9} {:>10} {:>9}\n", "KV cache (one decoding step)", "shape", "ms",
+               "GB/s", "% read", "tokens/s", "x bf16");
+    for (const auto& r : res.kvcache) {
+      const double b = bf16_of(r);
+      fmt::print("{:<32} {:<28} {:>10.3f} {:>10.1f} {:>8.1f}% {:>10.1f} {:>9}\n", r.pass_name(), r.label(),
+                 1e3 * r.sdpa.median_seconds, r.gbytes_per_s(), 100 * r.fraction_of_read(), r.tokens_per_s(),
+                 b > 0 ? fmt::format("x{:.2f}", r.tokens_per_s() / b) : std::string("-"));
+    }
+    fmt::print(
+        "% read: the call's bytes per second over a plain read of the same bytes (codes and scales for int8 and "
+        "fp8), medians of alternating runs, {} threads\n",
+        res.kvcache.front().threads);
+  }
   for (const auto& r : res.rows)
     if (!r.blas_note.empty() && r.blas.median_seconds == 0)
       fmt::print("BLAS {} {}: {}\n", bench::pass_name(r.c), bench::label(r.c.shape), r.blas_note);
@@ -244,8 +289,13 @@ int run(const Args& a) {
   for (Dtype t : {Dtype::f32, Dtype::bf16, Dtype::fp16})
     if (a.dtype == dtype_name(t)) dtype = t;
   if (!dtype) throw Error("--dtype: expected float32, bfloat16 or float16, got '" + a.dtype + "'");
-  if (!a.suite.empty()) {
-    if (a.suite != "default") throw Error("--suite: the only suite is 'default', got '" + a.suite + "'");
+  if (a.suite == "kvcache") {
+    if (a.varlen_given) throw Error("--varlen: not with --suite");
+    if (mask != bench::ExplicitMask::none) throw Error("--mask: not with --suite");
+    o.kvcache = bench::default_kvcache(threads);
+    o.blas = o.torch = false;  // the rows are sdpa against a plain read; no baseline takes a paged or 8-bit cache
+  } else if (!a.suite.empty()) {
+    if (a.suite != "default") throw Error("--suite: expected 'default' or 'kvcache', got '" + a.suite + "'");
     if (a.varlen_given) throw Error("--varlen: not with --suite (the suite has its own varlen rows)");
     if (mask != bench::ExplicitMask::none) throw Error("--mask: not with --suite (the suite has its own padded rows)");
     o.cases = bench::default_suite(threads);
@@ -303,7 +353,9 @@ Command add_bench(CLI::App& parent) {
       ->capture_default_str();
   c->add_option("--threads", a->threads, "Threads (0 = all)")->capture_default_str();
   add_timer_options(*c, a->rule);
-  c->add_option("--suite", a->suite, "Run a standard table instead of one shape: default");
+  c->add_option("--suite", a->suite,
+                "Run a standard table instead of one shape: default, or kvcache (decoding over contiguous and paged "
+                "caches in fp32, bf16, int8 and fp8 against a plain read of their bytes)");
   CLI::Option* varlen =
       c->add_option("--varlen", a->varlen,
                     "Lengths L1,L2,…: time one packed batch of these sequences (heads and dim from --heads, --dim) "

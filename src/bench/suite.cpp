@@ -310,6 +310,12 @@ SuiteResult run_suite(const SuiteOptions& o) {
     run_varlen(v, o.rule, o.isa);
     res.varlen.push_back(std::move(v));
   }
+  for (std::size_t i = 0; i < o.kvcache.size(); ++i) {
+    KvCacheRow r = o.kvcache[i];
+    say(fmt::format("{}/{} {} {}", i + 1, o.kvcache.size(), r.pass_name(), r.label()));
+    run_kvcache(r, o.rule, o.isa);
+    res.kvcache.push_back(std::move(r));
+  }
 
   std::vector<int> fma_threads, read_threads;
   for (const auto& kv : res.peaks.fma_gflops) fma_threads.push_back(kv.first);

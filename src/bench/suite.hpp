@@ -12,6 +12,7 @@
 
 #include "bench/flops.hpp"
 #include "bench/peaks.hpp"
+#include "bench/kvcache.hpp"
 #include "bench/timer.hpp"
 #include "bench/varlen.hpp"
 
@@ -92,6 +93,7 @@ struct SuiteOptions {
   bool blas = true, torch = true;
   std::function<void(const std::string&)> progress;  // what is running now; may be empty
   std::vector<VarlenRow> varlen;                     // packed-versus-padded rows (the default suite: one per dtype)
+  std::vector<KvCacheRow> kvcache;                   // KV-cache decoding rows (`--suite kvcache`)
 };
 
 struct SuiteResult {
@@ -102,6 +104,7 @@ struct SuiteResult {
   double rss_sdpa_mib = 0;        // peak RSS after the fast kernel's runs (before the BLAS baseline's)
   double tensors_mib = 0;         // the largest row's inputs, outputs and gradients
   std::vector<VarlenRow> varlen;  // SuiteOptions::varlen, timed
+  std::vector<KvCacheRow> kvcache;  // SuiteOptions::kvcache, timed
 };
 
 /// Runs every case (see the top of this file). Throws sdpa::Error for an ISA this CPU lacks

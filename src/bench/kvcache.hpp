@@ -1,0 +1,43 @@
+// kvcache.hpp — the KV-cache rows of `sdpa bench --suite kvcache`: one decoding step (one query
+// per sequence, Hq = 32, Hkv = 8, D = 128) over a cache of Nk keys, contiguous or paged (blocks of
+// 16 or 64 positions, scattered), in fp32, bf16, int8 or fp8 e4m3 (sdpa::forward_kvcache), timed
+// alternately with a plain read of the bytes that layout must read (codes and scales for the 8-bit
+// formats): decoding is a read of the cache, so its time is judged as a fraction of that read.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "bench/flops.hpp"
+#include "bench/timer.hpp"
+
+namespace sdpa::bench {
+
+/// A cache's element format in a row: a float dtype or an 8-bit code.
+enum class KvFormat { f32, bf16, int8, fp8_e4m3 };
+const char* kv_format_name(KvFormat f);  // "float32", "bfloat16", "int8", "fp8_e4m3"
+
+struct KvCacheRow {
+  i64 Nk = 4096, Hq = 32, Hkv = 8, D = 128;
+  i64 block = 0;  // positions per block of a paged cache; 0: contiguous
+  KvFormat format = KvFormat::f32;
+  int threads = 1;
+  Timing sdpa, read;  // the call, and a plain read of the bytes it must read, alternating
+  double bytes = 0;   // K and V (codes and scales) of the Nk keys
+
+  double gbytes_per_s() const;       // bytes / the call's median
+  double read_gbytes_per_s() const;  // bytes / the read's median
+  double fraction_of_read() const;   // the call's bytes per second over the read's
+  double tokens_per_s() const;       // 1 / the call's median: one decoding step of the batch of one
+  /// "kvcache int8 paged16", "kvcache float32 contiguous", …
+  std::string pass_name() const;
+  /// "B=1 H=32/8 Nq=1 Nk=4096 D=128"
+  std::string label() const;
+};
+
+/// The suite: Nk ∈ {4096, 32768} × {contiguous, paged 16, paged 64} × {fp32, bf16, int8, fp8}.
+std::vector<KvCacheRow> default_kvcache(int threads);
+/// Times `row`; fills sdpa, read and bytes.
+void run_kvcache(KvCacheRow& row, const TimerRule& rule, Isa isa);
+
+}  // namespace sdpa::bench
