@@ -24,6 +24,14 @@ std::vector<std::int32_t> scattered_table(i64 blocks) {
   return t;
 }
 
+// The cache's (outer, rows, Hkv, D) view of a buffer laid out heads before rows, (outer, Hkv, rows, D),
+// as vLLM's CPU cache keeps its blocks (KvCacheRow::heads_major), or as the view itself.
+template <class X>
+View4<X> cache_view(X* data, i64 outer, i64 rows, i64 Hkv, i64 D, bool heads_major) {
+  if (!heads_major) return contiguous(data, {outer, rows, Hkv, D});
+  return {data, {outer, rows, Hkv, D}, {Hkv * rows * D, D, rows * D, 1}};
+}
+
 // The plain read of a buffer of `bytes` (read as floats; a multiple of 4 bytes).
 peak::Span span_of(const void* data, std::size_t bytes) {
   return {static_cast<const float*>(data), static_cast<i64>(bytes / sizeof(float))};
@@ -41,11 +49,10 @@ void run_float(KvCacheRow& r, const TimerRule& rule, Options opt) {
   const std::vector<std::int32_t> table = scattered_table(outer);
   const std::int32_t held = static_cast<std::int32_t>(r.Nk);
   KvCache<T> cache;
-  cache.k = contiguous(k.data(), {outer, rows, r.Hkv, r.D});
-  cache.v = contiguous(v.data(), {outer, rows, r.Hkv, r.D});
+  cache.k = cache_view(k.data(), outer, rows, r.Hkv, r.D, r.heads_major);
+  cache.v = cache_view(v.data(), outer, rows, r.Hkv, r.D, r.heads_major);
   cache.seqlens = {&held, {1}, {1}};
   if (r.block > 0) cache.block_table = contiguous(table.data(), {1, outer});
-  if (r.block == 0) cache.k.shape[0] = cache.v.shape[0] = 1;
   const auto call = [&] {
     forward_kvcache(contiguous<const T>(q.data(), {1, 1, r.Hq, r.D}), cache, {}, {},
                     contiguous(out.data(), {1, 1, r.Hq, r.D}), {}, opt);
@@ -68,14 +75,15 @@ void run_codes(KvCacheRow& r, const TimerRule& rule, Options opt) {
   for (auto [codes, scales] : {std::pair{&k, &ks}, std::pair{&v, &vs}}) {
     for (auto& e : x) e = normal(rng);
     quantize_kv(contiguous<const float>(x.data(), {outer, rows, r.Hkv, r.D}), quant,
-                contiguous(codes->data(), {outer, rows, r.Hkv, r.D}), contiguous(scales->data(), {outer, r.Hkv, rows}));
+                cache_view(codes->data(), outer, rows, r.Hkv, r.D, r.heads_major),
+                contiguous(scales->data(), {outer, r.Hkv, rows}));
   }
   const std::vector<std::int32_t> table = scattered_table(outer);
   const std::int32_t held = static_cast<std::int32_t>(r.Nk);
   QuantizedKvCache cache;
   cache.quant = quant;
-  cache.k = contiguous(k.data(), {outer, rows, r.Hkv, r.D});
-  cache.v = contiguous(v.data(), {outer, rows, r.Hkv, r.D});
+  cache.k = cache_view(k.data(), outer, rows, r.Hkv, r.D, r.heads_major);
+  cache.v = cache_view(v.data(), outer, rows, r.Hkv, r.D, r.heads_major);
   cache.k_scale = contiguous(ks.data(), {outer, r.Hkv, rows});
   cache.v_scale = contiguous(vs.data(), {outer, r.Hkv, rows});
   cache.seqlens = {&held, {1}, {1}};
@@ -113,8 +121,9 @@ double KvCacheRow::fraction_of_read() const {
 double KvCacheRow::tokens_per_s() const { return sdpa.median_seconds > 0 ? 1.0 / sdpa.median_seconds : 0.0; }
 
 std::string KvCacheRow::pass_name() const {
-  return fmt::format("kvcache {} {}", kv_format_name(format),
-                     block > 0 ? fmt::format("paged{}", block) : std::string("contiguous"));
+  return fmt::format("kvcache {} {}{}", kv_format_name(format),
+                     block > 0 ? fmt::format("paged{}", block) : std::string("contiguous"),
+                     heads_major ? "" : " tokens-major");
 }
 std::string KvCacheRow::label() const { return fmt::format("B=1 H={}/{} Nq=1 Nk={} D={}", Hq, Hkv, Nk, D); }
 
@@ -127,6 +136,12 @@ std::vector<KvCacheRow> default_kvcache(int threads) {
         r.Nk = nk, r.block = block, r.format = f, r.threads = threads;
         rows.push_back(r);
       }
+  // FlashAttention's order, one head's rows Hkv·D apart: what the layout costs a decoding step.
+  for (KvFormat f : {KvFormat::f32, KvFormat::bf16, KvFormat::int8, KvFormat::fp8_e4m3}) {
+    KvCacheRow r;
+    r.Nk = 32768, r.format = f, r.heads_major = false, r.threads = threads;
+    rows.push_back(r);
+  }
   return rows;
 }
 

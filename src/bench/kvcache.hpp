@@ -1,8 +1,9 @@
 // kvcache.hpp — the KV-cache rows of `sdpa bench --suite kvcache`: one decoding step (one query
 // per sequence, Hq = 32, Hkv = 8, D = 128) over a cache of Nk keys, contiguous or paged (blocks of
-// 16 or 64 positions, scattered), in fp32, bf16, int8 or fp8 e4m3 (sdpa::forward_kvcache), timed
-// alternately with a plain read of the bytes that layout must read (codes and scales for the 8-bit
-// formats): decoding is a read of the cache, so its time is judged as a fraction of that read.
+// 16 or 64 positions, scattered; each head's rows back to back, or tokens before heads), in fp32,
+// bf16, int8 or fp8 e4m3 (sdpa::forward_kvcache), timed alternately with a plain read of the bytes
+// that layout must read (codes and scales for the 8-bit formats): decoding is a read of the cache,
+// so its time is judged as a fraction of that read.
 #pragma once
 
 #include <string>
@@ -21,6 +22,11 @@ struct KvCacheRow {
   i64 Nk = 4096, Hq = 32, Hkv = 8, D = 128;
   i64 block = 0;  // positions per block of a paged cache; 0: contiguous
   KvFormat format = KvFormat::f32;
+  // Memory order of a block's (or the contiguous cache's) positions and heads: (Hkv, rows, D), each
+  // head's rows back to back, as vLLM's CPU cache keeps them; or (rows, Hkv, D), FlashAttention's
+  // order, where one head's consecutive rows lie Hkv·D elements apart. Either is the same
+  // (…, rows, Hkv, D) view (strides), which forward_kvcache reads as it is.
+  bool heads_major = true;
   int threads = 1;
   Timing sdpa, read;  // the call, and a plain read of the bytes it must read, alternating
   double bytes = 0;   // K and V (codes and scales) of the Nk keys
@@ -35,7 +41,8 @@ struct KvCacheRow {
   std::string label() const;
 };
 
-/// The suite: Nk ∈ {4096, 32768} × {contiguous, paged 16, paged 64} × {fp32, bf16, int8, fp8}.
+/// The suite: Nk ∈ {4096, 32768} × {contiguous, paged 16, paged 64} × {fp32, bf16, int8, fp8}, heads
+/// major; and the contiguous rows at 32768 tokens major.
 std::vector<KvCacheRow> default_kvcache(int threads);
 /// Times `row`; fills sdpa, read and bytes.
 void run_kvcache(KvCacheRow& row, const TimerRule& rule, Isa isa);
