@@ -273,6 +273,126 @@ def _index_array(name: str, x, kind: str, rank: int, batch: int):
     return x.to(t.int32) if kind == "torch" else x.astype(_core.np.int32)
 
 
+_KV_FORMATS = ("int8", "fp8_e4m3")
+
+
+class QuantizedKV:
+    """An 8-bit K or V cache (or any [A, R, H, D] tensor): codes [A, R, H, D] uint8 and scales [A, H, R] float32,
+    one per row of D, the value code x scale. format "int8" (symmetric, codes -127..127, scale = max|row| / 127)
+    or "fp8_e4m3" (OCP e4m3fn bytes, up to 448, scale = max|row| / 448), rounded to nearest even. Made by
+    sdpa.quantize_kv; attention_with_kvcache takes a pair of them as k_cache and v_cache, reads the codes where
+    they lie and quantizes new tokens into them in place. NumPy arrays or PyTorch CPU tensors, as the input was.
+    """
+
+    __slots__ = ("codes", "scales", "format")
+
+    def __init__(self, codes, scales, format):
+        if format not in _KV_FORMATS:
+            raise ValueError(f"format: expected 'int8' or 'fp8_e4m3', got {format!r}")
+        if codes.ndim != 4 or scales.ndim != 3:
+            raise ValueError(f"codes, scales: ranks {codes.ndim} and {scales.ndim} should be 4 ([A, R, H, D]) and 3 "
+                             f"([A, H, R])")
+        A, R, H, _ = codes.shape
+        if tuple(scales.shape) != (A, H, R):
+            raise ValueError(f"scales: shape {tuple(scales.shape)} should be {(A, H, R)} ([A, H, R] of codes' "
+                             f"[A, R, H, D])")
+        self.codes, self.scales, self.format = codes, scales, format
+
+    @property
+    def shape(self):
+        return tuple(self.codes.shape)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held: the codes and the scales."""
+        if _core._is_torch(self.codes):
+            return int(self.codes.numel() + 4 * self.scales.numel())
+        return int(self.codes.nbytes + self.scales.nbytes)
+
+    def dequantize(self):
+        """code x scale as float32, [A, R, H, D], of the codes' kind."""
+        kind = "torch" if _core._is_torch(self.codes) else "numpy"
+        out = _empty(kind, tuple(self.codes.shape))
+        codes, scales, x = _fast_args(kind, self.codes, self.scales, out)
+        _ext.dequantize_kv(codes, scales, self.format, x)
+        return out
+
+    def __repr__(self):
+        return f"QuantizedKV(format={self.format!r}, shape={self.shape})"
+
+
+def quantize_kv(x, format="int8"):
+    """x [A, R, H, D] (a cache's [B, N, Hkv, D] or [blocks, block_size, Hkv, D]; any float dtype, NumPy or torch
+    CPU) quantized row by row into a QuantizedKV: codes like x, one float32 scale per (a, r, h). A NaN or an
+    infinity in x raises sdpa.Error (no code holds it). A cache to append into can start from zeros."""
+    if format not in _KV_FORMATS:
+        raise ValueError(f"format: expected 'int8' or 'fp8_e4m3', got {format!r}")
+    kind = "torch" if _core._is_torch(x) else "numpy"
+    if kind == "numpy" and not isinstance(x, _core.np.ndarray):
+        raise TypeError(f"x: expected a NumPy array or a PyTorch CPU tensor, got {type(x).__name__}")
+    _check_rank("x", x, 4)
+    if kind == "torch":
+        t = _core._torch_module()
+        if not x.is_floating_point() or x.device.type != "cpu":
+            raise TypeError(f"x: expected a floating-point CPU tensor, got {x.dtype} on {x.device}")
+        xf = x.detach().to(t.float32).contiguous()
+        codes = t.empty(tuple(x.shape), dtype=t.uint8)
+    else:
+        if x.dtype.kind != "f":
+            raise TypeError(f"x: expected a floating-point array, got dtype {x.dtype}")
+        xf = _core.np.ascontiguousarray(x, dtype=_core.np.float32)
+        codes = _core.np.empty(x.shape, dtype=_core.np.uint8)
+    A, R, H, _ = x.shape
+    scales = _empty(kind, (A, H, R))
+    xa, ca, sa = _fast_args(kind, xf, codes, scales)
+    _ext.quantize_kv(xa, ca, sa, format)
+    return QuantizedKV(codes, scales, format)
+
+
+def _attention_with_quantized_kvcache(q, k_cache, v_cache, k, v, seqlens_in, block_table, causal, window, softcap,
+                                      sinks, scale, threads, return_lse):
+    """attention_with_kvcache over a pair of QuantizedKV caches."""
+    if not (isinstance(k_cache, QuantizedKV) and isinstance(v_cache, QuantizedKV)):
+        raise TypeError("k_cache, v_cache: both QuantizedKV (sdpa.quantize_kv) or both float; got one of each")
+    if k_cache.format != v_cache.format:
+        raise ValueError(f"v_cache: format {v_cache.format!r} differs from k_cache's {k_cache.format!r}")
+    named = {"q": q}
+    if (k is None) != (v is None):
+        raise ValueError(f"{'v' if v is None else 'k'}: missing; new keys and values come together (or neither)")
+    if k is not None:
+        named.update(k=k, v=v)
+    kind = _check_tensors(named, "q", half_ok=True)
+    for name, x in named.items():
+        _check_rank(name, x, 4)
+    for name, c in (("k_cache", k_cache), ("v_cache", v_cache)):
+        for part in (c.codes, c.scales):
+            if ("torch" if _core._is_torch(part) else "numpy") != kind:
+                raise TypeError(f"{name}: its codes and scales must be the same kind as q (NumPy or torch)")
+            if kind == "numpy" and not part.flags.writeable:
+                raise ValueError(f"{name}: read-only; the cache is written in place (new tokens appended), so it "
+                                 f"must be writable")
+    if kind == "torch" and _core._torch_module().is_grad_enabled() and any(x.requires_grad for x in named.values()):
+        raise ValueError("attention_with_kvcache: has no backward (inference over a cache); call it under "
+                         "torch.no_grad() or with tensors that do not require grad")
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal: expected a bool (True: bottom-right over each sequence's keys), got {causal!r}")
+    B, Nq, Hq, _ = q.shape
+    seqlens = _index_array("cache_seqlens", seqlens_in, kind, 1, B)
+    table = None if block_table is None else _index_array("block_table", block_table, kind, 2, B)
+    opts = _options({"scale": scale, "causal": "bottom-right" if causal else None, "window": window,
+                     "softcap": softcap, "sinks": sinks, "threads": threads}, kind=kind,
+                    caller="attention_with_kvcache")
+    out = _empty(kind, (B, Nq, Hq, v_cache.codes.shape[3]), q.dtype)
+    lse = _empty(kind, (B, Hq, Nq)) if return_lse else None
+    args = {name: opts[name] for name in ("scale", "softcap", "causal", "window_left", "window_right", "threads",
+                                          "kernel")}
+    qx, kc, vc, ks, vs, sl, bt, kx, vx, ox, lx, sx = _fast_args(
+        kind, q, k_cache.codes, v_cache.codes, k_cache.scales, v_cache.scales, seqlens, table, k, v, out, lse,
+        opts["sinks"])
+    _ext.forward_kvcache_quantized(qx, kc, vc, ks, vs, k_cache.format, sl, bt, kx, vx, ox, lx, sinks=sx, **args)
+    return (out, lse) if return_lse else out
+
+
 def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens, block_table=None, causal=False,
                            window=None, softcap=None, sinks=None, scale=None, threads=None, return_lse=False):
     """Attention over a KV cache (FlashAttention's flash_attn_with_kvcache): decoding and chunked prefill.
@@ -295,7 +415,16 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens
     before the cache is written (a block outside the cache, a sequence that would outgrow it, two sequences
     appending into one block: sdpa.Error naming it). Per sequence the result is sdpa.attention's on its
     keys, to the bit, for any thread count.
+
+    Quantized caches: k_cache and v_cache may be a pair of sdpa.QuantizedKV (sdpa.quantize_kv; codes laid out as
+    the float caches above, scales [B, Hkv, Nmax] or [blocks, Hkv, block_size]). New tokens are quantized into
+    them in place (a NaN or infinity among them is refused); the result is the attention of the dequantized
+    cache to fp32 accuracy, and the codes are read where they lie by the decoding loop (up to 8 query lanes,
+    Hq/Hkv x Nq, per kv head; longer chunks read a dequantized copy of each sequence).
     """
+    if isinstance(k_cache, QuantizedKV) or isinstance(v_cache, QuantizedKV):
+        return _attention_with_quantized_kvcache(q, k_cache, v_cache, k, v, cache_seqlens, block_table, causal,
+                                                 window, softcap, sinks, scale, threads, return_lse)
     named = {"q": q, "k_cache": k_cache, "v_cache": v_cache}
     if (k is None) != (v is None):
         raise ValueError(f"{'v' if v is None else 'k'}: missing; new keys and values come together (or neither)")

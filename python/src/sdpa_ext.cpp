@@ -321,6 +321,67 @@ nb::object forward_kvcache(AnyIn4 q, AnyOut4 k_cache, AnyOut4 v_cache, Int1 cach
   return explain ? nb::object(plan_dict(plan)) : nb::none();
 }
 
+// ---- quantized KV caches ----------------------------------------------------------
+
+using Codes4 = nb::ndarray<std::uint8_t, nb::ndim<4>, cpu>;  // int8 or e4m3 bytes
+using CodesIn4 = nb::ndarray<const std::uint8_t, nb::ndim<4>, cpu>;
+
+sdpa::KvQuant kv_quant_of(const std::string& format) {
+  if (format == "int8") return sdpa::KvQuant::int8;
+  if (format == "fp8_e4m3") return sdpa::KvQuant::fp8_e4m3;
+  throw sdpa::Error("format: expected 'int8' or 'fp8_e4m3', got '" + format + "'");
+}
+
+void quantize_kv(In4 x, Codes4 codes, Out3 scales, const std::string& format) {
+  const sdpa::KvQuant q = kv_quant_of(format);
+  nb::gil_scoped_release unlocked;
+  sdpa::quantize_kv(view_of<const float, 4>(x), q, view_of<std::uint8_t, 4>(codes), view_of<float, 3>(scales));
+}
+
+void dequantize_kv(CodesIn4 codes, In3 scales, const std::string& format, Out4 x) {
+  const sdpa::KvQuant q = kv_quant_of(format);
+  nb::gil_scoped_release unlocked;
+  sdpa::dequantize_kv(view_of<const std::uint8_t, 4>(codes), view_of<const float, 3>(scales), q, view_of<float, 4>(x));
+}
+
+// sdpa::forward_kvcache over a quantized cache: k_codes, v_codes and their scales written in place
+// (the new tokens quantized into them), out (and lse) written.
+nb::object forward_kvcache_quantized(AnyIn4 q, Codes4 k_codes, Codes4 v_codes, Out3 k_scale, Out3 v_scale,
+                                     const std::string& format, Int1 cache_seqlens, Int2 block_table, AnyIn4 k_new,
+                                     AnyIn4 v_new, AnyOut4 out, Out3 lse, std::optional<double> scale,
+                                     std::optional<double> softcap, const std::string& causal, std::int64_t window_left,
+                                     std::int64_t window_right, In1 sinks, int threads, const std::string& kernel,
+                                     bool explain) {
+  sdpa::Options opt = options(scale, softcap, causal, window_left, window_right, {}, {}, sinks, threads, kernel);
+  sdpa::Plan plan;
+  if (explain) opt.plan = &plan;
+  const bool with_new = k_new.is_valid() || v_new.is_valid();
+  if (with_new && !(k_new.is_valid() && v_new.is_valid()))
+    throw sdpa::Error(std::string(k_new.is_valid() ? "v" : "k") + ": missing; new keys and values come together");
+  const sdpa::Dtype t =
+      with_new ? dtype_of({{"q", q.dtype()}, {"out", out.dtype()}, {"k", k_new.dtype()}, {"v", v_new.dtype()}})
+               : dtype_of({{"q", q.dtype()}, {"out", out.dtype()}});
+  sdpa::QuantizedKvCache cache;
+  cache.quant = kv_quant_of(format);
+  cache.k = view_of<std::uint8_t, 4>(k_codes);
+  cache.v = view_of<std::uint8_t, 4>(v_codes);
+  cache.k_scale = view_of<float, 3>(k_scale);
+  cache.v_scale = view_of<float, 3>(v_scale);
+  cache.seqlens = view_of<const std::int32_t, 1>(cache_seqlens);
+  if (block_table.is_valid()) cache.block_table = view_of<const std::int32_t, 2>(block_table);
+  const auto lse_view = lse.is_valid() ? view_of<float, 3>(lse) : sdpa::View3<float>{};
+  {
+    nb::gil_scoped_release unlocked;
+    with_element_type(t, [&](auto element) {
+      using T = decltype(element);
+      sdpa::forward_kvcache(
+          view_of<const T, 4>(q), cache, with_new ? view_of<const T, 4>(k_new) : sdpa::View4<const T>{},
+          with_new ? view_of<const T, 4>(v_new) : sdpa::View4<const T>{}, view_of<T, 4>(out), lse_view, opt);
+    });
+  }
+  return explain ? nb::object(plan_dict(plan)) : nb::none();
+}
+
 nb::tuple inspect(nb::ndarray<const float, cpu> a) {
   nb::list shape, strides;
   for (std::size_t d = 0; d < a.ndim(); ++d) {
@@ -523,6 +584,19 @@ NB_MODULE(_ext, m) {
         nb::arg("window_left"), nb::arg("window_right"), nb::arg("sinks").noconvert().none(), nb::arg("threads"),
         nb::arg("kernel"), nb::arg("explain") = false,
         "sdpa::forward_kvcache: k, v (unless None) appended into the caches in place, then out (and lse) written.");
+  m.def("quantize_kv", &quantize_kv, nb::arg("x").noconvert(), nb::arg("codes").noconvert(),
+        nb::arg("scales").noconvert(), nb::arg("format"),
+        "sdpa::quantize_kv: x (A, R, H, D) float32 into codes (A, R, H, D) uint8 and scales (A, H, R) float32.");
+  m.def("dequantize_kv", &dequantize_kv, nb::arg("codes").noconvert(), nb::arg("scales").noconvert(), nb::arg("format"),
+        nb::arg("x").noconvert(), "sdpa::dequantize_kv: code × scale into x (A, R, H, D) float32.");
+  m.def("forward_kvcache_quantized", &forward_kvcache_quantized, nb::arg("q").noconvert(),
+        nb::arg("k_codes").noconvert(), nb::arg("v_codes").noconvert(), nb::arg("k_scale").noconvert(),
+        nb::arg("v_scale").noconvert(), nb::arg("format"), nb::arg("cache_seqlens").noconvert(),
+        nb::arg("block_table").noconvert().none(), nb::arg("k").noconvert().none(), nb::arg("v").noconvert().none(),
+        nb::arg("out").noconvert(), nb::arg("lse").noconvert().none(), nb::arg("scale").none(),
+        nb::arg("softcap").none(), nb::arg("causal"), nb::arg("window_left"), nb::arg("window_right"),
+        nb::arg("sinks").noconvert().none(), nb::arg("threads"), nb::arg("kernel"), nb::arg("explain") = false,
+        "sdpa::forward_kvcache over a quantized cache (codes and scales written in place).");
   m.def("inspect", &inspect, nb::arg("a").noconvert(),
         "(address, shape, element strides) of a float32 CPU array as the module receives it.");
   m.def("forward_block", &forward_block, nb::arg("q").noconvert(), nb::arg("k").noconvert(), nb::arg("v").noconvert(),

@@ -129,3 +129,104 @@ def test_bad_arguments_leave_the_cache_unchanged(change, match):
         sdpa.attention_with_kvcache(q, kc, vc, **args)
     np.testing.assert_array_equal(kc, kc0)
     np.testing.assert_array_equal(vc, vc0)
+
+
+# ---- quantized caches (sdpa.quantize_kv, sdpa.QuantizedKV) -------------------------------------------------------
+
+@pytest.mark.parametrize("fmt", ["int8", "fp8_e4m3"])
+def test_quantize_kv_round_trips_within_half_a_step(fmt):
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((3, 7, 2, 40)).astype(np.float32)
+    x[0, 0, 0] = 0.0  # an all-zero row: scale 0, codes 0
+    qx = sdpa.quantize_kv(x, fmt)
+    assert qx.codes.dtype == np.uint8 and qx.codes.shape == x.shape and qx.scales.shape == (3, 2, 7)
+    assert qx.nbytes == x.size + 4 * 3 * 2 * 7
+    back = qx.dequantize()
+    absmax = np.abs(x).max(axis=3).transpose(0, 2, 1)  # [A, H, R]
+    top = 127.0 if fmt == "int8" else 448.0
+    np.testing.assert_array_equal(qx.scales, (absmax / np.float32(top)).astype(np.float32))
+    s = qx.scales.transpose(0, 2, 1)[..., None].astype(np.float64)  # per row, broadcast over D
+    bound = s / 2 if fmt == "int8" else np.maximum(np.abs(x) / 16.0, s / 1024.0)
+    err = np.abs(back.astype(np.float64) - x)
+    assert np.all(err <= bound * (1 + 1e-6) + 2.0 ** -24 * absmax.transpose(0, 2, 1)[..., None])
+    assert qx.scales[0, 0, 0] == 0 and not qx.codes[0, 0, 0].any()
+    bad = x.copy()
+    bad[1, 2, 1, 3] = np.nan
+    with pytest.raises(sdpa.Error, match=r"x: element \[1, 2, 1, 3\] is nan"):
+        sdpa.quantize_kv(bad, fmt)
+    with pytest.raises(ValueError, match="format"):
+        sdpa.quantize_kv(x, "int4")
+
+
+@pytest.mark.parametrize("fmt", ["int8", "fp8_e4m3"])
+@pytest.mark.parametrize("paged", [False, True], ids=["contiguous", "paged"])
+@pytest.mark.parametrize("nq,causal", [(1, False), (3, True)], ids=["decode", "chunk_causal"])
+def test_quantized_cache_is_the_attention_of_its_dequantized_values(fmt, paged, nq, causal):
+    """Per sequence: the rule against the fp64 oracle on the dequantized keys (the new tokens as quantize_kv
+    quantizes them), and the codes and scales written where the new tokens go. chunk_causal has 12 query lanes
+    per kv head: the dequantized-copy path; decode: the codes read in place."""
+    q, kc, vc, kn, vn, table = make(11, nq, nq, paged)
+    kq, vq = sdpa.quantize_kv(kc, fmt), sdpa.quantize_kv(vc, fmt)
+    kc0, ks0 = kq.codes.copy(), kq.scales.copy()
+    out, lse = sdpa.attention_with_kvcache(q, kq, vq, kn, vn, cache_seqlens=np.array(HELD, np.int32),
+                                           block_table=table, causal=causal, return_lse=True)
+    kn_q, vn_q = sdpa.quantize_kv(kn, fmt), sdpa.quantize_kv(vn, fmt)
+    kd, vd = kq.dequantize(), vq.dequantize()
+    for b, held in enumerate(HELD):
+        pos = np.arange(held, held + nq)
+        idx = (b, pos) if table is None else (table[b, pos // BLOCK], pos % BLOCK)
+        np.testing.assert_array_equal(kq.codes[idx], kn_q.codes[b])
+        np.testing.assert_array_equal(kq.scales[idx[0], :, idx[1]], kn_q.scales[b].T)
+        np.testing.assert_array_equal(vq.codes[idx], vn_q.codes[b])
+        k = rows(kd, table, b, held + nq).transpose(1, 0, 2)[None]
+        v = rows(vd, table, b, held + nq).transpose(1, 0, 2)[None]
+        qb = q[b].transpose(1, 0, 2)[None]
+        ref_opts = {"causal": "bottom-right" if causal else None}
+        gold_out, gold_lse, _ = attention_ref(qb, k, v, **ref_opts)
+        naive_out, naive_lse, _ = attention_ref(qb, k, v, dtype=np.float32, **ref_opts)
+        fo, fl = forward_floors(qb, k, v, gold_lse, **ref_opts)
+        assert_within(f"out[{b}]", out[b].transpose(1, 0, 2)[None], naive_out, gold_out, fo)
+        assert_within(f"lse[{b}]", lse[b][None], naive_lse, gold_lse, fl)
+    touched = np.zeros(kq.codes.shape[:2], bool)
+    for b, held in enumerate(HELD):
+        for p in range(held, held + nq):
+            touched[(b, p) if table is None else (table[b, p // BLOCK], p % BLOCK)] = True
+    np.testing.assert_array_equal(kq.codes[~touched], kc0[~touched])
+    np.testing.assert_array_equal(kq.scales.transpose(0, 2, 1)[~touched], ks0.transpose(0, 2, 1)[~touched])
+
+
+def test_quantized_cache_with_torch_and_bf16_queries():
+    torch = pytest.importorskip("torch")
+    q, kc, vc, kn, vn, _ = make(5, 1, 1, False)
+    kq = sdpa.quantize_kv(torch.from_numpy(kc), "int8")
+    vq = sdpa.quantize_kv(torch.from_numpy(vc).to(torch.bfloat16), "int8")  # any float dtype goes in
+    assert kq.codes.dtype == torch.uint8 and isinstance(kq.dequantize(), torch.Tensor)
+    qt = torch.from_numpy(q).to(torch.bfloat16)
+    out = sdpa.attention_with_kvcache(qt, kq, vq, torch.from_numpy(kn).to(torch.bfloat16),
+                                      torch.from_numpy(vn).to(torch.bfloat16), cache_seqlens=torch.tensor(HELD))
+    assert out.dtype == torch.bfloat16 and out.shape == (len(HELD), 1, HQ, DV)
+    # against the float path on the dequantized cache (the new rows quantized as the call quantized them)
+    for b, held in enumerate(HELD):
+        k = kq.dequantize()[b, :held + 1].permute(1, 0, 2)[None].double()
+        v = vq.dequantize()[b, :held + 1].permute(1, 0, 2)[None].double()
+        gold = torch.nn.functional.scaled_dot_product_attention(
+            qt[b].permute(1, 0, 2)[None].double(), k.repeat_interleave(HQ // HKV, 1), v.repeat_interleave(HQ // HKV, 1))
+        got = out[b].permute(1, 0, 2)[None].double()
+        assert (got - gold).abs().max().item() <= 2.0 ** -8 * gold.abs().max().item() + 1e-6  # bf16 output rounding
+
+
+def test_quantized_cache_errors_leave_it_unchanged():
+    q, kc, vc, kn, vn, table = make(2, 1, 1, True)
+    kq, vq = sdpa.quantize_kv(kc, "int8"), sdpa.quantize_kv(vc, "int8")
+    k0, s0 = kq.codes.copy(), kq.scales.copy()
+    bad = kn.copy()
+    bad[2, 0, 1, 3] = np.inf
+    with pytest.raises(sdpa.Error, match=r"k_new: element \[2, 0, 1, 3\] is inf"):
+        sdpa.attention_with_kvcache(q, kq, vq, bad, vn, cache_seqlens=np.array(HELD, np.int32), block_table=table)
+    np.testing.assert_array_equal(kq.codes, k0)
+    np.testing.assert_array_equal(kq.scales, s0)
+    with pytest.raises(TypeError, match="both QuantizedKV"):
+        sdpa.attention_with_kvcache(q, kq, vc, cache_seqlens=np.array(HELD, np.int32), block_table=table)
+    with pytest.raises(ValueError, match="format"):
+        sdpa.attention_with_kvcache(q, kq, sdpa.quantize_kv(vc, "fp8_e4m3"), cache_seqlens=np.array(HELD, np.int32),
+                                    block_table=table)
