@@ -116,6 +116,7 @@ nlohmann::ordered_json json_row(const bench::SuiteResult& res, const bench::KvCa
           {"dim", r.D},
           {"format", bench::kv_format_name(r.format)},
           {"block_size", r.block > 0 ? nlohmann::ordered_json(r.block) : nlohmann::ordered_json(nullptr)},
+          {"heads_major", r.heads_major},
           {"threads", r.threads},
           {"isa", isa_name(res.isa)},
           {"seconds_median", r.sdpa.median_seconds},
@@ -227,14 +228,15 @@ void print_table(const Args& a, const bench::SuiteResult& res) {
     // about half its bytes).
     const auto bf16_of = [&](const bench::KvCacheRow& r) {
       for (const auto& o : res.kvcache)
-        if (o.format == bench::KvFormat::bf16 && o.Nk == r.Nk && o.block == r.block) return o.tokens_per_s();
+        if (o.format == bench::KvFormat::bf16 && o.Nk == r.Nk && o.block == r.block && o.heads_major == r.heads_major)
+          return o.tokens_per_s();
       return 0.0;
     };
-    fmt::print("\n{:<32} {:<28} {:>10} {:>10} {:>9} {:>10} {:>9}\n", "KV cache (one decoding step)", "shape", "ms",
+    fmt::print("\n{:<40} {:<28} {:>10} {:>10} {:>9} {:>10} {:>9}\n", "KV cache (one decoding step)", "shape", "ms",
                "GB/s", "% read", "tokens/s", "x bf16");
     for (const auto& r : res.kvcache) {
       const double b = bf16_of(r);
-      fmt::print("{:<32} {:<28} {:>10.3f} {:>10.1f} {:>8.1f}% {:>10.1f} {:>9}\n", r.pass_name(), r.label(),
+      fmt::print("{:<40} {:<28} {:>10.3f} {:>10.1f} {:>8.1f}% {:>10.1f} {:>9}\n", r.pass_name(), r.label(),
                  1e3 * r.sdpa.median_seconds, r.gbytes_per_s(), 100 * r.fraction_of_read(), r.tokens_per_s(),
                  b > 0 ? fmt::format("x{:.2f}", r.tokens_per_s() / b) : std::string("-"));
     }
@@ -293,6 +295,13 @@ int run(const Args& a) {
     if (a.varlen_given) throw Error("--varlen: not with --suite");
     if (mask != bench::ExplicitMask::none) throw Error("--mask: not with --suite");
     o.kvcache = bench::default_kvcache(threads);
+    if (a.shape.kv_seq >
+        0) {  // one cache length instead of the suite's (heads-major rows; the tokens-major rows are 32768's)
+      std::vector<bench::KvCacheRow> rows;
+      for (bench::KvCacheRow r : o.kvcache)
+        if (r.heads_major && r.Nk == o.kvcache.front().Nk) r.Nk = a.shape.kv_seq, rows.push_back(r);
+      o.kvcache = rows;
+    }
     o.blas = o.torch = false;  // the rows are sdpa against a plain read; no baseline takes a paged or 8-bit cache
   } else if (!a.suite.empty()) {
     if (a.suite != "default") throw Error("--suite: expected 'default' or 'kvcache', got '" + a.suite + "'");

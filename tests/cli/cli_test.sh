@@ -385,6 +385,21 @@ PY
     expect_error "--varlen" "$sdpa" bench --varlen ''
     expect_error "--varlen" "$sdpa" bench --varlen '' --suite default
     expect_error "--suite" "$sdpa" bench --suite nope
+    expect_error "--mask" "$sdpa" bench --mask padding --suite kvcache
+    # the KV-cache rows at one short length: every layout and format runs and reports its fraction of a read
+    "$sdpa" bench --suite kvcache --kv-seq 128 --repeat 1 --min-seconds 0 --format json > kv.json \
+      || fail "bench --suite kvcache"
+    /usr/bin/python3 - kv.json <<'PY' || fail "bench --suite kvcache json"
+import json, sys
+rows = json.load(open(sys.argv[1]))
+got = {(r["format"], r["block_size"]) for r in rows}
+assert got == {(f, b) for f in ("float32", "bfloat16", "int8", "fp8_e4m3") for b in (None, 16, 64)}, got
+for r in rows:
+    assert r["seq_k"] == 128 and r["fraction_of_read"] > 0 and r["heads_major"], r
+# the bytes a step reads: K and V in 4 or 2 bytes, or 1 byte and a 4-byte scale per row of 128
+want = [2 * 128 * 8 * 128 * n for n in (4, 2)] + [2 * 128 * 8 * (128 + 4)] * 2
+assert [r["bytes"] for r in rows if r["block_size"] is None] == want, rows
+PY
     expect_error "--threads" "$sdpa" bench --threads -1
     expect_error "--kv-heads" "$sdpa" bench --heads 6 --kv-heads 4
     expect_error "--seq" "$sdpa" bench --seq 0
