@@ -349,50 +349,6 @@ def quantize_kv(x, format="int8"):
     return QuantizedKV(codes, scales, format)
 
 
-def _attention_with_quantized_kvcache(q, k_cache, v_cache, k, v, seqlens_in, block_table, causal, window, softcap,
-                                      sinks, scale, threads, return_lse):
-    """attention_with_kvcache over a pair of QuantizedKV caches."""
-    if not (isinstance(k_cache, QuantizedKV) and isinstance(v_cache, QuantizedKV)):
-        raise TypeError("k_cache, v_cache: both QuantizedKV (sdpa.quantize_kv) or both float; got one of each")
-    if k_cache.format != v_cache.format:
-        raise ValueError(f"v_cache: format {v_cache.format!r} differs from k_cache's {k_cache.format!r}")
-    named = {"q": q}
-    if (k is None) != (v is None):
-        raise ValueError(f"{'v' if v is None else 'k'}: missing; new keys and values come together (or neither)")
-    if k is not None:
-        named.update(k=k, v=v)
-    kind = _check_tensors(named, "q", half_ok=True)
-    for name, x in named.items():
-        _check_rank(name, x, 4)
-    for name, c in (("k_cache", k_cache), ("v_cache", v_cache)):
-        for part in (c.codes, c.scales):
-            if ("torch" if _core._is_torch(part) else "numpy") != kind:
-                raise TypeError(f"{name}: its codes and scales must be the same kind as q (NumPy or torch)")
-            if kind == "numpy" and not part.flags.writeable:
-                raise ValueError(f"{name}: read-only; the cache is written in place (new tokens appended), so it "
-                                 f"must be writable")
-    if kind == "torch" and _core._torch_module().is_grad_enabled() and any(x.requires_grad for x in named.values()):
-        raise ValueError("attention_with_kvcache: has no backward (inference over a cache); call it under "
-                         "torch.no_grad() or with tensors that do not require grad")
-    if not isinstance(causal, bool):
-        raise TypeError(f"causal: expected a bool (True: bottom-right over each sequence's keys), got {causal!r}")
-    B, Nq, Hq, _ = q.shape
-    seqlens = _index_array("cache_seqlens", seqlens_in, kind, 1, B)
-    table = None if block_table is None else _index_array("block_table", block_table, kind, 2, B)
-    opts = _options({"scale": scale, "causal": "bottom-right" if causal else None, "window": window,
-                     "softcap": softcap, "sinks": sinks, "threads": threads}, kind=kind,
-                    caller="attention_with_kvcache")
-    out = _empty(kind, (B, Nq, Hq, v_cache.codes.shape[3]), q.dtype)
-    lse = _empty(kind, (B, Hq, Nq)) if return_lse else None
-    args = {name: opts[name] for name in ("scale", "softcap", "causal", "window_left", "window_right", "threads",
-                                          "kernel")}
-    qx, kc, vc, ks, vs, sl, bt, kx, vx, ox, lx, sx = _fast_args(
-        kind, q, k_cache.codes, v_cache.codes, k_cache.scales, v_cache.scales, seqlens, table, k, v, out, lse,
-        opts["sinks"])
-    _ext.forward_kvcache_quantized(qx, kc, vc, ks, vs, k_cache.format, sl, bt, kx, vx, ox, lx, sinks=sx, **args)
-    return (out, lse) if return_lse else out
-
-
 def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens, block_table=None, causal=False,
                            window=None, softcap=None, sinks=None, scale=None, threads=None, return_lse=False):
     """Attention over a KV cache (FlashAttention's flash_attn_with_kvcache): decoding and chunked prefill.
@@ -422,10 +378,13 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens
     cache to fp32 accuracy, and the codes are read where they lie by the decoding loop (up to 8 query lanes,
     Hq/Hkv x Nq, per kv head; longer chunks read a dequantized copy of each sequence).
     """
-    if isinstance(k_cache, QuantizedKV) or isinstance(v_cache, QuantizedKV):
-        return _attention_with_quantized_kvcache(q, k_cache, v_cache, k, v, cache_seqlens, block_table, causal,
-                                                 window, softcap, sinks, scale, threads, return_lse)
-    named = {"q": q, "k_cache": k_cache, "v_cache": v_cache}
+    quantized = isinstance(k_cache, QuantizedKV) or isinstance(v_cache, QuantizedKV)
+    if quantized:
+        if not (isinstance(k_cache, QuantizedKV) and isinstance(v_cache, QuantizedKV)):
+            raise TypeError("k_cache, v_cache: both QuantizedKV (sdpa.quantize_kv) or both float; got one of each")
+        if k_cache.format != v_cache.format:
+            raise ValueError(f"v_cache: format {v_cache.format!r} differs from k_cache's {k_cache.format!r}")
+    named = {"q": q} if quantized else {"q": q, "k_cache": k_cache, "v_cache": v_cache}
     if (k is None) != (v is None):
         raise ValueError(f"{'v' if v is None else 'k'}: missing; new keys and values come together (or neither)")
     if k is not None:
@@ -433,10 +392,16 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens
     kind = _check_tensors(named, "q", half_ok=True)
     for name, x in named.items():
         _check_rank(name, x, 4)
-    for name in ("k_cache", "v_cache"):
-        if kind == "numpy" and not named[name].flags.writeable:
-            raise ValueError(f"{name}: read-only; the cache is written in place (new tokens appended), so it must be "
-                             f"a writable array")
+    # what the call writes in place: the float caches, or the codes and scales of the quantized ones
+    written = {"k_cache": (k_cache.codes, k_cache.scales) if quantized else (k_cache,),
+               "v_cache": (v_cache.codes, v_cache.scales) if quantized else (v_cache,)}
+    for name, parts in written.items():
+        for part in parts:
+            if quantized and ("torch" if _core._is_torch(part) else "numpy") != kind:
+                raise TypeError(f"{name}: its codes and scales must be the same kind as q (NumPy or torch)")
+            if kind == "numpy" and not part.flags.writeable:
+                raise ValueError(f"{name}: read-only; the cache is written in place (new tokens appended), so it "
+                                 f"must be a writable array")
     if kind == "torch" and _core._torch_module().is_grad_enabled() and any(x.requires_grad for x in named.values()):
         raise ValueError("attention_with_kvcache: has no backward (inference over a cache); call it under "
                          "torch.no_grad() or with tensors that do not require grad")
@@ -448,11 +413,15 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens
     opts = _options({"scale": scale, "causal": "bottom-right" if causal else None, "window": window,
                      "softcap": softcap, "sinks": sinks, "threads": threads}, kind=kind,
                     caller="attention_with_kvcache")
-    out = _empty(kind, (B, Nq, Hq, v_cache.shape[3]), q.dtype)
+    out = _empty(kind, (B, Nq, Hq, written["v_cache"][0].shape[3]), q.dtype)
     lse = _empty(kind, (B, Hq, Nq)) if return_lse else None
     args = {name: opts[name] for name in ("scale", "softcap", "causal", "window_left", "window_right", "threads",
                                           "kernel")}
-    qx, kc, vc, sl, bt, kx, vx, ox, lx, sx = _fast_args(kind, q, k_cache, v_cache, seqlens, table, k, v, out, lse,
-                                                        opts["sinks"])
-    _ext.forward_kvcache(qx, kc, vc, sl, bt, kx, vx, ox, lx, sinks=sx, **args)
+    qx, kc, vc, sl, bt, kx, vx, ox, lx, sx = _fast_args(kind, q, written["k_cache"][0], written["v_cache"][0], seqlens,
+                                                        table, k, v, out, lse, opts["sinks"])
+    if quantized:
+        ks, vs = _fast_args(kind, k_cache.scales, v_cache.scales)
+        _ext.forward_kvcache_quantized(qx, kc, vc, ks, vs, k_cache.format, sl, bt, kx, vx, ox, lx, sinks=sx, **args)
+    else:
+        _ext.forward_kvcache(qx, kc, vc, sl, bt, kx, vx, ox, lx, sinks=sx, **args)
     return (out, lse) if return_lse else out
