@@ -281,6 +281,13 @@ void def_varlen(nb::module_& m) {
 using Int1 = nb::ndarray<const std::int32_t, nb::ndim<1>, cpu>;  // cache_seqlens (B)
 using Int2 = nb::ndarray<const std::int32_t, nb::ndim<2>, cpu>;  // block_table (B, max_blocks)
 
+// Whether a cache call brings new tokens: k and v both, or neither (else an error naming the missing one).
+bool new_tokens(const AnyIn4& k_new, const AnyIn4& v_new) {
+  if (k_new.is_valid() != v_new.is_valid())
+    throw sdpa::Error(std::string(k_new.is_valid() ? "v" : "k") + ": missing; new keys and values come together");
+  return k_new.is_valid();
+}
+
 // sdpa::forward_kvcache: the new tokens (k_new, v_new; None: none) appended into k_cache, v_cache
 // in place, out (B, Nq, Hq, Dv) and lse (B, Hq, Nq) written; block_table None: a contiguous cache.
 nb::object forward_kvcache(AnyIn4 q, AnyOut4 k_cache, AnyOut4 v_cache, Int1 cache_seqlens, Int2 block_table,
@@ -290,9 +297,7 @@ nb::object forward_kvcache(AnyIn4 q, AnyOut4 k_cache, AnyOut4 v_cache, Int1 cach
   sdpa::Options opt = options(scale, softcap, causal, window_left, window_right, {}, {}, sinks, threads, kernel);
   sdpa::Plan plan;
   if (explain) opt.plan = &plan;
-  const bool with_new = k_new.is_valid() || v_new.is_valid();
-  if (with_new && !(k_new.is_valid() && v_new.is_valid()))
-    throw sdpa::Error(std::string(k_new.is_valid() ? "v" : "k") + ": missing; new keys and values come together");
+  const bool with_new = new_tokens(k_new, v_new);
   const sdpa::Dtype t =
       with_new
           ? dtype_of({{"q", q.dtype()},
@@ -355,9 +360,7 @@ nb::object forward_kvcache_quantized(AnyIn4 q, Codes4 k_codes, Codes4 v_codes, O
   sdpa::Options opt = options(scale, softcap, causal, window_left, window_right, {}, {}, sinks, threads, kernel);
   sdpa::Plan plan;
   if (explain) opt.plan = &plan;
-  const bool with_new = k_new.is_valid() || v_new.is_valid();
-  if (with_new && !(k_new.is_valid() && v_new.is_valid()))
-    throw sdpa::Error(std::string(k_new.is_valid() ? "v" : "k") + ": missing; new keys and values come together");
+  const bool with_new = new_tokens(k_new, v_new);
   const sdpa::Dtype t =
       with_new ? dtype_of({{"q", q.dtype()}, {"out", out.dtype()}, {"k", k_new.dtype()}, {"v", v_new.dtype()}})
                : dtype_of({{"q", q.dtype()}, {"out", out.dtype()}});

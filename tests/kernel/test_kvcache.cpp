@@ -63,6 +63,15 @@ struct CacheData {
     if (!c.paged) return {b, p};
     return {table[static_cast<std::size_t>(b * c.max_blocks() + p / c.block)], p % c.block};
   }
+  // Sequence b's queries, (1, Hq, Nq, Dk).
+  Buf<float> queries(const CacheCase& c, i64 b) const {
+    Buf<float> x({1, c.Hq, c.Nq, c.Dk});
+    for (i64 h = 0; h < c.Hq; ++h)
+      for (i64 i = 0; i < c.Nq; ++i)
+        for (i64 e = 0; e < c.Dk; ++e)
+          x.at(0, h, i, e) = q[static_cast<std::size_t>(((b * c.Nq + i) * c.Hq + h) * c.Dk + e)];
+    return x;
+  }
   // Sequence b's keys (or values, D wide) after the append, (1, Hkv, L, D): the cache's held rows, then the new ones.
   Buf<float> keys(const CacheCase& c, i64 b, bool values) const {
     const i64 D = values ? c.Dv : c.Dk, held = c.held[static_cast<std::size_t>(b)], L = held + c.Nnew;
@@ -167,12 +176,7 @@ void sequence_results(const CacheCase& c, const CacheRun<H>& r, i64 b, std::vect
 template <class H>
 std::pair<std::vector<float>, std::vector<float>> forward_on_sequence(const CacheCase& c, const CacheData& d, i64 b,
                                                                       const Options& o) {
-  const Buf<float> kf = d.keys(c, b, false), vf = d.keys(c, b, true);
-  Buf<float> qf({1, c.Hq, c.Nq, c.Dk});
-  for (i64 h = 0; h < c.Hq; ++h)
-    for (i64 i = 0; i < c.Nq; ++i)
-      for (i64 e = 0; e < c.Dk; ++e)
-        qf.at(0, h, i, e) = d.q[static_cast<std::size_t>(((b * c.Nq + i) * c.Hq + h) * c.Dk + e)];
+  const Buf<float> kf = d.keys(c, b, false), vf = d.keys(c, b, true), qf = d.queries(c, b);
   const Buf<H> q = qf.cast<H>(), k = kf.cast<H>(), v = vf.cast<H>();
   Buf<H> ob({1, c.Hq, c.Nq, c.Dv});
   Buf3<float> lb({1, c.Hq, c.Nq});
@@ -180,6 +184,17 @@ std::pair<std::vector<float>, std::vector<float>> forward_on_sequence(const Cach
   std::vector<float> out;
   for (const H& x : ob.data) out.push_back(static_cast<float>(x));
   return {out, lb.data};
+}
+
+// Each sequence's fp64 reference and naive same-dtype error (the rule's yardstick): its queries from d,
+// its keys and values from `keys` (d itself, or a quantized cache's dequantized values).
+std::vector<DtypeYardstick> yardsticks(Dtype t, const CacheCase& c, const CacheData& d, const CacheData& keys,
+                                       const Options& opt) {
+  std::vector<DtypeYardstick> gold;
+  for (i64 b = 0; b < c.B(); ++b)
+    gold.emplace_back(t, d.queries(c, b), keys.keys(c, b, false), keys.keys(c, b, true),
+                      Buf<float>({1, c.Hq, c.Nq, c.Dv}), opt);
+  return gold;
 }
 
 // The project's rule (tests/kernel/test_grid.cpp, DtypeYardstick): each sequence's out and lse
@@ -192,15 +207,7 @@ void expect_matches_reference(Dtype t) {
     const CacheData d(c, t, std::hash<std::string>{}(c.name));
     Options base = c.opt;
     if (!c.sinks.empty()) base.sinks = {c.sinks.data(), {c.Hq}, {1}};
-    std::vector<DtypeYardstick> gold;
-    for (i64 b = 0; b < c.B(); ++b) {
-      Buf<float> q({1, c.Hq, c.Nq, c.Dk}), dout({1, c.Hq, c.Nq, c.Dv});
-      for (i64 h = 0; h < c.Hq; ++h)
-        for (i64 i = 0; i < c.Nq; ++i)
-          for (i64 e = 0; e < c.Dk; ++e)
-            q.at(0, h, i, e) = d.q[static_cast<std::size_t>(((b * c.Nq + i) * c.Hq + h) * c.Dk + e)];
-      gold.emplace_back(t, q, d.keys(c, b, false), d.keys(c, b, true), dout, base);
-    }
+    const std::vector<DtypeYardstick> gold = yardsticks(t, c, d, d, base);
     for_each_variant(base, [&](const KernelVariant& kv, const Options& o) {
       const CacheRun<H> r = run<H>(c, d, o);
       std::vector<float> out, lse;
@@ -543,18 +550,9 @@ void expect_quantized_matches_reference(Dtype t, KvQuant quant) {
     SCOPED_TRACE(c.name);
     const CacheData d(c, t, std::hash<std::string>{}(c.name) + 1);
     const QuantData qd(c, d, quant);
-    const CacheData read = qd.as_read(d);
     Options base = c.opt;
     if (!c.sinks.empty()) base.sinks = {c.sinks.data(), {c.Hq}, {1}};
-    std::vector<DtypeYardstick> gold;
-    for (i64 b = 0; b < c.B(); ++b) {
-      Buf<float> q({1, c.Hq, c.Nq, c.Dk}), dout({1, c.Hq, c.Nq, c.Dv});
-      for (i64 h = 0; h < c.Hq; ++h)
-        for (i64 i = 0; i < c.Nq; ++i)
-          for (i64 e = 0; e < c.Dk; ++e)
-            q.at(0, h, i, e) = d.q[static_cast<std::size_t>(((b * c.Nq + i) * c.Hq + h) * c.Dk + e)];
-      gold.emplace_back(t, q, read.keys(c, b, false), read.keys(c, b, true), dout, base);
-    }
+    const std::vector<DtypeYardstick> gold = yardsticks(t, c, d, qd.as_read(d), base);
     for_each_variant(base, [&](const KernelVariant& kv, Options o) {
       Plan plan;
       o.plan = &plan;
@@ -690,9 +688,7 @@ TEST(QuantizedKvCache, ErrorAgainstTheFloatCacheWithinTheQuantizationBound) {
     for (i64 b = 0; b < c.B(); ++b) {
       Buf<float> kf = d.keys(c, b, false), vf = d.keys(c, b, true);
       const i64 L = kf.shape[2];
-      Buf<float> q({1, c.Hq, 1, c.Dk});
-      for (i64 h = 0; h < c.Hq; ++h)
-        for (i64 e = 0; e < c.Dk; ++e) q.at(0, h, 0, e) = d.q[static_cast<std::size_t>((b * c.Hq + h) * c.Dk + e)];
+      Buf<float> q = d.queries(c, b);
       Buf<double> out64({1, c.Hq, 1, c.Dv});
       Buf3<double> lse64({1, c.Hq, 1});
       reference::forward<double, double>(q.cast<double>().cview(), kf.cast<double>().cview(), vf.cast<double>().cview(),
