@@ -40,11 +40,11 @@ std::uint8_t encode(KvQuant q, double v) {
 float quantize_row(KvQuant q, const float* x, i64 n, i64 stride, std::uint8_t* codes, i64 code_stride) {
   float absmax = 0.0f;
   for (i64 i = 0; i < n; ++i) absmax = std::fmax(absmax, std::fabs(x[i * stride]));
-  const float scale = absmax / code_max(q);
+  const float top = code_max(q), scale = absmax / top;
   for (i64 i = 0; i < n; ++i) {
-    // x / scale in double, then clamped: absmax / scale may land a rounding above code_max.
+    // x / scale in double, then clamped: absmax / scale may land a rounding above the largest code.
     double v = scale == 0.0f ? 0.0 : static_cast<double>(x[i * stride]) / static_cast<double>(scale);
-    v = std::fmax(-code_max(q), std::fmin(static_cast<double>(code_max(q)), v));
+    v = std::fmax(-static_cast<double>(top), std::fmin(static_cast<double>(top), v));
     codes[i * code_stride] = encode(q, v);
   }
   return scale;
