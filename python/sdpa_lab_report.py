@@ -228,6 +228,24 @@ def plot_sinks(rows):
     return [fig_to_img(fig, "sinks")]
 
 
+def plot_kvquant(rows):
+    fig, axes = plt.subplots(1, 2, figsize=(12, 3.8))
+    for ax, key, label in ((axes[0], "score_err", "rms score error β·q·δk"),
+                           (axes[1], "weight_err", "weights' error (total variation)")):
+        for i, fmt_name in enumerate(dict.fromkeys(r["format"] for r in rows)):
+            for scale, style in (("1/sqrt(d_k)", "--"), ("1", "-")):
+                sel = [r for r in rows if r["format"] == fmt_name and r["scale"] == scale]
+                errorbar(ax, [r["d_k"] for r in sel], [r[key] for r in sel], [r[key + "_lo"] for r in sel],
+                         [r[key + "_hi"] for r in sel], ls=style, color=COLORS[i % len(COLORS)],
+                         label=f"{fmt_name}, β = {'1/√d_k' if scale != '1' else '1'}")
+                if key == "score_err":
+                    ax.plot([r["d_k"] for r in sel], [r["predicted"] for r in sel], "x", color="k", ms=4)
+        ax.set(xscale="log", yscale="log", xlabel="d_k", title=label)
+    axes[0].legend(fontsize=7)
+    axes[0].text(0.02, 0.02, "× : β·√(E‖q‖²·E[δk²])", transform=axes[0].transAxes, fontsize=7)
+    return [fig_to_img(fig, "kvquant")]
+
+
 # Experiments without an entry here get their text and table, and no plot.
 PLOTS = {
     "variance": plot_variance,
@@ -240,6 +258,7 @@ PLOTS = {
     "projections": plot_projections,
     "precision": plot_precision,
     "sinks": plot_sinks,
+    "kvquant": plot_kvquant,
 }
 
 CSS = """

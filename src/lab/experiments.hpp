@@ -51,6 +51,8 @@ Table projections(const Settings& s);
 Table precision(const Settings& s);
 /// Claim 11 (ours): an attention sink lets a row withhold weight, but does not replace 1/√d_k.
 Table sinks(const Settings& s);
+/// Claim 12 (ours): an 8-bit key's score error β·q·δk stays O(1) under 1/√d_k, grows like √d_k under β = 1.
+Table kvquant(const Settings& s);
 
 // ---- the judges: claim-level verdicts from a table's cells ------------------------------
 
@@ -83,6 +85,17 @@ inline constexpr double kPrecisionGrowth = 4.0;
 /// the keys keep ≈ 0.034; the bound leaves a factor 3 for the spread of ‖q‖ across draws.
 inline constexpr double kSinkWithheldMass = 0.1;
 
+/// Quantized keys: each row's rms score error must match β·√(E‖q‖²·E[δk²]) within this
+/// fraction. The mean square is over T·64 = 16384 scores per row, each the square of a sum of
+/// d_k independent terms: its relative standard error is about √(2/16384) ≈ 1.1 %, so 5 % is
+/// over 4 standard errors; the cross terms q_d q_d' δk_d δk_d' average to zero at the same rate.
+inline constexpr double kQuantScoreAgreement = 0.05;
+/// Quantized keys, scaled: the score error may grow at most this much from d_k = 16 to 256.
+/// int8's step is max|k_row|/127 and the largest of d_k normals grows like √(2 ln 2d_k) (2.6 at
+/// 16, 3.5 at 256: ×1.34); fp8's error is relative to each element and does not grow. Unscaled
+/// errors grow √16 = 4 times more over the same sweep.
+inline constexpr double kQuantScaledGrowth = 2.0;
+
 /// Tables judged row by row: holds when every row's verdict cell says "holds",
 /// else fails "in K of N rows".
 Verdict judge_variance(const Table& t);
@@ -98,5 +111,6 @@ Verdict judge_alternatives(const Table& t);
 Verdict judge_projections(const Table& t);
 Verdict judge_precision(const Table& t);
 Verdict judge_sinks(const Table& t);
+Verdict judge_kvquant(const Table& t);
 
 }  // namespace sdpa::lab

@@ -251,7 +251,7 @@ TEST(Registry, EveryExperimentReturnsAVerdictUnderItsOwnName) {
     const auto j = to_json(t);
     EXPECT_EQ(j["verdict"], t.verdict.text());
   }
-  EXPECT_EQ(names.size(), 12u);
+  EXPECT_EQ(names.size(), 13u);
   EXPECT_EQ(&find_experiment("general"), &experiments()[2]);
   try {
     find_experiment("varience");
@@ -426,6 +426,33 @@ TEST(Verdicts, SinksFailWhenASinkCuresOrWithholdsTooLittle) {
   t = good;  // a sink undoes the unscaled saturation
   set_cell(t, "max_weight", 0.5, where("1", 1024, "8"));
   EXPECT_EQ(judge_sinks(t).outcome, Outcome::fails);
+}
+
+TEST(Verdicts, KvQuantFailsOffTheoryOrWhenTheTemperatureStopsMattering) {
+  const Table good = kvquant(Settings{});
+  ASSERT_EQ(good.verdict.outcome, Outcome::holds) << good.verdict.measured;
+  const auto where = [&good](const char* format, double d_k, const char* scale) {
+    return [&good, format, d_k, scale](std::size_t r) {
+      return good.text(r, "format") == format && good.number(r, "d_k") == d_k && good.text(r, "scale") == scale;
+    };
+  };
+  const auto cell = [&good](const std::function<bool(std::size_t)>& at, const char* column) {
+    for (std::size_t r = 0; r < good.rows.size(); ++r)
+      if (at(r)) return good.number(r, column);
+    ADD_FAILURE() << "no such row";
+    return 0.0;
+  };
+  Table t = good;  // one row's error 20 % off β·√(E‖q‖²·E[δk²])
+  set_cell(t, "predicted", 1.2 * cell(where("int8", 64, "1/sqrt(d_k)"), "predicted"), where("int8", 64, "1/sqrt(d_k)"));
+  EXPECT_EQ(judge_kvquant(t).outcome, Outcome::fails);
+  t = good;  // scaled keys' error growing like √d_k (consistent with its own theory column)
+  for (const char* column : {"score_err", "predicted"})
+    set_cell(t, column, 4 * cell(where("fp8_e4m3", 16, "1/sqrt(d_k)"), column), where("fp8_e4m3", 256, "1/sqrt(d_k)"));
+  EXPECT_EQ(judge_kvquant(t).outcome, Outcome::fails);
+  t = good;  // unscaled keys' error as flat as the scaled one's
+  for (const char* column : {"score_err", "predicted"})
+    set_cell(t, column, 1.2 * cell(where("int8", 16, "1"), column), where("int8", 256, "1"));
+  EXPECT_EQ(judge_kvquant(t).outcome, Outcome::fails);
 }
 
 }  // namespace

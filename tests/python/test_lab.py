@@ -11,7 +11,8 @@ from npref import EPS32
 
 def test_lists_every_experiment():
     assert sdpa.lab.experiments() == ["variance", "scaling", "general", "matrix", "puzzle", "softmax", "saturation",
-                                      "gradients", "alternatives", "projections", "precision", "sinks"]
+                                      "gradients", "alternatives", "projections", "precision", "sinks",
+                                      "kvquant"]
 
 
 VERDICT_KEYS = {"verdict", "outcome", "expected", "measured", "tolerance"}
