@@ -27,23 +27,6 @@ struct Args {
   std::string sinks, dsinks;  // attention sinks: --sinks in, --dsinks the backward's gradient out
 };
 
-// A --sinks file: a 1-D float32 or float64 array of one logit per query head (read as float32,
-// the library's type); the library checks its length and values.
-std::vector<float> load_sinks(const std::string& path) {
-  const io::NpyArray a = io::read_npy(path);
-  if (a.shape.size() != 1)
-    throw Error("--sinks (" + path + "): expected a 1-D array of Hq logits, got rank " +
-                std::to_string(a.shape.size()));
-  const auto n = static_cast<std::size_t>(a.numel());
-  if (a.dtype == io::DType::f32) return std::vector<float>(a.f32(), a.f32() + n);
-  if (a.dtype == io::DType::f64) {
-    std::vector<float> s(n);
-    for (std::size_t h = 0; h < n; ++h) s[h] = static_cast<float>(a.f64()[h]);
-    return s;
-  }
-  throw Error("--sinks (" + path + "): expected float32 or float64 logits, got " + io::dtype_name(a.dtype));
-}
-
 // --dsinks: the backward writes ∂L/∂sinks (Hq) into `grads` through the options it returns.
 Options with_dsinks(const Args& a, Options opt, std::vector<float>& grads) {
   if (a.dsinks.empty()) return opt;

@@ -19,6 +19,7 @@ struct Command {
 };
 
 Command add_attention(CLI::App& parent);  // cmd_attention.cpp
+Command add_decode(CLI::App& parent);     // cmd_decode.cpp
 Command add_check(CLI::App& parent);      // cmd_check.cpp
 Command add_lab(CLI::App& parent);        // cmd_lab.cpp
 Command add_bench(CLI::App& parent);      // cmd_bench.cpp

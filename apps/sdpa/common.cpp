@@ -91,6 +91,43 @@ void use_mask(const Mask& m, Options& opt) {
     opt.mask = contiguous<const float>(m.additive.data(), m.shape);
 }
 
+std::vector<float> load_sinks(const std::string& path) {
+  const io::NpyArray a = io::read_npy(path);
+  if (a.shape.size() != 1)
+    throw Error("--sinks (" + path + "): expected a 1-D array of Hq logits, got rank " +
+                std::to_string(a.shape.size()));
+  const auto n = static_cast<std::size_t>(a.numel());
+  if (a.dtype == io::DType::f32) return std::vector<float>(a.f32(), a.f32() + n);
+  if (a.dtype == io::DType::f64) {
+    std::vector<float> s(n);
+    for (std::size_t h = 0; h < n; ++h) s[h] = static_cast<float>(a.f64()[h]);
+    return s;
+  }
+  throw Error("--sinks (" + path + "): expected float32 or float64 logits, got " + io::dtype_name(a.dtype));
+}
+
+std::vector<std::int32_t> load_int32(const std::string& path, const std::string& name, std::size_t rank,
+                                     std::vector<i64>& shape) {
+  const io::NpyArray a = io::read_npy(path);
+  if (a.shape.size() != rank)
+    throw Error(name + " (" + path + "): expected a rank-" + std::to_string(rank) + " array, got rank " +
+                std::to_string(a.shape.size()));
+  shape = a.shape;
+  const auto n = static_cast<std::size_t>(a.numel());
+  if (a.dtype == io::DType::i32) return std::vector<std::int32_t>(a.i32(), a.i32() + n);
+  if (a.dtype != io::DType::i64)
+    throw Error(name + " (" + path + "): expected int32 or int64, got " + io::dtype_name(a.dtype));
+  std::vector<std::int32_t> r(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::int64_t x = a.i64()[i];
+    if (x < INT32_MIN || x > INT32_MAX)
+      throw Error(name + " (" + path + "): element " + std::to_string(i) + " = " + std::to_string(x) +
+                  " does not fit in int32");
+    r[i] = static_cast<std::int32_t>(x);
+  }
+  return r;
+}
+
 Mask load_mask(const std::string& path) {
   io::NpyArray a = io::read_npy(path);
   if (a.shape.size() > 4) throw Error("mask (" + path + "): rank " + std::to_string(a.shape.size()) + " > 4");

@@ -59,6 +59,14 @@ struct Tensor {
 /// zero-size dimension.
 Tensor load_tensor(const std::string& path, const std::string& name, bool allow_f16 = false);
 
+/// A --sinks file: a 1-D float32 or float64 array of one logit per query head, read as float32
+/// (the library's type); the library checks its length and values.
+std::vector<float> load_sinks(const std::string& path);
+/// An int32 or int64 array of the given rank, as int32 (an int64 element that does not fit is an
+/// error naming it); `shape` receives the file's shape.
+std::vector<std::int32_t> load_int32(const std::string& path, const std::string& name, std::size_t rank,
+                                     std::vector<i64>& shape);
+
 /// A mask file: float -> additive mask, bool/uint8 -> keep-mask; rank <= 4, broadcast
 /// NumPy-style (right-aligned) to [B, Hq, Nq, Nk] by giving size-1 dimensions stride 0.
 struct Mask {

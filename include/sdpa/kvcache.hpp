@@ -36,6 +36,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "sdpa/attention.hpp"
 
@@ -58,6 +59,8 @@ enum class KvQuant { int8, fp8_e4m3 };
 
 /// The name of a format ("int8", "fp8_e4m3").
 const char* kv_quant_name(KvQuant q);
+/// The format of a name kv_quant_name gives; anything else throws sdpa::Error naming `what`.
+KvQuant parse_kv_quant(const std::string& name, const char* what = "format");
 
 /// A KV cache stored in 8 bits: codes laid out as KvCache's k and v (contiguous (B, Nmax, Hkv, D)
 /// or paged (blocks, block_size, Hkv, D) with a block table), and one scale per position and kv

@@ -331,11 +331,7 @@ nb::object forward_kvcache(AnyIn4 q, AnyOut4 k_cache, AnyOut4 v_cache, Int1 cach
 using Codes4 = nb::ndarray<std::uint8_t, nb::ndim<4>, cpu>;  // int8 or e4m3 bytes
 using CodesIn4 = nb::ndarray<const std::uint8_t, nb::ndim<4>, cpu>;
 
-sdpa::KvQuant kv_quant_of(const std::string& format) {
-  if (format == "int8") return sdpa::KvQuant::int8;
-  if (format == "fp8_e4m3") return sdpa::KvQuant::fp8_e4m3;
-  throw sdpa::Error("format: expected 'int8' or 'fp8_e4m3', got '" + format + "'");
-}
+sdpa::KvQuant kv_quant_of(const std::string& format) { return sdpa::parse_kv_quant(format, "format"); }
 
 void quantize_kv(In4 x, Codes4 codes, Out3 scales, const std::string& format) {
   const sdpa::KvQuant q = kv_quant_of(format);

@@ -54,6 +54,12 @@ float quantize_row(KvQuant q, const float* x, i64 n, i64 stride, std::uint8_t* c
 
 const char* kv_quant_name(KvQuant q) { return q == KvQuant::int8 ? "int8" : "fp8_e4m3"; }
 
+KvQuant parse_kv_quant(const std::string& name, const char* what) {
+  for (const KvQuant q : {KvQuant::int8, KvQuant::fp8_e4m3})
+    if (name == kv_quant_name(q)) return q;
+  throw Error(std::string(what) + ": expected 'int8' or 'fp8_e4m3', got '" + name + "'");
+}
+
 namespace {
 
 [[noreturn]] void fail(const std::string& msg) { throw Error(msg); }

@@ -255,6 +255,60 @@ PY
     expect_error "--dsinks" "$sdpa" "${base[@]}" --dsinks x.npy --grad-out g.npy --dq a.npy --dk b.npy --dv c.npy
     expect_error "--dsinks" "$sdpa" "${base[@]}" --sinks s.npy --dsinks x.npy
     expect_error "sinks: shape [3] should be [Hq] = [2]" "$sdpa" "${base[@]}" --sinks s3.npy ;;
+  decode)
+    # sdpa decode: contiguous = dense attention on the same keys (tokens-before-heads files
+    # transposed for `sdpa attention`); paged = contiguous; an append writes the new rows into the
+    # cache files and a later call reads them; an int8 cache = the float cache of its dequantized
+    # values; bad input leaves every file as it was.
+    "$tool" make q.npy f32 1 2 1 4 8; "$tool" make kc.npy f32 2 2 6 2 8; "$tool" make vc.npy f32 3 2 6 2 8
+    "$tool" offsets full.npy i32 6 6
+    "$sdpa" decode --q q.npy --k-cache kc.npy --v-cache vc.npy --cache-seqlens full.npy --out o.npy --lse l.npy
+    [ "$("$tool" info o.npy)" = "float32 [2, 1, 4, 8]" ] || fail "decode out: $("$tool" info o.npy)"
+    [ "$("$tool" info l.npy)" = "float32 [2, 4, 1]" ] || fail "decode lse: $("$tool" info l.npy)"
+    for x in q kc vc o; do "$tool" transpose12 $x.npy ${x}T.npy; done
+    "$sdpa" attention --q qT.npy --k kcT.npy --v vcT.npy --out r.npy --lse rl.npy --kernel reference
+    close oT.npy r.npy 1e-5; close l.npy rl.npy 1e-5
+    # paged, block size 3: the same numbers (same seed, same count) as the contiguous cache
+    "$tool" make kp.npy f32 2 4 3 2 8; "$tool" make vp.npy f32 3 4 3 2 8; "$tool" table table.npy 2 0 1 2 3
+    "$sdpa" decode --q q.npy --k-cache kp.npy --v-cache vp.npy --block-table table.npy --cache-seqlens full.npy \
+      --out op.npy
+    close op.npy o.npy 0
+    # append one token to sequences holding 3 and 5: the files are rewritten, and the next call
+    # without new tokens (lengths 4 and 6) reads what was appended
+    "$tool" make kn.npy f32 4 2 1 2 8; "$tool" make vn.npy f32 5 2 1 2 8; "$tool" offsets short.npy i32 3 5
+    "$tool" offsets after.npy i32 4 6
+    cp kc.npy kc0.npy
+    "$sdpa" decode --q q.npy --k-cache kc.npy --v-cache vc.npy --cache-seqlens short.npy --k kn.npy --v vn.npy \
+      --out oa.npy --causal
+    d=$("$tool" maxdiff kc.npy kc0.npy)
+    awk -v d="$d" 'BEGIN { exit !(d > 0) }' || fail "the append left the key cache file unchanged"
+    "$sdpa" decode --q q.npy --k-cache kc.npy --v-cache vc.npy --cache-seqlens after.npy --out ob.npy --causal
+    close oa.npy ob.npy 0
+    # an int8 cache (codes 0/1 as uint8, scale 0.25) against the float cache of its values
+    "$tool" make kq.npy bool 6 2 6 2 8; "$tool" make vq.npy bool 7 2 6 2 8; "$tool" fill s.npy 0.25 2 2 6
+    "$tool" dequant kq.npy s.npy kd.npy; "$tool" dequant vq.npy s.npy vd.npy
+    "$sdpa" decode --q q.npy --k-cache kq.npy --v-cache vq.npy --kv-quant int8 --k-scale s.npy --v-scale s.npy \
+      --cache-seqlens full.npy --out oq.npy
+    "$sdpa" decode --q q.npy --k-cache kd.npy --v-cache vd.npy --cache-seqlens full.npy --out od.npy
+    close oq.npy od.npy 1e-6
+    "$sdpa" decode --q q.npy --k-cache kq.npy --v-cache vq.npy --kv-quant fp8_e4m3 --k-scale s.npy --v-scale s.npy \
+      --cache-seqlens full.npy --out o8.npy
+    # bad input: a clear error, no output, the cache files unchanged
+    sums=$(md5sum kc.npy vc.npy kq.npy s.npy)
+    base=(decode --q q.npy --k-cache kc.npy --v-cache vc.npy --out e.npy)
+    "$tool" table bad_table.npy 2 0 1 2 9; "$tool" offsets long.npy i32 6 7; "$tool" fill s3.npy 0.25 2 2 5
+    expect_error "block_table" "$sdpa" decode --q q.npy --k-cache kp.npy --v-cache vp.npy --block-table bad_table.npy \
+      --cache-seqlens full.npy --out e.npy
+    expect_error "seqlens" "$sdpa" "${base[@]}" --cache-seqlens long.npy
+    expect_error "--k and --v go together" "$sdpa" "${base[@]}" --cache-seqlens short.npy --k kn.npy
+    expect_error "seqlens" "$sdpa" "${base[@]}" --cache-seqlens full.npy --k kn.npy --v vn.npy
+    expect_error "--kv-quant: expected 'int8' or 'fp8_e4m3', got 'int4'" "$sdpa" decode --q q.npy --k-cache kq.npy \
+      --v-cache vq.npy --kv-quant int4 --k-scale s.npy --v-scale s.npy --cache-seqlens full.npy --out e.npy
+    expect_error "k_scale" "$sdpa" decode --q q.npy --k-cache kq.npy --v-cache vq.npy --kv-quant int8 \
+      --k-scale s3.npy --v-scale s.npy --cache-seqlens full.npy --out e.npy
+    expect_error "uint8" "$sdpa" "${base[@]}" --kv-quant int8 --k-scale s.npy --v-scale s.npy --cache-seqlens full.npy
+    expect_error "--kv-quant" "$sdpa" "${base[@]}" --k-scale s.npy --cache-seqlens full.npy
+    [ "$(md5sum kc.npy vc.npy kq.npy s.npy)" = "$sums" ] || fail "a refused call changed a cache file" ;;
   isa_environment)
     [ "$(SDPA_ISA=scalar "$sdpa" --version)" = "$("$sdpa" --version | sed 's/(isa: .*)/(isa: scalar)/')" ] || fail "SDPA_ISA=scalar"
     "$tool" make q.npy f32 1 40 8; "$tool" make k.npy f32 2 40 8; "$tool" make v.npy f32 3 40 8

@@ -4,7 +4,14 @@
 //   npy_tool offsets PATH i32|i64 V0 [V1 ...]          a 1-D int array of the given values
 //   npy_tool info PATH                                 prints "float32 [2, 3]"
 //   npy_tool maxdiff A B                               prints max |a - b| (as float64)
+//   npy_tool table PATH COLS V0 V1 ...                 an int32 [n / COLS, COLS] array (a block table)
+//   npy_tool fill PATH VALUE D0 ...                    a float32 array of one value
+//   npy_tool transpose12 IN OUT                        float32 [A, B, C, D] -> [A, C, B, D]
+//   npy_tool dequant CODES SCALES OUT                  int8 codes [A, R, H, D] (uint8 bytes) times scales
+//                                                      [A, H, R] -> float32 [A, R, H, D]
+#include <array>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <random>
@@ -84,6 +91,55 @@ int main(int argc, char** argv) try {
     double m = 0;
     for (std::size_t i = 0; i < a.size(); ++i) m = std::fmax(m, std::fabs(a[i] - b[i]));
     std::printf("%.3e\n", m);
+    return 0;
+  }
+  if (mode == "table" && argc >= 5) {
+    std::vector<std::int32_t> v;
+    for (int i = 4; i < argc; ++i) v.push_back(std::stoi(argv[i]));
+    const std::int64_t cols = std::stoll(argv[3]);
+    if (cols <= 0 || static_cast<std::int64_t>(v.size()) % cols) return 2;
+    write_npy_atomic(argv[2], DType::i32, {static_cast<std::int64_t>(v.size()) / cols, cols}, v.data());
+    return 0;
+  }
+  if (mode == "fill" && argc >= 5) {
+    std::vector<std::int64_t> shape;
+    for (int i = 4; i < argc; ++i) shape.push_back(std::stoll(argv[i]));
+    std::int64_t n = 1;
+    for (auto d : shape) n *= d;
+    const std::vector<float> f(static_cast<std::size_t>(n), std::stof(argv[3]));
+    write_npy_atomic(argv[2], DType::f32, shape, f.data());
+    return 0;
+  }
+  if (mode == "transpose12" && argc == 4) {
+    const NpyArray a = read_npy(argv[2]);
+    if (a.shape.size() != 4) return std::fprintf(stderr, "transpose12: rank 4 only\n"), 2;
+    const auto x = as_f64(a);
+    const auto [A, B, C, D] = std::array<std::int64_t, 4>{a.shape[0], a.shape[1], a.shape[2], a.shape[3]};
+    std::vector<float> y(x.size());
+    for (std::int64_t i = 0; i < A; ++i)
+      for (std::int64_t b = 0; b < B; ++b)
+        for (std::int64_t c = 0; c < C; ++c)
+          for (std::int64_t d = 0; d < D; ++d)
+            y[static_cast<std::size_t>(((i * C + c) * B + b) * D + d)] =
+                static_cast<float>(x[static_cast<std::size_t>(((i * B + b) * C + c) * D + d)]);
+    write_npy_atomic(argv[3], DType::f32, {A, C, B, D}, y.data());
+    return 0;
+  }
+  if (mode == "dequant" && argc == 5) {
+    const NpyArray codes = read_npy(argv[2]), scales = read_npy(argv[3]);
+    if (codes.shape.size() != 4 || scales.shape.size() != 3) return std::fprintf(stderr, "dequant: ranks 4 and 3\n"), 2;
+    const auto [A, R, H, D] =
+        std::array<std::int64_t, 4>{codes.shape[0], codes.shape[1], codes.shape[2], codes.shape[3]};
+    std::vector<float> y(static_cast<std::size_t>(A * R * H * D));
+    for (std::int64_t a = 0; a < A; ++a)
+      for (std::int64_t r = 0; r < R; ++r)
+        for (std::int64_t h = 0; h < H; ++h)
+          for (std::int64_t d = 0; d < D; ++d) {
+            const auto i = static_cast<std::size_t>(((a * R + r) * H + h) * D + d);
+            y[i] = static_cast<float>(static_cast<std::int8_t>(codes.u8()[i])) *
+                   scales.f32()[static_cast<std::size_t>((a * H + h) * R + r)];
+          }
+    write_npy_atomic(argv[4], DType::f32, codes.shape, y.data());
     return 0;
   }
   std::fprintf(stderr, "usage: npy_tool make PATH f32|f64|f16|bool SEED DIMS... | info PATH | maxdiff A B\n");
