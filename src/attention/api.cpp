@@ -190,7 +190,8 @@ class TightCopies {
 #pragma omp parallel num_threads(workers)
     for (const Copy& c : views_) {
       const InView& x = *c.view;
-      const auto [B, H, N, D] = x.shape;
+      // Named, not a structured binding: clang (the fuzz build) cannot capture those in OpenMP regions.
+      const i64 B = x.shape[0], H = x.shape[1], N = x.shape[2], D = x.shape[3];
       const i64 size = element_bytes(x), rows = B * H * N;
       const auto* from =
           static_cast<const std::byte*>(x.dtype == Dtype::f32 ? static_cast<const void*>(x.data) : x.bits);

@@ -32,13 +32,15 @@ CpuFeatures detect() {
   __builtin_cpu_init();
   CpuFeatures f;
   // Exactly the extensions src/CMakeLists.txt compiles each path with (SDPA_*_FLAGS).
-  f.avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  // F16C: CPUID leaf 1 ECX bit 29 (clang's __builtin_cpu_supports does not take "f16c").
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx >> 29 & 1u) != 0;
+  f.avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
   f.avx512 = f.avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
              __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
   f.avx512_bf16 = f.avx512 && __builtin_cpu_supports("avx512bf16");
   // CPUID leaf 7 EDX: bit 22 AMX-BF16, bit 24 AMX-TILE (GCC 12's __builtin_cpu_supports does
   // not know them). The tile loops also use vcvtneps2bf16 (AVX512_BF16).
-  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
   const bool amx = __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) && (edx >> 22 & 1u) != 0 && (edx >> 24 & 1u) != 0;
   f.amx_bf16 = amx && f.avx512_bf16 && amx_granted();
   f.amd = __builtin_cpu_is("amd");
