@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# fuzz_smoke.sh — build the libFuzzer target for the .npy parser with clang++ in
-# build-fuzz/ and run it for FUZZ_SECONDS (default 60) on a copy of fuzz/corpus/npy.
-# Exits non-zero on any crash, sanitizer report or oversized allocation, leaving the
-# input under build-fuzz/ and the log in build-fuzz/fuzz.log. Prints one summary line.
+# fuzz_smoke.sh — build the libFuzzer targets with clang++ in build-fuzz/ and run each for
+# FUZZ_SECONDS (default 60): fuzz_npy (the .npy parser) on a copy of fuzz/corpus/npy, and
+# fuzz_kvcache (attention over a KV cache: its argument checks and every buffer access behind
+# them, the library built with ASan and UBSan) from an empty corpus. Exits non-zero on any
+# crash, sanitizer report or oversized allocation, leaving the input under build-fuzz/ and the
+# log in build-fuzz/<target>.log. Prints one summary line per target.
 #   FUZZ_SECONDS=120 scripts/fuzz_smoke.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,24 +16,34 @@ mkdir -p "$build"
 cmake -S . -B "$build" -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DSDPA_BUILD_FUZZ=ON -DSDPA_BUILD_TESTS=OFF -DSDPA_BUILD_APPS=OFF > "$build/configure.log" 2>&1 ||
   { cat "$build/configure.log"; exit 1; }
-# Only the fuzz target: it compiles the parser itself and needs nothing else built.
-cmake --build "$build" --target fuzz_npy -j "$jobs" > "$build/build.log" 2>&1 || { cat "$build/build.log"; exit 1; }
+# Only the fuzz targets and what they link (fuzz_kvcache: the library, instrumented).
+cmake --build "$build" --target fuzz_npy fuzz_kvcache -j "$jobs" > "$build/build.log" 2>&1 ||
+  { cat "$build/build.log"; exit 1; }
 
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cp fuzz/corpus/npy/* "$work/"
-seeds=$(ls "$work" | wc -l)
-rc=0
-# Inputs up to 4 KiB, so no valid array needs more than that: a 64 MiB allocation can
+# run TARGET SEED_DIR MAX_LEN MALLOC_MB [libFuzzer flags...]
+run() {
+  local target=$1 seed_dir=$2 max_len=$3 malloc_mb=$4; shift 4
+  local work log="$build/$target.log" rc=0 runs took seeds
+  work=$(mktemp -d)
+  [ -z "$seed_dir" ] || cp "$seed_dir"/* "$work/"
+  seeds=$(ls "$work" | wc -l)
+  "./$build/fuzz/$target" -max_total_time="$seconds" -max_len="$max_len" -timeout=10 -rss_limit_mb=2048 \
+    -malloc_limit_mb="$malloc_mb" -print_final_stats=1 -artifact_prefix="$build/" "$@" "$work" > "$log" 2>&1 || rc=$?
+  runs=$(awk '/^stat::number_of_executed_units/ {print $2}' "$log")
+  took=$(awk '/Done [0-9]+ runs in/ {for (i = 1; i <= NF; i++) if ($i == "in") print $(i + 1)}' "$log" | tail -1)
+  if [ "$rc" -ne 0 ]; then
+    tail -40 "$log"
+    echo "fuzz smoke $target: FAILED after ${runs:-?} runs (exit $rc); input saved under $build/, log in $log"
+    rm -rf "$work"
+    return 1
+  fi
+  echo "fuzz smoke $target: ${runs:-?} runs in ${took:-$seconds} s, no crash; corpus $seeds seeds -> $(ls "$work" | wc -l) files"
+  rm -rf "$work"
+}
+
+# .npy inputs up to 4 KiB, so no valid array needs more than that: a 64 MiB allocation can
 # only come from trusting a header, and -malloc_limit_mb reports it as a crash.
-"./$build/fuzz/fuzz_npy" -max_total_time="$seconds" -max_len=4096 -timeout=10 -rss_limit_mb=2048 \
-  -malloc_limit_mb=64 -dict=fuzz/npy.dict -print_final_stats=1 -artifact_prefix="$build/" \
-  "$work" > "$build/fuzz.log" 2>&1 || rc=$?
-runs=$(awk '/^stat::number_of_executed_units/ {print $2}' "$build/fuzz.log")
-took=$(awk '/^stat::.*time|Done [0-9]+ runs in/ {for (i = 1; i <= NF; i++) if ($i == "in") print $(i + 1)}' "$build/fuzz.log" | tail -1)
-if [ "$rc" -ne 0 ]; then
-  tail -40 "$build/fuzz.log"
-  echo "fuzz smoke: FAILED after ${runs:-?} runs (exit $rc); input saved under $build/, log in $build/fuzz.log"
-  exit 1
-fi
-echo "fuzz smoke: ${runs:-?} runs in ${took:-$seconds} s, no crash; corpus $seeds seeds -> $(ls "$work" | wc -l) files"
+run fuzz_npy fuzz/corpus/npy 4096 64 -dict=fuzz/npy.dict
+# KV-cache shapes are drawn small (dimensions up to 40, 8 blocks): every buffer is a few KiB,
+# and the kernel's per-thread scratch stays far below 256 MiB.
+run fuzz_kvcache "" 512 256

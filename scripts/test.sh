@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # test.sh — set up, then run every test: the Release build's ctest suite, the same
 # suite built with AddressSanitizer + UndefinedBehaviorSanitizer, and a fuzz smoke of
-# the .npy parser, then the Python package built with pip and its pytest suite. Exits
+# the .npy parser and of attention over a KV cache, then the Python package built with pip and its pytest suite. Exits
 # non-zero on any failure. Prints each stage's elapsed seconds.
 # SDPA_JOBS limits build and ctest parallelism (default: all cores); FUZZ_SECONDS the
-# fuzz smoke's length (default 60); SDPA_PY_TORCH=0 skips installing PyTorch for the
+# fuzz smoke's length per target (default 60); SDPA_PY_TORCH=0 skips installing PyTorch for the
 # Python tests (see scripts/python_test.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -41,7 +41,7 @@ stage "ASan + UBSan tests"
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j "$jobs")
 
 if [ -f scripts/fuzz_smoke.sh ]; then
-  stage "fuzz smoke (.npy parser, libFuzzer)"
+  stage "fuzz smoke (.npy parser, KV-cache calls; libFuzzer)"
   FUZZ_SECONDS=${FUZZ_SECONDS:-60} bash scripts/fuzz_smoke.sh
 fi
 
