@@ -16,7 +16,9 @@ the script says whether their greedy tokens agree.
 
 --sdpa-cache picks the sdpa backend's KV cache: growing (default; sdpa.transformers.GrowingCache, each step's
 tokens written in place) or dynamic (transformers' DynamicCache, which concatenates the whole cache per layer and
-step); torch sdpa runs transformers' default, DynamicCache, as its users get it.
+step); torch sdpa runs transformers' default, DynamicCache, as its users get it. --kv-cache int8|fp8_e4m3 gives
+the sdpa backend sdpa.transformers.QuantizedCache instead (keys and values in 8 bits, read as codes by the
+kernel). The table gives each backend's cache size after generate() (sdpa.transformers.cache_nbytes).
 
 --decode-only skips the timed prefill (the prefill columns print nan; generate() still runs its own) and --no-warmup
 the untimed first run of each backend: for long contexts, where one prefill takes minutes and a warm-up is lost in
@@ -37,8 +39,8 @@ import time
 import torch
 import transformers
 import sdpa.transformers as sht
-from transformers import (AttentionInterface, AttentionMaskInterface, AutoModelForCausalLM, LlamaConfig,
-                          LogitsProcessor, LogitsProcessorList)
+from transformers import (AttentionInterface, AttentionMaskInterface, AutoModelForCausalLM, DynamicCache,
+                          LlamaConfig, LogitsProcessor, LogitsProcessorList)
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import sdpa_mask
 
@@ -96,6 +98,9 @@ def main():
                     help="the sdpa backend's KV cache in generate(): sdpa.transformers.GrowingCache (tokens appended "
                          "in place) or transformers' DynamicCache (torch.cat per step); torch sdpa always runs "
                          "transformers' default, DynamicCache")
+    ap.add_argument("--kv-cache", choices=("float", "int8", "fp8_e4m3"), default="float",
+                    help="the sdpa backend's cache format: float (per --sdpa-cache) or 8-bit "
+                         "(sdpa.transformers.QuantizedCache)")
     ap.add_argument("--json", help="also write the figures here")
     a = ap.parse_args()
     for name in ("layers", "width", "heads", "kv_heads", "prefill", "rounds", "batch"):
@@ -129,7 +134,7 @@ def main():
         ids[b, :pad], attention_mask[b, :pad] = 0, 0
     figures = {label: {"prefill_s": [], "prefill_attn_s": [], "decode_s": [], "decode_attn_s": []}
                for label in models}
-    tokens = {}
+    tokens, cache_bytes = {}, {}
 
     def one(label):
         m, t, f = models[label], timed[label], figures[label]
@@ -141,11 +146,16 @@ def main():
                 f["prefill_s"].append(time.perf_counter() - start)
                 f["prefill_attn_s"].append(t.seconds["prefill"])
             t.seconds["decode"], clock = 0.0, StepClock()
-            cache = {}
-            if label == labels[0] and a.sdpa_cache == "growing":
-                cache = {CACHE_KWARG: sht.GrowingCache(config=m.config)}
+            if label != labels[0] or (a.kv_cache == "float" and a.sdpa_cache == "dynamic"):
+                cache = DynamicCache(config=m.config)  # generate()'s default, made here to be measured
+            elif a.kv_cache == "float":
+                cache = sht.GrowingCache(config=m.config)
+            else:
+                cache = sht.QuantizedCache(config=m.config, format=a.kv_cache)
             out = m.generate(ids, attention_mask=attention_mask, max_new_tokens=a.new, min_new_tokens=a.new,
-                             do_sample=False, pad_token_id=0, logits_processor=LogitsProcessorList([clock]), **cache)
+                             do_sample=False, pad_token_id=0, logits_processor=LogitsProcessorList([clock]),
+                             **{CACHE_KWARG: cache})
+            cache_bytes[label] = sht.cache_nbytes(cache)
         # generate() runs the prefill again (not counted here), then a.new - 1 decoding steps between the clock's
         # first and last note
         f["decode_s"].append(clock.times[-1] - clock.times[0])
@@ -167,15 +177,16 @@ def main():
     med = {label: {k: statistics.median(v) if v else float("nan") for k, v in f.items()} for label, f in figures.items()}
     print(f"Llama-shaped, random weights: {a.layers} layers, width {a.width}, {a.heads} heads / {a.kv_heads} kv "
           f"heads (head dim {a.width // a.heads}), vocab {a.vocab}; prefill {a.prefill} tokens, then {a.new} "
-          f"greedy tokens; sdpa's cache {a.sdpa_cache}, torch's DynamicCache; batch {a.batch}{' (left-padded, uneven)' if a.batch > 1 else ''}, {a.dtype}, {threads} threads; isa {sht._api.active_isa()}; median of "
+          f"greedy tokens; sdpa's cache {a.kv_cache if a.kv_cache != 'float' else a.sdpa_cache}, torch's DynamicCache; batch {a.batch}{' (left-padded, uneven)' if a.batch > 1 else ''}, {a.dtype}, {threads} threads; isa {sht._api.active_isa()}; median of "
           f"{a.rounds} alternating rounds")
     print()
     print("| backend | prefill: total s | prefill: attention s | decode: total s | decode: attention s | "
-          "decode ms/token |")
-    print("|---|---|---|---|---|---|")
+          "decode ms/token | decode tokens/s | KV cache MiB |")
+    print("|---|---|---|---|---|---|---|---|")
     for label, f in med.items():
         print(f"| {label} | {f['prefill_s']:.3f} | {f['prefill_attn_s']:.3f} | {f['decode_s']:.3f} | "
-              f"{f['decode_attn_s']:.3f} | {1000 * f['decode_s'] / (a.new - 1):.2f} |")
+              f"{f['decode_attn_s']:.3f} | {1000 * f['decode_s'] / (a.new - 1):.2f} | "
+              f"{a.batch * (a.new - 1) / f['decode_s']:.1f} | {cache_bytes[label] / 2**20:.1f} |")
     base, ours = med[labels[1]], med[labels[0]]
     print()
     print(f"torch sdpa / sdpa: prefill attention {base['prefill_attn_s'] / ours['prefill_attn_s']:.2f}x, "
@@ -197,7 +208,8 @@ def main():
           f"{next((i for i, (x, y) in enumerate(zip(tokens[labels[0]], tokens[labels[1]])) if x != y), None)})")
     if a.json:
         with open(a.json, "w") as fh:
-            json.dump({"args": vars(a), "threads": threads, "median": med, "runs": figures}, fh, indent=1)
+            json.dump({"args": vars(a), "threads": threads, "median": med, "runs": figures,
+                       "cache_bytes": cache_bytes}, fh, indent=1)
 
 
 if __name__ == "__main__":

@@ -78,6 +78,10 @@ def attention_forward(module, query, key, value, attention_mask: Optional["_torc
     if kwargs.get("output_attentions"):
         raise ValueError(f"output_attentions: the {NAME!r} backend never forms the attention weights; use "
                          f"attn_implementation='eager' to get them")
+    layer = getattr(key, "_sdpa_quantized", None)
+    if layer is not None:
+        return _quantized_attention(module, layer, query, attention_mask, dropout, scaling, sliding_window, softcap,
+                                    is_causal, kwargs)
     nq, nk = query.shape[2], key.shape[2]
     causal = None
     window = None
@@ -203,10 +207,202 @@ class GrowingCache(DynamicCache):
                 self.layers[i] = grown
 
 
+def _quantized_attention(module, layer, query, attention_mask, dropout, scaling, sliding_window, softcap, is_causal,
+                         kwargs):
+    """attention_forward over a QuantizedLayer: its codes and scales handed to the kernel where they lie
+    (attention_with_kvcache over the layer's L tokens, bottom-right causal for a chunk). A boolean mask that
+    hides keys (a padded batch) cannot be said by lengths alone: the layer's values are then dequantized into
+    a float copy and the usual route runs it with the mask."""
+    if dropout or (_torch.is_grad_enabled() and query.requires_grad):
+        raise ValueError(f"QuantizedCache: inference only (no dropout, no gradient); call the model under "
+                         f"torch.no_grad() with {NAME!r}, or use a float cache to train")
+    length, nq = layer.get_seq_length(), query.shape[2]
+    causal_model = is_causal if is_causal is not None else getattr(module, "is_causal", True)
+    causal = bool(causal_model and nq > 1)
+    mask = attention_mask
+    if mask is not None and mask.dtype == _torch.bool and mask.ndim == 4:
+        # transformers' mask for a chunk over the cache is bottom-right causal (or all True for one query):
+        # what the lengths and `causal` say already
+        seen = mask[..., :length]
+        pattern = _torch.ones((nq, length), dtype=_torch.bool).tril(length - nq)
+        if bool(seen.all()) or (causal and bool((seen == pattern).all())):
+            mask = None
+    if mask is not None:
+        keys, values = layer.dequantized(query.dtype)
+        return attention_forward(module, query, keys, values, attention_mask, dropout, scaling, sliding_window,
+                                 softcap, is_causal, **kwargs)
+    window = None if sliding_window is None else (sliding_window - 1, 0)
+    sinks = kwargs.get("s_aux")
+    if sinks is not None and sinks.dtype != _torch.float32:
+        sinks = sinks.float()
+    k_cache, v_cache = layer.caches()
+    try:
+        out = _api.attention_with_kvcache(query.transpose(1, 2), k_cache, v_cache, cache_seqlens=length,
+                                          causal=causal, window=window, softcap=softcap, sinks=sinks, scale=scaling)
+    except (TypeError, ValueError) as e:
+        raise _core.renamed(e, _NAMES) from None
+    return out, None
+
+
+class QuantizedLayer(DynamicLayer):
+    """A cache layer stored in 8 bits: keys and values quantized as they arrive (sdpa.quantize_kv's format:
+    "int8" or "fp8_e4m3", one float32 scale per token and kv head) into buffers [B, Hkv, capacity, D] with room
+    to grow (min_room, growth as GrowingLayer's), and read by the 'exact_cpu' backend where they lie: the
+    kernel's decoding loop converts the codes in registers, so no float copy of the cache is made (longer
+    chunks than its lanes take, and padded batches, read a dequantized copy: see attention_with_kvcache).
+
+    update() returns stand-ins for the keys and values: tensors on the meta device (no data) of the shape
+    and dtype the float cache would return, which 'exact_cpu' recognises; any other attention backend fails
+    on them loudly rather than reading wrong numbers. crop, reorder_cache (beam search), batch_select_indices
+    and batch_repeat_interleave act on the codes and scales."""
+
+    def __init__(self, format: str = "int8", growth: float = 0.25, min_room: int = 256, **kwargs):
+        super().__init__(**kwargs)
+        if format not in _api._KV_FORMATS:
+            raise ValueError(f"format: expected 'int8' or 'fp8_e4m3', got {format!r}")
+        if not growth > 0 or min_room < 1:
+            raise ValueError(f"growth, min_room: need growth > 0 and min_room >= 1, got {growth}, {min_room}")
+        self.format, self.growth, self.min_room = format, growth, int(min_room)
+        self._buffers = None  # (k codes, k scales, v codes, v scales): [B, Hkv, capacity, D] uint8, [B, Hkv, cap]
+        self._length = 0
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the layer holds (codes and scales, at its capacity)."""
+        return 0 if self._buffers is None else sum(b.numel() * b.element_size() for b in self._buffers)
+
+    def get_seq_length(self) -> int:
+        return self._length if self.is_initialized else 0
+
+    def _stand_ins(self):
+        kc, _, vc, _ = self._buffers
+        B, H, _, Dk = kc.shape
+        self.keys = _torch.empty((B, H, self._length, Dk), dtype=self._dtype, device="meta")
+        self.values = _torch.empty((B, H, self._length, vc.shape[3]), dtype=self._dtype, device="meta")
+        self.keys._sdpa_quantized = self.values._sdpa_quantized = self
+
+    def update(self, key_states, value_states, *args, **kwargs):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        if key_states.device.type != "cpu":
+            raise TypeError(f"QuantizedCache: keys on {key_states.device}; the 'exact_cpu' backend's caches are CPU")
+        self._dtype = key_states.dtype
+        B, H, n, Dk = key_states.shape
+        Dv = value_states.shape[3]
+        need = self._length + n
+        buffers = self._buffers
+        if buffers is not None and (buffers[0].shape[:2] != (B, H) or buffers[0].shape[3] != Dk
+                                    or buffers[2].shape[3] != Dv):
+            raise ValueError(f"QuantizedCache: new tokens {tuple(key_states.shape)} do not fit the layer's "
+                             f"[B, Hkv, L, D] = {tuple(buffers[0].shape[:2])}, Dk {buffers[0].shape[3]}")
+        if buffers is None or need > buffers[0].shape[2]:
+            capacity = need + max(self.min_room, int(need * self.growth))
+            grown = (_torch.zeros((B, H, capacity, Dk), dtype=_torch.uint8), _torch.zeros((B, H, capacity)),
+                     _torch.zeros((B, H, capacity, Dv), dtype=_torch.uint8), _torch.zeros((B, H, capacity)))
+            if buffers is not None:
+                for old, new in zip(buffers, grown):
+                    new[:, :, :self._length].copy_(old[:, :, :self._length])
+            self._buffers = buffers = grown
+        with _torch.no_grad():
+            for x, codes, scales in ((key_states, buffers[0], buffers[1]), (value_states, buffers[2], buffers[3])):
+                q = _api.quantize_kv(x.transpose(1, 2), self.format)  # codes [B, n, H, D], scales [B, H, n]
+                codes[:, :, self._length:need].copy_(q.codes.transpose(1, 2))
+                scales[:, :, self._length:need].copy_(q.scales)
+        self._length = need
+        self._stand_ins()
+        return self.keys, self.values
+
+    def caches(self):
+        """(k_cache, v_cache): sdpa.QuantizedKV views [B, capacity, Hkv, D] of the buffers, as
+        attention_with_kvcache takes them (positions beyond get_seq_length() unread)."""
+        kc, ks, vc, vs = self._buffers
+        return (_api.QuantizedKV(kc.transpose(1, 2), ks, self.format),
+                _api.QuantizedKV(vc.transpose(1, 2), vs, self.format))
+
+    def dequantized(self, dtype=None):
+        """The layer's keys and values as float tensors [B, Hkv, L, D] (dtype: the model's by default)."""
+        L = self._length
+        k_cache, v_cache = self.caches()
+        out = []
+        for c in (k_cache, v_cache):
+            part = _api.QuantizedKV(c.codes[:, :L], c.scales[:, :, :L], self.format)
+            out.append(part.dequantize().transpose(1, 2).to(dtype or self._dtype))
+        return tuple(out)
+
+    def _select(self, pick) -> None:
+        if self._buffers is not None and self._length:
+            self._buffers = tuple(pick(b) for b in self._buffers)
+            self._stand_ins()
+
+    def crop(self, tokens_to_remove: int) -> None:
+        if tokens_to_remove > 0:
+            raise ValueError(f"crop: a negative count of tokens to remove, got {tokens_to_remove}")
+        if tokens_to_remove and self.is_initialized:
+            self._length = max(0, self._length + tokens_to_remove)
+            self._stand_ins()
+
+    def reorder_cache(self, beam_idx) -> None:
+        self._select(lambda b: b.index_select(0, beam_idx.cpu()))
+
+    def batch_select_indices(self, indices) -> None:
+        self._select(lambda b: b[indices].contiguous())
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        self._select(lambda b: b.repeat_interleave(repeats, dim=0))
+
+    def reset(self) -> None:
+        super().reset()
+        self._buffers, self._length = None, 0
+
+
+class QuantizedCache(DynamicCache):
+    """transformers' DynamicCache with its full-attention layers stored in 8 bits (QuantizedLayer: "int8" or
+    "fp8_e4m3"), read by the 'exact_cpu' backend without a float copy; sliding-window layers stay
+    transformers' own (they hold at most the window). For generate():
+
+        cache = sdpa.transformers.QuantizedCache(config=model.config, format="int8")
+        out = model.generate(ids, past_key_values=cache, ...)   # `cache=` from transformers 5.24
+
+    The model must use attn_implementation='exact_cpu'. nbytes: the bytes its layers hold (cache_nbytes: codes,
+    scales, and the float sliding layers)."""
+
+    def __init__(self, *args, format: str = "int8", growth: float = 0.25, min_room: int = 256, **kwargs):
+        super().__init__(*args, **kwargs)
+        make = lambda: QuantizedLayer(format=format, growth=growth, min_room=min_room)  # noqa: E731
+        make()  # the arguments checked now, not at the first update
+        if self.layer_class_to_replicate is DynamicLayer:
+            self.layer_class_to_replicate = make
+        for i, layer in enumerate(self.layers):
+            if type(layer) is DynamicLayer:
+                quantized = make()
+                if layer.is_initialized and layer.keys.numel():
+                    quantized.update(layer.keys, layer.values)
+                self.layers[i] = quantized
+
+    @property
+    def nbytes(self) -> int:
+        return cache_nbytes(self)
+
+
+def cache_nbytes(cache) -> int:
+    """The bytes a transformers cache's layers hold: a QuantizedLayer's codes and scales and a GrowingLayer's
+    buffers at their capacity, any other layer's keys and values."""
+    total = 0
+    for layer in cache.layers:
+        if isinstance(layer, QuantizedLayer):
+            total += layer.nbytes
+        elif isinstance(layer, GrowingLayer) and layer._k_buf is not None:
+            total += sum(t.numel() * t.element_size() for t in (layer._k_buf, layer._v_buf))
+        elif getattr(layer, "is_initialized", False) and layer.keys is not None:
+            total += sum(t.numel() * t.element_size() for t in (layer.keys, layer.values))
+    return total
+
+
 _NAMES = (("dropout_p:", "dropout:"), ("sinks:", "s_aux:"), ("q:", "query:"), ("k:", "key:"), ("v:", "value:"), ("mask:", "attention_mask:"), ("keep:", "attention_mask:"))
 
 
 AttentionInterface.register(NAME, attention_forward)
 AttentionMaskInterface.register(NAME, _sdpa_mask)
 
-__all__ = ["NAME", "MIN_TRANSFORMERS", "attention_forward", "GrowingCache", "GrowingLayer"]
+__all__ = ["NAME", "MIN_TRANSFORMERS", "attention_forward", "GrowingCache", "GrowingLayer", "QuantizedCache",
+           "QuantizedLayer", "cache_nbytes"]

@@ -25,6 +25,7 @@ import sdpa.transformers as sht  # noqa: E402
 from npref import EPS32, assert_within  # noqa: E402
 from transformers import (AutoModel, AutoModelForCausalLM, BertConfig, DynamicCache, Gemma2Config,  # noqa: E402
                           GPT2Config, GptOssConfig, LlamaConfig, Qwen2Config)
+from transformers.cache_utils import DynamicLayer  # noqa: E402
 
 VOCAB = 96
 
@@ -455,6 +456,134 @@ def test_growing_cache_generates_dynamic_caches_tokens(name):
             la = ours(ids[:1, lo:hi], use_cache=True, **{_cache_kwarg(): a}).logits
             lb = ours(ids[:1, lo:hi], use_cache=True, **{_cache_kwarg(): b}).logits
             assert torch.equal(la, lb)
+
+
+class _Substituted(DynamicLayer):
+    """A float cache layer that stores, at each position, what a QuantizedLayer holds there (dequantized), in
+    place of the keys and values its model computed: a float model over it attends to exactly the values the
+    quantized cache's model read."""
+
+    def __init__(self, source):
+        super().__init__()
+        self.source = source
+
+    def update(self, key_states, value_states, *args, **kwargs):
+        n0, n = self.get_seq_length(), key_states.shape[2]
+        k, v = self.source.dequantized(key_states.dtype)  # code x scale in fp32: exact in fp64 too
+        return super().update(k[:, :, n0:n0 + n], v[:, :, n0:n0 + n])
+
+
+def _substituted_cache(cache):
+    out = DynamicCache()
+    out.layers = [_Substituted(layer) for layer in cache.layers]
+    return out
+
+
+@pytest.mark.parametrize("fmt", ["int8", "fp8_e4m3"])
+def test_quantized_cache_attends_to_its_dequantized_values(fmt):
+    """QuantizedCache under 'exact_cpu': a decoding step and a causal chunk of 3 read the codes in place, and the
+    logits are those of the float model over the same dequantized keys and values (eager fp32 and fp64 with
+    those values substituted into their caches), within the fp32 rule: the kernel adds nothing to the
+    quantization. Every full-attention layer holds codes, not floats, in fewer bytes than fp32."""
+    ours, eager, gold = _models("llama-gqa")
+    ids = _ids(13, 2, 17)
+    calls, got, smax = [], [], []
+    kv = sht._api.attention_with_kvcache
+
+    def counted(*a, **k):
+        calls.append(a[0].shape[1])
+        return kv(*a, **k)
+
+    steps = ((0, 12), (12, 13), (13, 16))  # a prefill, one token, then a chunk of three
+    with torch.no_grad():
+        cache = sht.QuantizedCache(config=ours.config, format=fmt, min_room=2)
+        sht._api.attention_with_kvcache = counted
+        try:
+            for lo, hi in steps:
+                with SmaxSpy() as spy:
+                    got.append(ours(ids[:, lo:hi], use_cache=True, **{_cache_kwarg(): cache}).logits)
+                smax.append(spy.smax)
+        finally:
+            sht._api.attention_with_kvcache = kv
+        e_cache, g_cache = _substituted_cache(cache), _substituted_cache(cache)
+        for (lo, hi), logits, s in zip(steps, got, smax):
+            want = eager(ids[:, lo:hi], use_cache=True, **{_cache_kwarg(): e_cache}).logits
+            ref = gold(ids[:, lo:hi], use_cache=True, **{_cache_kwarg(): g_cache}).logits
+            if lo:  # the prefill's own queries read float keys in eager (nothing substituted yet for them)
+                _check(f"{fmt} logits, tokens {lo}..{hi}", logits, want, ref, max(s, 1.0))
+    assert calls == [12] * len(cache.layers) + [1] * len(cache.layers) + [3] * len(cache.layers)
+    for layer in cache.layers:
+        assert layer.get_seq_length() == 16 and layer.keys.device.type == "meta"
+        assert [b.dtype for b in layer._buffers] == [torch.uint8, torch.float32] * 2
+    floats = 2 * 16 * sum(4 * b.shape[0] * b.shape[1] * b.shape[3] for layer in cache.layers
+                          for b in layer._buffers[::2])
+    assert cache.nbytes < floats  # codes + scales at capacity, against fp32 keys and values at length 16
+
+
+@pytest.mark.parametrize("name", ["llama-gqa", "qwen2-window", "gpt-oss-sinks"])
+@pytest.mark.parametrize("fmt", ["int8", "fp8_e4m3"])
+def test_quantized_cache_greedy_tokens_against_the_float_cache(name, fmt):
+    """32 greedy tokens of a left-padded batch (the padded row's mask reads a dequantized copy) with
+    QuantizedCache against transformers' DynamicCache. 8-bit keys move the logits a little, so the tokens may
+    part where the float cache's top two were nearly tied: up to each row's first difference they agree, and
+    there the float cache's margin between its token and ours is at most the two logits' combined move
+    measured at that step (a flip needs a move larger than the margin)."""
+    ours, _, _ = _models(name)
+    ids = _ids(11, 2, 13)
+    mask = torch.ones_like(ids)
+    ids[1, :4], mask[1, :4] = 0, 0
+    kw = dict(attention_mask=mask, max_new_tokens=32, do_sample=False, pad_token_id=0, output_scores=True,
+              return_dict_in_generate=True)
+    with torch.no_grad():
+        want = ours.generate(ids, **kw)
+        got = ours.generate(ids, **kw, **{_cache_kwarg(): sht.QuantizedCache(config=ours.config, format=fmt)})
+    new_want, new_got = want.sequences[:, 13:], got.sequences[:, 13:]
+    agreed = []
+    for row in range(2):
+        differ = (new_want[row] != new_got[row]).nonzero()
+        t = int(differ[0]) if len(differ) else 32
+        agreed.append(t)
+        if t < 32:
+            s_float, s_quant = want.scores[t][row].double(), got.scores[t][row].double()
+            a, b = int(new_want[row, t]), int(new_got[row, t])
+            margin = float(s_float[a] - s_float[b])
+            moved = float((s_quant[a] - s_float[a]).abs() + (s_quant[b] - s_float[b]).abs())
+            assert 0 <= margin <= moved, f"row {row} token {t}: margin {margin:.3g}, logits moved {moved:.3g}"
+    print(f"{name} {fmt}: greedy tokens equal to the float cache's for {agreed} of 32 (per row)")
+
+
+def test_quantized_cache_errors_and_cache_operations():
+    """Bad formats and arguments are refused; the stand-ins fail on another backend; crop and beam search's
+    reorder act on the codes (beam search's sequences are the float cache's for int8 on this model)."""
+    with pytest.raises(ValueError, match="format"):
+        sht.QuantizedCache(format="int4")
+    with pytest.raises(ValueError, match="growth"):
+        sht.QuantizedLayer(growth=0)
+    ours, eager, _ = _models("llama-gqa")
+    ids = _ids(12, 1, 9)
+    with torch.no_grad():
+        cache = sht.QuantizedCache(config=eager.config)
+        with pytest.raises(Exception):  # eager attention cannot compute with meta tensors
+            eager(ids, use_cache=True, **{_cache_kwarg(): cache})
+        kw = dict(max_new_tokens=12, num_beams=3, do_sample=False, pad_token_id=0, early_stopping=False)
+        want = ours.generate(ids, **kw)
+        got = ours.generate(ids, **kw, **{_cache_kwarg(): sht.QuantizedCache(config=ours.config, min_room=2)})
+    assert torch.equal(got, want)
+    layer = sht.QuantizedLayer(min_room=2)
+    x = torch.randn(1, 2, 5, 4)
+    layer.update(x, x)
+    layer.crop(-2)
+    k, _ = layer.update(x[:, :, :1], x[:, :, :1])
+    assert k.shape == (1, 2, 4, 4) and k.device.type == "meta"
+    deq, _ = layer.dequantized()
+    step = x.abs().amax(-1, keepdim=True) / 127  # int8: within half a step of each element
+    assert torch.all((deq - torch.cat([x[:, :, :3], x[:, :, :1]], dim=2)).abs() <= 0.5 * torch.cat(
+        [step[:, :, :3], step[:, :, :1]], dim=2) * (1 + 1e-6))
+    with pytest.raises(ValueError, match="do not fit"):
+        layer.update(torch.randn(1, 3, 1, 4), torch.randn(1, 3, 1, 4))
+    with torch.enable_grad(), pytest.raises(ValueError, match="inference only"):
+        q = torch.randn(1, 4, 1, 4, requires_grad=True)
+        sht.attention_forward(torch.nn.Module(), q, layer.keys, layer.values, None)
 
 
 def test_growing_cache_adopts_reordered_and_cropped_contents():
