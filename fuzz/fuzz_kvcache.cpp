@@ -102,22 +102,27 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
             : sdpa::View<const std::int32_t, 2>{};
   const sdpa::View<const std::int32_t, 1> lens{seqlens.data(), {seqlens_len}, {1}};
 
-  bool refused = false;
-  if (!quantized) {
-    Buffer<float> kc(product({outer, rows, Hkv, Dk})), vc(product({outer, rows, Hkv, Dv}));
-    for (std::size_t i = 0; i < kc.n; ++i) kc.data[i] = std::cos(0.05f * static_cast<float>(i));
-    for (std::size_t i = 0; i < vc.n; ++i) vc.data[i] = std::sin(0.07f * static_cast<float>(i));
-    const auto before_k = kc.bytes(), before_v = vc.bytes();
-    sdpa::KvCache<float> cache{view<float, 4>(kc.data.get(), k_shape), view<float, 4>(vc.data.get(), v_shape),
-                               table_view, lens};
+  // One call: refused (true) with the cache's bytes (snapshot()) unchanged, or run (false).
+  const auto attend = [&](const auto& cache, const auto& snapshot) {
+    const auto before = snapshot();
     try {
       sdpa::forward_kvcache(view<const float, 4>(q.data.get(), q_shape), cache, new_k, new_v,
                             view<float, 4>(out.data.get(), out_shape), view<float, 3>(lse.data.get(), {B, Hq, Nq}),
                             opt);
     } catch (const sdpa::Error&) {
-      refused = true;
-      if (kc.bytes() != before_k || vc.bytes() != before_v) std::abort();  // a refused call wrote the cache
+      if (snapshot() != before) std::abort();  // a refused call wrote the cache
+      return true;
     }
+    return false;
+  };
+  bool refused = false;
+  if (!quantized) {
+    Buffer<float> kc(product({outer, rows, Hkv, Dk})), vc(product({outer, rows, Hkv, Dv}));
+    for (std::size_t i = 0; i < kc.n; ++i) kc.data[i] = std::cos(0.05f * static_cast<float>(i));
+    for (std::size_t i = 0; i < vc.n; ++i) vc.data[i] = std::sin(0.07f * static_cast<float>(i));
+    const sdpa::KvCache<float> cache{view<float, 4>(kc.data.get(), k_shape), view<float, 4>(vc.data.get(), v_shape),
+                                     table_view, lens};
+    refused = attend(cache, [&] { return std::array{kc.bytes(), vc.bytes()}; });
   } else {
     const sdpa::KvQuant quant = in.ConsumeBool() ? sdpa::KvQuant::int8 : sdpa::KvQuant::fp8_e4m3;
     Buffer<std::uint8_t> kc(product({outer, rows, Hkv, Dk})), vc(product({outer, rows, Hkv, Dv}));
@@ -127,22 +132,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const std::array<i64, 3> s_shape{outer, Hkv, rows + scale_delta};
     Buffer<float> ks(product({outer, Hkv, rows + scale_delta})), vs(ks.n);
     for (std::size_t i = 0; i < ks.n; ++i) ks.data[i] = 0.01f * static_cast<float>(i % 13), vs.data[i] = 0.02f;
-    const auto before = std::array{kc.bytes(), vc.bytes(), ks.bytes(), vs.bytes()};
-    sdpa::QuantizedKvCache cache{quant,
-                                 view<std::uint8_t, 4>(kc.data.get(), k_shape),
-                                 view<std::uint8_t, 4>(vc.data.get(), v_shape),
-                                 view<float, 3>(ks.data.get(), s_shape),
-                                 view<float, 3>(vs.data.get(), s_shape),
-                                 table_view,
-                                 lens};
-    try {
-      sdpa::forward_kvcache(view<const float, 4>(q.data.get(), q_shape), cache, new_k, new_v,
-                            view<float, 4>(out.data.get(), out_shape), view<float, 3>(lse.data.get(), {B, Hq, Nq}),
-                            opt);
-    } catch (const sdpa::Error&) {
-      refused = true;
-      if (std::array{kc.bytes(), vc.bytes(), ks.bytes(), vs.bytes()} != before) std::abort();
-    }
+    const sdpa::QuantizedKvCache cache{quant,
+                                       view<std::uint8_t, 4>(kc.data.get(), k_shape),
+                                       view<std::uint8_t, 4>(vc.data.get(), v_shape),
+                                       view<float, 3>(ks.data.get(), s_shape),
+                                       view<float, 3>(vs.data.get(), s_shape),
+                                       table_view,
+                                       lens};
+    refused = attend(cache, [&] { return std::array{kc.bytes(), vc.bytes(), ks.bytes(), vs.bytes()}; });
   }
   const bool nan_in = poison && with_new && k_new.n > 0;
   if (quantized && nan_in && !refused) std::abort();  // a NaN written into an 8-bit cache as a finite code

@@ -195,16 +195,21 @@ class GrowingCache(DynamicCache):
 
     def __init__(self, *args, growth: float = 0.25, min_room: int = 256, **kwargs):
         super().__init__(*args, **kwargs)
-        make = lambda: GrowingLayer(growth=growth, min_room=min_room)  # noqa: E731
-        make()  # the arguments checked now, not at the first update
-        if self.layer_class_to_replicate is DynamicLayer:
-            self.layer_class_to_replicate = make
-        for i, layer in enumerate(self.layers):
-            if type(layer) is DynamicLayer:
-                grown = make()
-                if layer.is_initialized:
-                    grown.update(layer.keys, layer.values)
-                self.layers[i] = grown
+        _replace_full_layers(self, lambda: GrowingLayer(growth=growth, min_room=min_room))
+
+
+def _replace_full_layers(cache, make) -> None:
+    """A DynamicCache's full-attention layers (DynamicLayer, present or made later) replaced by make()'s, the
+    contents of those already filled moved over; sliding layers stay transformers' own."""
+    make()  # the arguments checked now, not at the first update
+    if cache.layer_class_to_replicate is DynamicLayer:
+        cache.layer_class_to_replicate = make
+    for i, layer in enumerate(cache.layers):
+        if type(layer) is DynamicLayer:
+            new = make()
+            if layer.is_initialized and layer.keys.numel():
+                new.update(layer.keys, layer.values)
+            cache.layers[i] = new
 
 
 def _quantized_attention(module, layer, query, attention_mask, dropout, scaling, sliding_window, softcap, is_causal,
@@ -368,16 +373,7 @@ class QuantizedCache(DynamicCache):
 
     def __init__(self, *args, format: str = "int8", growth: float = 0.25, min_room: int = 256, **kwargs):
         super().__init__(*args, **kwargs)
-        make = lambda: QuantizedLayer(format=format, growth=growth, min_room=min_room)  # noqa: E731
-        make()  # the arguments checked now, not at the first update
-        if self.layer_class_to_replicate is DynamicLayer:
-            self.layer_class_to_replicate = make
-        for i, layer in enumerate(self.layers):
-            if type(layer) is DynamicLayer:
-                quantized = make()
-                if layer.is_initialized and layer.keys.numel():
-                    quantized.update(layer.keys, layer.values)
-                self.layers[i] = quantized
+        _replace_full_layers(self, lambda: QuantizedLayer(format=format, growth=growth, min_room=min_room))
 
     @property
     def nbytes(self) -> int:

@@ -473,6 +473,24 @@ class _Substituted(DynamicLayer):
         return super().update(k[:, :, n0:n0 + n], v[:, :, n0:n0 + n])
 
 
+def _beam_search_then_crop(make_cache, layer_class):
+    """Beam search with make_cache(config)'s cache gives DynamicCache's sequences; then one layer_class layer
+    takes 5 tokens, drops 2 (crop) and takes 1 more: (layer, the 5 tokens, the keys update returned)."""
+    ours, _, _ = _models("llama-gqa")
+    ids = _ids(12, 1, 9)
+    kw = dict(max_new_tokens=12, num_beams=3, do_sample=False, pad_token_id=0, early_stopping=False)
+    with torch.no_grad():
+        want = ours.generate(ids, **kw)
+        got = ours.generate(ids, **kw, **{_cache_kwarg(): make_cache(ours.config)})
+    assert torch.equal(got, want)
+    layer = layer_class(min_room=2)
+    x = torch.randn(1, 2, 5, 4)
+    layer.update(x, x)
+    layer.crop(-2)
+    k, _ = layer.update(x[:, :, :1], x[:, :, :1])
+    return layer, x, k
+
+
 def _substituted_cache(cache):
     out = DynamicCache()
     out.layers = [_Substituted(layer) for layer in cache.layers]
@@ -559,21 +577,10 @@ def test_quantized_cache_errors_and_cache_operations():
         sht.QuantizedCache(format="int4")
     with pytest.raises(ValueError, match="growth"):
         sht.QuantizedLayer(growth=0)
-    ours, eager, _ = _models("llama-gqa")
-    ids = _ids(12, 1, 9)
-    with torch.no_grad():
-        cache = sht.QuantizedCache(config=eager.config)
-        with pytest.raises(Exception):  # eager attention cannot compute with meta tensors
-            eager(ids, use_cache=True, **{_cache_kwarg(): cache})
-        kw = dict(max_new_tokens=12, num_beams=3, do_sample=False, pad_token_id=0, early_stopping=False)
-        want = ours.generate(ids, **kw)
-        got = ours.generate(ids, **kw, **{_cache_kwarg(): sht.QuantizedCache(config=ours.config, min_room=2)})
-    assert torch.equal(got, want)
-    layer = sht.QuantizedLayer(min_room=2)
-    x = torch.randn(1, 2, 5, 4)
-    layer.update(x, x)
-    layer.crop(-2)
-    k, _ = layer.update(x[:, :, :1], x[:, :, :1])
+    _, eager, _ = _models("llama-gqa")
+    with torch.no_grad(), pytest.raises(Exception):  # eager attention cannot compute with meta tensors
+        eager(_ids(12, 1, 9), use_cache=True, **{_cache_kwarg(): sht.QuantizedCache(config=eager.config)})
+    layer, x, k = _beam_search_then_crop(lambda cfg: sht.QuantizedCache(config=cfg, min_room=2), sht.QuantizedLayer)
     assert k.shape == (1, 2, 4, 4) and k.device.type == "meta"
     deq, _ = layer.dequantized()
     step = x.abs().amax(-1, keepdim=True) / 127  # int8: within half a step of each element
@@ -589,18 +596,7 @@ def test_quantized_cache_errors_and_cache_operations():
 def test_growing_cache_adopts_reordered_and_cropped_contents():
     """Beam search reorders the cache (reorder_cache: new tensors) and crop() narrows it: the layer adopts what
     .keys holds at the next update, so beam search gives DynamicCache's sequences; bad arguments are refused."""
-    ours, _, _ = _models("llama-gqa")
-    ids = _ids(12, 1, 9)
-    kw = dict(max_new_tokens=12, num_beams=3, do_sample=False, pad_token_id=0, early_stopping=False)
-    with torch.no_grad():
-        want = ours.generate(ids, **kw)
-        got = ours.generate(ids, **kw, **{_cache_kwarg(): sht.GrowingCache(config=ours.config, min_room=2)})
-    assert torch.equal(got, want)
-    layer = sht.GrowingLayer(min_room=2)
-    x = torch.randn(1, 2, 5, 4)
-    layer.update(x, x)
-    layer.crop(-2)
-    k, _ = layer.update(x[:, :, :1], x[:, :, :1])
+    _, x, k = _beam_search_then_crop(lambda cfg: sht.GrowingCache(config=cfg, min_room=2), sht.GrowingLayer)
     assert torch.equal(k, torch.cat([x[:, :, :3], x[:, :, :1]], dim=2))
     with pytest.raises(ValueError, match="growth"):
         sht.GrowingCache(growth=0)
