@@ -47,23 +47,6 @@ std::vector<i64> load_offsets(const std::string& path, const std::string& name) 
   throw Error(name + " (" + path + "): expected int32 or int64 offsets, got " + io::dtype_name(a.dtype));
 }
 
-// The tensors of a file in the element type the library is called with: float32 (from float32
-// or float64 files) or float16; and the .npy bytes of a result in the dtype the outputs keep.
-template <class T>
-View4<const T> view_of(const Tensor& t) {
-  if constexpr (std::is_same_v<T, fp16>)
-    return t.half_view();
-  else
-    return t.view();
-}
-template <class T>
-std::vector<unsigned char> out_bytes(const std::vector<T>& x, const std::vector<i64>& shape, io::DType dtype) {
-  if constexpr (std::is_same_v<T, fp16>)
-    return npy_bytes(x, shape);
-  else
-    return npy_bytes(x, shape, dtype);
-}
-
 // Packed sequences: q (Tq, Hq, Dk), k (Tk, Hkv, Dk), v (Tk, Hkv, Dv) files, read as [1, T, H, D];
 // out (Tq, Hq, Dv), lse (Hq, Tq), gradients like their inputs, in the inputs' dtype (lse float32
 // for float16 inputs, as in run_dense). A --mask is the packed batch's, rank 3
@@ -105,9 +88,7 @@ int run_varlen(const Args& a, const Tensor& q, const Tensor& k, const Tensor& v,
     files.add(a.lse, npy_bytes(lse, {Hq, Tq}, q.dtype == io::DType::f16 ? io::DType::f32 : q.dtype));
   if (want_backward) {
     const Tensor dout = load_tensor(a.grad_out, "--grad-out", true);
-    if (dout.dtype != q.dtype)
-      throw Error("--grad-out: dtype " + std::string(io::dtype_name(dout.dtype)) + " differs from --q's " +
-                  io::dtype_name(q.dtype));
+    require_dtype_of(dout, q);
     if (dout.file_shape != std::vector<i64>{Tq, Hq, Dv})
       throw Error("--grad-out: shape must equal the output's, " + shape_str(std::array<i64, 3>{Tq, Hq, Dv}));
     const auto numel = [](const Tensor& t) { return static_cast<std::size_t>(t.shape[1] * t.shape[2] * t.shape[3]); };
@@ -154,9 +135,7 @@ int run_dense(const Args& a, const Tensor& q, const Tensor& k, const Tensor& v, 
   }
   if (want_backward) {
     const Tensor dout = load_tensor(a.grad_out, "--grad-out", true);
-    if (dout.dtype != q.dtype)
-      throw Error("--grad-out: dtype " + std::string(io::dtype_name(dout.dtype)) + " differs from --q's " +
-                  io::dtype_name(q.dtype));
+    require_dtype_of(dout, q);
     if (dout.shape != std::array<i64, 4>{B, Hq, Nq, Dv})
       throw Error("--grad-out: shape must equal the output's, " + shape_str(std::array<i64, 4>{B, Hq, Nq, Dv}) +
                   " (promoted to rank 4), got " + shape_str(dout.shape));
@@ -209,8 +188,7 @@ int run(const Args& a) {
   }
   const Tensor q = load_tensor(a.q, "--q", true), k = load_tensor(a.k, "--k", true), v = load_tensor(a.v, "--v", true);
   for (const Tensor* t : {&k, &v}) {
-    if (t->dtype != q.dtype)
-      throw Error(t->name + ": dtype " + io::dtype_name(t->dtype) + " differs from --q's " + io::dtype_name(q.dtype));
+    require_dtype_of(*t, q);
     if (t->file_shape.size() != q.file_shape.size())
       throw Error(t->name + ": rank " + std::to_string(t->file_shape.size()) + " differs from --q's " +
                   std::to_string(q.file_shape.size()));

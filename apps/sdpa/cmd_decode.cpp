@@ -29,9 +29,7 @@ Tensor load_rank4(const std::string& path, const std::string& name, const Tensor
   Tensor t = load_tensor(path, name, true);
   if (t.file_shape.size() != 4)
     throw Error(name + " (" + path + "): expected a rank-4 array, got rank " + std::to_string(t.file_shape.size()));
-  if (like && t.dtype != like->dtype)
-    throw Error(name + ": dtype " + std::string(io::dtype_name(t.dtype)) + " differs from --q's " +
-                io::dtype_name(like->dtype));
+  if (like) require_dtype_of(t, *like);
   return t;
 }
 
@@ -56,6 +54,7 @@ Scales load_scales(const std::string& path, const std::string& name) {
   return {std::vector<float>(a.f32(), a.f32() + a.numel()), a.shape};
 }
 
+// A loaded tensor's data as the cache the call writes into (float32 or float16).
 template <class T>
 View4<T> mutable_view(Tensor& t) {
   if constexpr (std::is_same_v<T, fp16>)
@@ -64,27 +63,11 @@ View4<T> mutable_view(Tensor& t) {
     return contiguous(t.data.data(), t.shape);
 }
 template <class T>
-View4<const T> const_view(const Tensor* t) {
-  if (!t) return {};
+const std::vector<T>& data_of(const Tensor& t) {
   if constexpr (std::is_same_v<T, fp16>)
-    return t->half_view();
+    return t.half;
   else
-    return t->view();
-}
-// The .npy bytes of a tensor's data in its file's dtype (float32 or float16).
-template <class T>
-std::vector<unsigned char> bytes_of(const std::vector<T>& x, const std::vector<i64>& shape) {
-  if constexpr (std::is_same_v<T, fp16>)
-    return npy_bytes(x, shape);
-  else
-    return npy_bytes(x, shape, io::DType::f32);
-}
-template <class T>
-std::vector<unsigned char> tensor_bytes(const Tensor& t) {
-  if constexpr (std::is_same_v<T, fp16>)
-    return bytes_of(t.half, t.file_shape);
-  else
-    return bytes_of(t.data, t.file_shape);
+    return t.data;
 }
 
 template <class T>
@@ -106,19 +89,23 @@ int run_typed(const Args& a, const Tensor& q, const Options& opt) {
   std::vector<float> lse(static_cast<std::size_t>(B * Hq * Nq));
   const auto lse_view = contiguous(lse.data(), {B, Hq, Nq});
   const auto write_results = [&](const std::vector<T>& out, i64 Dv) {
-    files.add(a.out, bytes_of(out, {B, Nq, Hq, Dv}));
+    files.add(a.out, out_bytes(out, {B, Nq, Hq, Dv}, io::DType::f32));
     if (!a.lse.empty()) files.add(a.lse, npy_bytes(lse, {B, Hq, Nq}, io::DType::f32));
   };
-  const View4<const T> kn = const_view<T>(k_new ? &*k_new : nullptr), vn = const_view<T>(v_new ? &*v_new : nullptr);
+  const View4<const T> kn = k_new ? view_of<T>(*k_new) : View4<const T>{},
+                       vn = v_new ? view_of<T>(*v_new) : View4<const T>{};
 
   if (a.kv_quant.empty()) {
     Tensor kc = load_rank4(a.k_cache, "--k-cache", &q), vc = load_rank4(a.v_cache, "--v-cache", &q);
     const i64 Dv = vc.shape[3];
     std::vector<T> out(static_cast<std::size_t>(B * Nq * Hq * Dv));
     KvCache<T> cache{mutable_view<T>(kc), mutable_view<T>(vc), table_view, seqlens_view};
-    forward_kvcache(const_view<T>(&q), cache, kn, vn, contiguous(out.data(), {B, Nq, Hq, Dv}), lse_view, opt);
+    forward_kvcache(view_of<T>(q), cache, kn, vn, contiguous(out.data(), {B, Nq, Hq, Dv}), lse_view, opt);
     write_results(out, Dv);
-    if (append) files.add(a.k_cache, tensor_bytes<T>(kc)), files.add(a.v_cache, tensor_bytes<T>(vc));
+    if (append) {
+      files.add(a.k_cache, out_bytes(data_of<T>(kc), kc.file_shape, io::DType::f32));
+      files.add(a.v_cache, out_bytes(data_of<T>(vc), vc.file_shape, io::DType::f32));
+    }
   } else {
     io::NpyArray kc = load_codes(a.k_cache, "--k-cache"), vc = load_codes(a.v_cache, "--v-cache");
     Scales ks = load_scales(a.k_scale, "--k-scale"), vs = load_scales(a.v_scale, "--v-scale");
@@ -135,7 +122,7 @@ int run_typed(const Args& a, const Tensor& q, const Options& opt) {
                            seqlens_view};
     const i64 Dv = vc.shape[3];
     std::vector<T> out(static_cast<std::size_t>(B * Nq * Hq * Dv));
-    forward_kvcache(const_view<T>(&q), cache, kn, vn, contiguous(out.data(), {B, Nq, Hq, Dv}), lse_view, opt);
+    forward_kvcache(view_of<T>(q), cache, kn, vn, contiguous(out.data(), {B, Nq, Hq, Dv}), lse_view, opt);
     write_results(out, Dv);
     if (append) {
       files.add(a.k_cache, io::serialize_npy(io::DType::u8, kc.shape, kc.bytes.data()));

@@ -91,6 +91,11 @@ void use_mask(const Mask& m, Options& opt) {
     opt.mask = contiguous<const float>(m.additive.data(), m.shape);
 }
 
+void require_dtype_of(const Tensor& t, const Tensor& q) {
+  if (t.dtype != q.dtype)
+    throw Error(t.name + ": dtype " + io::dtype_name(t.dtype) + " differs from --q's " + io::dtype_name(q.dtype));
+}
+
 std::vector<float> load_sinks(const std::string& path) {
   const io::NpyArray a = io::read_npy(path);
   if (a.shape.size() != 1)

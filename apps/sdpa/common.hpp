@@ -8,6 +8,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "io/npy.hpp"
@@ -55,6 +56,9 @@ struct Tensor {
   View4<const fp16> half_view() const { return contiguous(half.data(), shape); }
 };
 
+/// Throws sdpa::Error naming t's option when its file's dtype is not --q's.
+void require_dtype_of(const Tensor& t, const Tensor& q);
+
 /// Reads a float32/float64 array (and float16 where `allow_f16`) of rank 2, 3 or 4 with no
 /// zero-size dimension.
 Tensor load_tensor(const std::string& path, const std::string& name, bool allow_f16 = false);
@@ -84,6 +88,23 @@ void use_mask(const Mask& m, Options& opt);
 std::vector<unsigned char> npy_bytes(const std::vector<float>& data, const std::vector<i64>& shape, io::DType dtype);
 /// ... and of float16 data ('<f2').
 std::vector<unsigned char> npy_bytes(const std::vector<fp16>& data, const std::vector<i64>& shape);
+
+// The tensors of a file in the element type the library is called with: float32 (from float32
+// or float64 files) or float16; and the .npy bytes of a result in the dtype the outputs keep.
+template <class T>
+View4<const T> view_of(const Tensor& t) {
+  if constexpr (std::is_same_v<T, fp16>)
+    return t.half_view();
+  else
+    return t.view();
+}
+template <class T>
+std::vector<unsigned char> out_bytes(const std::vector<T>& x, const std::vector<i64>& shape, io::DType dtype) {
+  if constexpr (std::is_same_v<T, fp16>)
+    return npy_bytes(x, shape);
+  else
+    return npy_bytes(x, shape, dtype);
+}
 
 Causal parse_causal(const std::string& s);  // none | top-left | bottom-right
 Window parse_window(const std::string& s);  // "L,R", -1 = unbounded

@@ -78,10 +78,14 @@ def attention_forward(module, query, key, value, attention_mask: Optional["_torc
     if kwargs.get("output_attentions"):
         raise ValueError(f"output_attentions: the {NAME!r} backend never forms the attention weights; use "
                          f"attn_implementation='eager' to get them")
+    causal_model = is_causal if is_causal is not None else getattr(module, "is_causal", True)
+    sinks = kwargs.get("s_aux")
+    if sinks is not None and sinks.dtype != _torch.float32:
+        sinks = sinks.float()  # a bf16 model's sinks: widened exactly, differentiably
     layer = getattr(key, "_sdpa_quantized", None)
     if layer is not None:
         return _quantized_attention(module, layer, query, attention_mask, dropout, scaling, sliding_window, softcap,
-                                    is_causal, kwargs)
+                                    causal_model, sinks, kwargs)
     nq, nk = query.shape[2], key.shape[2]
     causal = None
     window = None
@@ -91,16 +95,11 @@ def attention_forward(module, query, key, value, attention_mask: Optional["_torc
             raise ValueError(f"attention_mask: expected the 4D [B, 1|H, Nq, Nk] mask transformers builds, got shape "
                              f"{tuple(mask.shape)}")
         mask = mask[:, :, :, :nk]  # a static cache's mask may be longer than the keys given
-    else:
-        causal_model = is_causal if is_causal is not None else getattr(module, "is_causal", True)
-        if causal_model and nq > 1:
-            # transformers drops the mask only where top-left is the right alignment (see the module doc)
-            causal = "top-left"
-            if sliding_window is not None:
-                window = (sliding_window - 1, 0)  # transformers: key visible iff q_idx - kv_idx < sliding_window
-    sinks = kwargs.get("s_aux")
-    if sinks is not None and sinks.dtype != _torch.float32:
-        sinks = sinks.float()  # a bf16 model's sinks: widened exactly, differentiably
+    elif causal_model and nq > 1:
+        # transformers drops the mask only where top-left is the right alignment (see the module doc)
+        causal = "top-left"
+        if sliding_window is not None:
+            window = (sliding_window - 1, 0)  # transformers: key visible iff q_idx - kv_idx < sliding_window
     if not dropout:
         out = _inference(query, key, value, mask, sinks, scaling, causal, window, softcap)
         if out is not None:
@@ -212,8 +211,8 @@ def _replace_full_layers(cache, make) -> None:
             cache.layers[i] = new
 
 
-def _quantized_attention(module, layer, query, attention_mask, dropout, scaling, sliding_window, softcap, is_causal,
-                         kwargs):
+def _quantized_attention(module, layer, query, attention_mask, dropout, scaling, sliding_window, softcap,
+                         causal_model, sinks, kwargs):
     """attention_forward over a QuantizedLayer: its codes and scales handed to the kernel where they lie
     (attention_with_kvcache over the layer's L tokens, bottom-right causal for a chunk). A boolean mask that
     hides keys (a padded batch) cannot be said by lengths alone: the layer's values are then dequantized into
@@ -222,7 +221,6 @@ def _quantized_attention(module, layer, query, attention_mask, dropout, scaling,
         raise ValueError(f"QuantizedCache: inference only (no dropout, no gradient); call the model under "
                          f"torch.no_grad() with {NAME!r}, or use a float cache to train")
     length, nq = layer.get_seq_length(), query.shape[2]
-    causal_model = is_causal if is_causal is not None else getattr(module, "is_causal", True)
     causal = bool(causal_model and nq > 1)
     mask = attention_mask
     if mask is not None and mask.dtype == _torch.bool and mask.ndim == 4:
@@ -235,11 +233,8 @@ def _quantized_attention(module, layer, query, attention_mask, dropout, scaling,
     if mask is not None:
         keys, values = layer.dequantized(query.dtype)
         return attention_forward(module, query, keys, values, attention_mask, dropout, scaling, sliding_window,
-                                 softcap, is_causal, **kwargs)
+                                 softcap, causal_model, **kwargs)
     window = None if sliding_window is None else (sliding_window - 1, 0)
-    sinks = kwargs.get("s_aux")
-    if sinks is not None and sinks.dtype != _torch.float32:
-        sinks = sinks.float()
     k_cache, v_cache = layer.caches()
     try:
         out = _api.attention_with_kvcache(query.transpose(1, 2), k_cache, v_cache, cache_seqlens=length,

@@ -42,12 +42,8 @@ Quantized quantize(const std::vector<float>& x, std::int64_t T, std::int64_t W, 
 // The weights p̂[t, j] of T one-query sequences over the quantized cache: forward_kvcache reads the
 // key codes, and the values are the identity rows (exact in both formats up to one rounding of
 // the scale, ≤ 2⁻²³ relative: far below the key's 8-bit step), so out is the row of weights.
-std::vector<double> cache_weights(const std::vector<float>& q, Quantized& k, KvQuant quant, std::int64_t T,
-                                  std::int64_t d, double beta, int threads) {
-  std::vector<float> eye(static_cast<std::size_t>(T * kKeys * kKeys), 0.0f);
-  for (std::int64_t t = 0; t < T; ++t)
-    for (std::int64_t j = 0; j < kKeys; ++j) eye[static_cast<std::size_t>((t * kKeys + j) * kKeys + j)] = 1.0f;
-  Quantized v = quantize(eye, T, kKeys, quant);
+std::vector<double> cache_weights(const std::vector<float>& q, Quantized& k, Quantized& v, KvQuant quant,
+                                  std::int64_t T, std::int64_t d, double beta, int threads) {
   std::vector<std::int32_t> seqlens(static_cast<std::size_t>(T), static_cast<std::int32_t>(kKeys));
   QuantizedKvCache cache;
   cache.quant = quant;
@@ -77,7 +73,11 @@ Table kvquant(const Settings& c) {
           {},
           {}};
   const std::int64_t T = c.samples ? c.samples : 256;
-  for (const KvQuant quant : {KvQuant::int8, KvQuant::fp8_e4m3})
+  std::vector<float> eye(static_cast<std::size_t>(T * kKeys * kKeys), 0.0f);  // T sequences' identity values
+  for (std::int64_t t = 0; t < T; ++t)
+    for (std::int64_t j = 0; j < kKeys; ++j) eye[static_cast<std::size_t>((t * kKeys + j) * kKeys + j)] = 1.0f;
+  for (const KvQuant quant : {KvQuant::int8, KvQuant::fp8_e4m3}) {
+    Quantized identity = quantize(eye, T, kKeys, quant);
     for (std::int64_t d = 16; d <= 256; d *= 2) {
       // One draw per (format, d_k): scaled and unscaled see the same q, keys and codes.
       std::mt19937_64 rng(c.seed * 0x9E3779B97F4A7C15ull + static_cast<std::uint64_t>(d) * 8191u +
@@ -94,7 +94,7 @@ Table kvquant(const Settings& c) {
         const auto s = scores_all(q, k, T, kKeys, d, beta, c.threads);
         const auto s_hat = scores_all(q, kq.values, T, kKeys, d, beta, c.threads);
         const auto p = weights(q, k, T, kKeys, d, beta, c.threads);
-        const auto p_hat = cache_weights(q, kq, quant, T, d, beta, c.threads);
+        const auto p_hat = cache_weights(q, kq, identity, quant, T, d, beta, c.threads);
         std::vector<double> square(static_cast<std::size_t>(T)), tv(square.size()), maxw(square.size());
         for (std::int64_t r = 0; r < T; ++r)
           for (std::int64_t j = 0; j < kKeys; ++j) {
@@ -110,6 +110,7 @@ Table kvquant(const Settings& c) {
                beta * rms_q_dk, e.value, e.lo(), e.hi(), w.value});
       }
     }
+  }
   t.verdict = judge_kvquant(t);
   return t;
 }
