@@ -88,7 +88,8 @@ struct Plan {
   Engine16 engine = Engine16::widened;  // what ran its 16-bit products; widened for fp32
   std::string why;                      // the dispatch's reasons for the ISA and the engine
   int threads = 0;                      // workers of the call's main loop (the most over its sequences)
-  std::int64_t sequences = 1;           // varlen: the sequences run (each its own call)
+  std::int64_t sequences = 1;           // varlen, KV cache: the sequences run (their items in one pool
+                                        // where the KV cache's decoding loop takes them)
   // The forward's work items and the loop each took (forward.inl's one choice):
   std::int64_t kv_splits = 0;       // key splits per query tile (> 1: split-KV, merged by lse)
   std::int64_t decoding_items = 0;  // the fused decoding loop (one to eight query lanes)

@@ -300,26 +300,29 @@ i64 kv_splits(i64 Nk, i64 items) {
   return std::min(kMaxSplits, std::min(ceil_div(kSplitBelowItems * 2, items), Nk / kSplitKeys));
 }
 
-// The splits' partial results, merged by merge_row (attention/merge.hpp).
+// Row `row` = (b, kv head, lane) of a split call: its splits' partial results (part_out, part_lse:
+// (splits, B, Hkv, lanes[, Dv])) merged by merge_row (attention/merge.hpp).
+void merge_split_row(const Problem& p, const Tensors& t, i64 splits, i64 lanes, const float* part_out,
+                     const float* part_lse, i64 row) {
+  const i64 stride = p.B * p.Hkv * lanes;  // between splits, in lanes
+  const i64 bg = row / lanes, lane = row % lanes, b = bg / p.Hkv, g = bg % p.Hkv;
+  const i64 h = g * p.group + lane / p.Nq, i = lane % p.Nq;
+  // A sink is one more part: lse = the sink's logit, out = 0 (no value), merged once.
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  const float sink = p.has_sinks ? p.sinks.data[h * p.sinks.stride[0]] : kNegInf;
+  const float lse = merge_row(
+      sink == kNegInf ? splits : splits + 1, p.Dv,
+      [&](i64 s) { return s == splits ? sink : part_lse[s * stride + row]; },
+      [&](i64 s, i64 e) { return s == splits ? 0.0f : part_out[(s * stride + row) * p.Dv + e]; },
+      [&](i64 e, float x) { store_at(t.out_w, off4(t.out_w, b, h, i, e), x); });
+  if (!t.lse_w.empty()) t.lse_w(b, h, i) = lse;
+}
+
 void merge_splits(const Problem& p, const Tensors& t, i64 splits, i64 lanes, const std::vector<float>& part_out,
                   const std::vector<float>& part_lse, int workers) {
-  const i64 rows = p.B * p.Hkv * lanes, stride = rows;  // stride between splits, in lanes
+  const i64 rows = p.B * p.Hkv * lanes;
 #pragma omp parallel for num_threads(workers) schedule(static)
-  for (i64 row = 0; row < rows; ++row) {
-    const i64 bg = row / lanes, lane = row % lanes, b = bg / p.Hkv, g = bg % p.Hkv;
-    const i64 h = g * p.group + lane / p.Nq, i = lane % p.Nq;
-    // A sink is one more part: lse = the sink's logit, out = 0 (no value), merged once.
-    constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-    const float sink = p.has_sinks ? p.sinks.data[h * p.sinks.stride[0]] : kNegInf;
-    const float lse = merge_row(
-        sink == kNegInf ? splits : splits + 1, p.Dv,
-        [&](i64 s) { return s == splits ? sink : part_lse[static_cast<std::size_t>(s * stride + row)]; },
-        [&](i64 s, i64 e) {
-          return s == splits ? 0.0f : part_out[static_cast<std::size_t>((s * stride + row) * p.Dv + e)];
-        },
-        [&](i64 e, float x) { store_at(t.out_w, off4(t.out_w, b, h, i, e), x); });
-    if (!t.lse_w.empty()) t.lse_w(b, h, i) = lse;
-  }
+  for (i64 row = 0; row < rows; ++row) merge_split_row(p, t, splits, lanes, part_out.data(), part_lse.data(), row);
 }
 
 }  // namespace
@@ -588,55 +591,134 @@ i64 forward_items(i64 B, i64 Hkv, i64 lanes, i64 Nk) {
   return B * Hkv * lane_tiles * kv_splits(Nk, B * Hkv * lane_tiles);
 }
 
-// The checks see K and V as one row per head (row stride 0: their shapes, strides and aliasing),
-// since a paged cache's rows do not lie at one stride; the cache and its block table are
-// kvcache.cpp's to check.
+// A float cache's sequence: the checks see a paged cache's K and V as one row per head (row stride
+// 0: their shapes, strides and aliasing), since its rows do not lie at one stride; the cache and
+// its block table are kvcache.cpp's to check.
 template <class T>
-void forward_paged(View4<const T> q, View4<const T> k, View4<const T> v, const KvPages& pages, View4<T> out,
-                   View3<float> lse, const Options& opt) {
-  PlanRecord record(opt, "forward", dtype_of<T>());
+CacheSequence cache_sequence(View4<const T> q, View4<const T> k, View4<const T> v, const KvPages& pages, View4<T> out,
+                             View3<float> lse, const Options& opt) {
   View4<const T> k_row = k, v_row = v;
-  k_row.stride[2] = v_row.stride[2] = 0;
-  Problem p = validate_forward<T>(q, k_row, v_row, out, lse, opt);
-  Tensors t;
-  t.pages = pages;
-  t.q = q, t.k = k, t.v = v, t.out_w = out, t.lse_w = lse;
-  run_forward(p, t, opt, record);
+  if (pages.table != nullptr) k_row.stride[2] = v_row.stride[2] = 0;
+  CacheSequence seq{validate_forward<T>(q, k_row, v_row, out, lse, opt), {}};
+  seq.t.pages = pages;
+  seq.t.q = q, seq.t.k = k, seq.t.v = v, seq.t.out_w = out, seq.t.lse_w = lse;
+  return seq;
 }
-template void forward_paged<float>(View4<const float>, View4<const float>, View4<const float>, const KvPages&,
-                                   View4<float>, View3<float>, const Options&);
-template void forward_paged<bf16>(View4<const bf16>, View4<const bf16>, View4<const bf16>, const KvPages&, View4<bf16>,
-                                  View3<float>, const Options&);
-template void forward_paged<fp16>(View4<const fp16>, View4<const fp16>, View4<const fp16>, const KvPages&, View4<fp16>,
-                                  View3<float>, const Options&);
+template CacheSequence cache_sequence<float>(View4<const float>, View4<const float>, View4<const float>, const KvPages&,
+                                             View4<float>, View3<float>, const Options&);
+template CacheSequence cache_sequence<bf16>(View4<const bf16>, View4<const bf16>, View4<const bf16>, const KvPages&,
+                                            View4<bf16>, View3<float>, const Options&);
+template CacheSequence cache_sequence<fp16>(View4<const fp16>, View4<const fp16>, View4<const fp16>, const KvPages&,
+                                            View4<fp16>, View3<float>, const Options&);
 
-// Validation sees K and V by their shapes alone (views of q's first element, every stride 0):
-// it takes no byte codes, and kvcache.cpp checks the codes, their scales and their
-// disjointness from out and lse.
+// A quantized cache's sequence: validation sees K and V by their shapes alone (views of q's first
+// element, every stride 0): it takes no byte codes, and kvcache.cpp checks the codes, their scales
+// and their disjointness from out and lse.
 template <class T>
-void forward_codes(View4<const T> q, View4<const std::uint8_t> k, View4<const std::uint8_t> v, const KvPages& pages,
-                   const KvCodes& codes, View4<T> out, View3<float> lse, const Options& opt) {
-  PlanRecord record(opt, "forward", dtype_of<T>());
+CacheSequence cache_sequence(View4<const T> q, View4<const std::uint8_t> k, View4<const std::uint8_t> v,
+                             const KvPages& pages, const KvCodes& codes, View4<T> out, View3<float> lse,
+                             const Options& opt) {
   const View4<const T> k_shape{q.data, k.shape, {0, 0, 0, 0}}, v_shape{q.data, v.shape, {0, 0, 0, 0}};
-  Problem p = validate_forward<T>(q, k_shape, v_shape, out, lse, opt);
-  Tensors t;
-  t.pages = pages;
-  t.codes = codes;
+  CacheSequence seq{validate_forward<T>(q, k_shape, v_shape, out, lse, opt), {}};
+  seq.t.pages = pages;
+  seq.t.codes = codes;
   auto bytes = [&](const View4<const std::uint8_t>& x) {  // the codes as an input whose `bits` the loop reads
     InView in;
     in.shape = x.shape, in.stride = x.stride, in.bits = x.data;
-    in.dtype = p.dtype;  // unread: KvCodes says what the bytes are
+    in.dtype = seq.p.dtype;  // unread: KvCodes says what the bytes are
     return in;
   };
-  t.q = q, t.k = bytes(k), t.v = bytes(v), t.out_w = out, t.lse_w = lse;
-  run_forward(p, t, opt, record);
+  seq.t.q = q, seq.t.k = bytes(k), seq.t.v = bytes(v), seq.t.out_w = out, seq.t.lse_w = lse;
+  return seq;
 }
-template void forward_codes<float>(View4<const float>, View4<const std::uint8_t>, View4<const std::uint8_t>,
-                                   const KvPages&, const KvCodes&, View4<float>, View3<float>, const Options&);
-template void forward_codes<bf16>(View4<const bf16>, View4<const std::uint8_t>, View4<const std::uint8_t>,
-                                  const KvPages&, const KvCodes&, View4<bf16>, View3<float>, const Options&);
-template void forward_codes<fp16>(View4<const fp16>, View4<const std::uint8_t>, View4<const std::uint8_t>,
-                                  const KvPages&, const KvCodes&, View4<fp16>, View3<float>, const Options&);
+template CacheSequence cache_sequence<float>(View4<const float>, View4<const std::uint8_t>, View4<const std::uint8_t>,
+                                             const KvPages&, const KvCodes&, View4<float>, View3<float>,
+                                             const Options&);
+template CacheSequence cache_sequence<bf16>(View4<const bf16>, View4<const std::uint8_t>, View4<const std::uint8_t>,
+                                            const KvPages&, const KvCodes&, View4<bf16>, View3<float>, const Options&);
+template CacheSequence cache_sequence<fp16>(View4<const fp16>, View4<const std::uint8_t>, View4<const std::uint8_t>,
+                                            const KvPages&, const KvCodes&, View4<fp16>, View3<float>, const Options&);
+
+// Every sequence's items in one pool: (sequence, kv head, key split), each sequence split by the
+// rule sdpa::forward applies to it alone (kv_splits: its shape, never the thread count), its splits'
+// parts in its own buffer, laid out as run_forward lays out a batch of one's, and merged the same
+// way: each sequence's bits are those of its own forward, whatever the threads and the batch. The
+// threads take the items costliest first, so a batch of very different lengths keeps every thread
+// busy until the short items run out together.
+void forward_cache_sequences(const std::vector<CacheSequence>& seqs, const Options& opt, Plan* plan) {
+  const FastKernels& kern = kernels_for(opt);
+  struct Parts {
+    i64 lanes = 0, splits = 1, split_keys = 0;
+    std::vector<float> out, lse;  // (splits, Hkv, lanes[, Dv]) when split
+  };
+  struct Item {
+    std::size_t seq;
+    i64 g, split, cost;
+  };
+  std::vector<Parts> parts(seqs.size());
+  std::vector<Item> items;
+  i64 scratch = 0, most_splits = 1;
+  for (std::size_t s = 0; s < seqs.size(); ++s) {
+    const Problem& p = seqs[s].p;
+    Parts& pt = parts[s];
+    pt.lanes = p.group * p.Nq;
+    // Decoding's few lanes: one lane tile (the caller sends no more than paged_lanes).
+    if (p.B != 1 || pt.lanes > kTileRows) __builtin_trap();
+    pt.splits = kv_splits(p.Nk, p.Hkv);
+    pt.split_keys = ceil_div(ceil_div(p.Nk, kTileCols), pt.splits) * kTileCols;
+    if (pt.splits > 1) {
+      pt.out.resize(static_cast<std::size_t>(pt.splits * p.Hkv * pt.lanes * p.Dv));
+      pt.lse.resize(static_cast<std::size_t>(pt.splits * p.Hkv * pt.lanes));
+    }
+    for (i64 g = 0; g < p.Hkv; ++g)
+      for (i64 sp = 0; sp < pt.splits; ++sp)
+        items.push_back({s, g, sp, (std::min(p.Nk, (sp + 1) * pt.split_keys) - sp * pt.split_keys) * pt.lanes});
+    scratch = std::max(scratch, kern.forward_scratch(p));
+    most_splits = std::max(most_splits, pt.splits);
+  }
+  std::stable_sort(items.begin(), items.end(), [](const Item& a, const Item& b) { return a.cost > b.cost; });
+  const int workers = workers_for(opt, static_cast<i64>(items.size()));
+  const ScratchBlocks blocks(workers, scratch);
+  std::vector<std::array<i64, 4>> loops(static_cast<std::size_t>(workers));  // [worker][ForwardLoop]
+  parallel_items(static_cast<i64>(items.size()), workers, blocks, [&](i64 x, WorkerScratch sc) {
+    const Item& it = items[static_cast<std::size_t>(x)];
+    const CacheSequence& seq = seqs[it.seq];
+    Parts& pt = parts[it.seq];
+    ForwardItem fi;
+    fi.g = it.g;
+    fi.j_begin = it.split * pt.split_keys, fi.j_end = std::min(seq.p.Nk, fi.j_begin + pt.split_keys);
+    if (pt.splits > 1) {
+      const i64 base = it.split * seq.p.Hkv + it.g;
+      fi.part_out = pt.out.data() + base * pt.lanes * seq.p.Dv, fi.part_lse = pt.lse.data() + base * pt.lanes;
+    }
+    const ForwardLoop loop = kern.forward_item(seq.p, seq.t, fi, sc);
+    ++loops[static_cast<std::size_t>(omp_get_thread_num())][static_cast<std::size_t>(loop)];
+  });
+  std::vector<std::pair<std::size_t, i64>> rows;  // (sequence, row) of every split sequence
+  for (std::size_t s = 0; s < seqs.size(); ++s)
+    if (parts[s].splits > 1)
+      for (i64 row = 0; row < seqs[s].p.Hkv * parts[s].lanes; ++row) rows.emplace_back(s, row);
+  const auto merges = static_cast<i64>(rows.size());
+#pragma omp parallel for num_threads(workers) schedule(static)
+  for (i64 r = 0; r < merges; ++r) {
+    const auto [s, row] = rows[static_cast<std::size_t>(r)];
+    merge_split_row(seqs[s].p, seqs[s].t, parts[s].splits, parts[s].lanes, parts[s].out.data(), parts[s].lse.data(),
+                    row);
+  }
+  if (plan != nullptr && !seqs.empty()) {
+    plan_dispatch(*plan, opt, kern, seqs.front().p.dtype);
+    plan->threads = workers;
+    plan->kv_splits = most_splits;
+    plan->sequences = static_cast<i64>(seqs.size());
+    for (const auto& w : loops) {
+      plan->decoding_items += w[static_cast<std::size_t>(ForwardLoop::decoding)];
+      plan->few_lane_items += w[static_cast<std::size_t>(ForwardLoop::few_lanes)];
+      plan->tiled_items += w[static_cast<std::size_t>(ForwardLoop::tiled)];
+      plan->engine_items += w[static_cast<std::size_t>(ForwardLoop::engine)];
+    }
+    plan->engine = plan->engine_items > 0 ? kern.engine : Engine16::widened;
+  }
+}
 }  // namespace detail
 
 void forward(View4<const float> q, View4<const float> k, View4<const float> v, View4<float> out, View3<float> lse,

@@ -12,6 +12,8 @@
 // result does not depend on how items are spread over threads.
 #pragma once
 
+#include <vector>
+
 #include "attention/engine16.hpp"
 #include "attention/convert.hpp"
 #include "attention/problem.hpp"
@@ -103,19 +105,27 @@ struct FastKernels {
   i64 paged_lanes;
 };
 
-// The forward of one sequence over a paged KV cache (kvcache.cpp): q (1, Hq, Nq, Dk), out,
-// lse as sdpa::forward's; k, v (1, Hkv, L, D) views of the cache's block 0 (head and row
-// strides of a block) whose rows pages maps (KvPages). The caller has checked the cache and the
-// block table, and that kernels_for(opt).paged_lanes covers group·Nq, with no mask or dropout.
+// One sequence of a KV-cache call (kvcache.cpp) for the fused decoding loop: its validated problem
+// (a batch of one) and tensors. q (1, Hq, Nq, Dk), out, lse as sdpa::forward's; k, v (1, Hkv, L, D)
+// views of the sequence's keys, or of a paged cache's block 0 (head and row strides of a block)
+// whose rows pages maps (KvPages); or a quantized cache's byte views, codes.kind and its scales
+// (KvCodes). The caller has checked the cache, its block table and scales, and that
+// kernels_for(opt).paged_lanes covers group·Nq, with no mask or dropout.
+struct CacheSequence {
+  Problem p;
+  Tensors t;
+};
 template <class T>
-void forward_paged(View4<const T> q, View4<const T> k, View4<const T> v, const KvPages& pages, View4<T> out,
-                   View3<float> lse, const Options& opt);
-// The same over a quantized cache's codes (kvcache.cpp): k, v (1, Hkv, L, D) byte views (of a
-// paged cache's block 0 where pages has a table), codes.kind and its scales (KvCodes). The
-// caller has checked them, and that kernels_for(opt).paged_lanes covers group·Nq.
+CacheSequence cache_sequence(View4<const T> q, View4<const T> k, View4<const T> v, const KvPages& pages, View4<T> out,
+                             View3<float> lse, const Options& opt);
 template <class T>
-void forward_codes(View4<const T> q, View4<const std::uint8_t> k, View4<const std::uint8_t> v, const KvPages& pages,
-                   const KvCodes& codes, View4<T> out, View3<float> lse, const Options& opt);
+CacheSequence cache_sequence(View4<const T> q, View4<const std::uint8_t> k, View4<const std::uint8_t> v,
+                             const KvPages& pages, const KvCodes& codes, View4<T> out, View3<float> lse,
+                             const Options& opt);
+// The forwards of all of them, their items (kv head, key split) in one pool over the threads;
+// each sequence's bits those of sdpa::forward on it alone, for any thread count. Fills plan's
+// dispatch, threads, splits and item counts where not null.
+void forward_cache_sequences(const std::vector<CacheSequence>& seqs, const Options& opt, Plan* plan);
 const FastKernels& kernels_for(const Options& opt);
 
 // The work items of a forward of B·Hkv kv heads with `lanes` query lanes each (group·Nq) over Nk

@@ -1,18 +1,18 @@
 // kvcache.cpp — attention over a KV cache (sdpa/kvcache.hpp): every argument checked, the new
-// tokens written into the cache, then each sequence one sdpa::forward call over its cached
-// keys, the sequences spread over the threads as varlen's are (sequences.hpp).
+// tokens written into the cache, then the sequences' attention over their cached keys.
 //
-// A contiguous cache's sequence is a strided (1, Hkv, L, D) view of it, read in place. A
-// paged one is read in place too where the fused decoding loop takes the call (decoding and
-// short chunks: group·Nq up to its lanes; blocks of a multiple of 16 rows): it maps each run of
-// 16 keys through the block table (kernel/decode.inl), with the contiguous call's bits. Any
-// other paged call (a long chunk, odd block sizes, the scalar path, the reference kernel)
-// gathers the sequence's blocks into one contiguous copy first: correct, and a copy of the
-// bytes the forward then reads again.
+// Where the fused decoding loop takes the call (decoding and short chunks: group·Nq up to its
+// lanes; a paged cache's blocks a multiple of 16 rows), every cache is read in place: a contiguous
+// one's sequence as a strided (1, Hkv, L, D) view, a paged one through its block table (the loop
+// maps each run of 16 keys, kernel/decode.inl), a quantized one's codes and scales as they lie.
+// The sequences' items (kv head, key split) then run in one pool over the threads
+// (forward_cache_sequences, api.cpp): a batch of very different lengths is spread by its keys, not
+// by sequence, and each sequence's bits are those of its own forward, for any thread count.
 //
-// A quantized cache's new tokens are quantized into it (quantize.hpp); its codes are read in
-// place, contiguous or paged, where the fused decoding loop takes the call, and otherwise each
-// sequence's rows are dequantized into a float copy and attended to by the float kernel.
+// Any other call (a long chunk, odd block sizes, the scalar path, the reference kernel) runs each
+// sequence as one sdpa::forward call, spread over the threads as varlen's are (sequences.hpp): a
+// paged sequence's blocks gathered into one contiguous copy first, a quantized one's rows
+// dequantized into a float copy: correct, and a copy of the bytes the forward then reads again.
 #include "sdpa/kvcache.hpp"
 
 #include <algorithm>
@@ -316,22 +316,52 @@ View4<const T> gather(const View4<T>& x, const KvCache<T>& c, const Layout& g, i
   return {buf.data(), {1, g.Hkv, L, D}, {0, D, g.Hkv * D, 1}};
 }
 
-// Sequence b's attention over a float cache: read in place (contiguous; paged where the decoding
-// loop maps blocks), or gathered into one contiguous copy.
+// Sequence b of a float cache as the fused decoding loop reads it, in place: contiguous, or paged
+// through its row of the block table (`table`, the loop maps each run of keys).
 template <class T>
-void attend(const KvCache<T>& c, const Layout& g, bool in_kernel, i64 b, i64 L, const View4<const T>& qb,
-            const View4<T>& o, const View3<float>& l, const Options& so) {
-  if (g.paged && in_kernel) {  // the decoding loop maps the blocks as it reads them
-    std::vector<std::int32_t> table(static_cast<std::size_t>(c.block_table.shape[1]));
-    for (std::size_t j = 0; j < table.size(); ++j) table[j] = c.block_table(b, static_cast<i64>(j));
-    const detail::KvPages pages{table.data(), g.rows, c.k.stride[0], c.v.stride[0]};
-    View4<const T> kb = as_bhnd(View4<const T>(c.k)), vb = as_bhnd(View4<const T>(c.v));
-    kb.shape[0] = vb.shape[0] = 1, kb.shape[2] = vb.shape[2] = L;
+detail::CacheSequence loop_sequence(const KvCache<T>& c, const Layout& g, i64 b, i64 L, const std::int32_t* table,
+                                    const View4<const T>& qb, const View4<T>& o, const View3<float>& l,
+                                    const Options& opt) {
+  View4<const T> kb = as_bhnd(View4<const T>(c.k)), vb = as_bhnd(View4<const T>(c.v));
+  detail::KvPages pages;
+  if (g.paged) {  // block 0's rows; the loop maps the blocks
+    pages = {table, g.rows, c.k.stride[0], c.v.stride[0]};
     kb.stride[0] = vb.stride[0] = 0;
-    detail::forward_paged<T>(qb, kb, vb, pages, o, l, so);
-    if (so.plan != nullptr) so.plan->paged_sequences = 1;
-    return;
+  } else {  // batch b's rows
+    kb.data += b * c.k.stride[0], vb.data += b * c.v.stride[0];
   }
+  kb.shape[0] = vb.shape[0] = 1, kb.shape[2] = vb.shape[2] = L;
+  return detail::cache_sequence<T>(qb, kb, vb, pages, o, l, opt);
+}
+
+// The same over a quantized cache: its codes and scales read in place.
+template <class T>
+detail::CacheSequence loop_sequence(const QuantizedKvCache& c, const Layout& g, i64 b, i64 L, const std::int32_t* table,
+                                    const View4<const T>& qb, const View4<T>& o, const View3<float>& l,
+                                    const Options& opt) {
+  detail::KvPages pages;
+  detail::KvCodes codes;
+  codes.kind = detail::codes_kind(c.quant);
+  codes.k_head = c.k_scale.stride[1], codes.v_head = c.v_scale.stride[1];
+  View4<const std::uint8_t> kb = as_bhnd(View4<const std::uint8_t>(c.k)), vb = as_bhnd(View4<const std::uint8_t>(c.v));
+  kb.shape[0] = vb.shape[0] = 1, kb.shape[2] = vb.shape[2] = L;
+  if (g.paged) {  // block 0's rows and scales; the loop maps the blocks
+    pages = {table, g.rows, c.k.stride[0], c.v.stride[0]};
+    kb.stride[0] = vb.stride[0] = 0;
+    codes.k_scale = c.k_scale.data, codes.v_scale = c.v_scale.data;
+    codes.k_block = c.k_scale.stride[0], codes.v_block = c.v_scale.stride[0];
+  } else {  // batch b's rows and scales
+    kb.data += b * c.k.stride[0], vb.data += b * c.v.stride[0];
+    codes.k_scale = c.k_scale.data + b * c.k_scale.stride[0], codes.v_scale = c.v_scale.data + b * c.v_scale.stride[0];
+  }
+  return detail::cache_sequence<T>(qb, kb, vb, pages, codes, o, l, opt);
+}
+
+// Sequence b's attention where the fused decoding loop does not take the call: a float cache read
+// in place (contiguous) or gathered into one contiguous copy (paged) for sdpa::forward.
+template <class T>
+void attend(const KvCache<T>& c, const Layout& g, i64 b, i64 L, const View4<const T>& qb, const View4<T>& o,
+            const View3<float>& l, const Options& so) {
   std::vector<T> kbuf, vbuf;
   View4<const T> kb, vb;
   if (g.paged) {
@@ -345,36 +375,11 @@ void attend(const KvCache<T>& c, const Layout& g, bool in_kernel, i64 b, i64 L, 
   forward(qb, kb, vb, o, l, so);
 }
 
-// Sequence b's attention over a quantized cache: its codes read in place by the decoding loop, or
-// its rows dequantized into a float copy for the float kernel (q and out through float too).
+// The same over a quantized cache: its rows dequantized into a float copy for the float kernel
+// (q and out through float too).
 template <class T>
-void attend(const QuantizedKvCache& c, const Layout& g, bool in_kernel, i64 b, i64 L, const View4<const T>& qb,
-            const View4<T>& o, const View3<float>& l, const Options& so) {
-  if (in_kernel) {
-    std::vector<std::int32_t> table;
-    detail::KvPages pages;
-    detail::KvCodes codes;
-    codes.kind = detail::codes_kind(c.quant);
-    codes.k_head = c.k_scale.stride[1], codes.v_head = c.v_scale.stride[1];
-    View4<const std::uint8_t> kb = as_bhnd(View4<const std::uint8_t>(c.k)),
-                              vb = as_bhnd(View4<const std::uint8_t>(c.v));
-    kb.shape[0] = vb.shape[0] = 1, kb.shape[2] = vb.shape[2] = L;
-    if (g.paged) {  // block 0's rows and scales; the loop maps the blocks
-      table.resize(static_cast<std::size_t>(c.block_table.shape[1]));
-      for (std::size_t j = 0; j < table.size(); ++j) table[j] = c.block_table(b, static_cast<i64>(j));
-      pages = {table.data(), g.rows, c.k.stride[0], c.v.stride[0]};
-      kb.stride[0] = vb.stride[0] = 0;
-      codes.k_scale = c.k_scale.data, codes.v_scale = c.v_scale.data;
-      codes.k_block = c.k_scale.stride[0], codes.v_block = c.v_scale.stride[0];
-    } else {  // batch b's rows and scales
-      kb.data += b * c.k.stride[0], vb.data += b * c.v.stride[0];
-      codes.k_scale = c.k_scale.data + b * c.k_scale.stride[0],
-      codes.v_scale = c.v_scale.data + b * c.v_scale.stride[0];
-    }
-    detail::forward_codes<T>(qb, kb, vb, pages, codes, o, l, so);
-    if (so.plan != nullptr) so.plan->quantized_sequences = 1, so.plan->paged_sequences = g.paged ? 1 : 0;
-    return;
-  }
+void attend(const QuantizedKvCache& c, const Layout& g, i64 b, i64 L, const View4<const T>& qb, const View4<T>& o,
+            const View3<float>& l, const Options& so) {
   std::vector<float> kbuf, vbuf;
   const View4<const float> kb = dequantized(c.k, c.k_scale, c, g, b, L, kbuf);
   const View4<const float> vb = dequantized(c.v, c.v_scale, c, g, b, L, vbuf);
@@ -400,41 +405,66 @@ void forward_kvcache_as(View4<const T> q, const C& c, View4<const T> k_new, View
   append(c, k_new, v_new, g);
 
   const bool want_lse = lse.data != nullptr;
+  const auto length = [&](i64 b) { return g.held[static_cast<std::size_t>(b)] + g.Nnew; };
+  const auto empty_row = [&](i64 b) {  // no key: the contract's empty row, its weight on the sink
+    const View4<T> o = as_bhnd(batch(out, b));
+    for (i64 h = 0; h < g.Hq; ++h)
+      for (i64 i = 0; i < g.Nq; ++i) {
+        for (i64 e = 0; e < g.Dv; ++e) o(0, h, i, e) = T(0.0f);
+        if (want_lse) lse(b, h, i) = opt.sinks.empty() ? -std::numeric_limits<float>::infinity() : opt.sinks(h);
+      }
+  };
+  detail::PlanRecord record(opt, "forward_kvcache", dtype_of<T>());
+  // Whether the fused decoding loop takes the call, reading a paged cache's blocks and a quantized
+  // cache's codes in place: the ISA has it, few enough query lanes per kv head, and blocks of a
+  // multiple of 16 rows (decode.inl, kRun). It then runs every sequence's items in one pool over
+  // the threads (forward_cache_sequences), long and short sequences side by side.
+  const bool in_kernel = opt.kernel == Kernel::fast && (!g.paged || g.rows % 16 == 0) &&
+                         detail::kernels_for(opt).paged_lanes >= g.Hq / g.Hkv * g.Nq;
+  if (in_kernel) {
+    std::vector<std::int32_t> tables;  // (B, max_blocks): each sequence's row of the block table
+    const i64 max_blocks = g.paged ? c.block_table.shape[1] : 0;
+    if (g.paged)
+      for (i64 b = 0; b < g.B; ++b)
+        for (i64 j = 0; j < max_blocks; ++j) tables.push_back(c.block_table(b, j));
+    std::vector<detail::CacheSequence> seqs;
+    seqs.reserve(static_cast<std::size_t>(g.B));
+    for (i64 b = 0; b < g.B; ++b) {
+      if (length(b) == 0) {
+        empty_row(b);
+        continue;
+      }
+      seqs.push_back(loop_sequence<T>(c, g, b, length(b), tables.data() + b * max_blocks, as_bhnd(batch(q, b)),
+                                      as_bhnd(batch(out, b)), want_lse ? batch(lse, b) : View3<float>{}, opt));
+    }
+    detail::forward_cache_sequences(seqs, opt, record.get());
+    if (Plan* plan = record.get()) {
+      const auto n = static_cast<i64>(seqs.size());
+      plan->paged_sequences = g.paged ? n : 0;
+      plan->quantized_sequences = std::is_same_v<C, QuantizedKvCache> ? n : 0;
+    }
+    return record.finish();
+  }
+
   std::vector<i64> items(static_cast<std::size_t>(g.B));
   std::vector<double> cost(static_cast<std::size_t>(g.B));
   for (i64 b = 0; b < g.B; ++b) {
-    const i64 L = g.held[static_cast<std::size_t>(b)] + g.Nnew;
-    // The work items forward makes of it (key splits included), so a long decoding sequence runs alone
-    // with every thread and short ones side by side.
-    items[static_cast<std::size_t>(b)] = detail::forward_items(1, g.Hkv, g.Hq / g.Hkv * g.Nq, L);
-    cost[static_cast<std::size_t>(b)] = static_cast<double>(g.Nq) * static_cast<double>(L);
+    // The work items forward makes of it (key splits included), so a long sequence runs alone with
+    // every thread and short ones side by side.
+    items[static_cast<std::size_t>(b)] = detail::forward_items(1, g.Hkv, g.Hq / g.Hkv * g.Nq, length(b));
+    cost[static_cast<std::size_t>(b)] = static_cast<double>(g.Nq) * static_cast<double>(length(b));
   }
-  // Whether the fused decoding loop takes the call, reading a paged cache's blocks and a quantized
-  // cache's codes in place: the ISA has it, few enough query lanes per kv head, and blocks of a
-  // multiple of 16 rows (decode.inl, kRun). A contiguous float cache is read in place by any loop.
-  const bool in_kernel = opt.kernel == Kernel::fast && (!g.paged || g.rows % 16 == 0) &&
-                         detail::kernels_for(opt).paged_lanes >= g.Hq / g.Hkv * g.Nq;
-  detail::PlanRecord record(opt, "forward_kvcache", dtype_of<T>());
   std::vector<Plan> plans(record.get() != nullptr ? static_cast<std::size_t>(g.B) : 0);
   detail::run_sequences(
       static_cast<std::size_t>(g.B), items, cost, detail::resolve_threads(opt), [&](std::size_t s, int threads) {
         const detail::PlanLogPause one_line_per_batch;
         const i64 b = static_cast<i64>(s);
-        const i64 L = g.held[s] + g.Nnew;
-        const View4<T> o = as_bhnd(batch(out, b));
-        const View3<float> l = want_lse ? batch(lse, b) : View3<float>{};
-        if (L == 0) {  // no key: the contract's empty row, its weight on the sink
-          for (i64 h = 0; h < g.Hq; ++h)
-            for (i64 i = 0; i < g.Nq; ++i) {
-              for (i64 e = 0; e < g.Dv; ++e) o(0, h, i, e) = T(0.0f);
-              if (want_lse) l(0, h, i) = opt.sinks.empty() ? -std::numeric_limits<float>::infinity() : opt.sinks(h);
-            }
-          return;
-        }
+        if (length(b) == 0) return empty_row(b);
         Options so = opt;
         so.threads = threads;
         so.plan = plans.empty() ? nullptr : &plans[s];
-        attend<T>(c, g, in_kernel, b, L, as_bhnd(batch(q, b)), o, l, so);
+        attend<T>(c, g, b, length(b), as_bhnd(batch(q, b)), as_bhnd(batch(out, b)),
+                  want_lse ? batch(lse, b) : View3<float>{}, so);
       });
   if (Plan* plan = record.get()) {
     plan->sequences = 0;

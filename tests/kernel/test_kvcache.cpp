@@ -4,9 +4,11 @@
 // sdpa::forward on the sequence and for any thread count; and every bad argument refused
 // before anything is written.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <numeric>
 
+#include "attention/fast.hpp"
 #include "attention/quantize.hpp"
 
 #include "util.hpp"
@@ -344,6 +346,47 @@ void expect_paged_bits_equal_contiguous(Dtype t) {
 TEST(KvCache, PagedGivesTheContiguousBitsFp32) { expect_paged_bits_equal_contiguous<float>(Dtype::f32); }
 TEST(KvCache, PagedGivesTheContiguousBitsBf16) { expect_paged_bits_equal_contiguous<bf16>(Dtype::bf16); }
 TEST(KvCache, PagedGivesTheContiguousBitsFp16) { expect_paged_bits_equal_contiguous<fp16>(Dtype::fp16); }
+
+// A serving batch: many sequences of very different lengths (no key to past the split-KV
+// threshold) in one paged call, each decoding one token. Their items (kv head, key split) share one
+// pool over the threads: the plan counts every sequence's items, as its own forward makes them, in
+// one call. The bits do not depend on the thread count, and each sequence's are those of
+// sdpa::forward on its keys alone.
+TEST(KvCache, ManySequencesOfVeryDifferentLengthsShareOnePool) {
+  CacheCase c;
+  c.held.clear();
+  for (int b = 0; b < 24; ++b)  // 0 to 5999 keys held, each about 1.46 times the last
+    c.held.push_back(std::lround(std::pow(6000.0, b / 23.0)) - 1);
+  c.paged = true, c.block = 16, c.Hq = 8, c.Hkv = 2, c.Dk = 32, c.Dv = 32, c.cap = 6016;
+  const CacheData d(c, Dtype::bf16, 41);
+  for_each_variant(c.opt, [&](const KernelVariant&, Options o) {
+    if (detail::kernels_for(o).paged_lanes == 0) return;  // no fused decoding loop: one call per sequence
+    Plan plan;
+    o.plan = &plan;
+    o.threads = 1;
+    const CacheRun<bf16> one = run<bf16>(c, d, o);
+    i64 items = 0;
+    for (i64 held : c.held) items += detail::forward_items(1, c.Hkv, c.Hq / c.Hkv * c.Nq, held + c.Nnew);
+    EXPECT_EQ(plan.sequences, c.B());
+    EXPECT_EQ(plan.paged_sequences, c.B());
+    EXPECT_EQ(plan.decoding_items, items);
+    EXPECT_GT(items, c.B() * c.Hkv);  // the longest sequences' keys are split
+    o.plan = nullptr;
+    for (int t : {2, 3, 7, 16}) {
+      o.threads = t;
+      const CacheRun<bf16> r = run<bf16>(c, d, o);
+      EXPECT_EQ(widened(r.out), widened(one.out)) << t << " threads";
+      EXPECT_EQ(r.lse, one.lse) << t << " threads";
+    }
+    std::vector<float> out, lse;
+    for (i64 b = 0; b < c.B(); ++b) {
+      sequence_results(c, one, b, out, lse);
+      const auto [want_out, want_lse] = forward_on_sequence<bf16>(c, d, b, o);
+      EXPECT_EQ(out, want_out) << "sequence " << b;
+      EXPECT_EQ(lse, want_lse) << "sequence " << b;
+    }
+  });
+}
 
 // A bad argument: an error naming it, thrown before anything is written (cache and out unchanged).
 TEST(KvCache, BadArgumentsAreRefusedBeforeAnythingIsWritten) {
