@@ -108,11 +108,12 @@ nlohmann::ordered_json json_row(const bench::SuiteResult& res, const bench::Varl
 // A KV-cache row: the call's median against a plain read of the same bytes, alternating.
 nlohmann::ordered_json json_row(const bench::SuiteResult& res, const bench::KvCacheRow& r) {
   return {{"pass", r.pass_name()},
-          {"batch", 1},
+          {"batch", r.batch()},
           {"heads", r.Hq},
           {"kv_heads", r.Hkv},
           {"seq_q", 1},
-          {"seq_k", r.Nk},
+          {"seq_k", r.Nk},  // the keys of all the sequences
+          {"seq_k_each", r.lengths.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(r.lengths)},
           {"dim", r.D},
           {"format", bench::kv_format_name(r.format)},
           {"block_size", r.block > 0 ? nlohmann::ordered_json(r.block) : nlohmann::ordered_json(nullptr)},
@@ -228,7 +229,8 @@ void print_table(const Args& a, const bench::SuiteResult& res) {
     // about half its bytes).
     const auto bf16_of = [&](const bench::KvCacheRow& r) {
       for (const auto& o : res.kvcache)
-        if (o.format == bench::KvFormat::bf16 && o.Nk == r.Nk && o.block == r.block && o.heads_major == r.heads_major)
+        if (o.format == bench::KvFormat::bf16 && o.Nk == r.Nk && o.block == r.block && o.heads_major == r.heads_major &&
+            o.lengths == r.lengths)
           return o.tokens_per_s();
       return 0.0;
     };
@@ -299,7 +301,8 @@ int run(const Args& a) {
         0) {  // one cache length instead of the suite's (heads-major rows; the tokens-major rows are 32768's)
       std::vector<bench::KvCacheRow> rows;
       for (bench::KvCacheRow r : o.kvcache)
-        if (r.heads_major && r.Nk == o.kvcache.front().Nk) r.Nk = a.shape.kv_seq, rows.push_back(r);
+        if (r.heads_major && r.lengths.empty() && r.Nk == o.kvcache.front().Nk)
+          r.Nk = a.shape.kv_seq, rows.push_back(r);
       o.kvcache = rows;
     }
     o.blas = o.torch = false;  // the rows are sdpa against a plain read; no baseline takes a paged or 8-bit cache

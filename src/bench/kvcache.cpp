@@ -2,6 +2,7 @@
 #include "bench/kvcache.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <numeric>
 #include <random>
@@ -14,14 +15,38 @@
 namespace sdpa::bench {
 namespace {
 
-// A block-scattered table: sequence 0's blocks in a seeded random order over the cache's, so a
-// paged row reads its blocks where a serving engine's allocator would have left them.
-std::vector<std::int32_t> scattered_table(i64 blocks) {
-  std::vector<std::int32_t> t(static_cast<std::size_t>(blocks));
-  std::iota(t.begin(), t.end(), 0);
+// Where a row's sequences lie: one contiguous sequence of Nk keys, or blocks of `rows` positions
+// over one pool of `outer` blocks, each sequence's blocks in a seeded random order over the pool's,
+// where a serving engine's allocator would have left them.
+struct Pool {
+  i64 rows = 0, outer = 0, max_blocks = 0;
+  std::vector<std::int32_t> seqlens;  // (B)
+  std::vector<std::int32_t> table;    // (B, max_blocks); empty: contiguous
+};
+
+Pool pool_of(const KvCacheRow& r) {
+  Pool p;
+  for (i64 L : r.lengths.empty() ? std::vector<i64>{r.Nk} : r.lengths)
+    p.seqlens.push_back(static_cast<std::int32_t>(L));
+  if (r.block == 0) {
+    p.rows = r.Nk, p.outer = 1;
+    return p;
+  }
+  p.rows = r.block;
+  for (std::int32_t L : p.seqlens) {
+    p.outer += (L + r.block - 1) / r.block;
+    p.max_blocks = std::max<i64>(p.max_blocks, (L + r.block - 1) / r.block);
+  }
+  std::vector<std::int32_t> ids(static_cast<std::size_t>(p.outer));
+  std::iota(ids.begin(), ids.end(), 0);
   std::mt19937_64 rng(7);
-  std::shuffle(t.begin(), t.end(), rng);
-  return t;
+  std::shuffle(ids.begin(), ids.end(), rng);
+  p.table.assign(p.seqlens.size() * static_cast<std::size_t>(p.max_blocks), 0);  // unused entries: unread
+  std::size_t next = 0;
+  for (std::size_t b = 0; b < p.seqlens.size(); ++b)
+    for (i64 j = 0; j < (p.seqlens[b] + r.block - 1) / r.block; ++j)
+      p.table[b * static_cast<std::size_t>(p.max_blocks) + static_cast<std::size_t>(j)] = ids[next++];
+  return p;
 }
 
 // The cache's (outer, rows, Hkv, D) view of a buffer laid out heads before rows, (outer, Hkv, rows, D),
@@ -32,71 +57,96 @@ View4<X> cache_view(X* data, i64 outer, i64 rows, i64 Hkv, i64 D, bool heads_maj
   return {data, {outer, rows, Hkv, D}, {Hkv * rows * D, D, rows * D, 1}};
 }
 
-// The plain read of a buffer of `bytes` (read as floats; a multiple of 4 bytes).
-peak::Span span_of(const void* data, std::size_t bytes) {
-  return {static_cast<const float*>(data), static_cast<i64>(bytes / sizeof(float))};
+// The bytes of `data`, a pool of (outer, Hkv, rows, width) elements of `bytes` bytes each
+// (heads major), that the sequences' keys occupy, as spans for the plain read (read as floats;
+// each span a multiple of 4 bytes): a full block whole, a sequence's last one head by head; the
+// whole buffer where every block is full. A tokens-major buffer is one sequence, contiguous: whole.
+void add_spans(std::vector<peak::Span>& spans, const void* data, const Pool& p, i64 Hkv, i64 width, i64 bytes,
+               bool heads_major) {
+  const auto* base = static_cast<const unsigned char*>(data);
+  const auto span = [&](i64 offset, i64 elements) {
+    spans.push_back({reinterpret_cast<const float*>(base + offset * bytes), elements * bytes / 4});
+  };
+  i64 held = 0;
+  for (std::int32_t L : p.seqlens) held += L;
+  if (p.table.empty() || !heads_major || held == p.outer * p.rows) return span(0, p.outer * Hkv * p.rows * width);
+  const i64 block = Hkv * p.rows * width;
+  for (std::size_t b = 0; b < p.seqlens.size(); ++b)
+    for (i64 j = 0, left = p.seqlens[b]; left > 0; ++j, left -= p.rows) {
+      const i64 id = p.table[b * static_cast<std::size_t>(p.max_blocks) + static_cast<std::size_t>(j)];
+      if (left >= p.rows)
+        span(id * block, block);
+      else
+        for (i64 h = 0; h < Hkv; ++h) span(id * block + h * p.rows * width, left * width);
+    }
+}
+
+template <class Cache>
+void describe(Cache& cache, const Pool& p) {
+  cache.seqlens = contiguous(p.seqlens.data(), {static_cast<i64>(p.seqlens.size())});
+  if (!p.table.empty())
+    cache.block_table = contiguous(p.table.data(), {static_cast<i64>(p.seqlens.size()), p.max_blocks});
 }
 
 template <class T>
 void run_float(KvCacheRow& r, const TimerRule& rule, Options opt) {
-  const i64 rows = r.block > 0 ? r.block : r.Nk, outer = r.Nk / rows;
+  const Pool pool = pool_of(r);
+  const i64 B = r.batch();
   std::mt19937_64 rng(1);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<T> q(static_cast<std::size_t>(r.Hq * r.D)), k(static_cast<std::size_t>(r.Nk * r.Hkv * r.D)), v(k.size()),
-      out(q.size());
+  std::vector<T> q(static_cast<std::size_t>(B * r.Hq * r.D)),
+      k(static_cast<std::size_t>(pool.outer * pool.rows * r.Hkv * r.D)), v(k.size()), out(q.size());
   for (auto* x : {&q, &k, &v})
     for (auto& e : *x) e = T(normal(rng));
-  const std::vector<std::int32_t> table = scattered_table(outer);
-  const std::int32_t held = static_cast<std::int32_t>(r.Nk);
   KvCache<T> cache;
-  cache.k = cache_view(k.data(), outer, rows, r.Hkv, r.D, r.heads_major);
-  cache.v = cache_view(v.data(), outer, rows, r.Hkv, r.D, r.heads_major);
-  cache.seqlens = {&held, {1}, {1}};
-  if (r.block > 0) cache.block_table = contiguous(table.data(), {1, outer});
+  cache.k = cache_view(k.data(), pool.outer, pool.rows, r.Hkv, r.D, r.heads_major);
+  cache.v = cache_view(v.data(), pool.outer, pool.rows, r.Hkv, r.D, r.heads_major);
+  describe(cache, pool);
   const auto call = [&] {
-    forward_kvcache(contiguous<const T>(q.data(), {1, 1, r.Hq, r.D}), cache, {}, {},
-                    contiguous(out.data(), {1, 1, r.Hq, r.D}), {}, opt);
+    forward_kvcache(contiguous<const T>(q.data(), {B, 1, r.Hq, r.D}), cache, {}, {},
+                    contiguous(out.data(), {B, 1, r.Hq, r.D}), {}, opt);
   };
-  r.bytes = 2.0 * static_cast<double>(k.size() * sizeof(T));
-  const peak::Span spans[2] = {span_of(k.data(), k.size() * sizeof(T)), span_of(v.data(), v.size() * sizeof(T))};
-  std::tie(r.sdpa, r.read) = time_alternating(rule, call, [&] { peak::read_seconds(spans, 2, r.threads); });
+  r.bytes = 2.0 * static_cast<double>(r.Nk * r.Hkv * r.D) * sizeof(T);
+  std::vector<peak::Span> spans;
+  for (const auto* x : {&k, &v}) add_spans(spans, x->data(), pool, r.Hkv, r.D, sizeof(T), r.heads_major);
+  std::tie(r.sdpa, r.read) = time_alternating(
+      rule, call, [&] { peak::read_seconds(spans.data(), static_cast<int>(spans.size()), r.threads); });
 }
 
 void run_codes(KvCacheRow& r, const TimerRule& rule, Options opt) {
-  const i64 rows = r.block > 0 ? r.block : r.Nk, outer = r.Nk / rows;
+  const Pool pool = pool_of(r);
+  const i64 B = r.batch(), outer = pool.outer, rows = pool.rows;
   const KvQuant quant = r.format == KvFormat::int8 ? KvQuant::int8 : KvQuant::fp8_e4m3;
   std::mt19937_64 rng(1);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> q(static_cast<std::size_t>(r.Hq * r.D)), x(static_cast<std::size_t>(r.Nk * r.Hkv * r.D)),
-      out(q.size());
+  std::vector<float> q(static_cast<std::size_t>(B * r.Hq * r.D)),
+      x(static_cast<std::size_t>(outer * rows * r.Hkv * r.D)), out(q.size());
   for (auto& e : q) e = normal(rng);
   std::vector<std::uint8_t> k(x.size()), v(x.size());
-  std::vector<float> ks(static_cast<std::size_t>(r.Nk * r.Hkv)), vs(ks.size());
+  std::vector<float> ks(static_cast<std::size_t>(outer * rows * r.Hkv)), vs(ks.size());
   for (auto [codes, scales] : {std::pair{&k, &ks}, std::pair{&v, &vs}}) {
     for (auto& e : x) e = normal(rng);
     quantize_kv(contiguous<const float>(x.data(), {outer, rows, r.Hkv, r.D}), quant,
                 cache_view(codes->data(), outer, rows, r.Hkv, r.D, r.heads_major),
                 contiguous(scales->data(), {outer, r.Hkv, rows}));
   }
-  const std::vector<std::int32_t> table = scattered_table(outer);
-  const std::int32_t held = static_cast<std::int32_t>(r.Nk);
   QuantizedKvCache cache;
   cache.quant = quant;
   cache.k = cache_view(k.data(), outer, rows, r.Hkv, r.D, r.heads_major);
   cache.v = cache_view(v.data(), outer, rows, r.Hkv, r.D, r.heads_major);
   cache.k_scale = contiguous(ks.data(), {outer, r.Hkv, rows});
   cache.v_scale = contiguous(vs.data(), {outer, r.Hkv, rows});
-  cache.seqlens = {&held, {1}, {1}};
-  if (r.block > 0) cache.block_table = contiguous(table.data(), {1, outer});
+  describe(cache, pool);
   const auto call = [&] {
-    forward_kvcache(contiguous<const float>(q.data(), {1, 1, r.Hq, r.D}), cache, {}, {},
-                    contiguous(out.data(), {1, 1, r.Hq, r.D}), {}, opt);
+    forward_kvcache(contiguous<const float>(q.data(), {B, 1, r.Hq, r.D}), cache, {}, {},
+                    contiguous(out.data(), {B, 1, r.Hq, r.D}), {}, opt);
   };
-  r.bytes = static_cast<double>(2 * k.size() + 2 * ks.size() * sizeof(float));
-  const peak::Span spans[4] = {span_of(k.data(), k.size()), span_of(v.data(), v.size()),
-                               span_of(ks.data(), ks.size() * sizeof(float)),
-                               span_of(vs.data(), vs.size() * sizeof(float))};
-  std::tie(r.sdpa, r.read) = time_alternating(rule, call, [&] { peak::read_seconds(spans, 4, r.threads); });
+  r.bytes = static_cast<double>(2 * r.Nk * r.Hkv * (r.D + static_cast<i64>(sizeof(float))));
+  std::vector<peak::Span> spans;
+  for (const auto* c : {&k, &v}) add_spans(spans, c->data(), pool, r.Hkv, r.D, 1, r.heads_major);
+  for (const auto* s : {&ks, &vs}) add_spans(spans, s->data(), pool, r.Hkv, 1, sizeof(float), true);
+  std::tie(r.sdpa, r.read) = time_alternating(
+      rule, call, [&] { peak::read_seconds(spans.data(), static_cast<int>(spans.size()), r.threads); });
 }
 
 }  // namespace
@@ -118,14 +168,28 @@ double KvCacheRow::read_gbytes_per_s() const {
 double KvCacheRow::fraction_of_read() const {
   return sdpa.median_seconds > 0 && read.median_seconds > 0 ? read.median_seconds / sdpa.median_seconds : 0.0;
 }
-double KvCacheRow::tokens_per_s() const { return sdpa.median_seconds > 0 ? 1.0 / sdpa.median_seconds : 0.0; }
+double KvCacheRow::tokens_per_s() const {
+  return sdpa.median_seconds > 0 ? static_cast<double>(batch()) / sdpa.median_seconds : 0.0;
+}
+
+std::vector<i64> mixed_lengths() {
+  // 64 lengths log-spaced from 16 to 32768 (each 2^(11/63) times the last), multiples of 16.
+  std::vector<i64> lengths;
+  for (int b = 0; b < 64; ++b)
+    lengths.push_back(std::max<i64>(16, std::llround(16.0 * std::exp2(11.0 * b / 63.0) / 16.0) * 16));
+  return lengths;
+}
 
 std::string KvCacheRow::pass_name() const {
   return fmt::format("kvcache {} {}{}", kv_format_name(format),
                      block > 0 ? fmt::format("paged{}", block) : std::string("contiguous"),
                      heads_major ? "" : " tokens-major");
 }
-std::string KvCacheRow::label() const { return fmt::format("B=1 H={}/{} Nq=1 Nk={} D={}", Hq, Hkv, Nk, D); }
+std::string KvCacheRow::label() const {
+  if (lengths.empty()) return fmt::format("B=1 H={}/{} Nq=1 Nk={} D={}", Hq, Hkv, Nk, D);
+  const auto [lo, hi] = std::minmax_element(lengths.begin(), lengths.end());
+  return fmt::format("B={} H={}/{} Nq=1 Nk={}..{} D={}", lengths.size(), Hq, Hkv, *lo, *hi, D);
+}
 
 std::vector<KvCacheRow> default_kvcache(int threads) {
   std::vector<KvCacheRow> rows;
@@ -140,6 +204,13 @@ std::vector<KvCacheRow> default_kvcache(int threads) {
   for (KvFormat f : {KvFormat::f32, KvFormat::bf16, KvFormat::int8, KvFormat::fp8_e4m3}) {
     KvCacheRow r;
     r.Nk = 32768, r.format = f, r.heads_major = false, r.threads = threads;
+    rows.push_back(r);
+  }
+  // Many sequences of very different lengths in one call, their blocks in one pool.
+  for (KvFormat f : {KvFormat::f32, KvFormat::bf16, KvFormat::int8, KvFormat::fp8_e4m3}) {
+    KvCacheRow r;
+    r.lengths = mixed_lengths(), r.block = 64, r.format = f, r.threads = threads;
+    r.Nk = std::accumulate(r.lengths.begin(), r.lengths.end(), i64{0});
     rows.push_back(r);
   }
   return rows;

@@ -27,6 +27,10 @@ struct KvCacheRow {
   // order, where one head's consecutive rows lie Hkv·D elements apart. Either is the same
   // (…, rows, Hkv, D) view (strides), which forward_kvcache reads as it is.
   bool heads_major = true;
+  // A batch of sequences of these lengths in one call (a paged cache: their blocks scattered over
+  // one pool), Nk their sum; empty: one sequence of Nk keys.
+  std::vector<i64> lengths;
+  i64 batch() const { return lengths.empty() ? 1 : static_cast<i64>(lengths.size()); }
   int threads = 1;
   Timing sdpa, read;  // the call, and a plain read of the bytes it must read, alternating
   double bytes = 0;   // K and V (codes and scales) of the Nk keys
@@ -34,16 +38,19 @@ struct KvCacheRow {
   double gbytes_per_s() const;       // bytes / the call's median
   double read_gbytes_per_s() const;  // bytes / the read's median
   double fraction_of_read() const;   // the call's bytes per second over the read's
-  double tokens_per_s() const;       // 1 / the call's median: one decoding step of the batch of one
+  double tokens_per_s() const;       // batch() / the call's median: one decoding step of each sequence
   /// "kvcache int8 paged16", "kvcache float32 contiguous", …
   std::string pass_name() const;
-  /// "B=1 H=32/8 Nq=1 Nk=4096 D=128"
+  /// "B=1 H=32/8 Nq=1 Nk=4096 D=128", "B=64 H=32/8 Nq=1 Nk=16..32768 D=128"
   std::string label() const;
 };
 
 /// The suite: Nk ∈ {4096, 32768} × {contiguous, paged 16, paged 64} × {fp32, bf16, int8, fp8}, heads
-/// major; and the contiguous rows at 32768 tokens major.
+/// major; the contiguous rows at 32768 tokens major; and a batch of 64 sequences of 16 to 32768
+/// keys (mixed_lengths) in blocks of 64, each format.
 std::vector<KvCacheRow> default_kvcache(int threads);
+/// 64 lengths from 16 to 32768, log-spaced, multiples of 16 (about 287 thousand keys in all).
+std::vector<i64> mixed_lengths();
 /// Times `row`; fills sdpa, read and bytes.
 void run_kvcache(KvCacheRow& row, const TimerRule& rule, Isa isa);
 
