@@ -4,6 +4,7 @@
 // its rows as a table or JSON.
 #include <algorithm>
 #include <memory>
+#include <numeric>
 #include <optional>
 #include <string>
 #include <vector>
@@ -127,7 +128,9 @@ nlohmann::ordered_json json_row(const bench::SuiteResult& res, const bench::KvCa
           {"read_seconds_median", r.read.median_seconds},
           {"read_gbs", r.read_gbytes_per_s()},
           {"fraction_of_read", r.fraction_of_read()},
-          {"tokens_per_s", r.tokens_per_s()}};
+          {"tokens_per_s", r.tokens_per_s()},
+          {"one_at_a_time_seconds_median", r.apart.median_seconds},
+          {"speedup_vs_one_at_a_time", r.batching_speedup()}};
 }
 
 void print_json(const bench::SuiteResult& res) {
@@ -246,6 +249,10 @@ void print_table(const Args& a, const bench::SuiteResult& res) {
         "% read: the call's bytes per second over a plain read of the same bytes (codes and scales for int8 and "
         "fp8), medians of alternating runs, {} threads\n",
         res.kvcache.front().threads);
+    for (const auto& r : res.kvcache)
+      if (r.batch() > 1)
+        fmt::print("{} {}: one call {:.3f} ms, one call per sequence {:.3f} ms: x{:.2f} (alternating)\n", r.pass_name(),
+                   r.label(), 1e3 * r.together.median_seconds, 1e3 * r.apart.median_seconds, r.batching_speedup());
   }
   for (const auto& r : res.rows)
     if (!r.blas_note.empty() && r.blas.median_seconds == 0)
@@ -294,9 +301,20 @@ int run(const Args& a) {
     if (a.dtype == dtype_name(t)) dtype = t;
   if (!dtype) throw Error("--dtype: expected float32, bfloat16 or float16, got '" + a.dtype + "'");
   if (a.suite == "kvcache") {
-    if (a.varlen_given) throw Error("--varlen: not with --suite");
     if (mask != bench::ExplicitMask::none) throw Error("--mask: not with --suite");
+    if (a.varlen_given && a.shape.kv_seq > 0) throw Error("--varlen: not with --kv-seq (give one or the other)");
     o.kvcache = bench::default_kvcache(threads);
+    if (a.varlen_given) {  // the batch rows, of these lengths instead of the suite's
+      const std::vector<i64> lengths = bench::parse_lengths(a.varlen, "--varlen");
+      std::vector<bench::KvCacheRow> rows;
+      for (bench::KvCacheRow r : o.kvcache)
+        if (!r.lengths.empty()) {
+          r.lengths = lengths;
+          r.Nk = std::accumulate(lengths.begin(), lengths.end(), i64{0});
+          rows.push_back(r);
+        }
+      o.kvcache = rows;
+    }
     if (a.shape.kv_seq >
         0) {  // one cache length instead of the suite's (heads-major rows; the tokens-major rows are 32768's)
       std::vector<bench::KvCacheRow> rows;
@@ -367,11 +385,13 @@ Command add_bench(CLI::App& parent) {
   add_timer_options(*c, a->rule);
   c->add_option("--suite", a->suite,
                 "Run a standard table instead of one shape: default, or kvcache (decoding over contiguous and paged "
-                "caches in fp32, bf16, int8 and fp8 against a plain read of their bytes)");
+                "caches in fp32, bf16, int8 and fp8 against a plain read of their bytes; with --kv-seq N its "
+                "one-sequence rows at N keys, with --varlen L1,L2,… its batch rows over sequences of these lengths)");
   CLI::Option* varlen =
       c->add_option("--varlen", a->varlen,
                     "Lengths L1,L2,…: time one packed batch of these sequences (heads and dim from --heads, --dim) "
-                    "against the same batch padded to the longest, instead of one shape");
+                    "against the same batch padded to the longest, instead of one shape (with --suite kvcache: "
+                    "the cache's batch rows)");
   c->add_option("--isa", a->isa, "auto | scalar | avx2 | avx512")->capture_default_str();
   c->add_flag("--no-torch", a->no_torch, "Skip the PyTorch comparison");
   c->add_flag("--no-blas", a->no_blas, "Skip the BLAS comparison");

@@ -88,6 +88,19 @@ void describe(Cache& cache, const Pool& p) {
     cache.block_table = contiguous(p.table.data(), {static_cast<i64>(p.seqlens.size()), p.max_blocks});
 }
 
+// The batch's sequences as one call each: sequence b's query, its length and its row of the block table.
+template <class Cache, class Q>
+void one_at_a_time(const Cache& cache, const Pool& p, const Q* q, Q* out, i64 Hq, i64 D, const Options& opt) {
+  for (std::size_t b = 0; b < p.seqlens.size(); ++b) {
+    Cache one = cache;
+    one.seqlens = contiguous(&p.seqlens[b], {1});
+    one.block_table = contiguous(p.table.data() + b * static_cast<std::size_t>(p.max_blocks), {1, p.max_blocks});
+    const i64 at = static_cast<i64>(b) * Hq * D;
+    forward_kvcache(contiguous<const Q>(q + at, {1, 1, Hq, D}), one, {}, {}, contiguous(out + at, {1, 1, Hq, D}), {},
+                    opt);
+  }
+}
+
 template <class T>
 void run_float(KvCacheRow& r, const TimerRule& rule, Options opt) {
   const Pool pool = pool_of(r);
@@ -111,6 +124,9 @@ void run_float(KvCacheRow& r, const TimerRule& rule, Options opt) {
   for (const auto* x : {&k, &v}) add_spans(spans, x->data(), pool, r.Hkv, r.D, sizeof(T), r.heads_major);
   std::tie(r.sdpa, r.read) = time_alternating(
       rule, call, [&] { peak::read_seconds(spans.data(), static_cast<int>(spans.size()), r.threads); });
+  if (B > 1)
+    std::tie(r.together, r.apart) =
+        time_alternating(rule, call, [&] { one_at_a_time(cache, pool, q.data(), out.data(), r.Hq, r.D, opt); });
 }
 
 void run_codes(KvCacheRow& r, const TimerRule& rule, Options opt) {
@@ -147,6 +163,9 @@ void run_codes(KvCacheRow& r, const TimerRule& rule, Options opt) {
   for (const auto* s : {&ks, &vs}) add_spans(spans, s->data(), pool, r.Hkv, 1, sizeof(float), true);
   std::tie(r.sdpa, r.read) = time_alternating(
       rule, call, [&] { peak::read_seconds(spans.data(), static_cast<int>(spans.size()), r.threads); });
+  if (B > 1)
+    std::tie(r.together, r.apart) =
+        time_alternating(rule, call, [&] { one_at_a_time(cache, pool, q.data(), out.data(), r.Hq, r.D, opt); });
 }
 
 }  // namespace
@@ -170,6 +189,10 @@ double KvCacheRow::fraction_of_read() const {
 }
 double KvCacheRow::tokens_per_s() const {
   return sdpa.median_seconds > 0 ? static_cast<double>(batch()) / sdpa.median_seconds : 0.0;
+}
+
+double KvCacheRow::batching_speedup() const {
+  return together.median_seconds > 0 ? apart.median_seconds / together.median_seconds : 0.0;
 }
 
 std::vector<i64> mixed_lengths() {

@@ -33,12 +33,16 @@ struct KvCacheRow {
   i64 batch() const { return lengths.empty() ? 1 : static_cast<i64>(lengths.size()); }
   int threads = 1;
   Timing sdpa, read;  // the call, and a plain read of the bytes it must read, alternating
+  // A batch (lengths): the call again, alternating with the same sequences as one call each (their
+  // rows of the block table), as a server that does not batch them would run them.
+  Timing together, apart;
   double bytes = 0;   // K and V (codes and scales) of the Nk keys
 
   double gbytes_per_s() const;       // bytes / the call's median
   double read_gbytes_per_s() const;  // bytes / the read's median
   double fraction_of_read() const;   // the call's bytes per second over the read's
   double tokens_per_s() const;       // batch() / the call's median: one decoding step of each sequence
+  double batching_speedup() const;   // apart's median over together's (0: not a batch)
   /// "kvcache int8 paged16", "kvcache float32 contiguous", …
   std::string pass_name() const;
   /// "B=1 H=32/8 Nq=1 Nk=4096 D=128", "B=64 H=32/8 Nq=1 Nk=16..32768 D=128"

@@ -454,6 +454,22 @@ for r in rows:
 want = [2 * 128 * 8 * 128 * n for n in (4, 2)] + [2 * 128 * 8 * (128 + 4)] * 2
 assert [r["bytes"] for r in rows if r["block_size"] is None] == want, rows
 PY
+    # its batch rows over three sequences: one call, and one call per sequence, both timed; the bytes those
+    # lengths hold (the last block of each read head by head, not the whole block)
+    expect_error "--varlen" "$sdpa" bench --suite kvcache --varlen 16,70 --kv-seq 128
+    expect_error "--varlen" "$sdpa" bench --suite kvcache --varlen 16,0
+    "$sdpa" bench --suite kvcache --varlen 16,70,200 --repeat 1 --min-seconds 0 --format json > kvb.json \
+      || fail "bench --suite kvcache --varlen"
+    /usr/bin/python3 - kvb.json <<'PY' || fail "bench --suite kvcache --varlen json"
+import json, sys
+rows = json.load(open(sys.argv[1]))
+assert [r["format"] for r in rows] == ["float32", "bfloat16", "int8", "fp8_e4m3"], rows
+for r in rows:
+    assert r["batch"] == 3 and r["seq_k"] == 286 and r["seq_k_each"] == [16, 70, 200] and r["block_size"] == 64, r
+    assert r["fraction_of_read"] > 0 and r["one_at_a_time_seconds_median"] > 0 and r["speedup_vs_one_at_a_time"] > 0, r
+want = [2 * 286 * 8 * 128 * n for n in (4, 2)] + [2 * 286 * 8 * (128 + 4)] * 2
+assert [r["bytes"] for r in rows] == want, rows
+PY
     expect_error "--threads" "$sdpa" bench --threads -1
     expect_error "--kv-heads" "$sdpa" bench --heads 6 --kv-heads 4
     expect_error "--seq" "$sdpa" bench --seq 0
