@@ -74,6 +74,22 @@ void plan_dispatch(Plan& plan, const Options& opt, const FastKernels& kern, Dtyp
   plan.why = why;
 }
 
+// A forward's schedule in its plan: the dispatch, its workers and key splits, and the items each
+// loop took (loops: [worker][ForwardLoop]).
+void plan_forward(Plan& plan, const Options& opt, const FastKernels& kern, Dtype dtype, int workers, i64 splits,
+                  const std::vector<std::array<i64, 4>>& loops) {
+  plan_dispatch(plan, opt, kern, dtype);
+  plan.threads = workers;
+  plan.kv_splits = splits;
+  for (const auto& w : loops) {
+    plan.decoding_items += w[static_cast<std::size_t>(ForwardLoop::decoding)];
+    plan.few_lane_items += w[static_cast<std::size_t>(ForwardLoop::few_lanes)];
+    plan.tiled_items += w[static_cast<std::size_t>(ForwardLoop::tiled)];
+    plan.engine_items += w[static_cast<std::size_t>(ForwardLoop::engine)];
+  }
+  plan.engine = plan.engine_items > 0 ? kern.engine : Engine16::widened;
+}
+
 // One 64-byte-aligned scratch block per worker, allocated before the parallel
 // region so no allocation failure can escape an OpenMP region.
 class ScratchBlocks {
@@ -461,16 +477,7 @@ void run_forward(Problem& p, Tensors& t, const Options& opt, PlanRecord& record)
   });
   if (splits > 1) merge_splits(p, t, splits, lanes, part_out, part_lse, workers);
   if (Plan* plan = record.get()) {
-    plan_dispatch(*plan, opt, kern, p.dtype);
-    plan->threads = workers;
-    plan->kv_splits = splits;
-    for (const auto& w : loops) {
-      plan->decoding_items += w[static_cast<std::size_t>(ForwardLoop::decoding)];
-      plan->few_lane_items += w[static_cast<std::size_t>(ForwardLoop::few_lanes)];
-      plan->tiled_items += w[static_cast<std::size_t>(ForwardLoop::tiled)];
-      plan->engine_items += w[static_cast<std::size_t>(ForwardLoop::engine)];
-    }
-    plan->engine = plan->engine_items > 0 ? kern.engine : Engine16::widened;
+    plan_forward(*plan, opt, kern, p.dtype, workers, splits, loops);
     plan->strided_copies = copies.count();
     plan->packed_operands = (v_pack.packed() ? 1 : 0) + (k_pack.packed() ? 1 : 0);
   }
@@ -706,17 +713,8 @@ void forward_cache_sequences(const std::vector<CacheSequence>& seqs, const Optio
                     row);
   }
   if (plan != nullptr && !seqs.empty()) {
-    plan_dispatch(*plan, opt, kern, seqs.front().p.dtype);
-    plan->threads = workers;
-    plan->kv_splits = most_splits;
+    plan_forward(*plan, opt, kern, seqs.front().p.dtype, workers, most_splits, loops);
     plan->sequences = static_cast<i64>(seqs.size());
-    for (const auto& w : loops) {
-      plan->decoding_items += w[static_cast<std::size_t>(ForwardLoop::decoding)];
-      plan->few_lane_items += w[static_cast<std::size_t>(ForwardLoop::few_lanes)];
-      plan->tiled_items += w[static_cast<std::size_t>(ForwardLoop::tiled)];
-      plan->engine_items += w[static_cast<std::size_t>(ForwardLoop::engine)];
-    }
-    plan->engine = plan->engine_items > 0 ? kern.engine : Engine16::widened;
   }
 }
 }  // namespace detail

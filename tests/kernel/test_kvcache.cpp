@@ -261,6 +261,26 @@ TEST(KvCache, AppendWritesTheNewRowsAndNothingElse) {
   }
 }
 
+// The call at each of `threads` gives `one`'s bits (its run at one thread), and each sequence's are
+// sdpa::forward's on its keys alone.
+template <class H>
+void expect_bits_of_one_thread_and_forward(const CacheCase& c, const CacheData& d, Options o, const CacheRun<H>& one,
+                                           std::initializer_list<int> threads) {
+  for (int t : threads) {
+    o.threads = t;
+    const CacheRun<H> r = run<H>(c, d, o);
+    EXPECT_EQ(widened(r.out), widened(one.out)) << t << " threads";
+    EXPECT_EQ(r.lse, one.lse) << t << " threads";
+  }
+  std::vector<float> out, lse;
+  for (i64 b = 0; b < c.B(); ++b) {
+    sequence_results(c, one, b, out, lse);
+    const auto [want_out, want_lse] = forward_on_sequence<H>(c, d, b, o);
+    EXPECT_EQ(out, want_out) << "sequence " << b;
+    EXPECT_EQ(lse, want_lse) << "sequence " << b;
+  }
+}
+
 // Each sequence's results are sdpa::forward's bits on its keys (same options), for any thread count;
 // without new tokens the call reads the held rows alone.
 TEST(KvCache, SameBitsAsForwardOnTheSequenceForAnyThreadCount) {
@@ -271,19 +291,7 @@ TEST(KvCache, SameBitsAsForwardOnTheSequenceForAnyThreadCount) {
     if (!c.sinks.empty()) o.sinks = {c.sinks.data(), {c.Hq}, {1}};
     o.threads = 1;
     const CacheRun<float> one = run<float>(c, d, o);
-    for (int t : {2, 3, 7}) {
-      o.threads = t;
-      const CacheRun<float> r = run<float>(c, d, o);
-      EXPECT_EQ(r.out, one.out) << t << " threads";
-      EXPECT_EQ(r.lse, one.lse) << t << " threads";
-    }
-    std::vector<float> out, lse;
-    for (i64 b = 0; b < c.B(); ++b) {
-      sequence_results(c, one, b, out, lse);
-      const auto [want_out, want_lse] = forward_on_sequence<float>(c, d, b, o);
-      EXPECT_EQ(out, want_out) << "sequence " << b;
-      EXPECT_EQ(lse, want_lse) << "sequence " << b;
-    }
+    expect_bits_of_one_thread_and_forward<float>(c, d, o, one, {2, 3, 7});
     // No new tokens: cache_seqlens counts the keys read; sequence 0 (no keys) gets the empty row.
     CacheCase held_only = c;
     held_only.Nnew = 0;
@@ -372,19 +380,7 @@ TEST(KvCache, ManySequencesOfVeryDifferentLengthsShareOnePool) {
     EXPECT_EQ(plan.decoding_items, items);
     EXPECT_GT(items, c.B() * c.Hkv);  // the longest sequences' keys are split
     o.plan = nullptr;
-    for (int t : {2, 3, 7, 16}) {
-      o.threads = t;
-      const CacheRun<bf16> r = run<bf16>(c, d, o);
-      EXPECT_EQ(widened(r.out), widened(one.out)) << t << " threads";
-      EXPECT_EQ(r.lse, one.lse) << t << " threads";
-    }
-    std::vector<float> out, lse;
-    for (i64 b = 0; b < c.B(); ++b) {
-      sequence_results(c, one, b, out, lse);
-      const auto [want_out, want_lse] = forward_on_sequence<bf16>(c, d, b, o);
-      EXPECT_EQ(out, want_out) << "sequence " << b;
-      EXPECT_EQ(lse, want_lse) << "sequence " << b;
-    }
+    expect_bits_of_one_thread_and_forward<bf16>(c, d, o, one, {2, 3, 7, 16});
   });
 }
 
