@@ -38,7 +38,28 @@ stage "ASan + UBSan build"
 bash scripts/build.sh build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g -DNDEBUG" \
   -DSDPA_SANITIZE=address,undefined
 stage "ASan + UBSan tests"
-(cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j "$jobs")
+# LeakSanitizer's stop-the-world tracer crashes now and then at a process's exit ("Tracer caught
+# signal 11 ... LeakSanitizer has encountered a fatal error"; google/sanitizers#1353), seen here in
+# an Open MPI rank of the ring tests on a busy host: a failure of the tool, which checked nothing.
+# A test whose failure is only that runs once more; a leak, an AddressSanitizer or UBSan report,
+# or any other failure fails the stage as it is.
+asan_ctest() {
+  (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure "$@")
+}
+if ! asan_ctest -j "$jobs"; then
+  log=build-asan/Testing/Temporary/LastTest.log
+  failed=$(cut -d: -f2- build-asan/Testing/Temporary/LastTestsFailed.log)
+  for t in $failed; do
+    out=$(awk -v name="$t" '$0 ~ ("Testing: " name "$") {p = 1} p {print} p && /^Test (Failed|Passed)/ {exit}' "$log")
+    if ! grep -q "LeakSanitizer has encountered a fatal error" <<< "$out" ||
+       grep -qE "ERROR: (AddressSanitizer|LeakSanitizer: detected)|runtime error:" <<< "$out"; then
+      echo "ASan + UBSan: $t failed (not LeakSanitizer's tracer alone)"
+      exit 1
+    fi
+  done
+  echo "=== ASan + UBSan: LeakSanitizer's tracer crashed in:" $failed "- running them once more"
+  asan_ctest --rerun-failed
+fi
 
 if [ -f scripts/fuzz_smoke.sh ]; then
   stage "fuzz smoke (.npy parser, KV-cache calls; libFuzzer)"
