@@ -73,7 +73,11 @@ struct Ops {
   static __m256 load_keys(const float* p) {
     if constexpr (KB == 8) return _mm256_loadu_ps(p);
     if constexpr (KB == 4) return _mm256_broadcast_ps(reinterpret_cast<const __m128*>(p));
-    if constexpr (KB == 2) return _mm256_castpd_ps(_mm256_broadcast_sd(reinterpret_cast<const double*>(p)));
+    if constexpr (KB == 2) {  // two floats as one 8-byte value (vbroadcastsd): at a float's alignment, so copied
+      double pair;
+      __builtin_memcpy(&pair, p, sizeof pair);
+      return _mm256_castpd_ps(_mm256_set1_pd(pair));
+    }
     static_assert(KB == 2 || KB == 4 || KB == 8);
   }
 
