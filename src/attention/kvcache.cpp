@@ -316,45 +316,52 @@ View4<const T> gather(const View4<T>& x, const KvCache<T>& c, const Layout& g, i
   return {buf.data(), {1, g.Hkv, L, D}, {0, D, g.Hkv * D, 1}};
 }
 
-// Sequence b of a float cache as the fused decoding loop reads it, in place: contiguous, or paged
-// through its row of the block table (`table`, the loop maps each run of keys).
+// Sequence b's K and V rows of a cache (float or codes, X) as the fused decoding loop reads them, in
+// place: (1, Hkv, L, D) views of batch b's rows (contiguous), or of block 0's whose rows `pages`
+// maps through the sequence's row of the block table (paged).
+template <class X>
+struct LoopRows {
+  View4<const X> k, v;
+  detail::KvPages pages;
+};
+template <class X, class C>
+LoopRows<X> loop_rows(const C& c, const Layout& g, i64 b, i64 L, const std::int32_t* table) {
+  LoopRows<X> r{as_bhnd(View4<const X>(c.k)), as_bhnd(View4<const X>(c.v)), {}};
+  if (g.paged) {
+    r.pages = {table, g.rows, c.k.stride[0], c.v.stride[0]};
+    r.k.stride[0] = r.v.stride[0] = 0;
+  } else {
+    r.k.data += b * c.k.stride[0], r.v.data += b * c.v.stride[0];
+  }
+  r.k.shape[0] = r.v.shape[0] = 1, r.k.shape[2] = r.v.shape[2] = L;
+  return r;
+}
+
+// Sequence b of a float cache for the fused decoding loop.
 template <class T>
 detail::CacheSequence loop_sequence(const KvCache<T>& c, const Layout& g, i64 b, i64 L, const std::int32_t* table,
                                     const View4<const T>& qb, const View4<T>& o, const View3<float>& l,
                                     const Options& opt) {
-  View4<const T> kb = as_bhnd(View4<const T>(c.k)), vb = as_bhnd(View4<const T>(c.v));
-  detail::KvPages pages;
-  if (g.paged) {  // block 0's rows; the loop maps the blocks
-    pages = {table, g.rows, c.k.stride[0], c.v.stride[0]};
-    kb.stride[0] = vb.stride[0] = 0;
-  } else {  // batch b's rows
-    kb.data += b * c.k.stride[0], vb.data += b * c.v.stride[0];
-  }
-  kb.shape[0] = vb.shape[0] = 1, kb.shape[2] = vb.shape[2] = L;
-  return detail::cache_sequence<T>(qb, kb, vb, pages, o, l, opt);
+  const LoopRows<T> r = loop_rows<T>(c, g, b, L, table);
+  return detail::cache_sequence<T>(qb, r.k, r.v, r.pages, o, l, opt);
 }
 
-// The same over a quantized cache: its codes and scales read in place.
+// The same over a quantized cache: its codes, and its scales (block 0's, or batch b's).
 template <class T>
 detail::CacheSequence loop_sequence(const QuantizedKvCache& c, const Layout& g, i64 b, i64 L, const std::int32_t* table,
                                     const View4<const T>& qb, const View4<T>& o, const View3<float>& l,
                                     const Options& opt) {
-  detail::KvPages pages;
+  const LoopRows<std::uint8_t> r = loop_rows<std::uint8_t>(c, g, b, L, table);
   detail::KvCodes codes;
   codes.kind = detail::codes_kind(c.quant);
   codes.k_head = c.k_scale.stride[1], codes.v_head = c.v_scale.stride[1];
-  View4<const std::uint8_t> kb = as_bhnd(View4<const std::uint8_t>(c.k)), vb = as_bhnd(View4<const std::uint8_t>(c.v));
-  kb.shape[0] = vb.shape[0] = 1, kb.shape[2] = vb.shape[2] = L;
-  if (g.paged) {  // block 0's rows and scales; the loop maps the blocks
-    pages = {table, g.rows, c.k.stride[0], c.v.stride[0]};
-    kb.stride[0] = vb.stride[0] = 0;
+  if (g.paged) {
     codes.k_scale = c.k_scale.data, codes.v_scale = c.v_scale.data;
     codes.k_block = c.k_scale.stride[0], codes.v_block = c.v_scale.stride[0];
-  } else {  // batch b's rows and scales
-    kb.data += b * c.k.stride[0], vb.data += b * c.v.stride[0];
+  } else {
     codes.k_scale = c.k_scale.data + b * c.k_scale.stride[0], codes.v_scale = c.v_scale.data + b * c.v_scale.stride[0];
   }
-  return detail::cache_sequence<T>(qb, kb, vb, pages, codes, o, l, opt);
+  return detail::cache_sequence<T>(qb, r.k, r.v, r.pages, codes, o, l, opt);
 }
 
 // Sequence b's attention where the fused decoding loop does not take the call: a float cache read
