@@ -114,6 +114,12 @@ ProcessResult run_process(const std::vector<std::string>& argv, const std::strin
   while (::waitpid(pid, &status, 0) < 0)
     if (errno != EINTR) throw Error("waiting for '" + argv[0] + "' failed: " + std::strerror(errno));
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  // POSIX lets posix_spawn report a failed exec as the child's exit status 127 instead of its
+  // return value; glibc does so where it cannot share the child's memory (under user-mode
+  // QEMU, which turns vfork into fork). A child that exits 127 having written nothing never
+  // started.
+  if (result.exit_code == 127 && result.out.empty())
+    throw Error("cannot start '" + argv[0] + "': exit status 127 (not found, or not executable)");
   return result;
 }
 
