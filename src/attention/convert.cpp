@@ -28,7 +28,8 @@ const ConvertKernels& convert_kernels_avx512();
 const ConvertKernels& convert_kernels(Isa isa) {
   // Accessors, not their tables: an ISA's code runs only once that ISA is chosen.
   static const PerIsa<const ConvertKernels& (*)()> set{[]() -> const ConvertKernels& { return kScalar; },
-                                                       convert_kernels_avx2, convert_kernels_avx512};
+                                                       SDPA_X86_ENTRY(convert_kernels_avx2),
+                                                       SDPA_X86_ENTRY(convert_kernels_avx512)};
   return per_isa(set, isa, "convert_kernels")();
 }
 

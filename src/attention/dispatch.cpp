@@ -2,7 +2,9 @@
 // once per process.
 #include "sdpa/dispatch.hpp"
 
+#if defined(__x86_64__)
 #include <cpuid.h>
+#endif
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -15,6 +17,7 @@ namespace sdpa {
 
 namespace {
 
+#if defined(__x86_64__)
 // AMX's tile registers are 8 KiB of state that Linux (5.16 on) gives a process only on
 // request: until arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) succeeds, the first tile
 // instruction faults. The request is per process and is made once, here, before any tile is
@@ -27,10 +30,18 @@ bool amx_granted() {
   return false;
 #endif
 }
+#endif
+
+#if defined(__x86_64__)
+constexpr const char* kNoVectorPath = " (no AVX2)";
+#else
+constexpr const char* kNoVectorPath = " (the scalar path: no vector path is built for this CPU)";
+#endif
 
 CpuFeatures detect() {
-  __builtin_cpu_init();
   CpuFeatures f;
+#if defined(__x86_64__)
+  __builtin_cpu_init();
   // Exactly the extensions src/CMakeLists.txt compiles each path with (SDPA_*_FLAGS).
   // F16C: CPUID leaf 1 ECX bit 29 (clang's __builtin_cpu_supports does not take "f16c").
   unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
@@ -44,6 +55,8 @@ CpuFeatures detect() {
   const bool amx = __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) && (edx >> 22 & 1u) != 0 && (edx >> 24 & 1u) != 0;
   f.amx_bf16 = amx && f.avx512_bf16 && amx_granted();
   f.amd = __builtin_cpu_is("amd");
+#endif
+  // Elsewhere (aarch64) the library holds the scalar path only: every feature stays false.
   return f;
 }
 
@@ -80,7 +93,7 @@ Dispatch select_dispatch(const CpuFeatures& cpu, const DispatchSettings& setting
     d.isa = cpu.avx512 ? Isa::avx512 : cpu.avx2 ? Isa::avx2 : Isa::scalar;
     d.isa_reason = std::string("the widest path this CPU has") + (cpu.avx512 ? " (AVX-512 F, DQ, BW, VL)"
                                                                   : cpu.avx2 ? " (AVX2, FMA, F16C; no AVX-512)"
-                                                                             : " (no AVX2)");
+                                                                             : kNoVectorPath);
   } else {
     d.isa = parse_isa(settings.isa.c_str(), "SDPA_ISA");
     if (!supported_by(cpu, d.isa))

@@ -16,7 +16,8 @@ struct Vec {
   // path for CPUs without it), so __builtin_fmaf compiled to a call to libm's fmaf per
   // term, and the call clobbers every xmm register, so the GEMM's register block went
   // through the stack around each one: 12-13x slower (docs/performance.md). IEEE multiply
-  // and add give the same bits on every x86-64 CPU and thread count, as fmaf did.
+  // and add give the same bits on every x86-64 CPU and thread count, as fmaf did, and on
+  // aarch64, whose build keeps GCC from fusing them (-ffp-contract=off, ../../CMakeLists.txt).
   static R fma(R a, R b, R c) { return a * b + c; }
   static R max_ignore_nan(R x, R acc) { return x > acc ? x : acc; }
   static R zero_where_zero(R p, R x) { return p == 0.0f ? 0.0f : x; }

@@ -1,9 +1,13 @@
 // peak.cpp — see peak.hpp. Inline assembly needs no -m flags; the path is sdpa::active_isa().
+// On x86-64 the meters are the inline-assembly loops below; elsewhere (aarch64) the scalar
+// path's meter and the read are plain C++ (the portable block at the end of this namespace).
 #include "common/peak.hpp"
 
 #include "common/per_isa.hpp"
 
+#if defined(__x86_64__)
 #include <immintrin.h>
+#endif
 #include <omp.h>
 
 #include <algorithm>
@@ -18,6 +22,8 @@ namespace sdpa::peak {
 namespace {
 
 constexpr int kChains = 12;  // ≥ FMA latency × FMA ports on current x86 cores
+
+#if defined(__x86_64__)
 
 // `iters` iterations of kChains independent FMAs on ymm (8 floats) registers.
 void fma_avx2(std::int64_t iters) {
@@ -119,10 +125,44 @@ __attribute__((target("avx2"))) float sum_avx2(const float* x, std::int64_t n) {
   return s;
 }
 
+bool read_meter_runs() { return __builtin_cpu_supports("avx2"); }
+float sum_floats(const float* x, std::int64_t n) { return sum_avx2(x, n); }
+
+#else  // not x86-64: the scalar path's meter and the read in plain C++
+
+// kChains independent scalar FMA chains (fmadd on aarch64), on operands read through a
+// volatile so the compiler cannot fold the loop; counted as 2 FLOPs each.
+void fma_scalar(std::int64_t iters) {
+  volatile float m_in = 1.0f, b_in = 0.0f;
+  const float m = m_in, b = b_in;
+  float acc[kChains] = {};
+  for (std::int64_t i = 0; i < iters; ++i)
+    for (float& a : acc) a = __builtin_fmaf(a, m, b);
+  volatile float keep = acc[0];
+  (void)keep;
+}
+
+// Sum of n floats with 32 independent accumulators, which the compiler may keep in vector
+// registers (no reassociation is asked of it).
+float sum_floats(const float* x, std::int64_t n) {
+  float acc[32] = {};
+  std::int64_t i = 0;
+  for (; i + 32 <= n; i += 32)
+    for (int j = 0; j < 32; ++j) acc[j] += x[i + j];
+  float s = 0.0f;
+  for (float a : acc) s += a;
+  for (; i < n; ++i) s += x[i];
+  return s;
+}
+
+bool read_meter_runs() { return true; }
+
+#endif
+
 }  // namespace
 
 double read_seconds(const Span* spans, int count, int threads) {
-  if (!__builtin_cpu_supports("avx2")) return 0.0;
+  if (!read_meter_runs()) return 0.0;
   threads = std::max(1, threads);
   float total = 0.0f;
   const auto t0 = std::chrono::steady_clock::now();
@@ -131,7 +171,7 @@ double read_seconds(const Span* spans, int count, int threads) {
     const std::int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
     for (int s = 0; s < count; ++s) {
       const std::int64_t lo = spans[s].n * t / nt, hi = spans[s].n * (t + 1) / nt;
-      total += sum_avx2(spans[s].data + lo, hi - lo);
+      total += sum_floats(spans[s].data + lo, hi - lo);
     }
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -141,7 +181,7 @@ double read_seconds(const Span* spans, int count, int threads) {
 }
 
 double read_bandwidth_gbs(int threads, double bytes) {
-  if (!__builtin_cpu_supports("avx2")) return 0.0;
+  if (!read_meter_runs()) return 0.0;
   threads = std::max(1, threads);
   const std::int64_t per = static_cast<std::int64_t>(bytes / sizeof(float)) / threads / 32 * 32;
   const std::size_t n = static_cast<std::size_t>(per * threads);
@@ -156,7 +196,7 @@ double read_bandwidth_gbs(int threads, double bytes) {
         float* part = buf + static_cast<std::size_t>(i) * static_cast<std::size_t>(per);
         if (pass == 0)  // first touch by the thread that reads it; counts as no pass
           for (std::int64_t j = 0; j < per; ++j) part[j] = 1.0f;
-        sink[static_cast<std::size_t>(i)] += sum_avx2(part, per);
+        sink[static_cast<std::size_t>(i)] += sum_floats(part, per);
       });
     for (auto& th : pool) th.join();
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -204,8 +244,12 @@ Result measure(int threads, double seconds, Isa isa) {
     void (*loop)(std::int64_t);
     double flops_per_iter;
   };
+#if defined(__x86_64__)
   static const PerIsa<Meter> meters{
       {mul_add_sse, kChains * 4 * 1.0}, {fma_avx2, kChains * 8 * 2.0}, {fma_avx512, kChains * 16 * 2.0}};
+#else
+  static const PerIsa<Meter> meters{{fma_scalar, kChains * 2.0}, {}, {}};
+#endif
   const Meter& meter = per_isa(meters, isa, "peak");
   r.isa = isa_name(isa == Isa::automatic ? active_isa() : isa);
   r.gflops = best_gflops(meter.loop, meter.flops_per_iter, r.threads, seconds);
@@ -220,7 +264,9 @@ Result measure_bf16_dot(int threads, double seconds) {
   r.threads = std::max(1, threads);
   r.isa = "avx512bf16";
   // kChains instructions of 16 lanes, each lane two products and two adds: 4 FLOPs
+#if defined(__x86_64__)
   r.gflops = best_gflops(dot_bf16_avx512, kChains * 16 * 4.0, r.threads, seconds);
+#endif
   return r;
 }
 

@@ -17,8 +17,9 @@ struct Result {
 /// inline assembly (so the compiler can neither merge nor spill them), for about
 /// `seconds`, best of three; on the ISA the kernels run, sdpa::active_isa() (SDPA_ISA or
 /// the best this CPU has) unless `isa` names one: avx512 zmm FMAs, avx2 ymm FMAs, scalar
-/// the portable build's SSE2 (4-float multiplies and adds, no FMA). Throws sdpa::Error
-/// for an ISA this CPU cannot run.
+/// the portable build's SSE2 (4-float multiplies and adds, no FMA); on aarch64 the scalar
+/// path's meter is 12 scalar FMA chains in plain C++. Throws sdpa::Error for an ISA this CPU
+/// cannot run.
 Result measure(int threads, double seconds = 0.2, Isa isa = Isa::automatic);
 
 /// Whether this CPU runs `vdpbf16ps` (AVX512_BF16, on top of the avx512 path's extensions).

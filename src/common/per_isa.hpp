@@ -12,6 +12,16 @@
 
 namespace sdpa {
 
+// An x86 path's entry in a PerIsa table: the entry where those paths are compiled in (x86-64),
+// an empty one elsewhere (aarch64), where their translation units are not built and per_isa()
+// never returns the entry, since isa_supported() is false for them.
+#if defined(__x86_64__)
+#define SDPA_X86_ENTRY(...) __VA_ARGS__
+#else
+#define SDPA_X86_ENTRY(...) \
+  {}
+#endif
+
 template <class T>
 struct PerIsa {
   T scalar, avx2, avx512;

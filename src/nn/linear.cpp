@@ -14,7 +14,7 @@
 namespace sdpa::nn {
 
 GemmF32 gemm_f32(Isa isa) {
-  static const PerIsa<GemmF32> set{gemm_f32_scalar, gemm_f32_avx2, gemm_f32_avx512};
+  static const PerIsa<GemmF32> set{gemm_f32_scalar, SDPA_X86_ENTRY(gemm_f32_avx2), SDPA_X86_ENTRY(gemm_f32_avx512)};
   return per_isa(set, isa, "gemm_f32");
 }
 
@@ -25,8 +25,8 @@ void gelu_backward_f32_avx512(float* dx, const float* dout, const float* x, i64 
 
 GeluF32 gelu_f32(Isa isa) {
   static const PerIsa<GeluF32> set{{nullptr, nullptr},  // the scalar path's GELU is the layer's own loop
-                                   {gelu_forward_f32_avx2, gelu_backward_f32_avx2},
-                                   {gelu_forward_f32_avx512, gelu_backward_f32_avx512}};
+                                   SDPA_X86_ENTRY({gelu_forward_f32_avx2, gelu_backward_f32_avx2}),
+                                   SDPA_X86_ENTRY({gelu_forward_f32_avx512, gelu_backward_f32_avx512})};
   return per_isa(set, isa, "gelu_f32");
 }
 

@@ -2,7 +2,9 @@
 // definitions, over all 65536 bit patterns, and against F16C's conversions (a second,
 // hardware oracle for fp16); the bulk conversions of every runnable ISA against the scalar.
 #include <gtest/gtest.h>
+#if defined(__x86_64__)
 #include <immintrin.h>
+#endif
 
 #include <bit>
 #include <cmath>
@@ -119,6 +121,7 @@ TEST(Half, SpecialValues) {
   EXPECT_EQ(round_to(Dtype::fp16, 1.0f + 1.0f / 4096), 1.0f);
 }
 
+#if defined(__x86_64__)
 // F16C: the CPU's own conversions, a second oracle for fp16.
 __attribute__((target("f16c"))) float f16c_widen(std::uint16_t h) {
   return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h)));
@@ -144,6 +147,7 @@ TEST(Half, Fp16MatchesF16cBitForBit) {
     }
   }
 }
+#endif
 
 // Bulk conversions on each ISA, and at 16 lanes on AVX2 (odd lengths: vector body and scalar
 // tail), equal the scalar.
@@ -159,8 +163,10 @@ TEST(Half, BulkConversionsMatchScalarOnEveryIsa) {
   }
   std::vector<std::pair<std::string, const detail::ConvertKernels*>> tables;
   for (Isa isa : runnable_isas()) tables.emplace_back(isa_name(isa), &detail::convert_kernels(isa));
+#if defined(__x86_64__)
   if (isa_supported(Isa::avx2))  // convert_kernel.inl at AVX-512's 16 lanes (util.hpp)
     tables.emplace_back("w16 on avx2", &detail::convert_kernels_w16_on_avx2());
+#endif
   for (const auto& [name, table] : tables) {
     SCOPED_TRACE(name);
     const auto& k = *table;
@@ -182,6 +188,7 @@ TEST(Half, BulkConversionsMatchScalarOnEveryIsa) {
   }
 }
 
+#if defined(__x86_64__)
 // vcvtneps2bf16 agrees with bf16::from_float except that it flushes subnormals.
 TEST(Half, Avx512Bf16InstructionRoundsLikeTheType) {
   if (!detail::avx512bf16_supported()) GTEST_SKIP() << "this CPU has no AVX512_BF16: compiled, not run here";
@@ -200,6 +207,7 @@ TEST(Half, Avx512Bf16InstructionRoundsLikeTheType) {
     }
   }
 }
+#endif
 
 }  // namespace
 }  // namespace sdpa::test

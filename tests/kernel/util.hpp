@@ -166,8 +166,10 @@ inline std::vector<Isa> runnable_isas() {
 // The kernel table of one ISA, for tests that call the kernel's pieces directly.
 inline const detail::FastKernels& fast_kernels(Isa isa) {
   switch (isa) {
+#if defined(__x86_64__)  // elsewhere only the scalar path is built
     case Isa::avx512: return detail::fast_kernels_avx512();
     case Isa::avx2: return detail::fast_kernels_avx2();
+#endif
     default: return detail::fast_kernels_scalar();
   }
 }
@@ -237,6 +239,7 @@ struct KernelVariant {
 inline std::vector<KernelVariant> kernel_variants() {
   std::vector<KernelVariant> out;
   for (Isa isa : runnable_isas()) {
+#if defined(__x86_64__)
     if (isa == Isa::avx512 && (cpu_features().amx_bf16 || cpu_features().avx512_bf16)) {
       // Every AVX-512 table this CPU runs, whatever SDPA_AMX and SDPA_BF16_DOT say: 16-bit
       // widened to fp32, on AMX tiles, and on vdpbf16ps (a CPU with AMX has AVX512_BF16 too).
@@ -246,10 +249,13 @@ inline std::vector<KernelVariant> kernel_variants() {
       out.push_back({isa, &detail::fast_kernels_avx512_dot(), "avx512 with AVX512_BF16 dot products", "avx512_dot"});
       continue;
     }
+#endif
     out.push_back({isa, nullptr, isa_name(isa), isa_name(isa)});
   }
+#if defined(__x86_64__)
   if (isa_supported(Isa::avx2))
     out.push_back({Isa::avx2, &detail::fast_kernels_w16_on_avx2(), "avx512-shaped (W=16 on AVX2)", "w16_on_avx2"});
+#endif
   return out;
 }
 

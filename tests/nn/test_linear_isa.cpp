@@ -71,7 +71,11 @@ TEST(LinearIsa, EveryIsaWithinTheSummationBound) {
                 }
             }
   }
+#if defined(__x86_64__)
   EXPECT_GE(ran, 2) << "scalar and at least one vector ISA";
+#else
+  EXPECT_GE(ran, 1) << "the scalar path (the only one built outside x86-64 so far)";
+#endif
 }
 
 // The rows [0, M) in one call against [0, s) and [s, M) in two, for every s: every row
