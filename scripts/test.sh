@@ -68,15 +68,17 @@ fi
 
 stage "aarch64: cross build, kernel tests under QEMU"
 # The library and its kernel tests built for aarch64 (cmake/aarch64-linux-gnu.cmake) and run by
-# qemu-aarch64 through ctest: every kernel test but the largest cases of five families (the
+# qemu-aarch64 through ctest, each on both of aarch64's paths (neon and scalar: the kernel tests
+# run every ISA the CPU has): every kernel test but the largest cases of five families (the
 # N = 1000 shapes, the two longest decoding grids, the explicit-mask determinism sweep, the
 # paged-against-contiguous bits), whose smaller cases still run; those are two fifths of the
-# suite's time under QEMU (docs/design.md, "Other CPUs: the aarch64 build").
+# suite's time under QEMU. And the training lab's GEMM and GELU on both paths, and its
+# thread-count bits with each forced (docs/design.md, "Other CPUs: the aarch64 build").
 mkdir -p build-arm64
 cmake -S . -B build-arm64 -G Ninja --toolchain cmake/aarch64-linux-gnu.cmake -DCMAKE_BUILD_TYPE=Release \
   -DSDPA_BUILD_APPS=OFF > build-arm64/configure.log 2>&1 || { cat build-arm64/configure.log; exit 1; }
-cmake --build build-arm64 -j "$jobs" --target sdpa_kernel_tests
-(cd build-arm64 && ctest --output-on-failure -j "$jobs" -R '^kernel\.' \
+cmake --build build-arm64 -j "$jobs" --target sdpa_kernel_tests sdpa_nn_tests
+(cd build-arm64 && ctest --output-on-failure -j "$jobs" -R '^kernel\.|^nn\.(LinearIsa|threads)\.' \
   -E 'N1000_|decode_Hq6_Hkv3_Nq1_Nk12345|decode_Hq8_Hkv2_Nq3_Nk9000|ExplicitMaskGivesTheBitsOfItsStructure|PagedGivesTheContiguousBits')
 
 if [ -f scripts/fuzz_smoke.sh ]; then

@@ -240,7 +240,7 @@ Command add_attention(CLI::App& parent) {
   c->add_option("--dsinks", a->dsinks, "Backward with --sinks: write the gradient w.r.t. the sinks [Hq] here");
   c->add_option("--threads", a->threads, "Threads (0 = all)")->capture_default_str();
   c->add_option("--kernel", a->kernel, "fast | reference")->capture_default_str();
-  c->add_option("--isa", a->isa, "auto | scalar | avx2 | avx512 (fast kernel)")->capture_default_str();
+  c->add_option("--isa", a->isa, std::string(kIsaHelp) + " (fast kernel)")->capture_default_str();
   c->add_option("--dropout", a->dropout,
                 "Attention dropout p in [0, 1): each probability dropped with probability p, the kept scaled by "
                 "1/(1-p); the mask is a function of --seed, --offset and the position, so the backward regenerates it")

@@ -392,7 +392,7 @@ Command add_bench(CLI::App& parent) {
                     "Lengths L1,L2,…: time one packed batch of these sequences (heads and dim from --heads, --dim) "
                     "against the same batch padded to the longest, instead of one shape (with --suite kvcache: "
                     "the cache's batch rows)");
-  c->add_option("--isa", a->isa, "auto | scalar | avx2 | avx512")->capture_default_str();
+  c->add_option("--isa", a->isa, kIsaHelp)->capture_default_str();
   c->add_flag("--no-torch", a->no_torch, "Skip the PyTorch comparison");
   c->add_flag("--no-blas", a->no_blas, "Skip the BLAS comparison");
   c->add_option("--format", a->format, "table | json")->capture_default_str();

@@ -60,7 +60,7 @@ Command add_check(CLI::App& parent) {
   c->add_option("--seed", a->seed, "Random seed")->capture_default_str();
   add_timer_options(*c, a->rule);
   c->add_flag("--backward,!--no-backward", a->backward, "Also time and check the backward pass (default on)");
-  c->add_option("--isa", a->isa, "auto | scalar | avx2 | avx512")->capture_default_str();
+  c->add_option("--isa", a->isa, kIsaHelp)->capture_default_str();
   c->add_option("--format", a->format, "table | json")->capture_default_str();
   return {c, with_flag_names(c, [a] { return run(*a); }, {{"min_runs", "--repeat"}})};
 }

@@ -193,7 +193,7 @@ Command add_decode(CLI::App& parent) {
   c->add_option("--scale", a->scale, "Temperature β (default 1/sqrt(Dk))");
   c->add_option("--sinks", a->sinks, "Attention sinks: a 1-D .npy of Hq logits, one per query head");
   c->add_option("--threads", a->threads, "Threads (0 = all)")->capture_default_str();
-  c->add_option("--isa", a->isa, "auto | scalar | avx2 | avx512")->capture_default_str();
+  c->add_option("--isa", a->isa, kIsaHelp)->capture_default_str();
   return {c, [a] { return run(*a); }};
 }
 

@@ -22,6 +22,9 @@ namespace sdpa::cli {
 
 using i64 = std::int64_t;
 
+/// The --isa option's help: the values parse_isa takes (sdpa/dispatch.hpp).
+inline constexpr const char* kIsaHelp = "auto | scalar | avx2 | avx512 (x86-64) | neon (aarch64)";
+
 /// `run` with the training library's parameter names turned into this command's flags: an
 /// sdpa::Error whose message starts with a parameter as the library and Python name it
 /// (d_model, budget_s) is rethrown starting with the flag of `app` that sets it (--d-model,

@@ -16,9 +16,10 @@
 namespace sdpa {
 
 /// Instruction set of the fast kernels. `automatic` is resolved once per process:
-/// the SDPA_ISA environment variable (scalar | avx2 | avx512) if set, else the best
-/// the CPU supports. Forcing an ISA the CPU lacks throws sdpa::Error.
-enum class Isa { automatic, scalar, avx2, avx512 };
+/// the SDPA_ISA environment variable (scalar | avx2 | avx512 | neon) if set, else the best
+/// the CPU supports. Forcing an ISA the CPU lacks throws sdpa::Error. avx2 and avx512 are
+/// x86-64's paths, neon aarch64's (AdvSIMD); a build holds its own architecture's only.
+enum class Isa { automatic, scalar, avx2, avx512, neon };
 
 /// What runs the avx512 path's 16-bit (bf16, fp16) products:
 ///   widened  each operand widened to fp32 on load, fp32 FMAs (every other path too)
@@ -33,10 +34,11 @@ struct CpuFeatures {
   bool avx512_bf16 = false;  // AVX512_BF16 (vdpbf16ps, vcvtneps2bf16)
   bool amx_bf16 = false;     // AMX-TILE and AMX-BF16, and Linux granted the tile data state
   bool amd = false;          // the vendor is AMD (the dot engine's default: see select_dispatch)
+  bool neon = false;         // aarch64's AdvSIMD (the hwcap ASIMD): the neon path's
 };
 
 /// The environment variables the dispatch reads, as their text ("" when unset).
-///   SDPA_ISA       auto | scalar | avx2 | avx512
+///   SDPA_ISA       auto | scalar | avx2 | avx512 | neon
 ///   SDPA_AMX       0 (never AMX tiles) | 1 | auto (where the CPU has them; the default)
 ///   SDPA_BF16_DOT  0 (never vdpbf16ps) | 1 (wherever the CPU has it and AMX is not taken)
 ///                  | auto (on AMD's CPUs only; the default)
@@ -61,7 +63,8 @@ struct Dispatch {
 /// sdpa::Error naming the variable, whichever ISA is chosen.
 Dispatch select_dispatch(const CpuFeatures& cpu, const DispatchSettings& settings);
 
-/// This CPU, read once (CPUID; for AMX, Linux is asked once for the tile state).
+/// This CPU, read once (x86-64: CPUID, and for AMX Linux is asked once for the tile state;
+/// aarch64: the kernel's hwcaps, getauxval(AT_HWCAP)).
 const CpuFeatures& cpu_features();
 /// The three variables as this process's environment has them now.
 DispatchSettings dispatch_settings_from_environment();
@@ -73,7 +76,7 @@ const Dispatch& active_dispatch();
 Isa active_isa();
 /// Whether this CPU can run the given ISA's kernel.
 bool isa_supported(Isa isa);
-/// "scalar", "avx2", "avx512", "automatic".
+/// "scalar", "avx2", "avx512", "neon", "automatic".
 const char* isa_name(Isa isa);
 /// "widened", "amx", "dot".
 const char* engine_name(Engine16 engine);

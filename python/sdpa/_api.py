@@ -186,8 +186,8 @@ def explain(q, k, v, *, backward=False, **options) -> dict:
 
 
 def active_isa() -> str:
-    """The instruction set the fast kernel uses in this process: 'avx512', 'avx2' or 'scalar'
-    (the SDPA_ISA environment variable forces one)."""
+    """The instruction set the fast kernel uses in this process: 'avx512', 'avx2' or 'scalar' on
+    x86-64, 'neon' or 'scalar' on aarch64 (the SDPA_ISA environment variable forces one)."""
     return _ext.active_isa()
 
 

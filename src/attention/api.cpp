@@ -51,7 +51,8 @@ const FastKernels& kernels_for(const Options& opt) {
                                                         case Engine16::dot: return fast_kernels_avx512_dot();
                                                         default: return fast_kernels_avx512();
                                                       }
-                                                    })};
+                                                    }),
+                                                    SDPA_ARM_ENTRY(fast_kernels_neon)};
   return per_isa(set, opt.isa, "isa")();
 }
 

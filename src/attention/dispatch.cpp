@@ -4,6 +4,9 @@
 
 #if defined(__x86_64__)
 #include <cpuid.h>
+#elif defined(__aarch64__) && defined(__linux__)
+#include <asm/hwcap.h>
+#include <sys/auxv.h>
 #endif
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -34,6 +37,8 @@ bool amx_granted() {
 
 #if defined(__x86_64__)
 constexpr const char* kNoVectorPath = " (no AVX2)";
+#elif defined(__aarch64__)
+constexpr const char* kNoVectorPath = " (no AdvSIMD)";
 #else
 constexpr const char* kNoVectorPath = " (the scalar path: no vector path is built for this CPU)";
 #endif
@@ -55,8 +60,12 @@ CpuFeatures detect() {
   const bool amx = __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) && (edx >> 22 & 1u) != 0 && (edx >> 24 & 1u) != 0;
   f.amx_bf16 = amx && f.avx512_bf16 && amx_granted();
   f.amd = __builtin_cpu_is("amd");
+#elif defined(__aarch64__) && defined(__linux__)
+  // AdvSIMD is in every ARMv8-A application core, but Linux says so (HWCAP_ASIMD), and a
+  // kernel built without it would run the scalar path rather than fault.
+  f.neon = (getauxval(AT_HWCAP) & HWCAP_ASIMD) != 0;
 #endif
-  // Elsewhere (aarch64) the library holds the scalar path only: every feature stays false.
+  // Elsewhere every feature stays false and the scalar path runs.
   return f;
 }
 
@@ -66,6 +75,7 @@ bool supported_by(const CpuFeatures& cpu, Isa isa) {
     case Isa::scalar: return true;
     case Isa::avx2: return cpu.avx2;
     case Isa::avx512: return cpu.avx512;
+    case Isa::neon: return cpu.neon;
   }
   return false;
 }
@@ -90,9 +100,10 @@ Dispatch select_dispatch(const CpuFeatures& cpu, const DispatchSettings& setting
   const std::string dot = switch_value(settings.bf16_dot, "SDPA_BF16_DOT");
 
   if (settings.isa.empty() || parse_isa(settings.isa.c_str(), "SDPA_ISA") == Isa::automatic) {
-    d.isa = cpu.avx512 ? Isa::avx512 : cpu.avx2 ? Isa::avx2 : Isa::scalar;
+    d.isa = cpu.avx512 ? Isa::avx512 : cpu.avx2 ? Isa::avx2 : cpu.neon ? Isa::neon : Isa::scalar;
     d.isa_reason = std::string("the widest path this CPU has") + (cpu.avx512 ? " (AVX-512 F, DQ, BW, VL)"
                                                                   : cpu.avx2 ? " (AVX2, FMA, F16C; no AVX-512)"
+                                                                  : cpu.neon ? " (AdvSIMD: 4 floats a register)"
                                                                              : kNoVectorPath);
   } else {
     d.isa = parse_isa(settings.isa.c_str(), "SDPA_ISA");
@@ -145,6 +156,7 @@ const char* isa_name(Isa isa) {
     case Isa::scalar: return "scalar";
     case Isa::avx2: return "avx2";
     case Isa::avx512: return "avx512";
+    case Isa::neon: return "neon";
   }
   return "unknown";
 }
@@ -164,7 +176,9 @@ Isa parse_isa(const char* name, const char* what) {
   if (s == "scalar") return Isa::scalar;
   if (s == "avx2") return Isa::avx2;
   if (s == "avx512") return Isa::avx512;
-  throw Error(std::string(what) + ": unknown instruction set '" + s + "' (expected auto, scalar, avx2 or avx512)");
+  if (s == "neon") return Isa::neon;
+  throw Error(std::string(what) + ": unknown instruction set '" + s +
+              "' (expected auto, scalar, avx2, avx512 or neon)");
 }
 
 Engine16 engine_for(Isa isa) {

@@ -145,6 +145,7 @@ void set_kernels_for_tests(const FastKernels* kernels);
 const FastKernels& fast_kernels_scalar();
 const FastKernels& fast_kernels_avx2();
 const FastKernels& fast_kernels_avx512();
+const FastKernels& fast_kernels_neon();
 // The AVX-512 table whose bf16 tiled forward and backward run on AMX-BF16 tiles; api.cpp hands
 // it out where the dispatch chose Engine16::amx (sdpa/dispatch.hpp).
 const FastKernels& fast_kernels_avx512_amx();

@@ -14,17 +14,24 @@ namespace sdpa {
 
 // An x86 path's entry in a PerIsa table: the entry where those paths are compiled in (x86-64),
 // an empty one elsewhere (aarch64), where their translation units are not built and per_isa()
-// never returns the entry, since isa_supported() is false for them.
+// never returns the entry, since isa_supported() is false for them. SDPA_ARM_ENTRY likewise
+// for the aarch64 paths.
 #if defined(__x86_64__)
 #define SDPA_X86_ENTRY(...) __VA_ARGS__
 #else
 #define SDPA_X86_ENTRY(...) \
   {}
 #endif
+#if defined(__aarch64__)
+#define SDPA_ARM_ENTRY(...) __VA_ARGS__
+#else
+#define SDPA_ARM_ENTRY(...) \
+  {}
+#endif
 
 template <class T>
 struct PerIsa {
-  T scalar, avx2, avx512;
+  T scalar, avx2, avx512, neon;
 };
 
 /// set's entry for `isa` (Isa::automatic: active_isa()); throws sdpa::Error naming `what` for an
@@ -36,6 +43,7 @@ const T& per_isa(const PerIsa<T>& set, Isa isa, const char* what) {
   switch (isa) {
     case Isa::avx512: return set.avx512;
     case Isa::avx2: return set.avx2;
+    case Isa::neon: return set.neon;
     default: return set.scalar;
   }
 }

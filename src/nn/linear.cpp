@@ -14,7 +14,8 @@
 namespace sdpa::nn {
 
 GemmF32 gemm_f32(Isa isa) {
-  static const PerIsa<GemmF32> set{gemm_f32_scalar, SDPA_X86_ENTRY(gemm_f32_avx2), SDPA_X86_ENTRY(gemm_f32_avx512)};
+  static const PerIsa<GemmF32> set{gemm_f32_scalar, SDPA_X86_ENTRY(gemm_f32_avx2), SDPA_X86_ENTRY(gemm_f32_avx512),
+                                   SDPA_ARM_ENTRY(gemm_f32_neon)};
   return per_isa(set, isa, "gemm_f32");
 }
 
@@ -22,11 +23,14 @@ void gelu_forward_f32_avx2(float* out, const float* x, i64 n);
 void gelu_backward_f32_avx2(float* dx, const float* dout, const float* x, i64 n);
 void gelu_forward_f32_avx512(float* out, const float* x, i64 n);
 void gelu_backward_f32_avx512(float* dx, const float* dout, const float* x, i64 n);
+void gelu_forward_f32_neon(float* out, const float* x, i64 n);
+void gelu_backward_f32_neon(float* dx, const float* dout, const float* x, i64 n);
 
 GeluF32 gelu_f32(Isa isa) {
   static const PerIsa<GeluF32> set{{nullptr, nullptr},  // the scalar path's GELU is the layer's own loop
                                    SDPA_X86_ENTRY({gelu_forward_f32_avx2, gelu_backward_f32_avx2}),
-                                   SDPA_X86_ENTRY({gelu_forward_f32_avx512, gelu_backward_f32_avx512})};
+                                   SDPA_X86_ENTRY({gelu_forward_f32_avx512, gelu_backward_f32_avx512}),
+                                   SDPA_ARM_ENTRY({gelu_forward_f32_neon, gelu_backward_f32_neon})};
   return per_isa(set, isa, "gelu_f32");
 }
 

@@ -13,8 +13,8 @@
 namespace sdpa::test {
 namespace {
 
-// The CPU kinds: what each one's CPUID (and Linux, for AMX) reports.
-//                              avx2   avx512 bf16   amx    amd
+// The CPU kinds: what each one's CPUID (and Linux, for AMX; on aarch64 its hwcaps) reports.
+//                              avx2   avx512 bf16   amx    amd    neon
 constexpr CpuFeatures kOld{false, false, false, false, false};           // SSE only
 constexpr CpuFeatures kZen3{true, false, false, false, true};            // AVX2 + FMA
 constexpr CpuFeatures kSkylakeX{true, true, false, false, false};        // AVX-512, no BF16
@@ -22,6 +22,7 @@ constexpr CpuFeatures kZen4{true, true, true, false, true};              // AVX-
 constexpr CpuFeatures kCooperLake{true, true, true, false, false};       // AVX-512 + BF16, Intel, no AMX
 constexpr CpuFeatures kSapphireRapids{true, true, true, true, false};    // AVX-512 + AMX-BF16
 constexpr CpuFeatures kSapphireNoTiles{true, true, true, false, false};  // the same, Linux refused the tiles
+constexpr CpuFeatures kNeoverse{false, false, false, false, false, true};  // aarch64 (Graviton, Grace, Axion)
 
 struct Row {
   const char* cpu_name;
@@ -65,6 +66,10 @@ const std::vector<Row>& table() {
       {"zen4", kZen4, {"scalar", "", ""}, Isa::scalar, E::dot},
       {"zen3", kZen3, {"scalar", "", ""}, Isa::scalar, E::widened},
       {"zen4", kZen4, {"avx512", "", ""}, Isa::avx512, E::dot},
+      // aarch64: NEON, its 16-bit operands widened whatever SDPA_AMX and SDPA_BF16_DOT say.
+      {"neoverse", kNeoverse, {}, Isa::neon, E::widened},
+      {"neoverse", kNeoverse, {"", "1", "1"}, Isa::neon, E::widened},
+      {"neoverse", kNeoverse, {"scalar", "", ""}, Isa::scalar, E::widened},
   };
   return rows;
 }
@@ -86,12 +91,13 @@ TEST(Dispatch, SelectionTable) {
 
 // Each CPU kind reaches each engine it can run: the table covers every face of the rule.
 TEST(Dispatch, TableCoversEveryEngineAndIsa) {
-  bool seen_isa[4] = {}, seen_engine[3] = {};
+  bool seen_isa[5] = {}, seen_engine[3] = {};
   for (const Row& r : table()) {
     seen_isa[static_cast<int>(r.isa)] = true;
     seen_engine[static_cast<int>(r.engine)] = true;
   }
-  for (Isa isa : {Isa::scalar, Isa::avx2, Isa::avx512}) EXPECT_TRUE(seen_isa[static_cast<int>(isa)]) << isa_name(isa);
+  for (Isa isa : {Isa::scalar, Isa::avx2, Isa::avx512, Isa::neon})
+    EXPECT_TRUE(seen_isa[static_cast<int>(isa)]) << isa_name(isa);
   for (Engine16 e : {Engine16::widened, Engine16::amx, Engine16::dot})
     EXPECT_TRUE(seen_engine[static_cast<int>(e)]) << engine_name(e);
 }
@@ -102,7 +108,7 @@ TEST(Dispatch, BadValuesNameTheVariable) {
     DispatchSettings env;
     const char* names;
   };
-  for (const CpuFeatures& cpu : {kOld, kZen3, kZen4, kSapphireRapids}) {
+  for (const CpuFeatures& cpu : {kOld, kZen3, kZen4, kSapphireRapids, kNeoverse}) {
     for (const Bad& b : {Bad{{"mmx", "", ""}, "SDPA_ISA"}, Bad{{"", "yes", ""}, "SDPA_AMX"},
                          Bad{{"", "", "yes"}, "SDPA_BF16_DOT"}, Bad{{"scalar", "", "2"}, "SDPA_BF16_DOT"}}) {
       SCOPED_TRACE(settings_text(b.env));
@@ -115,7 +121,8 @@ TEST(Dispatch, BadValuesNameTheVariable) {
     }
   }
   // An ISA the CPU lacks.
-  for (const auto& [cpu, isa] : {std::pair{kOld, "avx2"}, std::pair{kZen3, "avx512"}}) {
+  for (const auto& [cpu, isa] :
+       {std::pair{kOld, "avx2"}, std::pair{kZen3, "avx512"}, std::pair{kZen3, "neon"}, std::pair{kNeoverse, "avx2"}}) {
     try {
       select_dispatch(cpu, {isa, "", ""});
       ADD_FAILURE() << isa << " accepted";

@@ -158,7 +158,7 @@ inline void round_all(std::vector<float>& x, Dtype t) {
 // ISAs this CPU can run (scalar always).
 inline std::vector<Isa> runnable_isas() {
   std::vector<Isa> out;
-  for (Isa i : {Isa::scalar, Isa::avx2, Isa::avx512})
+  for (Isa i : {Isa::scalar, Isa::avx2, Isa::avx512, Isa::neon})
     if (isa_supported(i)) out.push_back(i);
   return out;
 }
@@ -166,9 +166,11 @@ inline std::vector<Isa> runnable_isas() {
 // The kernel table of one ISA, for tests that call the kernel's pieces directly.
 inline const detail::FastKernels& fast_kernels(Isa isa) {
   switch (isa) {
-#if defined(__x86_64__)  // elsewhere only the scalar path is built
+#if defined(__x86_64__)  // each architecture builds its own paths
     case Isa::avx512: return detail::fast_kernels_avx512();
     case Isa::avx2: return detail::fast_kernels_avx2();
+#elif defined(__aarch64__)
+    case Isa::neon: return detail::fast_kernels_neon();
 #endif
     default: return detail::fast_kernels_scalar();
   }
