@@ -24,6 +24,7 @@ set(CMAKE_FIND_ROOT_PATH_MODE_PACKAGE BOTH)    # their CMake packages
 set(fmt_DIR /usr/lib/x86_64-linux-gnu/cmake/fmt CACHE PATH "fmt's CMake package (used header-only)")
 
 # ctest and gtest_discover_tests run the test binaries through QEMU with the arm64 sysroot's
-# dynamic loader and libraries. SDPA_QEMU_CPU picks the emulated CPU (e.g. "max,sve256=on").
-set(SDPA_QEMU_CPU "max" CACHE STRING "qemu-aarch64 -cpu for running the tests")
-set(CMAKE_CROSSCOMPILING_EMULATOR qemu-aarch64 -cpu ${SDPA_QEMU_CPU} -L /usr/aarch64-linux-gnu)
+# dynamic loader and libraries, on QEMU's default CPU, "max" (every extension QEMU has, SVE at
+# 512 bits). The environment variable QEMU_CPU picks another at run time, e.g.
+# QEMU_CPU=max,sve256=on (SVE at 256 bits), max,sve128=on, or max,sve=off (NEON only).
+set(CMAKE_CROSSCOMPILING_EMULATOR qemu-aarch64 -L /usr/aarch64-linux-gnu)

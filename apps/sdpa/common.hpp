@@ -23,7 +23,7 @@ namespace sdpa::cli {
 using i64 = std::int64_t;
 
 /// The --isa option's help: the values parse_isa takes (sdpa/dispatch.hpp).
-inline constexpr const char* kIsaHelp = "auto | scalar | avx2 | avx512 (x86-64) | neon (aarch64)";
+inline const char* const kIsaHelp = isa_choices();
 
 /// `run` with the training library's parameter names turned into this command's flags: an
 /// sdpa::Error whose message starts with a parameter as the library and Python name it

@@ -16,10 +16,11 @@
 namespace sdpa {
 
 /// Instruction set of the fast kernels. `automatic` is resolved once per process:
-/// the SDPA_ISA environment variable (scalar | avx2 | avx512 | neon) if set, else the best
-/// the CPU supports. Forcing an ISA the CPU lacks throws sdpa::Error. avx2 and avx512 are
-/// x86-64's paths, neon aarch64's (AdvSIMD); a build holds its own architecture's only.
-enum class Isa { automatic, scalar, avx2, avx512, neon };
+/// the SDPA_ISA environment variable (scalar | avx2 | avx512 | neon | sve) if set, else the
+/// best the CPU supports. Forcing an ISA the CPU lacks throws sdpa::Error. avx2 and avx512 are
+/// x86-64's paths, neon (AdvSIMD) and sve aarch64's; a build holds its own architecture's only.
+/// sve runs at the CPU's vector length, 256 or 512 bits (one build of the kernel for each).
+enum class Isa { automatic, scalar, avx2, avx512, neon, sve };
 
 /// What runs the avx512 path's 16-bit (bf16, fp16) products:
 ///   widened  each operand widened to fp32 on load, fp32 FMAs (every other path too)
@@ -35,10 +36,11 @@ struct CpuFeatures {
   bool amx_bf16 = false;     // AMX-TILE and AMX-BF16, and Linux granted the tile data state
   bool amd = false;          // the vendor is AMD (the dot engine's default: see select_dispatch)
   bool neon = false;         // aarch64's AdvSIMD (the hwcap ASIMD): the neon path's
+  int sve_bits = 0;          // SVE's vector length in bits (the hwcap SVE, then Linux's prctl); 0: no SVE
 };
 
 /// The environment variables the dispatch reads, as their text ("" when unset).
-///   SDPA_ISA       auto | scalar | avx2 | avx512 | neon
+///   SDPA_ISA       auto | scalar | avx2 | avx512 | neon | sve
 ///   SDPA_AMX       0 (never AMX tiles) | 1 | auto (where the CPU has them; the default)
 ///   SDPA_BF16_DOT  0 (never vdpbf16ps) | 1 (wherever the CPU has it and AMX is not taken)
 ///                  | auto (on AMD's CPUs only; the default)
@@ -76,10 +78,13 @@ const Dispatch& active_dispatch();
 Isa active_isa();
 /// Whether this CPU can run the given ISA's kernel.
 bool isa_supported(Isa isa);
-/// "scalar", "avx2", "avx512", "neon", "automatic".
+/// "scalar", "avx2", "avx512", "neon", "sve", "automatic".
 const char* isa_name(Isa isa);
 /// "widened", "amx", "dot".
 const char* engine_name(Engine16 engine);
+/// The names parse_isa takes, for help and error texts:
+/// "auto | scalar | avx2 | avx512 (x86-64) | neon | sve (aarch64)".
+const char* isa_choices();
 /// Parses an ISA name; throws sdpa::Error naming `what` for an unknown one.
 Isa parse_isa(const char* name, const char* what = "isa");
 /// The engine a call on `isa` (automatic: active_isa()) runs its 16-bit products on:

@@ -187,7 +187,7 @@ def explain(q, k, v, *, backward=False, **options) -> dict:
 
 def active_isa() -> str:
     """The instruction set the fast kernel uses in this process: 'avx512', 'avx2' or 'scalar' on
-    x86-64, 'neon' or 'scalar' on aarch64 (the SDPA_ISA environment variable forces one)."""
+    x86-64, 'sve', 'neon' or 'scalar' on aarch64 (the SDPA_ISA environment variable forces one)."""
     return _ext.active_isa()
 
 

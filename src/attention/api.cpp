@@ -44,7 +44,8 @@ void set_kernels_for_tests(const FastKernels* kernels) { kernels_for_tests.store
 const FastKernels& kernels_for(const Options& opt) {
   if (const FastKernels* k = kernels_for_tests.load(std::memory_order_relaxed)) return *k;
   // The avx512 path's table is the one of the engine the dispatch chose.
-  static const PerIsa<const FastKernels& (*)()> set{fast_kernels_scalar, SDPA_X86_ENTRY(fast_kernels_avx2),
+  static const PerIsa<const FastKernels& (*)()> set{fast_kernels_scalar,
+                                                    SDPA_X86_ENTRY(fast_kernels_avx2),
                                                     SDPA_X86_ENTRY([]() -> const FastKernels& {
                                                       switch (engine_for(Isa::avx512)) {
                                                         case Engine16::amx: return fast_kernels_avx512_amx();
@@ -52,7 +53,9 @@ const FastKernels& kernels_for(const Options& opt) {
                                                         default: return fast_kernels_avx512();
                                                       }
                                                     }),
-                                                    SDPA_ARM_ENTRY(fast_kernels_neon)};
+                                                    SDPA_ARM_ENTRY(fast_kernels_neon),
+                                                    SDPA_ARM_ENTRY(fast_kernels_sve256),
+                                                    SDPA_ARM_ENTRY(fast_kernels_sve512)};
   return per_isa(set, opt.isa, "isa")();
 }
 

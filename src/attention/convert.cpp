@@ -25,12 +25,17 @@ constexpr ConvertKernels kScalar{widen<bf16>, widen<fp16>, narrow<bf16>, narrow<
 const ConvertKernels& convert_kernels_avx2();
 const ConvertKernels& convert_kernels_avx512();
 const ConvertKernels& convert_kernels_neon();
+const ConvertKernels& convert_kernels_sve256();  // fast_sve256.cpp
+const ConvertKernels& convert_kernels_sve512();
 
 const ConvertKernels& convert_kernels(Isa isa) {
   // Accessors, not their tables: an ISA's code runs only once that ISA is chosen.
-  static const PerIsa<const ConvertKernels& (*)()> set{
-      []() -> const ConvertKernels& { return kScalar; }, SDPA_X86_ENTRY(convert_kernels_avx2),
-      SDPA_X86_ENTRY(convert_kernels_avx512), SDPA_ARM_ENTRY(convert_kernels_neon)};
+  static const PerIsa<const ConvertKernels& (*)()> set{[]() -> const ConvertKernels& { return kScalar; },
+                                                       SDPA_X86_ENTRY(convert_kernels_avx2),
+                                                       SDPA_X86_ENTRY(convert_kernels_avx512),
+                                                       SDPA_ARM_ENTRY(convert_kernels_neon),
+                                                       SDPA_ARM_ENTRY(convert_kernels_sve256),
+                                                       SDPA_ARM_ENTRY(convert_kernels_sve512)};
   return per_isa(set, isa, "convert_kernels")();
 }
 

@@ -7,6 +7,7 @@
 #elif defined(__aarch64__) && defined(__linux__)
 #include <asm/hwcap.h>
 #include <sys/auxv.h>
+#include <sys/prctl.h>
 #endif
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -64,6 +65,12 @@ CpuFeatures detect() {
   // AdvSIMD is in every ARMv8-A application core, but Linux says so (HWCAP_ASIMD), and a
   // kernel built without it would run the scalar path rather than fault.
   f.neon = (getauxval(AT_HWCAP) & HWCAP_ASIMD) != 0;
+  // SVE's vector length is the hardware's (or less, where Linux was asked for less): this
+  // thread's, in bytes, in the low 16 bits of PR_SVE_GET_VL.
+  if ((getauxval(AT_HWCAP) & HWCAP_SVE) != 0) {
+    const int vl = prctl(PR_SVE_GET_VL);
+    if (vl > 0) f.sve_bits = (vl & PR_SVE_VL_LEN_MASK) * 8;
+  }
 #endif
   // Elsewhere every feature stays false and the scalar path runs.
   return f;
@@ -76,6 +83,7 @@ bool supported_by(const CpuFeatures& cpu, Isa isa) {
     case Isa::avx2: return cpu.avx2;
     case Isa::avx512: return cpu.avx512;
     case Isa::neon: return cpu.neon;
+    case Isa::sve: return cpu.neon && (cpu.sve_bits == 256 || cpu.sve_bits == 512);  // the widths built
   }
   return false;
 }
@@ -100,11 +108,21 @@ Dispatch select_dispatch(const CpuFeatures& cpu, const DispatchSettings& setting
   const std::string dot = switch_value(settings.bf16_dot, "SDPA_BF16_DOT");
 
   if (settings.isa.empty() || parse_isa(settings.isa.c_str(), "SDPA_ISA") == Isa::automatic) {
-    d.isa = cpu.avx512 ? Isa::avx512 : cpu.avx2 ? Isa::avx2 : cpu.neon ? Isa::neon : Isa::scalar;
-    d.isa_reason = std::string("the widest path this CPU has") + (cpu.avx512 ? " (AVX-512 F, DQ, BW, VL)"
-                                                                  : cpu.avx2 ? " (AVX2, FMA, F16C; no AVX-512)"
-                                                                  : cpu.neon ? " (AdvSIMD: 4 floats a register)"
-                                                                             : kNoVectorPath);
+    // SVE at 128 bits holds AdvSIMD's 4 floats: neon is kept there; at a length no build has
+    // (384, 1024, 2048 bits) too.
+    const bool sve = supported_by(cpu, Isa::sve);
+    d.isa = cpu.avx512 ? Isa::avx512 : cpu.avx2 ? Isa::avx2 : sve ? Isa::sve : cpu.neon ? Isa::neon : Isa::scalar;
+    const std::string sve_note =
+        cpu.sve_bits == 0     ? ""
+        : cpu.sve_bits == 128 ? "; SVE at 128 bits is no wider"
+                              : "; SVE at " + std::to_string(cpu.sve_bits) + " bits has no build (256 and 512 do)";
+    d.isa_reason = std::string("the widest path this CPU has") +
+                   (cpu.avx512 ? " (AVX-512 F, DQ, BW, VL)"
+                    : cpu.avx2 ? " (AVX2, FMA, F16C; no AVX-512)"
+                    : sve ? " (SVE at " + std::to_string(cpu.sve_bits) + " bits: " + std::to_string(cpu.sve_bits / 32) +
+                                " floats a register)"
+                    : cpu.neon ? " (AdvSIMD: 4 floats a register" + sve_note + ")"
+                               : kNoVectorPath);
   } else {
     d.isa = parse_isa(settings.isa.c_str(), "SDPA_ISA");
     if (!supported_by(cpu, d.isa))
@@ -157,6 +175,7 @@ const char* isa_name(Isa isa) {
     case Isa::avx2: return "avx2";
     case Isa::avx512: return "avx512";
     case Isa::neon: return "neon";
+    case Isa::sve: return "sve";
   }
   return "unknown";
 }
@@ -170,6 +189,8 @@ const char* engine_name(Engine16 engine) {
   return "unknown";
 }
 
+const char* isa_choices() { return "auto | scalar | avx2 | avx512 (x86-64) | neon | sve (aarch64)"; }
+
 Isa parse_isa(const char* name, const char* what) {
   const std::string s = name ? name : "";
   if (s == "auto" || s == "automatic") return Isa::automatic;
@@ -177,8 +198,8 @@ Isa parse_isa(const char* name, const char* what) {
   if (s == "avx2") return Isa::avx2;
   if (s == "avx512") return Isa::avx512;
   if (s == "neon") return Isa::neon;
-  throw Error(std::string(what) + ": unknown instruction set '" + s +
-              "' (expected auto, scalar, avx2, avx512 or neon)");
+  if (s == "sve") return Isa::sve;
+  throw Error(std::string(what) + ": unknown instruction set '" + s + "' (expected " + isa_choices() + ")");
 }
 
 Engine16 engine_for(Isa isa) {

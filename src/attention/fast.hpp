@@ -146,6 +146,8 @@ const FastKernels& fast_kernels_scalar();
 const FastKernels& fast_kernels_avx2();
 const FastKernels& fast_kernels_avx512();
 const FastKernels& fast_kernels_neon();
+const FastKernels& fast_kernels_sve256();  // SVE at 256 and at 512 bits: per_isa() takes the CPU's
+const FastKernels& fast_kernels_sve512();
 // The AVX-512 table whose bf16 tiled forward and backward run on AMX-BF16 tiles; api.cpp hands
 // it out where the dispatch chose Engine16::amx (sdpa/dispatch.hpp).
 const FastKernels& fast_kernels_avx512_amx();

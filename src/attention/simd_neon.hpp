@@ -11,7 +11,7 @@ struct Vec {
   // elements of 32 registers. GCC loads a row's A element as one float (ldr s) and multiplies
   // by its lane (fmla v.4s, v.4s, v.s[0]), and it loads all of them ahead of the FMAs, so
   // 6 × 4 (24 + 4 + 6 = 34) spilled two accumulators per k; 5 × 4 issues 20 FMAs against 7
-  // loads (two ldp of B, five of A) and spills none (docs/performance.md, "The NEON micro-kernel").
+  // loads (two ldp of B, five of A) and spills none (docs/performance.md, "The Arm micro-kernels").
   static constexpr int MR = 5;
   static constexpr int NV = 4;
   static R zero() { return vdupq_n_f32(0.0f); }

@@ -1,7 +1,7 @@
 // peak.cpp — see peak.hpp. Inline assembly needs no -m flags; the path is sdpa::active_isa().
 // On x86-64 the meters are the inline-assembly loops below; elsewhere the scalar path's meter
 // and the read are plain C++ (the portable block at the end of this namespace), and on aarch64
-// the neon path's meter is inline assembly too (fma_neon).
+// the neon and sve paths' meters are inline assembly too (fma_neon, fma_sve).
 #include "common/peak.hpp"
 
 #include "common/per_isa.hpp"
@@ -162,6 +162,27 @@ void fma_neon(std::int64_t iters) {
       :
       : "v0", "v1", "v2", "v3", "v4", "v5", "v6", "v7", "v8", "v9", "v10", "v11", "v12", "v13", "cc");
 }
+
+// The sve path's meter: the same chains on SVE's z0..z11 under an all-true predicate, at the
+// CPU's vector length (the assembler is told SVE exists; only a CPU with SVE runs it).
+void fma_sve(std::int64_t iters) {
+  asm volatile(
+      ".arch_extension sve\n\t"
+      "ptrue p0.s\n\t"
+      "mov z0.s, #0\n\tmov z1.s, #0\n\tmov z2.s, #0\n\tmov z3.s, #0\n\t"
+      "mov z4.s, #0\n\tmov z5.s, #0\n\tmov z6.s, #0\n\tmov z7.s, #0\n\t"
+      "mov z8.s, #0\n\tmov z9.s, #0\n\tmov z10.s, #0\n\tmov z11.s, #0\n\t"
+      "mov z12.s, #0\n\tmov z13.s, #0\n\t"
+      "1:\n\t"
+      "fmla z0.s, p0/m, z12.s, z13.s\n\tfmla z1.s, p0/m, z12.s, z13.s\n\tfmla z2.s, p0/m, z12.s, z13.s\n\t"
+      "fmla z3.s, p0/m, z12.s, z13.s\n\tfmla z4.s, p0/m, z12.s, z13.s\n\tfmla z5.s, p0/m, z12.s, z13.s\n\t"
+      "fmla z6.s, p0/m, z12.s, z13.s\n\tfmla z7.s, p0/m, z12.s, z13.s\n\tfmla z8.s, p0/m, z12.s, z13.s\n\t"
+      "fmla z9.s, p0/m, z12.s, z13.s\n\tfmla z10.s, p0/m, z12.s, z13.s\n\tfmla z11.s, p0/m, z12.s, z13.s\n\t"
+      "subs %0, %0, #1\n\tb.ne 1b\n\t"
+      : "+r"(iters)
+      :
+      : "v0", "v1", "v2", "v3", "v4", "v5", "v6", "v7", "v8", "v9", "v10", "v11", "v12", "v13", "p0", "cc");
+}
 #endif
 
 // Sum of n floats with 32 independent accumulators, which the compiler may keep in vector
@@ -266,12 +287,18 @@ Result measure(int threads, double seconds, Isa isa) {
     void (*loop)(std::int64_t);
     double flops_per_iter;
   };
+  // The scalar path's meter: x86-64's is SSE (every x86-64 core has it), the others' plain C++.
 #if defined(__x86_64__)
-  static const PerIsa<Meter> meters{
-      {mul_add_sse, kChains * 4 * 1.0}, {fma_avx2, kChains * 8 * 2.0}, {fma_avx512, kChains * 16 * 2.0}, {}};
+  constexpr Meter kScalarMeter{mul_add_sse, kChains * 4 * 1.0};
 #else
-  static const PerIsa<Meter> meters{{fma_scalar, kChains * 2.0}, {}, {}, SDPA_ARM_ENTRY({fma_neon, kChains * 4 * 2.0})};
+  constexpr Meter kScalarMeter{fma_scalar, kChains * 2.0};
 #endif
+  static const PerIsa<Meter> meters{kScalarMeter,
+                                    SDPA_X86_ENTRY({fma_avx2, kChains * 8 * 2.0}),
+                                    SDPA_X86_ENTRY({fma_avx512, kChains * 16 * 2.0}),
+                                    SDPA_ARM_ENTRY({fma_neon, kChains * 4 * 2.0}),
+                                    SDPA_ARM_ENTRY({fma_sve, kChains * 8 * 2.0}),
+                                    SDPA_ARM_ENTRY({fma_sve, kChains * 16 * 2.0})};
   const Meter& meter = per_isa(meters, isa, "peak");
   r.isa = isa_name(isa == Isa::automatic ? active_isa() : isa);
   r.gflops = best_gflops(meter.loop, meter.flops_per_iter, r.threads, seconds);

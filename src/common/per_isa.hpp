@@ -29,9 +29,11 @@ namespace sdpa {
   {}
 #endif
 
+// sve has one build per vector length (256 and 512 bits, src/CMakeLists.txt): per_isa() takes
+// the one of this CPU's length, the one place that choice is made.
 template <class T>
 struct PerIsa {
-  T scalar, avx2, avx512, neon;
+  T scalar, avx2, avx512, neon, sve256, sve512;
 };
 
 /// set's entry for `isa` (Isa::automatic: active_isa()); throws sdpa::Error naming `what` for an
@@ -44,6 +46,7 @@ const T& per_isa(const PerIsa<T>& set, Isa isa, const char* what) {
     case Isa::avx512: return set.avx512;
     case Isa::avx2: return set.avx2;
     case Isa::neon: return set.neon;
+    case Isa::sve: return cpu_features().sve_bits == 512 ? set.sve512 : set.sve256;
     default: return set.scalar;
   }
 }

@@ -14,8 +14,12 @@
 namespace sdpa::nn {
 
 GemmF32 gemm_f32(Isa isa) {
-  static const PerIsa<GemmF32> set{gemm_f32_scalar, SDPA_X86_ENTRY(gemm_f32_avx2), SDPA_X86_ENTRY(gemm_f32_avx512),
-                                   SDPA_ARM_ENTRY(gemm_f32_neon)};
+  static const PerIsa<GemmF32> set{gemm_f32_scalar,
+                                   SDPA_X86_ENTRY(gemm_f32_avx2),
+                                   SDPA_X86_ENTRY(gemm_f32_avx512),
+                                   SDPA_ARM_ENTRY(gemm_f32_neon),
+                                   SDPA_ARM_ENTRY(gemm_f32_sve256),
+                                   SDPA_ARM_ENTRY(gemm_f32_sve512)};
   return per_isa(set, isa, "gemm_f32");
 }
 
@@ -25,12 +29,18 @@ void gelu_forward_f32_avx512(float* out, const float* x, i64 n);
 void gelu_backward_f32_avx512(float* dx, const float* dout, const float* x, i64 n);
 void gelu_forward_f32_neon(float* out, const float* x, i64 n);
 void gelu_backward_f32_neon(float* dx, const float* dout, const float* x, i64 n);
+void gelu_forward_f32_sve256(float* out, const float* x, i64 n);
+void gelu_backward_f32_sve256(float* dx, const float* dout, const float* x, i64 n);
+void gelu_forward_f32_sve512(float* out, const float* x, i64 n);
+void gelu_backward_f32_sve512(float* dx, const float* dout, const float* x, i64 n);
 
 GeluF32 gelu_f32(Isa isa) {
   static const PerIsa<GeluF32> set{{nullptr, nullptr},  // the scalar path's GELU is the layer's own loop
                                    SDPA_X86_ENTRY({gelu_forward_f32_avx2, gelu_backward_f32_avx2}),
                                    SDPA_X86_ENTRY({gelu_forward_f32_avx512, gelu_backward_f32_avx512}),
-                                   SDPA_ARM_ENTRY({gelu_forward_f32_neon, gelu_backward_f32_neon})};
+                                   SDPA_ARM_ENTRY({gelu_forward_f32_neon, gelu_backward_f32_neon}),
+                                   SDPA_ARM_ENTRY({gelu_forward_f32_sve256, gelu_backward_f32_sve256}),
+                                   SDPA_ARM_ENTRY({gelu_forward_f32_sve512, gelu_backward_f32_sve512})};
   return per_isa(set, isa, "gelu_f32");
 }
 

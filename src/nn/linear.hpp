@@ -80,6 +80,10 @@ void gemm_f32_avx512(float* C, i64 ldc, const float* A, i64 a_m, i64 a_k, const 
                      GemmStart start, i64 M, i64 K, i64 N);
 void gemm_f32_neon(float* C, i64 ldc, const float* A, i64 a_m, i64 a_k, const float* B, i64 ldb, const float* bias,
                    GemmStart start, i64 M, i64 K, i64 N);
+void gemm_f32_sve256(float* C, i64 ldc, const float* A, i64 a_m, i64 a_k, const float* B, i64 ldb, const float* bias,
+                     GemmStart start, i64 M, i64 K, i64 N);
+void gemm_f32_sve512(float* C, i64 ldc, const float* A, i64 a_m, i64 a_k, const float* B, i64 ldb, const float* bias,
+                     GemmStart start, i64 M, i64 K, i64 N);
 
 /// The kernel of `isa` (Isa::automatic: sdpa::active_isa()); throws sdpa::Error for an
 /// ISA this CPU cannot run.

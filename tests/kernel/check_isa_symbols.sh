@@ -5,14 +5,18 @@
 # engine16.cpp.o (the 16-bit engines) outside sdpa::detail::engine16, and the kernel tests'
 # fast_w16_on_avx2.cpp.o outside sdpa::detail::w16.
 # Arguments: the object files of the libraries that hold them (';'-separated ok); every one
-# of the library's 9 must be among them; other objects are skipped.
+# of the build's 9 (x86-64: scalar, avx2, avx512 and engine16; aarch64: scalar, neon, sve256,
+# sve512) must be among them; other objects are skipped. NM: the nm that reads them (a cross
+# build's own).
 set -euo pipefail
 status=0 checked=0 extra=""
 for obj in $(echo "$*" | tr ';' ' '); do
   case "$(basename "$obj")" in
     fast_scalar.cpp.o | fast_avx2.cpp.o | fast_avx512.cpp.o) space=detail ;;
-    convert_avx2.cpp.o | convert_avx512.cpp.o) space=detail ;;  # the bf16/fp16 helpers (half_<isa>.hpp)
+    fast_neon.cpp.o | fast_sve256.cpp.o | fast_sve512.cpp.o) space=detail ;;  # sve: with its conversions
+    convert_avx2.cpp.o | convert_avx512.cpp.o | convert_neon.cpp.o) space=detail ;;  # the bf16/fp16 helpers
     linear_scalar.cpp.o | linear_avx2.cpp.o | linear_avx512.cpp.o) space=nn ;;
+    linear_neon.cpp.o | linear_sve256.cpp.o | linear_sve512.cpp.o) space=nn ;;
     engine16.cpp.o) space=detail ;;
     fast_w16_on_avx2.cpp.o) space=detail ;;  # test-only: checked, not counted among the 9
     *) continue ;;
@@ -24,7 +28,11 @@ for obj in $(echo "$*" | tr ';' ' '); do
   esac
   # DW.ref.__gxx_personality_v0: a weak pointer to the C++ exception personality routine
   # that some builds (e.g. with sanitizers) emit per object; data, not ISA code.
-  leaks=$(nm -C "$obj" | awk '$2 ~ /^[WVu]$/' | grep -v -e "sdpa::${space}::${isa}::" -e 'DW\.ref\.__gxx_personality_v0$' || true)
+  # A name the demangler cannot read (GCC 12's c++filt does not know the SVE fixed-length
+  # types, __SVE_VLS) stays mangled: its namespace is then the prefix 4sdpa<n><space><n><isa>.
+  mangled="4sdpa${#space}${space}${#isa}${isa}"
+  leaks=$("${NM:-nm}" -C "$obj" | awk '$2 ~ /^[WVu]$/' |
+    grep -v -e "sdpa::${space}::${isa}::" -e "$mangled" -e 'DW\.ref\.__gxx_personality_v0$' || true)
   if [ -n "$leaks" ]; then
     echo "$obj: weak symbols outside sdpa::${space}::${isa}:"; echo "$leaks"; status=1
   fi

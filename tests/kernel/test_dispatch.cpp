@@ -13,8 +13,9 @@
 namespace sdpa::test {
 namespace {
 
-// The CPU kinds: what each one's CPUID (and Linux, for AMX; on aarch64 its hwcaps) reports.
-//                              avx2   avx512 bf16   amx    amd    neon
+// The CPU kinds: what each one's CPUID (and Linux, for AMX; on aarch64 its hwcaps and SVE's
+// vector length) reports.
+//                              avx2   avx512 bf16   amx    amd    neon   sve_bits
 constexpr CpuFeatures kOld{false, false, false, false, false};           // SSE only
 constexpr CpuFeatures kZen3{true, false, false, false, true};            // AVX2 + FMA
 constexpr CpuFeatures kSkylakeX{true, true, false, false, false};        // AVX-512, no BF16
@@ -22,7 +23,12 @@ constexpr CpuFeatures kZen4{true, true, true, false, true};              // AVX-
 constexpr CpuFeatures kCooperLake{true, true, true, false, false};       // AVX-512 + BF16, Intel, no AMX
 constexpr CpuFeatures kSapphireRapids{true, true, true, true, false};    // AVX-512 + AMX-BF16
 constexpr CpuFeatures kSapphireNoTiles{true, true, true, false, false};  // the same, Linux refused the tiles
-constexpr CpuFeatures kNeoverse{false, false, false, false, false, true};  // aarch64 (Graviton, Grace, Axion)
+constexpr CpuFeatures kNeoverseN1{false, false, false, false, false, true};       // aarch64, no SVE (Graviton2, Ampere)
+constexpr CpuFeatures kNeoverseV1{false, false, false, false, false, true, 256};  // SVE at 256 bits (Graviton3)
+constexpr CpuFeatures kNeoverseV2{false, false, false, false,
+                                  false, true,  128};                           // SVE at 128 (Grace, Graviton4, Axion)
+constexpr CpuFeatures kA64fx{false, false, false, false, false, true, 512};     // SVE at 512 bits (Fugaku)
+constexpr CpuFeatures kSve1024{false, false, false, false, false, true, 1024};  // a length no build has
 
 struct Row {
   const char* cpu_name;
@@ -66,10 +72,17 @@ const std::vector<Row>& table() {
       {"zen4", kZen4, {"scalar", "", ""}, Isa::scalar, E::dot},
       {"zen3", kZen3, {"scalar", "", ""}, Isa::scalar, E::widened},
       {"zen4", kZen4, {"avx512", "", ""}, Isa::avx512, E::dot},
-      // aarch64: NEON, its 16-bit operands widened whatever SDPA_AMX and SDPA_BF16_DOT say.
-      {"neoverse", kNeoverse, {}, Isa::neon, E::widened},
-      {"neoverse", kNeoverse, {"", "1", "1"}, Isa::neon, E::widened},
-      {"neoverse", kNeoverse, {"scalar", "", ""}, Isa::scalar, E::widened},
+      // aarch64: SVE where its length has a build (256, 512 bits), else NEON; 16-bit operands
+      // widened whatever SDPA_AMX and SDPA_BF16_DOT say.
+      {"neoverse-n1", kNeoverseN1, {}, Isa::neon, E::widened},
+      {"neoverse-n1", kNeoverseN1, {"", "1", "1"}, Isa::neon, E::widened},
+      {"neoverse-n1", kNeoverseN1, {"scalar", "", ""}, Isa::scalar, E::widened},
+      {"neoverse-v1", kNeoverseV1, {}, Isa::sve, E::widened},
+      {"neoverse-v1", kNeoverseV1, {"neon", "", ""}, Isa::neon, E::widened},
+      {"neoverse-v1", kNeoverseV1, {"", "1", "1"}, Isa::sve, E::widened},
+      {"a64fx", kA64fx, {}, Isa::sve, E::widened},
+      {"neoverse-v2", kNeoverseV2, {}, Isa::neon, E::widened},  // 128-bit SVE is no wider than NEON
+      {"sve1024", kSve1024, {}, Isa::neon, E::widened},
   };
   return rows;
 }
@@ -91,12 +104,12 @@ TEST(Dispatch, SelectionTable) {
 
 // Each CPU kind reaches each engine it can run: the table covers every face of the rule.
 TEST(Dispatch, TableCoversEveryEngineAndIsa) {
-  bool seen_isa[5] = {}, seen_engine[3] = {};
+  bool seen_isa[6] = {}, seen_engine[3] = {};
   for (const Row& r : table()) {
     seen_isa[static_cast<int>(r.isa)] = true;
     seen_engine[static_cast<int>(r.engine)] = true;
   }
-  for (Isa isa : {Isa::scalar, Isa::avx2, Isa::avx512, Isa::neon})
+  for (Isa isa : {Isa::scalar, Isa::avx2, Isa::avx512, Isa::neon, Isa::sve})
     EXPECT_TRUE(seen_isa[static_cast<int>(isa)]) << isa_name(isa);
   for (Engine16 e : {Engine16::widened, Engine16::amx, Engine16::dot})
     EXPECT_TRUE(seen_engine[static_cast<int>(e)]) << engine_name(e);
@@ -108,7 +121,7 @@ TEST(Dispatch, BadValuesNameTheVariable) {
     DispatchSettings env;
     const char* names;
   };
-  for (const CpuFeatures& cpu : {kOld, kZen3, kZen4, kSapphireRapids, kNeoverse}) {
+  for (const CpuFeatures& cpu : {kOld, kZen3, kZen4, kSapphireRapids, kNeoverseN1, kNeoverseV1}) {
     for (const Bad& b : {Bad{{"mmx", "", ""}, "SDPA_ISA"}, Bad{{"", "yes", ""}, "SDPA_AMX"},
                          Bad{{"", "", "yes"}, "SDPA_BF16_DOT"}, Bad{{"scalar", "", "2"}, "SDPA_BF16_DOT"}}) {
       SCOPED_TRACE(settings_text(b.env));
@@ -121,8 +134,9 @@ TEST(Dispatch, BadValuesNameTheVariable) {
     }
   }
   // An ISA the CPU lacks.
-  for (const auto& [cpu, isa] :
-       {std::pair{kOld, "avx2"}, std::pair{kZen3, "avx512"}, std::pair{kZen3, "neon"}, std::pair{kNeoverse, "avx2"}}) {
+  for (const auto& [cpu, isa] : {std::pair{kOld, "avx2"}, std::pair{kZen3, "avx512"}, std::pair{kZen3, "neon"},
+                                 std::pair{kNeoverseN1, "avx2"}, std::pair{kZen4, "sve"}, std::pair{kNeoverseN1, "sve"},
+                                 std::pair{kNeoverseV2, "sve"}, std::pair{kSve1024, "sve"}}) {
     try {
       select_dispatch(cpu, {isa, "", ""});
       ADD_FAILURE() << isa << " accepted";
@@ -147,6 +161,7 @@ TEST(Dispatch, ActiveIsTheRuleOnThisCpu) {
   EXPECT_TRUE(!f.avx512 || f.avx2);  // each level includes the one below
   EXPECT_TRUE(!f.avx512_bf16 || f.avx512);
   EXPECT_TRUE(!f.amx_bf16 || f.avx512_bf16);
+  EXPECT_TRUE(f.sve_bits == 0 || (f.neon && f.sve_bits % 128 == 0));  // SVE: AdvSIMD too, 128-bit granules
 }
 
 }  // namespace

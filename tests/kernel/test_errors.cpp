@@ -147,6 +147,7 @@ TEST(Errors, ForcedIsaTheCpuLacks) {
   EXPECT_THROW(parse_isa("sse9"), Error);
   EXPECT_EQ(parse_isa("avx2"), Isa::avx2);
   EXPECT_EQ(parse_isa("neon"), Isa::neon);
+  EXPECT_EQ(parse_isa("sve"), Isa::sve);
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
 #include <random>
 #include <string>
@@ -13,6 +14,7 @@
 
 #include "attention/engine16.hpp"
 #include "attention/fast.hpp"
+#include "common/per_isa.hpp"
 #include "common/tolerance.hpp"
 #include "sdpa/sdpa.hpp"
 
@@ -155,25 +157,30 @@ inline void round_all(std::vector<float>& x, Dtype t) {
   for (auto& e : x) e = round_to(t, e);
 }
 
-// ISAs this CPU can run (scalar always).
+// ISAs this CPU can run (scalar always), or of them those SDPA_TEST_ISAS names (a list such
+// as "sve" or "scalar,neon"): a run under QEMU at another SVE length need not repeat the paths
+// the previous run tested (scripts/test.sh).
 inline std::vector<Isa> runnable_isas() {
+  const char* only = std::getenv("SDPA_TEST_ISAS");
+  const std::string list = only != nullptr ? "," + std::string(only) + "," : "";
   std::vector<Isa> out;
-  for (Isa i : {Isa::scalar, Isa::avx2, Isa::avx512, Isa::neon})
-    if (isa_supported(i)) out.push_back(i);
+  for (Isa i : {Isa::scalar, Isa::avx2, Isa::avx512, Isa::neon, Isa::sve})
+    if (isa_supported(i) && (list.empty() || list.find("," + std::string(isa_name(i)) + ",") != std::string::npos))
+      out.push_back(i);
   return out;
 }
 
-// The kernel table of one ISA, for tests that call the kernel's pieces directly.
+// The kernel table of one ISA, for tests that call the kernel's pieces directly (sve: the
+// build of this CPU's vector length, as the library's dispatch takes it).
 inline const detail::FastKernels& fast_kernels(Isa isa) {
-  switch (isa) {
-#if defined(__x86_64__)  // each architecture builds its own paths
-    case Isa::avx512: return detail::fast_kernels_avx512();
-    case Isa::avx2: return detail::fast_kernels_avx2();
-#elif defined(__aarch64__)
-    case Isa::neon: return detail::fast_kernels_neon();
-#endif
-    default: return detail::fast_kernels_scalar();
-  }
+  using Table = const detail::FastKernels& (*)();
+  static const PerIsa<Table> set{detail::fast_kernels_scalar,
+                                 SDPA_X86_ENTRY(detail::fast_kernels_avx2),
+                                 SDPA_X86_ENTRY(detail::fast_kernels_avx512),
+                                 SDPA_ARM_ENTRY(detail::fast_kernels_neon),
+                                 SDPA_ARM_ENTRY(detail::fast_kernels_sve256),
+                                 SDPA_ARM_ENTRY(detail::fast_kernels_sve512)};
+  return per_isa(set, isa, "fast_kernels")();
 }
 
 // A (B, Hq, Nq, Dk) / (B, Hkv, Nk, Dk|Dv) problem in fp32 with its outputs and gradients, inputs

@@ -18,7 +18,7 @@ using sdpa::Isa;
 
 namespace {
 
-constexpr std::array<Isa, 4> kIsas{Isa::scalar, Isa::avx2, Isa::avx512, Isa::neon};
+constexpr std::array<Isa, 5> kIsas{Isa::scalar, Isa::avx2, Isa::avx512, Isa::neon, Isa::sve};
 constexpr std::array<nn::GemmStart, 3> kStarts{nn::GemmStart::zero, nn::GemmStart::bias, nn::GemmStart::accumulate};
 
 std::vector<float> floats(std::size_t n, unsigned seed) {
