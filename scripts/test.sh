@@ -46,10 +46,14 @@ stage "ASan + UBSan tests"
 # or any other failure fails the stage as it is.
 # The package.* tests (install to a prefix, build examples/ against it, run the moved install's
 # lab report) check where files go and run little that the cli.* and kernel tests do not: they
-# are left to the Release stage, which saves the sanitized stage a second lab report.
+# are left to the Release stage, which saves the sanitized stage a second lab report. The lab
+# report itself (cli.lab_report: every experiment at its full size, lab.json, then the page,
+# which Python draws) is left to the Release stage too: under the sanitizers it was the stage's
+# longest test (196 s), and its C++ still runs sanitized: every experiment in lab.Registry and
+# the lab.* tests, and the report's runs that end in an error (cli.lab_errors).
 asan_ctest() {
   (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure \
-    -E '^package\.' "$@")
+    -E '^package\.|^cli\.lab_report$' "$@")
 }
 if ! asan_ctest -j "$jobs"; then
   log=build-asan/Testing/Temporary/LastTest.log
@@ -68,18 +72,35 @@ fi
 
 stage "aarch64: cross build, kernel tests under QEMU"
 # The library and its kernel tests built for aarch64 (cmake/aarch64-linux-gnu.cmake) and run by
-# qemu-aarch64 through ctest, each on both of aarch64's paths (neon and scalar: the kernel tests
-# run every ISA the CPU has): every kernel test but the largest cases of five families (the
-# N = 1000 shapes, the two longest decoding grids, the explicit-mask determinism sweep, the
+# qemu-aarch64 through ctest (docs/design.md, "Other CPUs: the aarch64 build").
+# First with SVE off, on the two other paths (neon and scalar: the kernel tests run every ISA
+# the CPU has): every kernel test but the largest cases of five families (the N = 1000 shapes,
+# the two longest decoding grids, the explicit-mask determinism sweep, the
 # paged-against-contiguous bits), whose smaller cases still run; those are two fifths of the
-# suite's time under QEMU. And the training lab's GEMM and GELU on both paths, and its
-# thread-count bits with each forced (docs/design.md, "Other CPUs: the aarch64 build").
+# suite's time under QEMU. And the training lab's GEMM and GELU, and its thread-count bits
+# with each path forced.
+# Then the sve path alone (SDPA_TEST_ISAS=sve) at 256 and at 512 bits, each build's own
+# vector length. QEMU emulates SVE several times slower than NEON, so these runs take the
+# tests that reach each of the sve layer's primitives once: the shape grid against the fp64
+# reference (up to D 128), the decoding grid, the per-ISA NaN, empty-row, scratch, math and
+# thread-count decoding tests, 16-bit decoding, the conversions, the 8-bit codes, dropout's
+# Philox bits, and the projections' GEMM and GELU. The whole suite runs at each
+# length in a full run (README.md's aarch64 commands).
 mkdir -p build-arm64
 cmake -S . -B build-arm64 -G Ninja --toolchain cmake/aarch64-linux-gnu.cmake -DCMAKE_BUILD_TYPE=Release \
   -DSDPA_BUILD_APPS=OFF > build-arm64/configure.log 2>&1 || { cat build-arm64/configure.log; exit 1; }
 cmake --build build-arm64 -j "$jobs" --target sdpa_kernel_tests sdpa_nn_tests
-(cd build-arm64 && ctest --output-on-failure -j "$jobs" -R '^kernel\.|^nn\.(LinearIsa|threads)\.' \
-  -E 'N1000_|decode_Hq6_Hkv3_Nq1_Nk12345|decode_Hq8_Hkv2_Nq3_Nk9000|ExplicitMaskGivesTheBitsOfItsStructure|PagedGivesTheContiguousBits')
+(cd build-arm64 && QEMU_CPU=max,sve=off ctest --output-on-failure -j "$jobs" \
+  -R '^kernel\.|^nn\.(LinearIsa|threads)\.' -E 'N1000_|decode_Hq6_Hkv3_Nq1_Nk12345|decode_Hq8_Hkv2_Nq3_Nk9000|ExplicitMaskGivesTheBitsOfItsStructure|PagedGivesTheContiguousBits')
+sve_tests='^kernel\.(Shapes/Grid|Features/Grid\.FastMatchesReference/decode_|Isa/(NaNs|EmptyRows|Scratch)|'
+sve_tests+='Isa/VectorMath|Isa/Determinism\.Decoding|Kernel/Dtypes\.(Bf16|Fp16)WithinTheRule/decode_lanes5_|'
+sve_tests+='Half|KvQuant|QuantizedKvCache\.MatchesTheReference|'
+sve_tests+='Dropout\.FastKernelMaskIsTheReferenceMask)|^nn\.LinearIsa\.'
+for cpu in max,sve256=on max,sve512=on; do
+  echo "=== aarch64 sve path, QEMU_CPU=$cpu"
+  (cd build-arm64 && QEMU_CPU=$cpu SDPA_TEST_ISAS=sve ctest --output-on-failure -j "$jobs" \
+    -R "$sve_tests" -E 'N1000_|_D256|Nk12345|Nk9000|SameBitsFor1_2_7Threads/')
+done
 
 if [ -f scripts/fuzz_smoke.sh ]; then
   stage "fuzz smoke (.npy parser, KV-cache calls; libFuzzer)"
