@@ -5,7 +5,7 @@
 # then the Python package built with pip and its pytest suite. Exits non-zero on any failure.
 # Prints each stage's elapsed seconds.
 # SDPA_JOBS limits build and ctest parallelism (default: all cores); FUZZ_SECONDS the
-# fuzz smoke's length per target (default 60); SDPA_PY_TORCH=0 skips installing PyTorch for the
+# fuzz smoke's length per target in CI (default 30); SDPA_PY_TORCH=0 skips installing PyTorch for the
 # Python tests (see scripts/python_test.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -102,7 +102,7 @@ echo "=== aarch64 sve path at 512 bits"
 
 if [ -f scripts/fuzz_smoke.sh ]; then
   stage "fuzz smoke (.npy parser, KV-cache calls; libFuzzer)"
-  FUZZ_SECONDS=${FUZZ_SECONDS:-60} bash scripts/fuzz_smoke.sh
+  FUZZ_SECONDS=${FUZZ_SECONDS:-30} bash scripts/fuzz_smoke.sh
 fi
 
 stage "Python package (pip install . into .venv, pytest)"
