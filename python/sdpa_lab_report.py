@@ -285,6 +285,7 @@ def main():
     with open(args.data, encoding="utf-8") as f:
         doc = json.load(f)
     sections, summary = [], []
+    samples_flag = f' --samples {doc["samples"]}' if doc.get("samples") else ""
     for t in doc["experiments"]:
         name, verdict = t["name"], t["verdict"]
         cls = {"holds": "holds", "fails": "fails"}.get(t["outcome"], "only")
@@ -300,13 +301,18 @@ def main():
             f'<div>verdict</div><div><span class="verdict {cls}">{html.escape(verdict)}</span></div></div>'
             f'<p>{html.escape(t["discussion"])}</p>{"".join(imgs)}'
             f'<p><a href="{html.escape(args.docs)}#{html.escape(name)}">derivation</a> · table computed in '
-            f'{t["seconds"]:.1f} s · <code>sdpa lab {html.escape(name)} --seed {doc["seed"]}</code> reproduces it</p>'
+            f'{t["seconds"]:.1f} s · <code>sdpa lab {html.escape(name)} --seed {doc["seed"]}{samples_flag}</code> '
+            f'reproduces it</p>'
             f'{table_html(t["rows"])}</section>')
+    draft = ""
+    if doc.get("samples"):
+        draft = (f' <b>A draft at --samples {doc["samples"]}</b>: every experiment ran at that size, not its '
+                 f'own, so a verdict may not hold at the full size.')
     page = (f'<!doctype html><html><head><meta charset="utf-8"><title>sdpa lab: why √d_k</title>'
             f'<style>{CSS}</style></head><body><h1>Why attention divides by √d_k — measured</h1>'
             f'<p class="sub">sdpa {html.escape(doc["version"])}, kernel ISA {html.escape(doc["isa"])}, seed '
             f'{doc["seed"]}; experiments took {doc["experiments_seconds"]:.1f} s. Every score, softmax and gradient '
-            f'below comes from the library\'s own attention kernel.</p>'
+            f'below comes from the library\'s own attention kernel.{draft}</p>'
             f'<table class="summary"><tr><th>claim</th><th>verdict</th></tr>{"".join(summary)}</table>'
             f'{"".join(sections)}</body></html>\n')
     sys.stdout.write(page)

@@ -34,6 +34,7 @@ struct Args {
 // Runs every experiment, then the plotting script, and commits DIR/index.html and
 // DIR/lab.json together; nothing is written to DIR unless all of it succeeded.
 int run_report(const Args& a, const std::string& out_dir) {
+  if (a.settings.samples < 0) throw Error("--samples: must be >= 0, got " + std::to_string(a.settings.samples));
   const ReportDir dir(out_dir);
   const std::string script = io::data_file("sdpa_lab_report.py");  // before the experiments, not after
   const std::string docs = io::data_file("lab.md");
@@ -108,6 +109,11 @@ Command add_lab(CLI::App& parent) {
   report->add_option("--out", *out_dir, "Output directory (created if missing)")->required();
   report->add_option("--seed", a->settings.seed, "Random seed")->capture_default_str();
   report->add_option("--threads", a->settings.threads, "Threads (0 = all)")->capture_default_str();
+  report
+      ->add_option("--samples", a->settings.samples,
+                   "Samples for every experiment (0: each one's default; fewer is a quick draft whose verdicts "
+                   "may not hold)")
+      ->capture_default_str();
   report->callback([a, chosen, out_dir] { *chosen = [a, out_dir] { return run_report(*a, *out_dir); }; });
   return {lab, [chosen] { return (*chosen)(); }};
 }

@@ -165,6 +165,7 @@ nlohmann::ordered_json report(const Settings& s, const ReportProgress& progress)
   return {{"version", SDPA_VERSION_STRING},
           {"isa", isa_name(active_isa())},
           {"seed", s.seed},
+          {"samples", s.samples},  // 0: each experiment's default; otherwise a draft at that size
           {"experiments", std::move(tables)},
           {"experiments_seconds", seconds_since(t_start)}};
 }

@@ -635,7 +635,10 @@ PY
     [ ! -e rep1 ] || fail "a failed report left its directory behind"
     mkdir bad && printf 'import sys\nsys.exit(3)\n' > bad/sdpa_lab_report.py && touch bad/lab.md
     mkdir rep2
-    expect_error "exit status 3" env SDPA_DATA_DIR="$PWD/bad" "$sdpa" lab report --out rep2
+    expect_error "--samples" "$sdpa" lab report --samples -1 --out rep3
+    [ ! -e rep3 ] || fail "a refused report left its directory behind"
+    # The script fails after every experiment ran: a draft's few samples reach it in seconds.
+    expect_error "exit status 3" env SDPA_DATA_DIR="$PWD/bad" "$sdpa" lab report --samples 20 --out rep2
     [ -z "$(ls -A rep2)" ] || fail "a failed report left files: $(ls -A rep2)" ;;
   lab_report)
     "$sdpa" lab report --out rep > log.txt
