@@ -343,7 +343,14 @@ TEST(Isa, Avx512PathRunsHere) {
 // partial sums, reduced together (kernel/decode.inl's score_block), so W = 16 and AVX2's
 // W = 8 group the sums differently and some of the 8·1000 scores, hence outputs, differ in
 // their last bits; ignoring the seam would give AVX2's bits.
+#if SDPA_TEST_W16_ON_AVX2
+constexpr bool kW16Built = true;
+#else
+constexpr bool kW16Built = false;
+#endif
+
 TEST(Isa, W16OnAvx2RunsThroughTheSeam) {
+  if (!kW16Built) GTEST_SKIP() << "built without SDPA_TEST_W16_ON_AVX2 (CMake option)";
   if (!isa_supported(Isa::avx2)) GTEST_SKIP() << "this CPU has no AVX2: the W = 16 build runs on AVX2";
   const KernelVariant w16 = kernel_variants().back();
   ASSERT_NE(w16.emulated, nullptr);
@@ -407,6 +414,7 @@ std::vector<float> tiled_call_bits(const KernelVariant& kv, i64 B, i64 Hq, i64 H
 }
 
 TEST(Isa, W16OnAvx2GivesAvx2BitsOnTiledCalls) {
+  if (!kW16Built) GTEST_SKIP() << "built without SDPA_TEST_W16_ON_AVX2 (CMake option)";
   if (!isa_supported(Isa::avx2)) GTEST_SKIP() << "this CPU has no AVX2: the W = 16 build runs on AVX2";
   const std::vector<KernelVariant> kernels = kernel_variants();
   const KernelVariant w16 = kernels.back(), avx2 = kernels[1];

@@ -163,7 +163,7 @@ TEST(Half, BulkConversionsMatchScalarOnEveryIsa) {
   }
   std::vector<std::pair<std::string, const detail::ConvertKernels*>> tables;
   for (Isa isa : runnable_isas()) tables.emplace_back(isa_name(isa), &detail::convert_kernels(isa));
-#if defined(__x86_64__)
+#if defined(__x86_64__) && SDPA_TEST_W16_ON_AVX2
   if (isa_supported(Isa::avx2))  // convert_kernel.inl at AVX-512's 16 lanes (util.hpp)
     tables.emplace_back("w16 on avx2", &detail::convert_kernels_w16_on_avx2());
 #endif

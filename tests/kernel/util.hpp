@@ -224,7 +224,7 @@ struct Problem4 {
 namespace sdpa::detail {
 // kernel/kernel.inl as the AVX-512 path compiles them (W = 16, its
 // register tile, 16-bit masks), on pairs of AVX2 registers (fast_w16_on_avx2.cpp): built
-// into the kernel tests only; needs AVX2.
+// into the kernel tests only (where CMake's SDPA_TEST_W16_ON_AVX2 is on); needs AVX2.
 const FastKernels& fast_kernels_w16_on_avx2();
 const ConvertKernels& convert_kernels_w16_on_avx2();  // convert_kernel.inl at 16 lanes, likewise
 }  // namespace sdpa::detail
@@ -261,7 +261,7 @@ inline std::vector<KernelVariant> kernel_variants() {
 #endif
     out.push_back({isa, nullptr, isa_name(isa), isa_name(isa)});
   }
-#if defined(__x86_64__)
+#if defined(__x86_64__) && SDPA_TEST_W16_ON_AVX2
   if (isa_supported(Isa::avx2))
     out.push_back({Isa::avx2, &detail::fast_kernels_w16_on_avx2(), "avx512-shaped (W=16 on AVX2)", "w16_on_avx2"});
 #endif
