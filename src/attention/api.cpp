@@ -41,22 +41,30 @@ bool backward_on_engine(Engine16 engine, const Problem& p) {
 }
 void set_kernels_for_tests(const FastKernels* kernels) { kernels_for_tests.store(kernels, std::memory_order_relaxed); }
 
-const FastKernels& kernels_for(const Options& opt) {
-  if (const FastKernels* k = kernels_for_tests.load(std::memory_order_relaxed)) return *k;
-  // The avx512 path's table is the one of the engine the dispatch chose.
+const FastKernels& fast_kernels(Isa isa) {
   static const PerIsa<const FastKernels& (*)()> set{fast_kernels_scalar,
                                                     SDPA_X86_ENTRY(fast_kernels_avx2),
-                                                    SDPA_X86_ENTRY([]() -> const FastKernels& {
-                                                      switch (engine_for(Isa::avx512)) {
-                                                        case Engine16::amx: return fast_kernels_avx512_amx();
-                                                        case Engine16::dot: return fast_kernels_avx512_dot();
-                                                        default: return fast_kernels_avx512();
-                                                      }
-                                                    }),
+                                                    SDPA_X86_ENTRY(fast_kernels_avx512),
                                                     SDPA_ARM_ENTRY(fast_kernels_neon),
                                                     SDPA_ARM_ENTRY(fast_kernels_sve256),
                                                     SDPA_ARM_ENTRY(fast_kernels_sve512)};
-  return per_isa(set, opt.isa, "isa")();
+  return per_isa(set, isa, "isa")();
+}
+
+const FastKernels& kernels_for(const Options& opt) {
+  if (const FastKernels* k = kernels_for_tests.load(std::memory_order_relaxed)) return *k;
+  const FastKernels& widening = fast_kernels(opt.isa);
+#if defined(__x86_64__)
+  // The avx512 path's table is the one of the engine the dispatch chose.
+  if (&widening == &fast_kernels_avx512()) {
+    switch (engine_for(Isa::avx512)) {
+      case Engine16::amx: return fast_kernels_avx512_amx();
+      case Engine16::dot: return fast_kernels_avx512_dot();
+      default: break;
+    }
+  }
+#endif
+  return widening;
 }
 
 namespace {

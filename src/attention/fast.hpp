@@ -126,7 +126,12 @@ CacheSequence cache_sequence(View4<const T> q, View4<const std::uint8_t> k, View
 // each sequence's bits those of sdpa::forward on it alone, for any thread count. Fills plan's
 // dispatch, threads, splits and item counts where not null.
 void forward_cache_sequences(const std::vector<CacheSequence>& seqs, const Options& opt, Plan* plan);
+// The table a call runs: its ISA's (Options::isa, or the dispatch's), on AVX-512 the one of the
+// engine the dispatch chose; a test's table while one is set (set_kernels_for_tests).
 const FastKernels& kernels_for(const Options& opt);
+// One ISA's table, 16-bit operands widened to fp32 (sve: the build of this CPU's vector
+// length), for tests that call the kernel's pieces directly; Isa::automatic: the dispatch's.
+const FastKernels& fast_kernels(Isa isa);
 
 // The work items of a forward of B·Hkv kv heads with `lanes` query lanes each (group·Nq) over Nk
 // keys: lane tiles times key splits (api.cpp's split-KV rule), as sdpa::forward makes them.

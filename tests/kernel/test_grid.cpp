@@ -350,7 +350,7 @@ constexpr bool kW16Built = false;
 #endif
 
 TEST(Isa, W16OnAvx2RunsThroughTheSeam) {
-  if (!kW16Built) GTEST_SKIP() << "built without SDPA_TEST_W16_ON_AVX2 (CMake option)";
+  if (!kW16Built) GTEST_SKIP() << "the W = 16 build is in the tests on x86-64 with SDPA_TEST_W16_ON_AVX2 on only";
   if (!isa_supported(Isa::avx2)) GTEST_SKIP() << "this CPU has no AVX2: the W = 16 build runs on AVX2";
   const KernelVariant w16 = kernel_variants().back();
   ASSERT_NE(w16.emulated, nullptr);
@@ -414,7 +414,7 @@ std::vector<float> tiled_call_bits(const KernelVariant& kv, i64 B, i64 Hq, i64 H
 }
 
 TEST(Isa, W16OnAvx2GivesAvx2BitsOnTiledCalls) {
-  if (!kW16Built) GTEST_SKIP() << "built without SDPA_TEST_W16_ON_AVX2 (CMake option)";
+  if (!kW16Built) GTEST_SKIP() << "the W = 16 build is in the tests on x86-64 with SDPA_TEST_W16_ON_AVX2 on only";
   if (!isa_supported(Isa::avx2)) GTEST_SKIP() << "this CPU has no AVX2: the W = 16 build runs on AVX2";
   const std::vector<KernelVariant> kernels = kernel_variants();
   const KernelVariant w16 = kernels.back(), avx2 = kernels[1];

@@ -14,7 +14,6 @@
 
 #include "attention/engine16.hpp"
 #include "attention/fast.hpp"
-#include "common/per_isa.hpp"
 #include "common/tolerance.hpp"
 #include "sdpa/sdpa.hpp"
 
@@ -170,18 +169,7 @@ inline std::vector<Isa> runnable_isas() {
   return out;
 }
 
-// The kernel table of one ISA, for tests that call the kernel's pieces directly (sve: the
-// build of this CPU's vector length, as the library's dispatch takes it).
-inline const detail::FastKernels& fast_kernels(Isa isa) {
-  using Table = const detail::FastKernels& (*)();
-  static const PerIsa<Table> set{detail::fast_kernels_scalar,
-                                 SDPA_X86_ENTRY(detail::fast_kernels_avx2),
-                                 SDPA_X86_ENTRY(detail::fast_kernels_avx512),
-                                 SDPA_ARM_ENTRY(detail::fast_kernels_neon),
-                                 SDPA_ARM_ENTRY(detail::fast_kernels_sve256),
-                                 SDPA_ARM_ENTRY(detail::fast_kernels_sve512)};
-  return per_isa(set, isa, "fast_kernels")();
-}
+using detail::fast_kernels;  // one ISA's table (attention/fast.hpp)
 
 // A (B, Hq, Nq, Dk) / (B, Hkv, Nk, Dk|Dv) problem in fp32 with its outputs and gradients, inputs
 // standard normal from `seed` (Buf::cast gives the same values in a 16-bit dtype).
