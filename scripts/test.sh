@@ -21,7 +21,9 @@ stage() {
   stage_name=$* stage_start=$SECONDS
   echo; echo "=== $stage_name (t = $((SECONDS - start)) s)"
 }
-trap '[ $? -eq 0 ] || echo "=== FAILED in stage: $stage_name (t = $((SECONDS - start)) s)"' EXIT
+py_env_pid=""  # the background venv setup (below), stopped if a stage fails first
+trap '[ $? -eq 0 ] || echo "=== FAILED in stage: $stage_name (t = $((SECONDS - start)) s)"
+      [ -z "$py_env_pid" ] || kill "$py_env_pid" 2> /dev/null || true' EXIT
 
 # The largest cases of five kernel test families (the N = 1000 shapes, the two longest decoding
 # grids, the explicit-mask determinism sweep, the paged-against-contiguous bits): the Release
@@ -40,7 +42,6 @@ bash scripts/setup.sh
 py_env_log=$(mktemp)
 bash scripts/python_env.sh > "$py_env_log" 2>&1 &
 py_env_pid=$!
-trap '[ $? -eq 0 ] || echo "=== FAILED in stage: $stage_name (t = $((SECONDS - start)) s)"; kill "$py_env_pid" 2> /dev/null || true' EXIT
 
 stage "Release build"
 bash scripts/build.sh build -DCMAKE_BUILD_TYPE=Release
@@ -126,6 +127,7 @@ fi
 
 stage "Python package (pip install . into .venv, pytest)"
 wait "$py_env_pid" || echo "python: the background venv setup failed (exit $?); python_test.sh tries again"
+py_env_pid=""
 echo "--- the venv, filled in the background:"; cat "$py_env_log"; rm -f "$py_env_log"
 bash scripts/python_test.sh
 

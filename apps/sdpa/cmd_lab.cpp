@@ -31,10 +31,15 @@ struct Args {
   }
 };
 
+// --samples, for one experiment and for the report alike (0: each experiment's default).
+void check_samples(const lab::Settings& s) {
+  if (s.samples < 0) throw Error("--samples: must be >= 0, got " + std::to_string(s.samples));
+}
+
 // Runs every experiment, then the plotting script, and commits DIR/index.html and
 // DIR/lab.json together; nothing is written to DIR unless all of it succeeded.
 int run_report(const Args& a, const std::string& out_dir) {
-  if (a.settings.samples < 0) throw Error("--samples: must be >= 0, got " + std::to_string(a.settings.samples));
+  check_samples(a.settings);
   const ReportDir dir(out_dir);
   const std::string script = io::data_file("sdpa_lab_report.py");  // before the experiments, not after
   const std::string docs = io::data_file("lab.md");
@@ -93,7 +98,7 @@ Command add_lab(CLI::App& parent) {
     }
     sub->callback([a, chosen, &e] {
       *chosen = [a, &e] {
-        if (a->settings.samples < 0) throw Error("--samples: must be >= 0, got " + std::to_string(a->settings.samples));
+        check_samples(a->settings);
         a->settings.dists.clear();
         for (const auto& d : a->dists) a->settings.dists.push_back(lab::parse_dist(d));
         const auto format = lab::parse_format(a->format);
