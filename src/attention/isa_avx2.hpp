@@ -120,6 +120,12 @@ struct Ops {
     __asm__("" : "+x"(x));
     return x;
   }
+  // The score loop's query vectors are not pinned: with 4 lanes × 2 keys, 8 accumulators, 4
+  // pinned queries and 2 keys fill 14 of 16 registers, and the 4 query loads are a quarter of
+  // each step's instructions. Folded into the FMAs (each query read by the block's 2 keys),
+  // the int8 cache's step ran 5 % faster on Zen 3, the others unchanged within noise
+  // (docs/performance.md, "Decoding from an 8-bit KV cache").
+  static __m256 pin_query(__m256 x) { return x; }
 };
 
 }  // namespace decode

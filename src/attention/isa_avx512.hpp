@@ -112,6 +112,7 @@ struct Ops {
     __asm__("" : "+v"(x));
     return x;
   }
+  static __m512 pin_query(__m512 x) { return pin(x); }  // the score loop's queries (isa_avx2.hpp's differs)
 };
 
 }  // namespace decode

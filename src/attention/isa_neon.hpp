@@ -110,6 +110,7 @@ struct Ops {
     __asm__("" : "+w"(x));
     return x;
   }
+  static float32x4_t pin_query(float32x4_t x) { return pin(x); }
 };
 
 }  // namespace decode

@@ -121,6 +121,7 @@ struct Ops {
     __asm__("" : "+w"(x));
     return x;
   }
+  static VecF32 pin_query(VecF32 x) { return pin(x); }
 };
 
 }  // namespace decode

@@ -137,6 +137,7 @@ struct Ops {
     __asm__("" : "+x"(x.lo), "+x"(x.hi));
     return x;
   }
+  static Vec::R pin_query(Vec::R x) { return pin(x); }
 };
 
 }  // namespace decode

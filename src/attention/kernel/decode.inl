@@ -3,7 +3,7 @@
 // every K and V load. forward_item (forward.inl) sends it the items `decode::applies`
 // to; the scalar build keeps forward_few_lanes. Written once against `Vec` and a small
 // per-ISA set of primitives `Ops` (isa_avx512.hpp, isa_avx2.hpp: the element loads,
-// the W-into-1 reduction, the per-group max and sum, the lane mask test, pin), and included
+// the W-into-1 reduction, the per-group max and sum, the lane mask test, pin and pin_query), and included
 // inside namespace decode of each SIMD ISA by kernel.inl where the ISA layer defines
 // SDPA_FUSED_DECODE.
 //
@@ -79,7 +79,7 @@ inline R score_block(const E* const* k, const float* q, i64 ldq, i64 Dk, const E
     }
     R qv[NL];
     SDPA_UNROLL
-    for (int l = 0; l < NL; ++l) qv[l] = Ops::pin(Vec::load(q + l * ldq + d));  // q is zero-padded
+    for (int l = 0; l < NL; ++l) qv[l] = Ops::pin_query(Vec::load(q + l * ldq + d));  // q is zero-padded
     SDPA_UNROLL
     for (int c = 0; c < KB; ++c) {
       const R kv = Ops::pin(decltype(part)::value ? Ops::load_part(k[c] + d, m) : Ops::load(k[c] + d));
