@@ -70,18 +70,21 @@ def describe(experiment: str) -> dict:
     raise ValueError(f"experiment: unknown lab experiment {experiment!r} (known: {', '.join(experiments())})")
 
 
-def report(*, seed: int = 1, threads: int = 0) -> dict:
-    """Runs every experiment at its defaults, as `sdpa lab report` does, and returns the report's
-    document (what the CLI writes as lab.json): version, isa, seed, and per experiment its table
-    (name, title, columns, rows, verdict) with heading, seeds, discussion and seconds. Takes about
-    as long as the report (tens of seconds)."""
+def report(*, seed: int = 1, samples: int = 0, threads: int = 0) -> dict:
+    """Runs every experiment, as `sdpa lab report` does, and returns the report's document (what
+    the CLI writes as lab.json): version, isa, seed, samples, and per experiment its table (name,
+    title, columns, rows, verdict) with heading, seeds, discussion and seconds. samples: 0 runs each
+    experiment at its defaults (tens of seconds); N > 0 a draft at N samples per experiment, as
+    `sdpa lab report --samples N`, whose verdicts may not hold."""
     import json
-    for name, val in (("seed", seed), ("threads", threads)):
+    for name, val in (("seed", seed), ("samples", samples), ("threads", threads)):
         if isinstance(val, bool) or not isinstance(val, (int, np.integer)):
             raise TypeError(f"{name}: expected an int, got {val!r}")
     if seed < 0:
         raise ValueError(f"seed: must be >= 0, got {seed}")
-    return json.loads(_ext.lab_report(int(seed), int(threads)))
+    if samples < 0:
+        raise ValueError(f"samples: must be >= 0 (0: each experiment's default), got {samples}")
+    return json.loads(_ext.lab_report(int(seed), int(samples), int(threads)))
 
 
 def run(experiment: str, *, seed: int = 1, samples: int = 0, threads: int = 0, dists=None,

@@ -654,15 +654,18 @@ NB_MODULE(_ext, m) {
         "The lab's registry: one dict per experiment (name, heading, seeds, help, claim, takes_dists).");
   m.def(
       "lab_report",
-      [](std::uint64_t seed, int threads) {
+      [](std::uint64_t seed, std::int64_t samples, int threads) {
+        if (samples < 0)
+          throw sdpa::Error("samples: must be >= 0 (0 = each experiment's default), got " + std::to_string(samples));
         if (threads < 0) throw sdpa::Error("threads: must be >= 0 (0 = all available), got " + std::to_string(threads));
-        sdpa::lab::Settings s;  // every experiment at its defaults, as `sdpa lab report` runs them
+        sdpa::lab::Settings s;  // as `sdpa lab report` runs them: each experiment's defaults, or a draft at `samples`
         s.seed = seed;
+        s.samples = samples;
         s.threads = threads;
         nb::gil_scoped_release unlocked;
         return sdpa::lab::report(s).dump();
       },
-      nb::arg("seed"), nb::arg("threads"), "The lab report's document (lab.json) as JSON text.");
+      nb::arg("seed"), nb::arg("samples"), nb::arg("threads"), "The lab report's document (lab.json) as JSON text.");
   m.def(
       "check",
       [](std::int64_t B, std::int64_t Hq, std::int64_t Hkv, std::int64_t Nq, std::int64_t Nk, std::int64_t Dk,

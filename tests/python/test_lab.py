@@ -97,10 +97,12 @@ def test_errors_name_the_argument(kwargs, exc, match):
 
 
 def test_report_is_the_lab_libraries_document():
-    # What `sdpa lab report` writes as lab.json, built by the lab library: every experiment in the
-    # registry's order, each with its table, verdict and the page's text.
-    doc = sdpa.lab.report(seed=3)
+    # What `sdpa lab report --samples 20` writes as lab.json, built by the lab library: every
+    # experiment in the registry's order, each with its table, verdict and the page's text (a draft
+    # size: the document's shape is checked here; `sdpa lab report` at the defaults in cli.lab_report).
+    doc = sdpa.lab.report(seed=3, samples=20)
     assert doc["version"] == sdpa.__version__ and doc["isa"] == sdpa.active_isa() and doc["seed"] == 3
+    assert doc["samples"] == 20
     assert [e["name"] for e in doc["experiments"]] == sdpa.lab.experiments()
     for e in doc["experiments"]:
         assert set(VERDICT_KEYS) <= set(e) and all(isinstance(e[k], str) and e[k] for k in VERDICT_KEYS), e["name"]
@@ -108,3 +110,7 @@ def test_report_is_the_lab_libraries_document():
     assert doc["experiments_seconds"] >= sum(e["seconds"] for e in doc["experiments"]) * 0.99
     with pytest.raises(ValueError, match="^seed"):
         sdpa.lab.report(seed=-1)
+    with pytest.raises(ValueError, match="^samples"):
+        sdpa.lab.report(samples=-1)
+    with pytest.raises(TypeError, match="^samples"):
+        sdpa.lab.report(samples=2.5)
