@@ -315,9 +315,13 @@ void sink_grads(const Problem& p, const View3<const float>& lse, const std::vect
 
 // Split-KV: with few items (decoding: a handful of query rows per kv head) the keys are
 // cut into splits whose partial results are merged by their lse. Decided by the shape
-// alone, never by the thread count, so the bits do not depend on the threads either.
-constexpr i64 kSplitBelowItems = 8;  // split when a call has fewer items than this
-constexpr i64 kSplitKeys = 2048;     // ... into splits of at least this many keys
+// alone, never by the thread count, so the bits do not depend on the threads either; so
+// the target is the item count a many-core CPU needs, not this machine's: 64 equal items
+// keep 2, 4, 8, 16, 32 or 64 threads all busy (a decoding step's 8 kv heads unsplit left
+// half of 16 cores idle). What a split costs is its partial row and the merge's read of
+// it: Dv floats per lane against the split's ≥ 2048 keys of K and V.
+constexpr i64 kSplitItems = 64;   // split a call with fewer items than this, towards this many
+constexpr i64 kSplitKeys = 2048;  // ... into splits of at least this many keys
 constexpr i64 kMaxSplits = 16;
 
 // The one-pass backward's scratch per worker (its dQ: group·Nq rows of Dk) at most this
@@ -325,8 +329,8 @@ constexpr i64 kMaxSplits = 16;
 constexpr i64 kOnePassMaxFloats = i64{4} << 20;
 
 i64 kv_splits(i64 Nk, i64 items) {
-  if (items >= kSplitBelowItems || Nk < 2 * kSplitKeys) return 1;
-  return std::min(kMaxSplits, std::min(ceil_div(kSplitBelowItems * 2, items), Nk / kSplitKeys));
+  if (items >= kSplitItems || Nk < 2 * kSplitKeys) return 1;
+  return std::min(kMaxSplits, std::min(ceil_div(kSplitItems, items), Nk / kSplitKeys));
 }
 
 // Row `row` = (b, kv head, lane) of a split call: its splits' partial results (part_out, part_lse:

@@ -50,6 +50,23 @@ TEST(Plan, DecodingItemsTakeTheFusedLoopAndSplitTheKeys) {
   }
 }
 
+// A decoding step's 8 kv heads are 8 items: unsplit they would leave half of a 16-core CPU idle.
+// The rule splits towards 64 items (keys allowing), whatever this machine's thread count.
+TEST(Plan, DecodingKvHeadsSplitTowardsSixtyFourItems) {
+  Problem4 x(1, 32, 8, 1, 16384, 16, 16, 12);          // 8 items of 4 lanes; 16384 keys allow 8 splits of 2048
+  Problem4 short_keys(1, 32, 8, 1, 4096, 16, 16, 13);  // 4096 keys: two splits at most
+  for (Isa isa : runnable_isas()) {
+    SCOPED_TRACE(isa_name(isa));
+    Options o;
+    o.isa = isa;
+    o.threads = 1;
+    const Plan plan = forward_plan(x, o);
+    EXPECT_EQ(plan.kv_splits, 8);
+    EXPECT_EQ(plan.decoding_items + plan.few_lane_items, 64);
+    EXPECT_EQ(forward_plan(short_keys, o).kv_splits, 2);
+  }
+}
+
 TEST(Plan, PrefillItemsAreTiledOrOnTheEngine) {
   Problem4 x(1, 2, 2, 130, 130, 64, 64, 11);  // per head 130 rows: tiles of 64, 64 and a last of 2 lanes
   for (Isa isa : runnable_isas()) {
