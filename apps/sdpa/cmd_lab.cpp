@@ -31,15 +31,10 @@ struct Args {
   }
 };
 
-// --samples, for one experiment and for the report alike (0: each experiment's default).
-void check_samples(const lab::Settings& s) {
-  if (s.samples < 0) throw Error("--samples: must be >= 0, got " + std::to_string(s.samples));
-}
-
 // Runs every experiment, then the plotting script, and commits DIR/index.html and
 // DIR/lab.json together; nothing is written to DIR unless all of it succeeded.
 int run_report(const Args& a, const std::string& out_dir) {
-  check_samples(a.settings);
+  lab::check(a.settings);  // before the directory and the script: a refused report leaves nothing
   const ReportDir dir(out_dir);
   const std::string script = io::data_file("sdpa_lab_report.py");  // before the experiments, not after
   const std::string docs = io::data_file("lab.md");
@@ -96,15 +91,14 @@ Command add_lab(CLI::App& parent) {
           ->capture_default_str();
       sub->add_option("--max-dk", a->settings.max_dk, "Largest d_k (powers of two from 1)")->capture_default_str();
     }
-    sub->callback([a, chosen, &e] {
-      *chosen = [a, &e] {
-        check_samples(a->settings);
+    sub->callback([a, chosen, &e, sub] {
+      *chosen = with_flag_names(sub, [a, &e] {
         a->settings.dists.clear();
         for (const auto& d : a->dists) a->settings.dists.push_back(lab::parse_dist(d));
         const auto format = lab::parse_format(a->format);
         fmt::print("{}", lab::render(lab::run(e, a->settings), format));
         return 0;
-      };
+      });
     });
   }
   auto out_dir = std::make_shared<std::string>();
@@ -119,7 +113,9 @@ Command add_lab(CLI::App& parent) {
                    "Samples for every experiment (0: each one's default; fewer is a quick draft whose verdicts "
                    "may not hold)")
       ->capture_default_str();
-  report->callback([a, chosen, out_dir] { *chosen = [a, out_dir] { return run_report(*a, *out_dir); }; });
+  report->callback([a, chosen, out_dir, report] {
+    *chosen = with_flag_names(report, [a, out_dir] { return run_report(*a, *out_dir); });
+  });
   return {lab, [chosen] { return (*chosen)(); }};
 }
 

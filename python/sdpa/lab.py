@@ -82,8 +82,6 @@ def report(*, seed: int = 1, samples: int = 0, threads: int = 0) -> dict:
             raise TypeError(f"{name}: expected an int, got {val!r}")
     if seed < 0:
         raise ValueError(f"seed: must be >= 0, got {seed}")
-    if samples < 0:
-        raise ValueError(f"samples: must be >= 0 (0: each experiment's default), got {samples}")
     return json.loads(_ext.lab_report(int(seed), int(samples), int(threads)))
 
 

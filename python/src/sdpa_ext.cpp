@@ -412,10 +412,7 @@ nb::list lab_experiments() {
 // dict with the keys of the table's JSON: verdict, outcome, expected, measured, tolerance.
 sdpa::lab::Settings lab_settings(std::uint64_t seed, std::int64_t samples, int threads,
                                  const std::vector<std::string>& dists, std::int64_t max_dk) {
-  if (samples < 0)
-    throw sdpa::Error("samples: must be >= 0 (0: the experiment's default), got " + std::to_string(samples));
-  if (threads < 0) throw sdpa::Error("threads: must be >= 0 (0 = all available), got " + std::to_string(threads));
-  sdpa::lab::Settings s;
+  sdpa::lab::Settings s;  // checked by the lab library (lab::check) before it runs
   s.seed = seed;
   s.samples = samples;
   s.threads = threads;
@@ -655,9 +652,6 @@ NB_MODULE(_ext, m) {
   m.def(
       "lab_report",
       [](std::uint64_t seed, std::int64_t samples, int threads) {
-        if (samples < 0)
-          throw sdpa::Error("samples: must be >= 0 (0 = each experiment's default), got " + std::to_string(samples));
-        if (threads < 0) throw sdpa::Error("threads: must be >= 0 (0 = all available), got " + std::to_string(threads));
         sdpa::lab::Settings s;  // as `sdpa lab report` runs them: each experiment's defaults, or a draft at `samples`
         s.seed = seed;
         s.samples = samples;

@@ -136,7 +136,14 @@ const Experiment& find_experiment(std::string_view name) {
   throw Error("experiment: unknown lab experiment '" + std::string(name) + "' (known: " + known + ")");
 }
 
+void check(const Settings& s) {
+  if (s.samples < 0)
+    throw Error("samples: must be >= 0 (0: each experiment's default), got " + std::to_string(s.samples));
+  if (s.threads < 0) throw Error("threads: must be >= 0 (0: all available), got " + std::to_string(s.threads));
+}
+
 Table run(const Experiment& e, const Settings& s) {
+  check(s);
   Table t = e.measure(s);
   t.verdict.expected = e.claim;
   return t;
@@ -145,6 +152,7 @@ Table run(const Experiment& e, const Settings& s) {
 Table run(std::string_view name, const Settings& s) { return run(find_experiment(name), s); }
 
 nlohmann::ordered_json report(const Settings& s, const ReportProgress& progress) {
+  check(s);
   using Clock = std::chrono::steady_clock;
   const auto seconds_since = [](Clock::time_point t0) {
     return std::chrono::duration<double>(Clock::now() - t0).count();

@@ -30,6 +30,9 @@ struct Experiment {
 std::span<const Experiment> experiments();
 /// The experiment called `name`; throws sdpa::Error listing the known names.
 const Experiment& find_experiment(std::string_view name);
+/// Throws sdpa::Error naming the setting when `s` cannot run: a negative sample or thread
+/// count. run and report call it before any work; front ends need not repeat it.
+void check(const Settings& s);
 /// Runs it: its table, with the claim copied into the verdict's "expected".
 Table run(const Experiment& e, const Settings& s);
 Table run(std::string_view name, const Settings& s);

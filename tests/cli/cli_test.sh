@@ -620,7 +620,8 @@ PY
     "$sdpa" lab puzzle --samples 300 --format csv | head -1 | grep -q '^n,trials,mean_var' || fail "csv header"
     echo "ok: tables, formats, determinism" ;;
   lab_errors)
-    expect_error "--samples" "$sdpa" lab variance --samples -5
+    expect_error "--samples: must be >= 0" "$sdpa" lab variance --samples -5
+    expect_error "--threads: must be >= 0" "$sdpa" lab softmax --threads -1
     expect_error "--samples" "$sdpa" lab variance --samples 3
     expect_error "--max-dk" "$sdpa" lab variance --max-dk 0
     expect_error "--dist" "$sdpa" lab variance --dist cauchy
@@ -635,7 +636,7 @@ PY
     [ ! -e rep1 ] || fail "a failed report left its directory behind"
     mkdir bad && printf 'import sys\nsys.exit(3)\n' > bad/sdpa_lab_report.py && touch bad/lab.md
     mkdir rep2
-    expect_error "--samples" "$sdpa" lab report --samples -1 --out rep3
+    expect_error "--samples: must be >= 0" "$sdpa" lab report --samples -1 --out rep3
     [ ! -e rep3 ] || fail "a refused report left its directory behind"
     # The script fails after every experiment ran: a draft's few samples reach it in seconds.
     expect_error "exit status 3" env SDPA_DATA_DIR="$PWD/bad" "$sdpa" lab report --samples 20 --out rep2

@@ -261,6 +261,33 @@ TEST(Registry, EveryExperimentReturnsAVerdictUnderItsOwnName) {
   }
 }
 
+// A negative sample or thread count is refused by the library before any work, for run and
+// report alike, with the setting named: the CLI and Python pass it through unchecked.
+TEST(Registry, SettingsAreCheckedBeforeAnyWork) {
+  const auto message = [](auto&& call) {
+    try {
+      call();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  bool progressed = false;
+  Settings s;
+  s.samples = -1;
+  EXPECT_EQ(message([&] { check(s); }).rfind("samples: must be >= 0", 0), 0u);
+  EXPECT_EQ(message([&] { run("softmax", s); }).rfind("samples: must be >= 0", 0), 0u);
+  EXPECT_EQ(message([&] {
+              report(s, [&](std::size_t, std::size_t, const Experiment&) { progressed = true; });
+            }).rfind("samples: must be >= 0", 0),
+            0u);
+  EXPECT_FALSE(progressed);  // refused before the first experiment started
+  s.samples = 0, s.threads = -2;
+  EXPECT_EQ(message([&] { run("softmax", s); }).rfind("threads: must be >= 0", 0), 0u);
+  s.threads = 0;
+  EXPECT_NO_THROW(check(s));
+}
+
 // Sets one numeric cell (by column name) of the first row where `where` holds.
 void set_cell(Table& t, const std::string& column, double value, const std::function<bool(std::size_t)>& where) {
   for (std::size_t r = 0; r < t.rows.size(); ++r)
