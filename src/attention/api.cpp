@@ -317,8 +317,8 @@ void sink_grads(const Problem& p, const View3<const float>& lse, const std::vect
 // cut into splits whose partial results are merged by their lse. Decided by the shape
 // alone, never by the thread count, so the bits do not depend on the threads either; so
 // the target is the item count a many-core CPU needs, not this machine's: 64 equal items
-// keep 2, 4, 8, 16, 32 or 64 threads all busy (a decoding step's 8 kv heads unsplit left
-// half of 16 cores idle). What a split costs is its partial row and the merge's read of
+// keep 2, 4, 8, 16, 32 or 64 threads all busy (a decoding step's 8 kv heads, unsplit, keep
+// 8 of 16 cores busy). What a split costs is its partial row and the merge's read of
 // it: Dv floats per lane against the split's ≥ 2048 keys of K and V.
 constexpr i64 kSplitItems = 64;   // split a call with fewer items than this, towards this many
 constexpr i64 kSplitKeys = 2048;  // ... into splits of at least this many keys
