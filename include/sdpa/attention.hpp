@@ -103,11 +103,12 @@ struct Plan {
   std::int64_t backward_items = 0;
   std::int64_t strided_copies = 0;   // inputs whose far-apart rows were copied back to back once
   std::int64_t packed_operands = 0;  // K or V packed once per call for the 16-bit engine
-  // forward_kvcache (sdpa/kvcache.hpp) over a paged cache: the sequences whose blocks the decoding
-  // loop read in place (the others' were gathered into one contiguous copy first).
+  // forward_kvcache (sdpa/kvcache.hpp) over a paged cache: the sequences whose blocks the kernel
+  // read in place (the decoding loop's; a quantized cache's always); the others' were gathered into
+  // one contiguous copy first.
   std::int64_t paged_sequences = 0;
-  // forward_kvcache over a quantized cache: the sequences whose codes the fused decoding loop read
-  // in place (the others were dequantized into a float copy first: the scalar path, long chunks).
+  // forward_kvcache over a quantized cache: the sequences whose codes the kernel read in place (all
+  // with the fast kernel; the reference kernel dequantizes into a float copy first).
   std::int64_t quantized_sequences = 0;
   /// One line: the call, dtype, ISA, engine, loops and schedule, and the reasons.
   std::string summary() const;

@@ -29,9 +29,9 @@
 // A quantized cache (QuantizedKvCache) holds one byte per element and one fp32 scale per
 // (position, kv head) for K and for V: the element is code × scale. New tokens are quantized
 // on the way in (a NaN or infinity in them is refused: it has no code), and the kernel reads
-// the codes where they lie, converting in registers (no float copy of the cache) wherever the
-// fused decoding loop takes the call: the attention is then the float attention of the
-// dequantized cache, to fp32 accuracy. How far that is from the float cache's attention is
+// the codes where they lie, never a float copy of the cache: the fused decoding loop converts
+// them in registers, the tiled loop (longer chunks) a key tile at a time. The attention is the
+// float attention of the dequantized cache, to fp32 accuracy. How far that is from the float cache's attention is
 // bounded by the quantization step (docs/contract.md, "Quantized KV caches").
 #pragma once
 

@@ -248,8 +248,9 @@ class QuantizedLayer(DynamicLayer):
     """A cache layer stored in 8 bits: keys and values quantized as they arrive (sdpa.quantize_kv's format:
     "int8" or "fp8_e4m3", one float32 scale per token and kv head) into buffers [B, Hkv, capacity, D] with room
     to grow (min_room, growth as GrowingLayer's), and read by the 'exact_cpu' backend where they lie: the
-    kernel's decoding loop converts the codes in registers, so no float copy of the cache is made (longer
-    chunks than its lanes take, and padded batches, read a dequantized copy: see attention_with_kvcache).
+    kernel converts the codes as it reads them (in registers when decoding, a key tile at a time for a chunk),
+    so no float copy of the cache is made (a padded batch's mask, which lengths cannot say, reads a
+    dequantized copy).
 
     update() returns stand-ins for the keys and values: tensors on the meta device (no data) of the shape
     and dtype the float cache would return, which 'exact_cpu' recognises; any other attention backend fails

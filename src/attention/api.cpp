@@ -441,12 +441,9 @@ void forward_any(View4<const T> q, View4<const T> k, View4<const T> v, View4<T> 
 }
 
 // The forward of a validated call: its work items over the threads, split-KV and its merge, the
-// per-call copies and packings (none for a paged cache, whose rows only the decoding loop maps),
-// and the plan.
+// per-call copies and packings, and the plan. (A KV cache's sequences run in forward_cache_sequences.)
 void run_forward(Problem& p, Tensors& t, const Options& opt, PlanRecord& record) {
   const FastKernels& kern = kernels_for(opt);
-  // A paged or quantized cache: rows only the decoding loop maps and reads, never copied or packed.
-  const bool cache_rows = t.pages.table != nullptr || t.codes.kind != KvCodes::Kind::none;
 
   // Items: (b, kv head, a tile of query lanes over the group's heads[, a key split]).
   const i64 lanes = p.group * p.Nq, lane_tiles = ceil_div(lanes, kTileRows);
@@ -469,13 +466,11 @@ void run_forward(Problem& p, Tensors& t, const Options& opt, PlanRecord& record)
   // samples) than the copy: Q goes with K and V. Offered in the order of what each saved
   // (V packed per tile 6.5 % of the samples, K 2.6 %, Q 1.6 %), for the memory cap.
   TightCopies copies;
+  copies.add(t.v, lane_tiles), copies.add(t.k, lane_tiles), copies.add(t.q, lane_tiles);
+  copies.copy(workers);
   OperandPack v_pack, k_pack;
-  if (!cache_rows) {
-    copies.add(t.v, lane_tiles), copies.add(t.k, lane_tiles), copies.add(t.q, lane_tiles);
-    copies.copy(workers);
-    v_pack.pack(kern, p, t, PackedOperand::v, lane_tiles, workers);
-    k_pack.pack(kern, p, t, PackedOperand::k, lane_tiles, workers);
-  }
+  v_pack.pack(kern, p, t, PackedOperand::v, lane_tiles, workers);
+  k_pack.pack(kern, p, t, PackedOperand::k, lane_tiles, workers);
   MaskRowTable mask_rows;  // what each explicit mask row lets through, read once (mask_rows.hpp)
   mask_rows.attach(p, workers);
   const ScratchBlocks blocks(workers, kern.forward_scratch(p));
@@ -663,21 +658,21 @@ template CacheSequence cache_sequence<bf16>(View4<const bf16>, View4<const std::
 template CacheSequence cache_sequence<fp16>(View4<const fp16>, View4<const std::uint8_t>, View4<const std::uint8_t>,
                                             const KvPages&, const KvCodes&, View4<fp16>, View3<float>, const Options&);
 
-// Every sequence's items in one pool: (sequence, kv head, key split), each sequence split by the
-// rule sdpa::forward applies to it alone (kv_splits: its shape, never the thread count), its splits'
-// parts in its own buffer, laid out as run_forward lays out a batch of one's, and merged the same
-// way: each sequence's bits are those of its own forward, whatever the threads and the batch. The
-// threads take the items costliest first, so a batch of very different lengths keeps every thread
-// busy until the short items run out together.
+// Every sequence's items in one pool: (sequence, kv head, lane tile, key split), each sequence
+// split by the rule sdpa::forward applies to it alone (kv_splits: its shape, never the thread
+// count), its splits' parts in its own buffer, laid out as run_forward lays out a batch of one's,
+// and merged the same way: each sequence's bits are its own, whatever the threads and the batch.
+// The threads take the items costliest first, so a batch of very different lengths keeps every
+// thread busy until the short items run out together.
 void forward_cache_sequences(const std::vector<CacheSequence>& seqs, const Options& opt, Plan* plan) {
   const FastKernels& kern = kernels_for(opt);
   struct Parts {
-    i64 lanes = 0, splits = 1, split_keys = 0;
+    i64 lanes = 0, lane_tiles = 1, splits = 1, split_keys = 0;
     std::vector<float> out, lse;  // (splits, Hkv, lanes[, Dv]) when split
   };
   struct Item {
     std::size_t seq;
-    i64 g, split, cost;
+    i64 g, l0, split, cost;
   };
   std::vector<Parts> parts(seqs.size());
   std::vector<Item> items;
@@ -685,18 +680,20 @@ void forward_cache_sequences(const std::vector<CacheSequence>& seqs, const Optio
   for (std::size_t s = 0; s < seqs.size(); ++s) {
     const Problem& p = seqs[s].p;
     Parts& pt = parts[s];
-    pt.lanes = p.group * p.Nq;
-    // Decoding's few lanes: one lane tile (the caller sends no more than paged_lanes).
-    if (p.B != 1 || pt.lanes > kTileRows) __builtin_trap();
-    pt.splits = kv_splits(p.Nk, p.Hkv);
+    if (p.B != 1) __builtin_trap();  // one sequence each
+    pt.lanes = p.group * p.Nq, pt.lane_tiles = ceil_div(pt.lanes, kTileRows);
+    pt.splits = kv_splits(p.Nk, p.Hkv * pt.lane_tiles);
     pt.split_keys = ceil_div(ceil_div(p.Nk, kTileCols), pt.splits) * kTileCols;
     if (pt.splits > 1) {
       pt.out.resize(static_cast<std::size_t>(pt.splits * p.Hkv * pt.lanes * p.Dv));
       pt.lse.resize(static_cast<std::size_t>(pt.splits * p.Hkv * pt.lanes));
     }
     for (i64 g = 0; g < p.Hkv; ++g)
-      for (i64 sp = 0; sp < pt.splits; ++sp)
-        items.push_back({s, g, sp, (std::min(p.Nk, (sp + 1) * pt.split_keys) - sp * pt.split_keys) * pt.lanes});
+      for (i64 l0 = 0; l0 < pt.lanes; l0 += kTileRows)
+        for (i64 sp = 0; sp < pt.splits; ++sp) {
+          const i64 keys = std::min(p.Nk, (sp + 1) * pt.split_keys) - sp * pt.split_keys;
+          items.push_back({s, g, l0, sp, keys * std::min(kTileRows, pt.lanes - l0)});
+        }
     scratch = std::max(scratch, kern.forward_scratch(p));
     most_splits = std::max(most_splits, pt.splits);
   }
@@ -709,7 +706,7 @@ void forward_cache_sequences(const std::vector<CacheSequence>& seqs, const Optio
     const CacheSequence& seq = seqs[it.seq];
     Parts& pt = parts[it.seq];
     ForwardItem fi;
-    fi.g = it.g;
+    fi.g = it.g, fi.l0 = it.l0;
     fi.j_begin = it.split * pt.split_keys, fi.j_end = std::min(seq.p.Nk, fi.j_begin + pt.split_keys);
     if (pt.splits > 1) {
       const i64 base = it.split * seq.p.Hkv + it.g;

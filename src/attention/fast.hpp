@@ -109,8 +109,9 @@ struct FastKernels {
 // (a batch of one) and tensors. q (1, Hq, Nq, Dk), out, lse as sdpa::forward's; k, v (1, Hkv, L, D)
 // views of the sequence's keys, or of a paged cache's block 0 (head and row strides of a block)
 // whose rows pages maps (KvPages); or a quantized cache's byte views, codes.kind and its scales
-// (KvCodes). The caller has checked the cache, its block table and scales, and that
-// kernels_for(opt).paged_lanes covers group·Nq, with no mask or dropout.
+// (KvCodes). The caller has checked the cache, its block table and scales, and sends a float
+// cache only where kernels_for(opt).paged_lanes covers group·Nq (a quantized one with any Nq:
+// the tiled loop takes what the decoding loop does not); no mask or dropout.
 struct CacheSequence {
   Problem p;
   Tensors t;

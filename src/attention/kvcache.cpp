@@ -9,10 +9,15 @@
 // (forward_cache_sequences, api.cpp): a batch of very different lengths is spread by its keys, not
 // by sequence, and each sequence's bits are those of its own forward, for any thread count.
 //
-// Any other call (a long chunk, odd block sizes, the scalar path, the reference kernel) runs each
-// sequence as one sdpa::forward call, spread over the threads as varlen's are (sequences.hpp): a
-// paged sequence's blocks gathered into one contiguous copy first, a quantized one's rows
-// dequantized into a float copy: correct, and a copy of the bytes the forward then reads again.
+// A quantized cache's other calls (a long chunk of queries: chunked prefill; blocks of other sizes;
+// the scalar path) run in the same pool on the tiled loop, which finds each key tile's rows
+// through the block table and widens their codes as it packs the tile (kernel/operands.inl,
+// pack_cache_rows): its codes are read in place whatever the call.
+//
+// A float cache's other calls (a long chunk, odd block sizes, the scalar path) and the reference
+// kernel's run each sequence as one sdpa::forward call, spread over the threads as varlen's are
+// (sequences.hpp): a paged sequence's blocks gathered into one contiguous copy first (so a bf16
+// chunk keeps the 16-bit engines of sdpa::forward), the reference's quantized rows dequantized.
 #include "sdpa/kvcache.hpp"
 
 #include <algorithm>
@@ -354,6 +359,7 @@ detail::CacheSequence loop_sequence(const QuantizedKvCache& c, const Layout& g, 
   const LoopRows<std::uint8_t> r = loop_rows<std::uint8_t>(c, g, b, L, table);
   detail::KvCodes codes;
   codes.kind = detail::codes_kind(c.quant);
+  codes.values = detail::code_values(c.quant);
   codes.k_head = c.k_scale.stride[1], codes.v_head = c.v_scale.stride[1];
   if (g.paged) {
     codes.k_scale = c.k_scale.data, codes.v_scale = c.v_scale.data;
@@ -382,8 +388,8 @@ void attend(const KvCache<T>& c, const Layout& g, i64 b, i64 L, const View4<cons
   forward(qb, kb, vb, o, l, so);
 }
 
-// The same over a quantized cache: its rows dequantized into a float copy for the float kernel
-// (q and out through float too).
+// The same over a quantized cache, for the reference kernel (the fast one reads the codes in
+// place): its rows dequantized into a float copy (q and out through float too).
 template <class T>
 void attend(const QuantizedKvCache& c, const Layout& g, i64 b, i64 L, const View4<const T>& qb, const View4<T>& o,
             const View3<float>& l, const Options& so) {
@@ -422,12 +428,15 @@ void forward_kvcache_as(View4<const T> q, const C& c, View4<const T> k_new, View
       }
   };
   detail::PlanRecord record(opt, "forward_kvcache", dtype_of<T>());
-  // Whether the fused decoding loop takes the call, reading a paged cache's blocks and a quantized
-  // cache's codes in place: the ISA has it, few enough query lanes per kv head, and blocks of a
-  // multiple of 16 rows (decode.inl, kRun). It then runs every sequence's items in one pool over
-  // the threads (forward_cache_sequences), long and short sequences side by side.
-  const bool in_kernel = opt.kernel == Kernel::fast && (!g.paged || g.rows % 16 == 0) &&
-                         detail::kernels_for(opt).paged_lanes >= g.Hq / g.Hkv * g.Nq;
+  // Whether the kernel reads the cache in place: a quantized cache always (the fused decoding loop
+  // or the tiled loop reads its codes, kernel/forward.inl); a float one where the fused decoding
+  // loop takes the call (the ISA has it, few enough query lanes per kv head, and blocks of a
+  // multiple of 16 rows: decode.inl, kRun). Every sequence's items then run in one pool over the
+  // threads (forward_cache_sequences), long and short sequences side by side.
+  constexpr bool quantized = std::is_same_v<C, QuantizedKvCache>;
+  const bool in_kernel =
+      opt.kernel == Kernel::fast &&
+      (quantized || ((!g.paged || g.rows % 16 == 0) && detail::kernels_for(opt).paged_lanes >= g.Hq / g.Hkv * g.Nq));
   if (in_kernel) {
     std::vector<std::int32_t> tables;  // (B, max_blocks): each sequence's row of the block table
     const i64 max_blocks = g.paged ? c.block_table.shape[1] : 0;
@@ -448,7 +457,7 @@ void forward_kvcache_as(View4<const T> q, const C& c, View4<const T> k_new, View
     if (Plan* plan = record.get()) {
       const auto n = static_cast<i64>(seqs.size());
       plan->paged_sequences = g.paged ? n : 0;
-      plan->quantized_sequences = std::is_same_v<C, QuantizedKvCache> ? n : 0;
+      plan->quantized_sequences = quantized ? n : 0;
     }
     return record.finish();
   }

@@ -130,11 +130,12 @@ struct Packed16 {
   const std::uint8_t* finite = nullptr;
 };
 
-/// A paged KV cache (sdpa/kvcache.hpp) as the fused decoding loop reads it: Tensors::k and v
+/// A paged KV cache (sdpa/kvcache.hpp) as the kernel reads it in place: Tensors::k and v
 /// point at block 0 of the cache, with the head and row strides of a block, and row j of a
-/// head lives in block table[j / rows], at row j % rows. rows is a multiple of 16 (the loop
-/// resolves 16 keys at a time); k_block, v_block: elements from one block to the next. Null
-/// table: K and V are ordinary strided views.
+/// head lives in block table[j / rows], at row j % rows; k_block, v_block: elements from one
+/// block to the next. The fused decoding loop takes rows that are a multiple of 16 (it resolves
+/// 16 keys at a time), the tiled loop any (row by row). Null table: K and V are ordinary
+/// strided views.
 struct KvPages {
   const std::int32_t* table = nullptr;
   i64 rows = 0;
@@ -162,17 +163,19 @@ inline float e4m3_value(std::uint8_t b) {
 /// Which codes Tensors::k and v hold (their `bits` then point at the bytes) and their scales:
 /// key j of kv head g has scale k_scale[g·k_head + j] for a contiguous view (the pointer at the
 /// view's batch), and k_scale[blk·k_block + g·k_head + row] in a paged cache's block blk.
-/// Only the fused decoding loop reads codes (api.cpp, forward_codes).
+/// The fused decoding loop widens the bytes by its own vector loads (Ops); the tiled loop, which
+/// takes the calls with more query lanes (chunked prefill), through `values`: the 256 codes' values.
 struct KvCodes {
   enum class Kind { none, int8, fp8_e4m3 } kind = Kind::none;
+  const float* values = nullptr;
   const float* k_scale = nullptr;
   const float* v_scale = nullptr;
   i64 k_head = 0, v_head = 0, k_block = 0, v_block = 0;
 };
 
 struct Tensors {
-  KvPages pages;  // only with the fused decoding loop (api.cpp, forward_paged)
-  KvCodes codes;  // likewise (api.cpp, forward_codes)
+  KvPages pages;  // only in a KV-cache call's sequences (kvcache.cpp, api.cpp's cache_sequence)
+  KvCodes codes;  // likewise
   InView q, k, v, out, dout;
   View3<const float> lse_in;
   OutView out_w, dq, dk, dv;

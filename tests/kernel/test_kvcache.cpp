@@ -156,6 +156,12 @@ std::vector<CacheCase> cases() {
     c.opt.scale = 0.3;
     c.sinks = {0.5f, -1.0f, 2.0f, -kInf, 0.0f, 1.5f, -0.5f, 3.0f};
     out.push_back(c);
+    // A chunk of prefill: 4 · 20 query lanes per kv head, two lane tiles; paged in blocks of 24
+    // positions (not a multiple of 16).
+    c = CacheCase{};
+    c.paged = paged, c.block = 24, c.cap = 128;
+    c.name = layout + "prefill_chunk", c.Nq = 20, c.Nnew = 20, c.opt.causal = Causal::bottom_right;
+    out.push_back(c);
   }
   return out;
 }
@@ -580,9 +586,9 @@ QuantRun<H> run_quantized(const CacheCase& c, const CacheData& d, const QuantDat
 
 // Each sequence's out and lse against the fp64 reference on its dequantized keys and values, within
 // the project's rule for the call's dtype: the kernel adds nothing to the quantization. The new tokens
-// are quantized on the way in (the codes quantize_kv gives them); the decoding loop reads the codes in
-// place where it takes the call (up to 8 query lanes per kv head, not the scalar path), the others
-// read a dequantized copy.
+// are quantized on the way in (the codes quantize_kv gives them); the codes are read in place on
+// every path: by the fused decoding loop where it takes the call (up to 8 query lanes per kv head,
+// blocks a multiple of 16 positions, not the scalar path), else by the tiled loop.
 template <class H>
 void expect_quantized_matches_reference(Dtype t, KvQuant quant) {
   for (const CacheCase& c : cases()) {
@@ -604,8 +610,10 @@ void expect_quantized_matches_reference(Dtype t, KvQuant quant) {
         SDPA_EXPECT_WITHIN("out", gold[static_cast<std::size_t>(b)].out(out));
         SDPA_EXPECT_WITHIN("lse", gold[static_cast<std::size_t>(b)].lse(lse));
       }
-      const bool in_place = kv.isa != Isa::scalar && c.Hq / c.Hkv * c.Nq <= 8;
-      EXPECT_EQ(plan.quantized_sequences, in_place ? c.B() : 0) << plan.summary();
+      EXPECT_EQ(plan.quantized_sequences, c.B()) << plan.summary();
+      const bool decoding = kv.isa != Isa::scalar && c.Hq / c.Hkv * c.Nq <= 8 && (!c.paged || c.block % 16 == 0);
+      EXPECT_EQ(plan.decoding_items > 0, decoding) << plan.summary();
+      EXPECT_EQ(plan.tiled_items > 0, !decoding) << plan.summary();
     });
   }
 }
@@ -660,52 +668,56 @@ TEST(QuantizedKvCache, AppendWritesTheNewRowsCodesAndScalesAndNothingElse) {
 }
 
 // The same bits for any thread count, and paged as contiguous (the same rows scattered over blocks of
-// 16 and 64 positions), at lengths past the split-KV threshold (keys split over items and merged).
+// 16 and 64 positions), at lengths past the split-KV threshold (keys split over items and merged):
+// decoding (one query, the fused decoding loop where the ISA has it) and a chunk of 20 queries (80
+// lanes per kv head: the tiled loop, two lane tiles; also paged in blocks of 24 positions).
 TEST(QuantizedKvCache, SameBitsForAnyThreadCountAndPagedAsContiguous) {
-  for (KvQuant quant : {KvQuant::int8, KvQuant::fp8_e4m3}) {
-    CacheCase c;
-    c.held = {0, 16, 300, 5000, 33};
-    c.Nq = 1, c.Nnew = 1, c.Hq = 8, c.Hkv = 2, c.Dk = 64, c.Dv = 40, c.cap = 5008;
-    const CacheData d(c, Dtype::f32, 31);
-    const QuantData qd(c, d, quant);
-    for_each_variant(c.opt, [&](const KernelVariant&, Options o) {
-      SCOPED_TRACE(kv_quant_name(quant));
-      o.threads = 1;
-      const QuantRun<float> one = run_quantized<float>(c, d, qd, quant, o);
-      for (int t : {2, 3}) {
-        o.threads = t;
-        const QuantRun<float> r = run_quantized<float>(c, d, qd, quant, o);
-        EXPECT_EQ(r.out, one.out) << t << " threads";
-        EXPECT_EQ(r.lse, one.lse) << t << " threads";
-      }
-      for (i64 block : {16, 64}) {
-        SCOPED_TRACE("block " + std::to_string(block));
-        CacheCase pc = c;
-        pc.paged = true, pc.block = block;
-        CacheData pd(pc, Dtype::f32, 32, false);
-        pd.q = d.q, pd.k_new = d.k_new, pd.v_new = d.v_new;
-        QuantData pq(pc, pd, quant);  // its shapes; the codes and scales come from the contiguous cache
-        const i64 n1 = pc.outer()[1];
-        for (i64 b = 0; b < c.B(); ++b)
-          for (i64 pos = 0; pos < c.cap; ++pos) {
-            const auto [blk, row] = pd.where(pc, b, pos);
-            for (i64 h = 0; h < c.Hkv; ++h) {
-              std::copy_n(qd.k.begin() + ((b * c.cap + pos) * c.Hkv + h) * c.Dk, c.Dk,
-                          pq.k.begin() + ((blk * n1 + row) * c.Hkv + h) * c.Dk);
-              std::copy_n(qd.v.begin() + ((b * c.cap + pos) * c.Hkv + h) * c.Dv, c.Dv,
-                          pq.v.begin() + ((blk * n1 + row) * c.Hkv + h) * c.Dv);
-              pq.ks[static_cast<std::size_t>((blk * c.Hkv + h) * n1 + row)] =
-                  qd.ks[static_cast<std::size_t>((b * c.Hkv + h) * c.cap + pos)];
-              pq.vs[static_cast<std::size_t>((blk * c.Hkv + h) * n1 + row)] =
-                  qd.vs[static_cast<std::size_t>((b * c.Hkv + h) * c.cap + pos)];
+  for (KvQuant quant : {KvQuant::int8, KvQuant::fp8_e4m3})
+    for (i64 nq : {1, 20}) {
+      CacheCase c;
+      c.held = {0, 16, 300, 5000, 33};
+      c.Nq = nq, c.Nnew = nq, c.Hq = 8, c.Hkv = 2, c.Dk = 64, c.Dv = 40, c.cap = 5024;
+      c.opt.causal = Causal::bottom_right;
+      const CacheData d(c, Dtype::f32, 31);
+      const QuantData qd(c, d, quant);
+      for_each_variant(c.opt, [&](const KernelVariant&, Options o) {
+        SCOPED_TRACE(std::string(kv_quant_name(quant)) + ", Nq " + std::to_string(nq));
+        o.threads = 1;
+        const QuantRun<float> one = run_quantized<float>(c, d, qd, quant, o);
+        for (int t : {2, 3}) {
+          o.threads = t;
+          const QuantRun<float> r = run_quantized<float>(c, d, qd, quant, o);
+          EXPECT_EQ(r.out, one.out) << t << " threads";
+          EXPECT_EQ(r.lse, one.lse) << t << " threads";
+        }
+        for (i64 block : nq == 1 ? std::vector<i64>{16, 64} : std::vector<i64>{16, 24, 64}) {
+          SCOPED_TRACE("block " + std::to_string(block));
+          CacheCase pc = c;
+          pc.paged = true, pc.block = block;
+          CacheData pd(pc, Dtype::f32, 32, false);
+          pd.q = d.q, pd.k_new = d.k_new, pd.v_new = d.v_new;
+          QuantData pq(pc, pd, quant);  // its shapes; the codes and scales come from the contiguous cache
+          const i64 n1 = pc.outer()[1];
+          for (i64 b = 0; b < c.B(); ++b)
+            for (i64 pos = 0; pos < c.cap; ++pos) {
+              const auto [blk, row] = pd.where(pc, b, pos);
+              for (i64 h = 0; h < c.Hkv; ++h) {
+                std::copy_n(qd.k.begin() + ((b * c.cap + pos) * c.Hkv + h) * c.Dk, c.Dk,
+                            pq.k.begin() + ((blk * n1 + row) * c.Hkv + h) * c.Dk);
+                std::copy_n(qd.v.begin() + ((b * c.cap + pos) * c.Hkv + h) * c.Dv, c.Dv,
+                            pq.v.begin() + ((blk * n1 + row) * c.Hkv + h) * c.Dv);
+                pq.ks[static_cast<std::size_t>((blk * c.Hkv + h) * n1 + row)] =
+                    qd.ks[static_cast<std::size_t>((b * c.Hkv + h) * c.cap + pos)];
+                pq.vs[static_cast<std::size_t>((blk * c.Hkv + h) * n1 + row)] =
+                    qd.vs[static_cast<std::size_t>((b * c.Hkv + h) * c.cap + pos)];
+              }
             }
-          }
-        const QuantRun<float> r = run_quantized<float>(pc, pd, pq, quant, o);
-        EXPECT_EQ(r.out, one.out);
-        EXPECT_EQ(r.lse, one.lse);
-      }
-    });
-  }
+          const QuantRun<float> r = run_quantized<float>(pc, pd, pq, quant, o);
+          EXPECT_EQ(r.out, one.out);
+          EXPECT_EQ(r.lse, one.lse);
+        }
+      });
+    }
 }
 
 // Against the fp64 attention of the float cache (before quantization): within the bound the contract

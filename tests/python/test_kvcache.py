@@ -164,7 +164,7 @@ def test_quantize_kv_round_trips_within_half_a_step(fmt):
 def test_quantized_cache_is_the_attention_of_its_dequantized_values(fmt, paged, nq, causal):
     """Per sequence: the rule against the fp64 oracle on the dequantized keys (the new tokens as quantize_kv
     quantizes them), and the codes and scales written where the new tokens go. chunk_causal has 12 query lanes
-    per kv head: the dequantized-copy path; decode: the codes read in place."""
+    per kv head: the tiled loop reads the codes; decode: the fused decoding loop does."""
     q, kc, vc, kn, vn, table = make(11, nq, nq, paged)
     kq, vq = sdpa.quantize_kv(kc, fmt), sdpa.quantize_kv(vc, fmt)
     kc0, ks0 = kq.codes.copy(), kq.scales.copy()

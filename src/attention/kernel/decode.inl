@@ -229,20 +229,21 @@ inline void pv_tile(const E* V, i64 ldv, i64 bc, i64 Dv, const float* P, const f
   if (Ops::any_nan(chk)) pv_skip_zero<NL, E>(V, ldv, bc, Dv, P, al, Oo, On, ldo);
 }
 
-// Whether an item takes this path: any dtype (fp32, bf16, fp16), few lanes, unit-stride K and
-// V rows, no dropout, and no explicit mask or one whose every row is dense (a left or right
-// padding mask, batched generation's): each lane's key range then narrows to what its mask
-// row lets through (lane_keys) and the loop masks by ranges alone, never reading the mask.
-// The others go to forward_few_lanes.
-inline bool applies(const Problem& p, const Tensors& t, i64 n) {
-  return n <= kFewLanes && t.k.stride[3] == 1 && t.v.stride[3] == 1 && (!explicit_mask(p) || p.mask_rows_dense) &&
-         !p.has_dropout && p.Nk < (i64{1} << 30);
-}
-
 // A tile's keys in runs of kRun whose rows lie at one stride (a paged cache's blocks hold a
 // multiple of kRun rows, so a run never straddles two): each run's first K and V row.
 constexpr i64 kRun = 16;
 static_assert(kKeys == 2 * kRun && kRun % W == 0, "a tile is two runs, each whole score vectors");
+
+// Whether an item takes this path: any dtype (fp32, bf16, fp16), few lanes, unit-stride K and
+// V rows, a paged cache's blocks a multiple of kRun rows, no dropout, and no explicit mask or
+// one whose every row is dense (a left or right padding mask, batched generation's): each
+// lane's key range then narrows to what its mask row lets through (lane_keys) and the loop
+// masks by ranges alone, never reading the mask. The others go to forward_few_lanes (a
+// cache's paged or quantized rows: forward_tiled).
+inline bool applies(const Problem& p, const Tensors& t, i64 n) {
+  return n <= kFewLanes && t.k.stride[3] == 1 && t.v.stride[3] == 1 && (!explicit_mask(p) || p.mask_rows_dense) &&
+         !p.has_dropout && p.Nk < (i64{1} << 30) && (t.pages.table == nullptr || t.pages.rows % kRun == 0);
+}
 template <class E>
 struct TileRuns {
   const E* k[2];

@@ -13,10 +13,13 @@ ForwardLoop forward_item_on(const Problem& p, const Tensors& t, const ForwardIte
     return ForwardLoop::decoding;
   }
 #endif
-  // Only the decoding loop reads a paged or quantized cache; api.cpp's forward_paged and
-  // forward_codes send it nothing else (FastKernels::paged_lanes), so reaching here with either
-  // is a bug, stopped before a wrong read.
-  if (t.pages.table != nullptr || t.codes.kind != KvCodes::Kind::none) __builtin_trap();
+  // A paged or quantized cache's rows the decoding loop does not take (more lanes than it holds,
+  // blocks of other sizes, the scalar build): the tiled loop, the one other loop that maps pages
+  // and widens codes (pack_cache_rows).
+  if (cache_rows(t)) {
+    forward_tiled(p, t, it, lanes, scratch);
+    return ForwardLoop::tiled;
+  }
   if (lanes.n <= kFewLanes && t.k.stride[3] == 1) {
     forward_few_lanes(p, t, it, lanes, scratch);
     return ForwardLoop::few_lanes;

@@ -77,6 +77,68 @@ inline bool pack_rows(const InView& x, i64 b, i64 g, i64 j0, i64 n, i64 D, float
   return finite;
 }
 
+// Whether the call's K and V are a KV cache's rows that only a cache-aware load may read: in a
+// paged cache's blocks (Tensors::pages) or as a quantized cache's bytes (Tensors::codes).
+inline bool cache_rows(const Tensors& t) { return t.pages.table != nullptr || t.codes.kind != KvCodes::Kind::none; }
+
+// n codes from bytes (unit stride) times scale into dst, by vectors: int8 converted directly;
+// an e4m3 byte placed into an fp16's bits (sign at bit 15, exponent and mantissa at bits 13-7:
+// the value × 2^-8, subnormals included) and widened by this ISA's fp16 converter, the 2^8
+// folded into the scale. Exact, so the same values as KvCodes::values' (powers of two only).
+inline void widen_codes(KvCodes::Kind kind, const std::uint8_t* bytes, i64 n, float scale, float* dst) {
+  if (kind == KvCodes::Kind::int8) {
+    for (i64 d = 0; d < n; ++d) dst[d] = static_cast<float>(static_cast<std::int8_t>(bytes[d])) * scale;
+    return;
+  }
+  constexpr i64 kChunk = 64;
+  fp16 half[kChunk];
+  const float unit_scale = scale * 256.0f;
+  for (i64 d0 = 0; d0 < n; d0 += kChunk) {
+    const i64 m = imin(kChunk, n - d0);
+    for (i64 d = 0; d < m; ++d) {
+      const unsigned b = bytes[d0 + d];
+      half[d].bits = static_cast<std::uint16_t>(((b & 0x80u) << 8) | ((b & 0x7Fu) << 7));
+    }
+    converters().fp16_to_float(half, dst + d0, m);
+    for (i64 d = 0; d < m; ++d) dst[d0 + d] *= unit_scale;
+  }
+}
+
+// Rows [j0, j0 + n) of kv head (b, g) of such a cache's K (key) or V as rows of ld floats,
+// zero-padded: each row found through the block table where paged, and a quantized row's bytes
+// widened through the codes' values (KvCodes::values) times the row's scale, as dequantize_kv
+// computes them: the tiled loop reads the codes in place, a tile at a time, never a float copy
+// of the cache. Returns whether every value is finite.
+inline bool pack_cache_rows(const Tensors& t, bool key, i64 b, i64 g, i64 j0, i64 n, i64 D, float* out, i64 ld) {
+  const InView& x = key ? t.k : t.v;
+  const KvPages& pg = t.pages;
+  const KvCodes& cd = t.codes;
+  const i64 block = key ? pg.k_block : pg.v_block, head = off(x, b, g, 0, 0), step = x.stride[3];
+  const float* const scales = cd.kind == KvCodes::Kind::none ? nullptr : (key ? cd.k_scale : cd.v_scale) +
+                                                                             g * (key ? cd.k_head : cd.v_head);
+  const i64 scale_block = key ? cd.k_block : cd.v_block;
+  for (i64 c = 0; c < n; ++c) {
+    const i64 j = j0 + c;
+    i64 row = head + j * x.stride[2], scale_at = j;  // element of the row, index of its scale
+    if (pg.table != nullptr) {
+      const i64 blk = pg.table[j / pg.rows], r = j % pg.rows;
+      row = head + blk * block + r * x.stride[2], scale_at = blk * scale_block + r;
+    }
+    float* o = out + c * ld;
+    if (scales == nullptr) {
+      load_row(x, row, D, o, 1);
+    } else if (step == 1) {
+      widen_codes(cd.kind, static_cast<const std::uint8_t*>(x.bits) + row, D, scales[scale_at], o);
+    } else {
+      const auto* bytes = static_cast<const std::uint8_t*>(x.bits) + row;
+      const float scale = scales[scale_at];
+      for (i64 d = 0; d < D; ++d) o[d] = cd.values[bytes[d * step]] * scale;
+    }
+    for (i64 d = D; d < ld; ++d) o[d] = 0.0f;
+  }
+  return rows_finite(out, ld, n, D);
+}
+
 // Whether rows of x (width D) can be a GEMM's B operand in place: fp32, unit stride along
 // D, D a multiple of the vector width, and rows at most a padded row apart. The GEMM reads
 // B down its rows, one vector per row; at a row stride that is a large power of two (the
