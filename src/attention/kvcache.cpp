@@ -359,7 +359,6 @@ detail::CacheSequence loop_sequence(const QuantizedKvCache& c, const Layout& g, 
   const LoopRows<std::uint8_t> r = loop_rows<std::uint8_t>(c, g, b, L, table);
   detail::KvCodes codes;
   codes.kind = detail::codes_kind(c.quant);
-  codes.values = detail::code_values(c.quant);
   codes.k_head = c.k_scale.stride[1], codes.v_head = c.v_scale.stride[1];
   if (g.paged) {
     codes.k_scale = c.k_scale.data, codes.v_scale = c.v_scale.data;

@@ -164,10 +164,9 @@ inline float e4m3_value(std::uint8_t b) {
 /// key j of kv head g has scale k_scale[g·k_head + j] for a contiguous view (the pointer at the
 /// view's batch), and k_scale[blk·k_block + g·k_head + row] in a paged cache's block blk.
 /// The fused decoding loop widens the bytes by its own vector loads (Ops); the tiled loop, which
-/// takes the calls with more query lanes (chunked prefill), through `values`: the 256 codes' values.
+/// takes the calls with more query lanes (chunked prefill), a tile's rows at a time (widen_codes).
 struct KvCodes {
   enum class Kind { none, int8, fp8_e4m3 } kind = Kind::none;
-  const float* values = nullptr;
   const float* k_scale = nullptr;
   const float* v_scale = nullptr;
   i64 k_head = 0, v_head = 0, k_block = 0, v_block = 0;

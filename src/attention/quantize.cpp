@@ -37,17 +37,6 @@ std::uint8_t encode(KvQuant q, double v) {
   return static_cast<std::uint8_t>(static_cast<std::int8_t>(r > 127.0 ? 127.0 : r < -127.0 ? -127.0 : r));
 }
 
-const float* code_values(KvQuant q) {
-  struct Table {
-    float value[256];
-    explicit Table(KvQuant f) {
-      for (int c = 0; c < 256; ++c) value[c] = code_value(f, static_cast<std::uint8_t>(c));
-    }
-  };
-  static const Table int8(KvQuant::int8), e4m3(KvQuant::fp8_e4m3);
-  return q == KvQuant::int8 ? int8.value : e4m3.value;
-}
-
 float quantize_row(KvQuant q, const float* x, i64 n, i64 stride, std::uint8_t* codes, i64 code_stride) {
   float absmax = 0.0f;
   for (i64 i = 0; i < n; ++i) absmax = std::fmax(absmax, std::fabs(x[i * stride]));

@@ -20,10 +20,6 @@ inline float code_value(KvQuant q, std::uint8_t c) {
   return q == KvQuant::int8 ? static_cast<float>(static_cast<std::int8_t>(c)) : e4m3_value(c);
 }
 
-/// Every code's value, code_value(q, c) at [c]: 256 floats, built once per format. The tiled loop
-/// widens a quantized cache's rows through it (KvCodes::values), one load per byte.
-const float* code_values(KvQuant q);
-
 /// n finite floats x[i·stride] into codes[i·code_stride]; returns the row's scale, max|x| /
 /// code_max (0 for an all-zero row, whose codes are 0).
 float quantize_row(KvQuant q, const float* x, i64 n, i64 stride, std::uint8_t* codes, i64 code_stride);

@@ -84,7 +84,7 @@ inline bool cache_rows(const Tensors& t) { return t.pages.table != nullptr || t.
 // n codes from bytes (unit stride) times scale into dst, by vectors: int8 converted directly;
 // an e4m3 byte placed into an fp16's bits (sign at bit 15, exponent and mantissa at bits 13-7:
 // the value × 2^-8, subnormals included) and widened by this ISA's fp16 converter, the 2^8
-// folded into the scale. Exact, so the same values as KvCodes::values' (powers of two only).
+// folded into the scale. Exact (the scale's factor a power of two): code_value's values.
 inline void widen_codes(KvCodes::Kind kind, const std::uint8_t* bytes, i64 n, float scale, float* dst) {
   if (kind == KvCodes::Kind::int8) {
     for (i64 d = 0; d < n; ++d) dst[d] = static_cast<float>(static_cast<std::int8_t>(bytes[d])) * scale;
@@ -106,14 +106,14 @@ inline void widen_codes(KvCodes::Kind kind, const std::uint8_t* bytes, i64 n, fl
 
 // Rows [j0, j0 + n) of kv head (b, g) of such a cache's K (key) or V as rows of ld floats,
 // zero-padded: each row found through the block table where paged, and a quantized row's bytes
-// widened through the codes' values (KvCodes::values) times the row's scale, as dequantize_kv
-// computes them: the tiled loop reads the codes in place, a tile at a time, never a float copy
-// of the cache. Returns whether every value is finite.
+// widened to code value × the row's scale, as dequantize_kv computes them (widen_codes; a
+// cache's head dimension is contiguous, kvcache.cpp): the tiled loop reads the codes in place,
+// a tile at a time, never a float copy of the cache. Returns whether every value is finite.
 inline bool pack_cache_rows(const Tensors& t, bool key, i64 b, i64 g, i64 j0, i64 n, i64 D, float* out, i64 ld) {
   const InView& x = key ? t.k : t.v;
   const KvPages& pg = t.pages;
   const KvCodes& cd = t.codes;
-  const i64 block = key ? pg.k_block : pg.v_block, head = off(x, b, g, 0, 0), step = x.stride[3];
+  const i64 block = key ? pg.k_block : pg.v_block, head = off(x, b, g, 0, 0);
   const float* const scales = cd.kind == KvCodes::Kind::none ? nullptr : (key ? cd.k_scale : cd.v_scale) +
                                                                              g * (key ? cd.k_head : cd.v_head);
   const i64 scale_block = key ? cd.k_block : cd.v_block;
@@ -125,15 +125,10 @@ inline bool pack_cache_rows(const Tensors& t, bool key, i64 b, i64 g, i64 j0, i6
       row = head + blk * block + r * x.stride[2], scale_at = blk * scale_block + r;
     }
     float* o = out + c * ld;
-    if (scales == nullptr) {
+    if (scales == nullptr)
       load_row(x, row, D, o, 1);
-    } else if (step == 1) {
+    else
       widen_codes(cd.kind, static_cast<const std::uint8_t*>(x.bits) + row, D, scales[scale_at], o);
-    } else {
-      const auto* bytes = static_cast<const std::uint8_t*>(x.bits) + row;
-      const float scale = scales[scale_at];
-      for (i64 d = 0; d < D; ++d) o[d] = cd.values[bytes[d * step]] * scale;
-    }
     for (i64 d = D; d < ld; ++d) o[d] = 0.0f;
   }
   return rows_finite(out, ld, n, D);
