@@ -112,7 +112,7 @@ nlohmann::ordered_json json_row(const bench::SuiteResult& res, const bench::KvCa
           {"batch", r.batch()},
           {"heads", r.Hq},
           {"kv_heads", r.Hkv},
-          {"seq_q", 1},
+          {"seq_q", r.Nq},
           {"seq_k", r.Nk},  // the keys of all the sequences
           {"seq_k_each", r.lengths.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(r.lengths)},
           {"dim", r.D},
@@ -232,12 +232,12 @@ void print_table(const Args& a, const bench::SuiteResult& res) {
     // about half its bytes).
     const auto bf16_of = [&](const bench::KvCacheRow& r) {
       for (const auto& o : res.kvcache)
-        if (o.format == bench::KvFormat::bf16 && o.Nk == r.Nk && o.block == r.block && o.heads_major == r.heads_major &&
-            o.lengths == r.lengths)
+        if (o.format == bench::KvFormat::bf16 && o.Nk == r.Nk && o.Nq == r.Nq && o.block == r.block &&
+            o.heads_major == r.heads_major && o.lengths == r.lengths)
           return o.tokens_per_s();
       return 0.0;
     };
-    fmt::print("\n{:<40} {:<28} {:>10} {:>10} {:>9} {:>10} {:>9}\n", "KV cache (one decoding step)", "shape", "ms",
+    fmt::print("\n{:<40} {:<28} {:>10} {:>10} {:>9} {:>10} {:>9}\n", "KV cache (decoding step; chunk)", "shape", "ms",
                "GB/s", "% read", "tokens/s", "x bf16");
     for (const auto& r : res.kvcache) {
       const double b = bf16_of(r);
@@ -247,7 +247,8 @@ void print_table(const Args& a, const bench::SuiteResult& res) {
     }
     fmt::print(
         "% read: the call's bytes per second over a plain read of the same bytes (codes and scales for int8 and "
-        "fp8), medians of alternating runs, {} threads\n",
+        "fp8), medians of alternating runs, {} threads; tokens/s: queries answered (a chunk: 64 a sequence, "
+        "bottom-right causal)\n",
         res.kvcache.front().threads);
     for (const auto& r : res.kvcache)
       if (r.batch() > 1)
@@ -385,8 +386,9 @@ Command add_bench(CLI::App& parent) {
   add_timer_options(*c, a->rule);
   c->add_option("--suite", a->suite,
                 "Run a standard table instead of one shape: default, or kvcache (decoding over contiguous and paged "
-                "caches in fp32, bf16, int8 and fp8 against a plain read of their bytes; with --kv-seq N its "
-                "one-sequence rows at N keys, with --varlen L1,L2,… its batch rows over sequences of these lengths)");
+                "caches in fp32, bf16, int8 and fp8 against a plain read of their bytes, and a 64-query chunk of "
+                "prefill over them; with --kv-seq N its one-sequence rows at N keys, with --varlen L1,L2,… its batch "
+                "rows over sequences of these lengths)");
   CLI::Option* varlen =
       c->add_option("--varlen", a->varlen,
                     "Lengths L1,L2,…: time one packed batch of these sequences (heads and dim from --heads, --dim) "

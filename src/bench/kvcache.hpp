@@ -3,7 +3,9 @@
 // 16 or 64 positions, scattered; each head's rows back to back, or tokens before heads), in fp32,
 // bf16, int8 or fp8 e4m3 (sdpa::forward_kvcache), timed alternately with a plain read of the bytes
 // that layout must read (codes and scales for the 8-bit formats): decoding is a read of the cache,
-// so its time is judged as a fraction of that read.
+// so its time is judged as a fraction of that read. And a chunk of prefill (64 queries, bottom-right
+// causal: 256 query lanes per kv head, the tiled loop) over the same caches, where the 8-bit
+// formats' codes are widened a key tile at a time: its time beside the float caches'.
 #pragma once
 
 #include <string>
@@ -20,6 +22,7 @@ const char* kv_format_name(KvFormat f);  // "float32", "bfloat16", "int8", "fp8_
 
 struct KvCacheRow {
   i64 Nk = 4096, Hq = 32, Hkv = 8, D = 128;
+  i64 Nq = 1;     // queries per sequence: 1, a decoding step; more, a chunk of prefill (bottom-right causal)
   i64 block = 0;  // positions per block of a paged cache; 0: contiguous
   KvFormat format = KvFormat::f32;
   // Memory order of a block's (or the contiguous cache's) positions and heads: (Hkv, rows, D), each
@@ -41,17 +44,18 @@ struct KvCacheRow {
   double gbytes_per_s() const;       // bytes / the call's median
   double read_gbytes_per_s() const;  // bytes / the read's median
   double fraction_of_read() const;   // the call's bytes per second over the read's
-  double tokens_per_s() const;       // batch() / the call's median: one decoding step of each sequence
+  double tokens_per_s() const;       // batch() · Nq / the call's median: the queries it answered
   double batching_speedup() const;   // apart's median over together's (0: not a batch)
-  /// "kvcache int8 paged16", "kvcache float32 contiguous", …
+  /// "kvcache int8 paged16", "kvcache float32 contiguous", "kvcache int8 contiguous chunk", …
   std::string pass_name() const;
   /// "B=1 H=32/8 Nq=1 Nk=4096 D=128", "B=64 H=32/8 Nq=1 Nk=16..32768 D=128"
   std::string label() const;
 };
 
 /// The suite: Nk ∈ {4096, 32768} × {contiguous, paged 16, paged 64} × {fp32, bf16, int8, fp8}, heads
-/// major; the contiguous rows at 32768 tokens major; and a batch of 64 sequences of 16 to 32768
-/// keys (mixed_lengths) in blocks of 64, each format.
+/// major; the contiguous rows at 32768 tokens major; a batch of 64 sequences of 16 to 32768 keys
+/// (mixed_lengths) in blocks of 64, each format; and a chunk of 64 queries over 4096 keys,
+/// contiguous and in blocks of 16, each format.
 std::vector<KvCacheRow> default_kvcache(int threads);
 /// 64 lengths from 16 to 32768, log-spaced, multiples of 16 (about 287 thousand keys in all).
 std::vector<i64> mixed_lengths();

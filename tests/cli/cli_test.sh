@@ -446,13 +446,18 @@ PY
     /usr/bin/python3 - kv.json <<'PY' || fail "bench --suite kvcache json"
 import json, sys
 rows = json.load(open(sys.argv[1]))
-got = {(r["format"], r["block_size"]) for r in rows}
-assert got == {(f, b) for f in ("float32", "bfloat16", "int8", "fp8_e4m3") for b in (None, 16, 64)}, got
+formats = ("float32", "bfloat16", "int8", "fp8_e4m3")
+got = {(r["format"], r["block_size"]) for r in rows if r["seq_q"] == 1}
+assert got == {(f, b) for f in formats for b in (None, 16, 64)}, got
+# the chunk rows: 64 queries, contiguous and in blocks of 16, each format
+chunks = [(r["format"], r["block_size"]) for r in rows if r["seq_q"] > 1]
+assert sorted(chunks, key=str) == sorted([(f, b) for f in formats for b in (None, 16)], key=str), chunks
 for r in rows:
     assert r["seq_k"] == 128 and r["fraction_of_read"] > 0 and r["heads_major"], r
+    assert r["seq_q"] in (1, 64) and abs(r["tokens_per_s"] * r["seconds_median"] / r["seq_q"] - 1) < 1e-9, r
 # the bytes a step reads: K and V in 4 or 2 bytes, or 1 byte and a 4-byte scale per row of 128
 want = [2 * 128 * 8 * 128 * n for n in (4, 2)] + [2 * 128 * 8 * (128 + 4)] * 2
-assert [r["bytes"] for r in rows if r["block_size"] is None] == want, rows
+assert [r["bytes"] for r in rows if r["block_size"] is None and r["seq_q"] == 1] == want, rows
 PY
     # its batch rows over three sequences: one call, and one call per sequence, both timed; the bytes those
     # lengths hold (the last block of each read head by head, not the whole block)
