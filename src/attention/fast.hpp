@@ -23,6 +23,9 @@ namespace sdpa::detail {
 inline constexpr i64 kTileRows = 64;  // query rows per tile
 inline constexpr i64 kTileCols = 64;  // keys per tile
 inline constexpr i64 kPad = 16;       // padding of vector dimensions (the widest vector: 16 floats)
+// Items with at most this many query lanes (decoding) take the few-lane loops, not the tiled one
+// (kernel/common.inl).
+inline constexpr i64 kFewLanes = 8;
 
 // One forward work item. Lanes [l0, l0 + kTileRows) of the flattened (query head in the
 // group, query row) index l = (h - g·group)·Nq + i; keys [j_begin, j_end) (all of them

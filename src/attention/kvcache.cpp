@@ -432,10 +432,16 @@ void forward_kvcache_as(View4<const T> q, const C& c, View4<const T> k_new, View
   // loop takes the call (the ISA has it, few enough query lanes per kv head, and blocks of a
   // multiple of 16 rows: decode.inl, kRun). Every sequence's items then run in one pool over the
   // threads (forward_cache_sequences), long and short sequences side by side.
+  // A paged fp32 cache with more lanes than the few-lane loops take is read in place too, by the
+  // tiled loop that a contiguous one's forward would run (the same bits; gathering the blocks
+  // first cost an fp32 chunk 2.6 × its contiguous time, docs/performance.md). A paged 16-bit one
+  // is gathered, so that its chunk keeps the 16-bit engines sdpa::forward has (AMX, vdpbf16ps).
   constexpr bool quantized = std::is_same_v<C, QuantizedKvCache>;
+  const i64 lanes = g.Hq / g.Hkv * g.Nq;
+  const bool paged_fp32_tiled = g.paged && std::is_same_v<T, float> && lanes > detail::kFewLanes;
   const bool in_kernel =
-      opt.kernel == Kernel::fast &&
-      (quantized || ((!g.paged || g.rows % 16 == 0) && detail::kernels_for(opt).paged_lanes >= g.Hq / g.Hkv * g.Nq));
+      opt.kernel == Kernel::fast && (quantized || paged_fp32_tiled ||
+                                     ((!g.paged || g.rows % 16 == 0) && detail::kernels_for(opt).paged_lanes >= lanes));
   if (in_kernel) {
     std::vector<std::int32_t> tables;  // (B, max_blocks): each sequence's row of the block table
     const i64 max_blocks = g.paged ? c.block_table.shape[1] : 0;

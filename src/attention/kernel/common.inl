@@ -386,9 +386,8 @@ inline LanesSee rows_see(const Problem& p, i64 b, i64 h, i64 i0, i64 br) {
   return lanes_see(p, b, br, i0, i0 + br - 1, [&](i64 r) { return LaneRow{h, i0 + r}; });
 }
 
-// Items with at most this many lanes (decoding) take a loop of their own: the tile GEMMs
+// Items with at most kFewLanes lanes (fast.hpp) take a loop of their own: the tile GEMMs
 // would leave most vector lanes idle (forward_few_lanes; on AVX2 and AVX-512, kernel/decode.inl).
-constexpr i64 kFewLanes = 8;
 // Keys per tile on those loops: K and V are consumed a few KiB at a time, so the rows
 // prefetched ahead are still in L2 when the tile reaches them.
 constexpr i64 kFewTileCols = 32;
