@@ -14,6 +14,9 @@
 // through the block table and widens their codes as it packs the tile (kernel/operands.inl,
 // pack_cache_rows): its codes are read in place whatever the call.
 //
+// So does a paged fp32 cache's call with more lanes than the few-lane loops take: the tiled loop is
+// what its contiguous forward runs, so the bits are the same.
+//
 // A float cache's other calls (a long chunk, odd block sizes, the scalar path) and the reference
 // kernel's run each sequence as one sdpa::forward call, spread over the threads as varlen's are
 // (sequences.hpp): a paged sequence's blocks gathered into one contiguous copy first (so a bf16
