@@ -14,8 +14,9 @@
 // through the block table and widens their codes as it packs the tile (kernel/operands.inl,
 // pack_cache_rows): its codes are read in place whatever the call.
 //
-// So does a paged fp32 cache's call with more lanes than the few-lane loops take: the tiled loop is
-// what its contiguous forward runs, so the bits are the same.
+// So does a paged float cache's call with more lanes than the few-lane loops take, where no 16-bit
+// engine takes its dtype (fp32 always): the tiled loop is what its contiguous forward runs, so the
+// bits are the same.
 //
 // A float cache's other calls (a long chunk, odd block sizes, the scalar path) and the reference
 // kernel's run each sequence as one sdpa::forward call, spread over the threads as varlen's are
@@ -435,16 +436,17 @@ void forward_kvcache_as(View4<const T> q, const C& c, View4<const T> k_new, View
   // loop takes the call (the ISA has it, few enough query lanes per kv head, and blocks of a
   // multiple of 16 rows: decode.inl, kRun). Every sequence's items then run in one pool over the
   // threads (forward_cache_sequences), long and short sequences side by side.
-  // A paged fp32 cache with more lanes than the few-lane loops take is read in place too, by the
-  // tiled loop that a contiguous one's forward would run (the same bits; gathering the blocks
-  // first cost an fp32 chunk 2.6 × its contiguous time, docs/performance.md). A paged 16-bit one
-  // is gathered, so that its chunk keeps the 16-bit engines sdpa::forward has (AMX, vdpbf16ps).
+  // A paged float cache with more lanes than the few-lane loops take is read in place too, by the
+  // tiled loop, where that is what a contiguous one's forward would run (the same bits): fp32
+  // always, 16-bit where no engine takes the dtype (gathering the blocks first cost an fp32 chunk
+  // 2.6 × its contiguous time, docs/performance.md). Where AMX or vdpbf16ps takes it, the blocks
+  // are gathered, so that the chunk keeps the engine and its bits.
   constexpr bool quantized = std::is_same_v<C, QuantizedKvCache>;
+  const detail::FastKernels& kern = detail::kernels_for(opt);
   const i64 lanes = g.Hq / g.Hkv * g.Nq;
-  const bool paged_fp32_tiled = g.paged && std::is_same_v<T, float> && lanes > detail::kFewLanes;
-  const bool in_kernel =
-      opt.kernel == Kernel::fast && (quantized || paged_fp32_tiled ||
-                                     ((!g.paged || g.rows % 16 == 0) && detail::kernels_for(opt).paged_lanes >= lanes));
+  const bool paged_tiled = g.paged && lanes > detail::kFewLanes && !detail::engine_takes(kern.engine, dtype_of<T>());
+  const bool in_kernel = opt.kernel == Kernel::fast &&
+                         (quantized || paged_tiled || ((!g.paged || g.rows % 16 == 0) && kern.paged_lanes >= lanes));
   if (in_kernel) {
     std::vector<std::int32_t> tables;  // (B, max_blocks): each sequence's row of the block table
     const i64 max_blocks = g.paged ? c.block_table.shape[1] : 0;

@@ -312,9 +312,10 @@ TEST(KvCache, SameBitsAsForwardOnTheSequenceForAnyThreadCount) {
 
 // The same cache contiguous and paged (each sequence's rows scattered over random blocks): the
 // fused decoding loop maps the blocks as it reads them (one or two runs of 16 keys per tile), and
-// any call it takes gives the contiguous call's bits; so does the tiled loop, which maps them for an
-// fp32 call with more query lanes than the few-lane loops take; the others (block sizes the
-// decoding loop does not take, 16-bit calls with more lanes) are gathered, and give them too. Lengths
+// any call it takes gives the contiguous call's bits; so does the tiled loop, which maps them for a
+// call with more query lanes than the few-lane loops take where no 16-bit engine takes the dtype;
+// the others (block sizes the decoding loop does not take, calls on AMX or vdpbf16ps) are gathered,
+// and give them too. Lengths
 // from 1 key to past the split-KV threshold (4096: the keys split over items and merged).
 template <class H>
 void expect_paged_bits_equal_contiguous(Dtype t) {
@@ -351,9 +352,10 @@ void expect_paged_bits_equal_contiguous(Dtype t) {
         EXPECT_EQ(widened(got.out), widened(want.out));
         EXPECT_EQ(got.lse, want.lse);
         // Which way it ran: in place where the decoding loop takes it (4·Nq lanes per kv head, up to 8),
-        // and in fp32 where the tiled loop does (more lanes: what the contiguous call's forward runs).
+        // and where the tiled loop does (more lanes, no 16-bit engine for the dtype: what the contiguous
+        // call's forward runs).
         const bool decoding = kv.isa != Isa::scalar && block % 16 == 0 && 4 * nq <= 8;
-        const bool tiled = t == Dtype::f32 && 4 * nq > 8;
+        const bool tiled = 4 * nq > 8 && !detail::engine_takes(detail::kernels_for(o).engine, t);
         EXPECT_EQ(plan.paged_sequences, decoding || tiled ? c.B() : 0) << plan.summary();
       });
     }
