@@ -26,6 +26,7 @@ Command add_bench(CLI::App& parent);      // cmd_bench.cpp
 Command add_train(CLI::App& parent);      // cmd_train.cpp
 Command add_sweep(CLI::App& parent);      // cmd_sweep.cpp
 Command add_sample(CLI::App& parent);     // cmd_sample.cpp
+Command add_key_scales(CLI::App& parent);  // cmd_key_scales.cpp
 
 /// The model, task and optimiser options `sdpa train` and `sdpa sweep` share
 /// (single: also --policy, --heads and --seed, which a sweep takes as lists).

@@ -17,8 +17,9 @@ int main(int argc, char** argv) {
   app.require_subcommand(0, 1);
 
   std::vector<sdpa::cli::Command> commands{
-      sdpa::cli::add_attention(app), sdpa::cli::add_decode(app), sdpa::cli::add_check(app), sdpa::cli::add_lab(app),
-      sdpa::cli::add_bench(app),     sdpa::cli::add_train(app),  sdpa::cli::add_sweep(app), sdpa::cli::add_sample(app),
+      sdpa::cli::add_attention(app), sdpa::cli::add_decode(app), sdpa::cli::add_check(app),
+      sdpa::cli::add_lab(app),       sdpa::cli::add_bench(app),  sdpa::cli::add_train(app),
+      sdpa::cli::add_sweep(app),     sdpa::cli::add_sample(app), sdpa::cli::add_key_scales(app),
   };
 
   try {

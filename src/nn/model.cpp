@@ -178,20 +178,30 @@ void Model<T>::compute_beta(i64 l, LayerActs& a, bool update_state, Stats* st) {
 }
 
 template <class T>
-void Model<T>::head_stats(i64 l, const LayerActs& a, Stats& st) const {
-  const i64 C = cfg.C, H = cfg.H, D = cfg.D();
+typename Model<T>::AttentionInputs Model<T>::attention_inputs(i64 l) const {
+  if (l < 0 || l >= static_cast<i64>(acts_.size()) || acts_[static_cast<std::size_t>(l)].qkv.empty())
+    throw Error("attention_inputs: no forward has run layer " + std::to_string(l));
+  const LayerActs& a = acts_[static_cast<std::size_t>(l)];
+  const i64 C = cfg.C;
   const bool plain = cfg.policy.transform() == QkTransform::plain;
-  const T* src = plain ? a.qkv.data() : a.saved.qk.data();
-  const i64 w = plain ? 3 * C : 2 * C;
+  const T* qk = plain ? a.qkv.data() : a.saved.qk.data();
+  return {qk, qk + C, a.qkv.data() + 2 * C, plain ? 3 * C : 2 * C, 3 * C};
+}
+
+template <class T>
+void Model<T>::head_stats(i64 l, const LayerActs& a, Stats& st) const {
+  const i64 H = cfg.H, D = cfg.D();
+  const AttentionInputs in = attention_inputs(l);
+  const i64 w = in.qk_stride;
   for (i64 h = 0; h < H; ++h) {
     double ent = 0, mx = 0, n = 0;
     for (i64 b = 0; b < std::min(B_, kStatSeqs); ++b)
       for (i64 i = 0; i < T_; ++i) {
-        const T* q = src + (b * T_ + i) * w + h * D;
+        const T* q = in.q + (b * T_ + i) * w + h * D;
         const double lse = a.saved.lse[static_cast<std::size_t>((b * H + h) * T_ + i)];
         double e = 0, m = 0;
         for (i64 j = 0; j <= i; ++j) {
-          const T* k = src + (b * T_ + j) * w + C + h * D;
+          const T* k = in.k + (b * T_ + j) * w + h * D;
           double dot = 0;
           for (i64 d = 0; d < D; ++d) dot += static_cast<double>(q[d]) * k[d];
           const double logp = a.beta[static_cast<std::size_t>(h)] * dot - lse;

@@ -77,6 +77,15 @@ class Model {
   /// The last forward's logits, (B, T, V): what sampling draws from.
   const std::vector<T>& logits() const { return logits_; }
 
+  /// What layer l's attention read in the last forward: row r = b·T + t of q' (k', v) at
+  /// q + r·qk_stride (k + r·qk_stride, v + r·v_stride), heads side by side (head h at h·D).
+  /// q', k' are the transformed q and k where the policy transforms them (nn/attention.hpp).
+  struct AttentionInputs {
+    const T *q, *k, *v;
+    i64 qk_stride, v_stride;
+  };
+  AttentionInputs attention_inputs(i64 l) const;
+
  private:
   struct LayerActs {
     std::vector<T> x, ln1, ln1_mean, ln1_rstd, qkv, att, x2, ln2, ln2_mean, ln2_rstd, fc, fcg;

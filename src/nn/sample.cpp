@@ -36,14 +36,37 @@ i64 integer_field(const std::map<std::string, std::string>& f, const std::string
 
 }  // namespace
 
-std::string sample(const Checkpoint& ck, const SampleConfig& s) {
+TextModel load_text_model(const Checkpoint& ck) {
   const auto f = identity_fields(ck.identity);
-  if (!f.count("task") || f.at("task") != "text" || !f.count("alphabet"))
+  if (!f.count("task") || f.at("task") != "text" || !f.count("alphabet") || !f.count("corpus"))
     throw Error("resume: not a text-task checkpoint (task " + (f.count("task") ? f.at("task") : "?") +
-                "); only checkpoints of the text task can be sampled");
+                "); only checkpoints of the text task hold a text model");
+  std::vector<char32_t> alphabet = alphabet_from_hex(f.at("alphabet"), "resume");
+  ModelConfig mc;
+  mc.vocab = static_cast<i64>(alphabet.size());
+  mc.max_pos = integer_field(f, "seq");
+  mc.C = integer_field(f, "d_model");
+  mc.H = integer_field(f, "heads");
+  mc.L = integer_field(f, "layers");
+  mc.policy = parse_policy(f.count("policy") ? f.at("policy") : "", "resume");
+  mc.seed = static_cast<std::uint64_t>(integer_field(f, "seed"));
+  TextModel tm{Model<float>(mc), std::move(alphabet), f.at("corpus")};
+  Model<float>& model = tm.model;
+  if (ck.params.size() != model.params.size() || ck.score_ema.size() != model.score_ema.size())
+    throw Error("resume: the checkpoint holds " + std::to_string(ck.params.size()) +
+                " parameters, its identity describes a model of " + std::to_string(model.params.size()));
+  model.params = ck.params;
+  model.score_ema = ck.score_ema;
+  return tm;
+}
+
+std::string sample(const Checkpoint& ck, const SampleConfig& s) {
   if (s.tokens < 0) throw Error("tokens: must be >= 0, got " + std::to_string(s.tokens));
   if (!(s.temperature >= 0) || !std::isfinite(s.temperature)) throw Error("temperature: must be a finite value >= 0");
-  const std::vector<char32_t> alphabet = alphabet_from_hex(f.at("alphabet"), "resume");
+  TextModel tm = load_text_model(ck);
+  const std::vector<char32_t>& alphabet = tm.alphabet;
+  Model<float>& model = tm.model;
+  const ModelConfig& mc = model.cfg;
   const std::u32string prompt = decode_utf8(s.prompt, "prompt");
   if (prompt.empty()) throw Error("prompt: must hold at least one character");
   std::vector<int> text;
@@ -53,21 +76,6 @@ std::string sample(const Checkpoint& ck, const SampleConfig& s) {
       throw Error("prompt: the character '" + encode_utf8(std::u32string(1, ch)) + "' is not in the corpus's alphabet");
     text.push_back(static_cast<int>(it - alphabet.begin()));
   }
-
-  ModelConfig mc;
-  mc.vocab = static_cast<i64>(alphabet.size());
-  mc.max_pos = integer_field(f, "seq");
-  mc.C = integer_field(f, "d_model");
-  mc.H = integer_field(f, "heads");
-  mc.L = integer_field(f, "layers");
-  mc.policy = parse_policy(f.count("policy") ? f.at("policy") : "", "resume");
-  mc.seed = static_cast<std::uint64_t>(integer_field(f, "seed"));
-  Model<float> model(mc);
-  if (ck.params.size() != model.params.size() || ck.score_ema.size() != model.score_ema.size())
-    throw Error("resume: the checkpoint holds " + std::to_string(ck.params.size()) +
-                " parameters, its identity describes a model of " + std::to_string(model.params.size()));
-  model.params = ck.params;
-  model.score_ema = ck.score_ema;
 
   Rng rng = stream(s.seed, 7);
   const i64 V = mc.vocab;

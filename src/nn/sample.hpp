@@ -3,7 +3,9 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
+#include "nn/model.hpp"
 #include "nn/train.hpp"
 
 namespace sdpa::nn {
@@ -14,6 +16,17 @@ struct SampleConfig {
   double temperature = 1.0;  // 0: greedy (the most likely character each step)
   std::uint64_t seed = 1;    // the sampling stream (unused when greedy)
 };
+
+/// The model a text-task checkpoint holds, rebuilt from its identity, with the alphabet and
+/// the corpus hash (16 hex digits) the identity names.
+struct TextModel {
+  Model<float> model;
+  std::vector<char32_t> alphabet;
+  std::string corpus_hash;
+};
+/// Throws sdpa::Error ("resume: …") for a checkpoint that is not the text task's or whose
+/// parameters do not fit the model its identity describes.
+TextModel load_text_model(const Checkpoint& checkpoint);
 
 /// Continues `prompt` by `tokens` characters with the model a text-task checkpoint holds;
 /// returns the prompt and its continuation. The model sees at most the last seq characters

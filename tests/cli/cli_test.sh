@@ -737,6 +737,21 @@ PY
     /usr/bin/python3 -c "import sys; t=open('s1.txt', encoding='utf-8').read(); assert t.startswith('the é') and len(t) == 46, repr(t)" \
       || fail "sample: $(cat s1.txt)"
     "$sdpa" sample --resume ck.bin --prompt "fox" --tokens 10 --temperature 0 > /dev/null || fail "greedy sample"
+    # the model's keys in 8 bits, per position and per channel: one row per head, format and scheme
+    "$sdpa" key-scales --resume ck.bin --corpus fox.txt --contexts 4 --groups 4 8 --json ks.json > ks.txt \
+      || fail "key-scales"
+    grep -q "heads it wins" ks.txt || fail "key-scales table: $(cat ks.txt)"
+    /usr/bin/python3 - ks.json <<'PY' || fail "key-scales JSON"
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert (d["layers"], d["heads"], d["contexts"], d["seq"]) == (1, 2, 4, 16), d
+assert len(d["head_stats"]) == 2 and len(d["rows"]) == 2 * 2 * 3, len(d["rows"])
+assert {r["scales"] for r in d["rows"]} == {"position", "channel/4", "channel/8"}
+assert all(r["out_error"] > 0 for r in d["rows"])
+PY
+    { cat fox.txt; echo "a cat."; } > other.txt
+    expect_error "corpus: " "$sdpa" key-scales --resume ck.bin --corpus other.txt
+    expect_error "--contexts: must be >= 1" "$sdpa" key-scales --resume ck.bin --corpus fox.txt --contexts 0
     # a text sweep's page shows one sample per policy; the default prompt "ROMEO:" is not in this corpus
     sw="--task text --corpus fox.txt --d-model 16 --layers 1 --seq 16 --batch 4 --steps 6 --warmup 2 --eval-size 8 --d-head 8 --seeds 1 --policies inv_sqrt_dk qk_norm"
     expect_error "--sample-prompt: the character 'R'" "$sdpa" sweep $sw --out tsw
@@ -754,7 +769,8 @@ PY
     expect_error "scripts/setup.sh" env SDPA_CACHE_DIR="$PWD/nocache" "$sdpa" train --task text --save ck2.bin
     expect_error "not in the corpus's alphabet" "$sdpa" sample --resume ck.bin --prompt "ROMEO"
     "$sdpa" train --d-model 16 --layers 1 --seq 8 --batch 4 --steps 2 --eval-size 4 --save mq.bin > /dev/null
-    expect_error "not a text-task checkpoint" "$sdpa" sample --resume mq.bin ;;
+    expect_error "not a text-task checkpoint" "$sdpa" sample --resume mq.bin
+    expect_error "not a text-task checkpoint" "$sdpa" key-scales --resume mq.bin ;;
   sweep_resume)
     # A sweep killed mid-way (SIGKILL: no chance to clean up) and run again trains only the
     # runs it had not stored, and writes the sweep.json of a sweep never interrupted.
