@@ -220,13 +220,14 @@ std::string key_scales_table(const KeyScalesResult& r) {
                        key / n, score / n, out / n);
     }
 
-  s += fmt::format("\nall heads against per-position scales\n{:>9} {:>11} {:>24} {:>16}\n", "format", "scales",
-                   "out err ÷ position (geo)", "heads it wins");
+  s += fmt::format("\nall heads against per-position scales (4 B/key)\n{:>9} {:>11} {:>12} {:>24} {:>16}\n", "format",
+                   "scales", "scale B/key", "out err ÷ position (geo)", "heads it wins");
   for (const auto& [format, scales] : schemes) {
     if (scales == "position") continue;
-    double log_sum = 0, n = 0, wins = 0;
+    double log_sum = 0, n = 0, wins = 0, bytes = 0;
     for (const KeyScalesRow& row : r.rows) {
       if (row.format != format || row.scales != scales) continue;
+      bytes = row.scale_bytes;
       for (const KeyScalesRow& base : r.rows)
         if (base.layer == row.layer && base.head == row.head && base.format == format && base.scales == "position") {
           log_sum += std::log(row.out_error / base.out_error);
@@ -234,7 +235,8 @@ std::string key_scales_table(const KeyScalesResult& r) {
           n += 1;
         }
     }
-    s += fmt::format("{:>9} {:>11} {:>24.3f} {:>10.0f} of {:<3.0f}\n", format, scales, std::exp(log_sum / n), wins, n);
+    s += fmt::format("{:>9} {:>11} {:>12.2f} {:>24.3f} {:>10.0f} of {:<3.0f}\n", format, scales, bytes,
+                     std::exp(log_sum / n), wins, n);
   }
   return s;
 }

@@ -26,11 +26,11 @@
 namespace sdpa::nn {
 
 struct KeyScalesConfig {
-  std::string corpus;               // the checkpoint's corpus ("" = the default); its hash must match
-  std::string set = "validation";   // held-out part: validation | test
-  i64 contexts = 64;                // evenly spaced contexts of the model's length
-  std::vector<i64> groups{16, 64};  // positions sharing a channel's scale (capped at the context)
-  int threads = 0;                  // the model's forward (0: all)
+  std::string corpus;                        // the checkpoint's corpus ("" = the default); its hash must match
+  std::string set = "validation";            // held-out part: validation | test
+  i64 contexts = 64;                         // evenly spaced contexts of the model's length
+  std::vector<i64> groups{16, 32, 64, 128};  // positions sharing a channel's scale (capped at the context)
+  int threads = 0;                           // the model's forward (0: all)
 };
 
 /// One head's keys under one scheme. scales: "position" or "channel/G".
