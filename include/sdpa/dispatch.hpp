@@ -22,10 +22,11 @@ namespace sdpa {
 /// sve runs at the CPU's vector length, 256 or 512 bits (one build of the kernel for each).
 enum class Isa { automatic, scalar, avx2, avx512, neon, sve };
 
-/// What runs the avx512 path's 16-bit (bf16, fp16) products:
+/// What runs the avx512 (x86-64) or neon (aarch64) path's 16-bit (bf16, fp16) products:
 ///   widened  each operand widened to fp32 on load, fp32 FMAs (every other path too)
-///   amx      AMX-BF16 tiles: bf16 as it is, fp16 split into bf16 hi + lo
-///   dot      AVX512_BF16 dot products (vdpbf16ps): bf16 only, fp16 widened
+///   amx      AMX-BF16 tiles: bf16 as it is, fp16 split into bf16 hi + lo (x86-64)
+///   dot      bf16 pair dot products, AVX512_BF16's vdpbf16ps or aarch64's BFDOT: bf16 only,
+///            fp16 widened
 enum class Engine16 { widened, amx, dot };
 
 /// What the dispatch reads of a CPU.
@@ -37,19 +38,21 @@ struct CpuFeatures {
   bool amd = false;          // the vendor is AMD (the dot engine's default: see select_dispatch)
   bool neon = false;         // aarch64's AdvSIMD (the hwcap ASIMD): the neon path's
   int sve_bits = 0;          // SVE's vector length in bits (the hwcap SVE, then Linux's prctl); 0: no SVE
+  bool arm_bf16 = false;     // aarch64's BF16 (the hwcap2 BF16: BFDOT, BFMMLA, BFCVT)
 };
 
 /// The environment variables the dispatch reads, as their text ("" when unset).
 ///   SDPA_ISA       auto | scalar | avx2 | avx512 | neon | sve
 ///   SDPA_AMX       0 (never AMX tiles) | 1 | auto (where the CPU has them; the default)
-///   SDPA_BF16_DOT  0 (never vdpbf16ps) | 1 (wherever the CPU has it and AMX is not taken)
-///                  | auto (on AMD's CPUs only; the default)
+///   SDPA_BF16_DOT  0 (never vdpbf16ps or BFDOT) | 1 (wherever the CPU has it and AMX is not
+///                  taken) | auto (vdpbf16ps on AMD's CPUs only, BFDOT nowhere; the default)
 struct DispatchSettings {
   std::string isa, amx, bf16_dot;
 };
 
 /// The outcome: the ISA `Isa::automatic` resolves to, and the engine of the avx512 path's
-/// 16-bit products (a call that runs another path widens), each with the reason in words.
+/// (aarch64: the neon path's) 16-bit products (a call that runs another path widens), each
+/// with the reason in words.
 struct Dispatch {
   Isa isa = Isa::scalar;
   Engine16 engine = Engine16::widened;
@@ -61,8 +64,10 @@ struct Dispatch {
 /// them unless SDPA_AMX=0; else vdpbf16ps where the CPU has AVX512_BF16 and either
 /// SDPA_BF16_DOT=1 or (unset or auto) the CPU is AMD's — on Intel's Sapphire Rapids the
 /// instruction runs at half the FMA's flop rate and the engine lost to widening
-/// (docs/performance.md); else widened. A value outside a variable's list throws
-/// sdpa::Error naming the variable, whichever ISA is chosen.
+/// (docs/performance.md); else widened. On aarch64 the neon path's engine: BFDOT where the
+/// CPU has BF16 and SDPA_BF16_DOT=1 (opt-in until an Arm CPU has measured it), else widened.
+/// A value outside a variable's list throws sdpa::Error naming the variable, whichever ISA is
+/// chosen.
 Dispatch select_dispatch(const CpuFeatures& cpu, const DispatchSettings& settings);
 
 /// This CPU, read once (x86-64: CPUID, and for AMX Linux is asked once for the tile state;
@@ -88,13 +93,13 @@ const char* isa_choices();
 /// Parses an ISA name; throws sdpa::Error naming `what` for an unknown one.
 Isa parse_isa(const char* name, const char* what = "isa");
 /// The engine a call on `isa` (automatic: active_isa()) runs its 16-bit products on:
-/// active_dispatch().engine on the avx512 path, widened elsewhere.
+/// active_dispatch().engine on the avx512 and neon paths, widened elsewhere.
 Engine16 engine_for(Isa isa = Isa::automatic);
 /// engine_for(isa) == Engine16::amx: bf16 and fp16 forward and backward products on AMX-BF16
 /// tiles (docs/contract.md). Decoding and fp32 are unaffected.
 bool amx_bf16_active(Isa isa = Isa::automatic);
-/// engine_for(isa) == Engine16::dot: bf16's forward and backward products on vdpbf16ps; fp16
-/// widens on that path. Decoding and fp32 are unaffected.
+/// engine_for(isa) == Engine16::dot: bf16's forward and backward products on vdpbf16ps
+/// (aarch64: BFDOT); fp16 widens on that path. Decoding and fp32 are unaffected.
 bool bf16_dot_active(Isa isa = Isa::automatic);
 
 }  // namespace sdpa

@@ -242,7 +242,8 @@ def bf16_dot_active() -> bool:
     """Whether bf16 calls (the tiled forward's two products, the backward's five) run on AVX512_BF16
     dot products (vdpbf16ps) in this process: the CPU has AVX512_BF16, AMX is not active, the kernel
     is the avx512 one, and the CPU is AMD's (Zen 4 on) or SDPA_BF16_DOT is 1; SDPA_BF16_DOT=0 turns it
-    off. fp16 widens on that path (docs/contract.md)."""
+    off. On aarch64: BFDOT on the neon kernel where the CPU has BF16 and SDPA_BF16_DOT is 1. fp16 widens
+    on that path (docs/contract.md)."""
     return _ext.bf16_dot_active()
 
 

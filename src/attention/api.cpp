@@ -54,8 +54,8 @@ const FastKernels& fast_kernels(Isa isa) {
 const FastKernels& kernels_for(const Options& opt) {
   if (const FastKernels* k = kernels_for_tests.load(std::memory_order_relaxed)) return *k;
   const FastKernels& widening = fast_kernels(opt.isa);
+  // The avx512 (neon) path's table is the one of the engine the dispatch chose.
 #if defined(__x86_64__)
-  // The avx512 path's table is the one of the engine the dispatch chose.
   if (&widening == &fast_kernels_avx512()) {
     switch (engine_for(Isa::avx512)) {
       case Engine16::amx: return fast_kernels_avx512_amx();
@@ -63,6 +63,8 @@ const FastKernels& kernels_for(const Options& opt) {
       default: break;
     }
   }
+#elif defined(__aarch64__)
+  if (&widening == &fast_kernels_neon() && engine_for(Isa::neon) == Engine16::dot) return fast_kernels_neon_dot();
 #endif
   return widening;
 }

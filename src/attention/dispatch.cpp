@@ -71,6 +71,7 @@ CpuFeatures detect() {
     const int vl = prctl(PR_SVE_GET_VL);
     if (vl > 0) f.sve_bits = (vl & PR_SVE_VL_LEN_MASK) * 8;
   }
+  f.arm_bf16 = f.neon && (getauxval(AT_HWCAP2) & HWCAP2_BF16) != 0;
 #endif
   // Elsewhere every feature stays false and the scalar path runs.
   return f;
@@ -130,7 +131,19 @@ Dispatch select_dispatch(const CpuFeatures& cpu, const DispatchSettings& setting
     d.isa_reason = "SDPA_ISA=" + settings.isa;
   }
 
-  if (!cpu.avx512) {
+  if (cpu.neon) {
+    // aarch64: BFDOT for the neon path where asked. Not by default: no Arm CPU has measured it
+    // against widening yet, and on Intel's AVX512_BF16 the same kind of engine lost.
+    if (cpu.arm_bf16 && dot == "1") {
+      d.engine = Engine16::dot;
+      d.engine_reason = "SDPA_BF16_DOT=1 and the CPU has BF16 (BFDOT), for the neon path";
+    } else {
+      d.engine_reason = !cpu.arm_bf16 ? "no BF16 (BFDOT) on this CPU: 16-bit operands are widened"
+                        : dot == "0"  ? "SDPA_BF16_DOT=0: 16-bit operands are widened"
+                                      : "BFDOT is taken only with SDPA_BF16_DOT=1 (not yet measured against "
+                                        "widening on an Arm CPU): 16-bit operands are widened";
+    }
+  } else if (!cpu.avx512) {
     d.engine_reason = "no AVX-512 on this CPU: 16-bit operands are widened to fp32";
   } else if (cpu.amx_bf16 && amx != "0") {
     d.engine = Engine16::amx;
@@ -203,7 +216,12 @@ Isa parse_isa(const char* name, const char* what) {
 }
 
 Engine16 engine_for(Isa isa) {
-  return (isa == Isa::automatic ? active_isa() : isa) == Isa::avx512 ? active_dispatch().engine : Engine16::widened;
+#if defined(__aarch64__)
+  constexpr Isa kEnginePath = Isa::neon;  // the path whose 16-bit products the dispatch's engine runs
+#else
+  constexpr Isa kEnginePath = Isa::avx512;
+#endif
+  return (isa == Isa::automatic ? active_isa() : isa) == kEnginePath ? active_dispatch().engine : Engine16::widened;
 }
 bool amx_bf16_active(Isa isa) { return engine_for(isa) == Engine16::amx; }
 bool bf16_dot_active(Isa isa) { return engine_for(isa) == Engine16::dot; }

@@ -1,10 +1,12 @@
-// engine16_absent.cpp — engine16.hpp where the 16-bit engines are not built (not x86-64).
+// engine16_absent.cpp — engine16.hpp where its engines are not built: AMX tiles on every
+// non-x86 build, and on a build that is neither x86-64 nor aarch64 the dot engine and the
+// packings too (aarch64 has them in engine16_neon.cpp).
 //
-// The kernel's loops are one template over the table's engine; the widened instantiation, the
-// only one a non-x86 build has, still names the engines' functions on branches that run only
-// when a call's items take an engine, and no engine is ever chosen there (select_dispatch:
-// Engine16::widened without AVX-512). Each definition below is that branch's unreachable end:
-// it aborts with a message instead of computing anything.
+// The kernel's loops are one template over the table's engine; the widened instantiation
+// still names the engines' functions on branches that run only when a call's items take an
+// engine, and the engines below are never chosen there (select_dispatch: AMX on x86 alone, the
+// dot engine on AVX-512 or aarch64's BF16). Each definition below is that branch's unreachable
+// end: it aborts with a message instead of computing anything.
 #include <cstdio>
 #include <cstdlib>
 
@@ -13,7 +15,7 @@
 namespace sdpa::detail::engine16 {
 namespace {
 [[noreturn]] void absent(const char* what) {
-  std::fprintf(stderr, "sdpa: internal error: %s called, but the 16-bit engines exist on x86-64 only\n", what);
+  std::fprintf(stderr, "sdpa: internal error: %s called, but this build has no such engine\n", what);
   std::abort();
 }
 }  // namespace
@@ -26,6 +28,7 @@ void gemm(i64, i64, i64, const bf16*, i64, const std::uint32_t*, i64, float*, i6
 }
 }  // namespace amx
 
+#if !defined(__aarch64__)
 namespace dot {
 void gemm(i64, i64, i64, const bf16*, i64, const std::uint32_t*, i64, float*, i64, bool) {
   absent("engine16::dot::gemm");
@@ -66,5 +69,6 @@ void pack_pairs_transposed(const bf16*, i64, i64, i64, i64, std::uint32_t*, i64)
 }
 void copy_rows_padded(const bf16*, i64, i64, i64, i64, i64, bf16*, i64) { absent("engine16::copy_rows_padded"); }
 void round_rows_bf16(const float*, i64, i64, i64, i64, i64, bf16*, i64) { absent("engine16::round_rows_bf16"); }
+#endif
 
 }  // namespace sdpa::detail::engine16

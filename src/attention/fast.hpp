@@ -163,5 +163,8 @@ const FastKernels& fast_kernels_avx512_amx();
 // The AVX-512 table whose bf16 tiled forward and backward run on vdpbf16ps (fp16 widened), for
 // CPUs with AVX512_BF16 and no AMX: api.cpp hands it out where the dispatch chose Engine16::dot.
 const FastKernels& fast_kernels_avx512_dot();
+// The neon table whose bf16 tiled forward and backward run on BFDOT (fp16 widened), for aarch64
+// CPUs with BF16: api.cpp hands it out where the dispatch chose Engine16::dot for the neon path.
+const FastKernels& fast_kernels_neon_dot();
 
 }  // namespace sdpa::detail

@@ -5,6 +5,7 @@
 #pragma once
 
 #define SDPA_FUSED_DECODE 1  // kernel/forward.inl sends decoding items to decode::forward
+#define SDPA_ENGINE16 1      // and the dot engine's table, table_on<Engine16::dot> (engine16_neon.cpp)
 
 #include <arm_neon.h>
 

@@ -15,7 +15,7 @@ namespace {
 
 // The CPU kinds: what each one's CPUID (and Linux, for AMX; on aarch64 its hwcaps and SVE's
 // vector length) reports.
-//                              avx2   avx512 bf16   amx    amd    neon   sve_bits
+//                              avx2   avx512 bf16   amx    amd    neon   sve_bits arm_bf16
 constexpr CpuFeatures kOld{false, false, false, false, false};           // SSE only
 constexpr CpuFeatures kZen3{true, false, false, false, true};            // AVX2 + FMA
 constexpr CpuFeatures kSkylakeX{true, true, false, false, false};        // AVX-512, no BF16
@@ -24,9 +24,10 @@ constexpr CpuFeatures kCooperLake{true, true, true, false, false};       // AVX-
 constexpr CpuFeatures kSapphireRapids{true, true, true, true, false};    // AVX-512 + AMX-BF16
 constexpr CpuFeatures kSapphireNoTiles{true, true, true, false, false};  // the same, Linux refused the tiles
 constexpr CpuFeatures kNeoverseN1{false, false, false, false, false, true};       // aarch64, no SVE (Graviton2, Ampere)
-constexpr CpuFeatures kNeoverseV1{false, false, false, false, false, true, 256};  // SVE at 256 bits (Graviton3)
+constexpr CpuFeatures kNeoverseV1{false, false, false, false,
+                                  false, true,  256,   true};  // SVE at 256 bits, BF16 (Graviton3)
 constexpr CpuFeatures kNeoverseV2{false, false, false, false,
-                                  false, true,  128};                           // SVE at 128 (Grace, Graviton4, Axion)
+                                  false, true,  128,   true};  // SVE at 128, BF16 (Grace, Graviton4, Axion)
 constexpr CpuFeatures kA64fx{false, false, false, false, false, true, 512};     // SVE at 512 bits (Fugaku)
 constexpr CpuFeatures kSve1024{false, false, false, false, false, true, 1024};  // a length no build has
 
@@ -72,16 +73,21 @@ const std::vector<Row>& table() {
       {"zen4", kZen4, {"scalar", "", ""}, Isa::scalar, E::dot},
       {"zen3", kZen3, {"scalar", "", ""}, Isa::scalar, E::widened},
       {"zen4", kZen4, {"avx512", "", ""}, Isa::avx512, E::dot},
-      // aarch64: SVE where its length has a build (256, 512 bits), else NEON; 16-bit operands
-      // widened whatever SDPA_AMX and SDPA_BF16_DOT say.
+      // aarch64: SVE where its length has a build (256, 512 bits), else NEON; the neon path's
+      // 16-bit products on BFDOT only with BF16 and SDPA_BF16_DOT=1 (SDPA_AMX ignored), and
+      // like the avx512 path's engine that is the neon path's whichever ISA runs.
       {"neoverse-n1", kNeoverseN1, {}, Isa::neon, E::widened},
-      {"neoverse-n1", kNeoverseN1, {"", "1", "1"}, Isa::neon, E::widened},
+      {"neoverse-n1", kNeoverseN1, {"", "1", "1"}, Isa::neon, E::widened},  // no BF16
       {"neoverse-n1", kNeoverseN1, {"scalar", "", ""}, Isa::scalar, E::widened},
       {"neoverse-v1", kNeoverseV1, {}, Isa::sve, E::widened},
       {"neoverse-v1", kNeoverseV1, {"neon", "", ""}, Isa::neon, E::widened},
-      {"neoverse-v1", kNeoverseV1, {"", "1", "1"}, Isa::sve, E::widened},
+      {"neoverse-v1", kNeoverseV1, {"neon", "", "1"}, Isa::neon, E::dot},
+      {"neoverse-v1", kNeoverseV1, {"", "1", "1"}, Isa::sve, E::dot},  // a call on sve widens (engine_for)
       {"a64fx", kA64fx, {}, Isa::sve, E::widened},
+      {"a64fx", kA64fx, {"", "", "1"}, Isa::sve, E::widened},   // no BF16
       {"neoverse-v2", kNeoverseV2, {}, Isa::neon, E::widened},  // 128-bit SVE is no wider than NEON
+      {"neoverse-v2", kNeoverseV2, {"", "", "1"}, Isa::neon, E::dot},
+      {"neoverse-v2", kNeoverseV2, {"", "", "0"}, Isa::neon, E::widened},
       {"sve1024", kSve1024, {}, Isa::neon, E::widened},
   };
   return rows;
@@ -152,16 +158,24 @@ TEST(Dispatch, ActiveIsTheRuleOnThisCpu) {
   EXPECT_EQ(active_dispatch().isa, want.isa);
   EXPECT_EQ(active_dispatch().engine, want.engine);
   EXPECT_EQ(active_isa(), want.isa);
-  EXPECT_EQ(engine_for(Isa::avx512), want.engine);
+#if defined(__aarch64__)
+  const Isa engine_path = Isa::neon, other = Isa::avx512;
+#else
+  const Isa engine_path = Isa::avx512, other = Isa::neon;
+#endif
+  EXPECT_EQ(engine_for(engine_path), want.engine);
+  EXPECT_EQ(engine_for(other), Engine16::widened);
   EXPECT_EQ(engine_for(Isa::avx2), Engine16::widened);
   EXPECT_EQ(engine_for(Isa::scalar), Engine16::widened);
-  EXPECT_EQ(amx_bf16_active(Isa::avx512), want.engine == Engine16::amx);
-  EXPECT_EQ(bf16_dot_active(Isa::avx512), want.engine == Engine16::dot);
+  EXPECT_EQ(engine_for(Isa::sve), Engine16::widened);
+  EXPECT_EQ(amx_bf16_active(engine_path), want.engine == Engine16::amx);
+  EXPECT_EQ(bf16_dot_active(engine_path), want.engine == Engine16::dot);
   const CpuFeatures& f = cpu_features();
   EXPECT_TRUE(!f.avx512 || f.avx2);  // each level includes the one below
   EXPECT_TRUE(!f.avx512_bf16 || f.avx512);
   EXPECT_TRUE(!f.amx_bf16 || f.avx512_bf16);
   EXPECT_TRUE(f.sve_bits == 0 || (f.neon && f.sve_bits % 128 == 0));  // SVE: AdvSIMD too, 128-bit granules
+  EXPECT_TRUE(!f.arm_bf16 || f.neon);
 }
 
 }  // namespace

@@ -213,15 +213,18 @@ TEST_P(Dtypes, Fp16WithinTheRule) { check_case<fp16>(GetParam()); }
 INSTANTIATE_TEST_SUITE_P(Kernel, Dtypes, ::testing::ValuesIn(cases()),
                          [](const ::testing::TestParamInfo<Case>& i) { return i.param.name; });
 
-// Where AMX-BF16 or AVX512_BF16 is usable, the rule cases above ran on each AVX-512 table
-// this CPU runs: widened, and on its engines. Elsewhere they ran on the widening path only,
-// and this says so.
+// Where AMX-BF16, AVX512_BF16 or aarch64's BF16 is usable, the rule cases above ran on each
+// table of the engine's path this CPU runs (avx512, or neon): widened, and on its engines.
+// Elsewhere they ran on the widening path only, and this says so.
 TEST(Dtypes, SixteenBitCasesRanOnEveryEngine) {
-  if (!cpu_features().amx_bf16 && !cpu_features().avx512_bf16)
-    GTEST_SKIP() << "no AMX-BF16 or AVX512_BF16 on this CPU: the 16-bit cases ran widened only";
+  if (!cpu_features().amx_bf16 && !cpu_features().avx512_bf16 && !cpu_features().arm_bf16)
+    GTEST_SKIP() << "no AMX-BF16, AVX512_BF16 or BF16 on this CPU: the 16-bit cases ran widened only";
+  const std::vector<Isa> isas = runnable_isas();
+  if (std::find(isas.begin(), isas.end(), cpu_features().arm_bf16 ? Isa::neon : Isa::avx512) == isas.end())
+    GTEST_SKIP() << "SDPA_TEST_ISAS leaves out the engine's path";
   bool widening = false, amx = false, dot = false;
   for (const KernelVariant& kv : kernel_variants()) {
-    widening = widening || (kv.isa == Isa::avx512 && kv.engine() == Engine16::widened);
+    widening = widening || ((kv.isa == Isa::avx512 || kv.isa == Isa::neon) && kv.engine() == Engine16::widened);
     amx = amx || kv.engine() == Engine16::amx;
     dot = dot || kv.engine() == Engine16::dot;
   }

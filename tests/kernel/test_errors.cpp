@@ -210,5 +210,17 @@ TEST(Isa, Bf16DotEnvironmentVariable) {
   EXPECT_EQ(default_bf16_forward_reaches(Engine16::dot), expected);
 }
 
+// aarch64: sdpa::forward on bf16 takes BFDOT where the CPU has BF16, the neon path runs and
+// SDPA_BF16_DOT=1; never otherwise (ctest runs it with SDPA_BF16_DOT=1, 0 and auto).
+TEST(Isa, ArmBf16DotEnvironmentVariable) {
+  if (!cpu_features().arm_bf16) GTEST_SKIP() << "no aarch64 BF16 on this CPU";
+  if (active_isa() != Isa::neon) GTEST_SKIP() << "SDPA_ISA chose " << isa_name(active_isa()) << ", not neon";
+  const char* env = std::getenv("SDPA_BF16_DOT");
+  const bool expected = env != nullptr && std::string(env) == "1";
+  EXPECT_EQ(bf16_dot_active(), expected);
+  EXPECT_FALSE(bf16_dot_active(Isa::scalar));
+  EXPECT_EQ(default_bf16_forward_reaches(Engine16::dot), expected);
+}
+
 }  // namespace
 }  // namespace sdpa::test

@@ -246,6 +246,13 @@ inline std::vector<KernelVariant> kernel_variants() {
       out.push_back({isa, &detail::fast_kernels_avx512_dot(), "avx512 with AVX512_BF16 dot products", "avx512_dot"});
       continue;
     }
+#elif defined(__aarch64__)
+    if (isa == Isa::neon && cpu_features().arm_bf16) {
+      // Both neon tables, whatever SDPA_BF16_DOT says: widened, and bf16 on BFDOT.
+      out.push_back({isa, &detail::fast_kernels_neon(), "neon", "neon"});
+      out.push_back({isa, &detail::fast_kernels_neon_dot(), "neon with BFDOT", "neon_dot"});
+      continue;
+    }
 #endif
     out.push_back({isa, nullptr, isa_name(isa), isa_name(isa)});
   }
