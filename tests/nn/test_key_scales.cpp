@@ -15,6 +15,7 @@
 
 #include "nn/key_scales.hpp"
 #include "nn/train.hpp"
+#include "small_model.hpp"
 
 namespace nn = sdpa::nn;
 using nn::i64;
@@ -105,19 +106,8 @@ TEST(KeyScales, MeasuresATrainedTextModelsKeys) {
   std::ofstream(dir + "/fox.txt", std::ios::binary) << text;
   std::ofstream(dir + "/other.txt", std::ios::binary) << text << "a cat.\n";
 
-  nn::TrainConfig c;
-  c.task = "text";
-  c.corpus = dir + "/fox.txt";
-  c.d_model = 32;
-  c.heads = 2;
-  c.layers = 1;
-  c.seq = 16;
-  c.batch = 8;
-  c.steps = 30;
-  c.warmup = 5;
-  c.lr = 1e-2;
-  c.eval_size = 8;
-  c.threads = 1;
+  nn::TrainConfig c = small_text_run(dir + "/fox.txt");
+  c.steps = 30;  // trained a little: keys with some structure, in a fraction of a second
   nn::Checkpoint state;
   nn::TrainHooks hooks;
   hooks.final_state = &state;

@@ -15,6 +15,7 @@
 #include "nn/tasks.hpp"
 #include "nn/text.hpp"
 #include "nn/train.hpp"
+#include "small_model.hpp"
 
 namespace nn = sdpa::nn;
 using nn::i64;
@@ -188,23 +189,7 @@ TEST(Text, ShakespeareCorpusIsBuiltInAFixedOrder) {
 }
 
 namespace {
-nn::TrainConfig text_config(const std::string& corpus) {
-  nn::TrainConfig c;
-  c.task = "text";
-  c.corpus = corpus;
-  c.d_model = 32;
-  c.heads = 2;
-  c.layers = 1;
-  c.seq = 16;
-  c.batch = 16;
-  c.steps = 150;
-  c.warmup = 10;
-  c.lr = 1e-2;
-  c.eval_size = 32;
-  c.log_every = 50;
-  c.threads = 1;
-  return c;
-}
+nn::TrainConfig text_config(const std::string& corpus) { return small_text_run(corpus); }
 }  // namespace
 
 // A repeated sentence is predictable after a few characters of context: the held-out loss
