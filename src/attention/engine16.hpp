@@ -3,7 +3,9 @@
 // GEMM on AMX tiles (amx::), the same GEMM by vdpbf16ps (dot::), and the packings their
 // operands share (engine16::). Compiled alone with -mamx-tile -mamx-bf16 -mavx512bf16
 // (engine16.cpp, src/CMakeLists.txt); called from the AVX-512 path only where the dispatch
-// chose an engine (sdpa/dispatch.hpp: Engine16::amx for amx::, either for the rest).
+// chose an engine (sdpa/dispatch.hpp: Engine16::amx for amx::, either for the rest). On
+// aarch64 dot:: runs on BFDOT and the packings are engine16_neon.cpp's, called from the neon
+// path where the dispatch chose Engine16::dot.
 //
 // Every tile this file uses is 16 rows × 64 bytes: an fp32 C tile is 16 × 16 floats, an A
 // tile 16 rows × 32 bf16, a B tile 16 rows of 16 bf16 pairs (AMX's B layout: element

@@ -1,9 +1,9 @@
 // engine16.inl — what the 16-bit engines' loops share (the forward's and the backward's):
 // bf16 operand rows, the split's term count, the engine's GEMM and the tile configuration.
-// Compiled on every path; called on the AVX-512 path's engine tables only (table_on<E>).
+// Compiled on every path; called on the engine tables only (table_on<E>: AVX-512's, neon's).
 
 // The 16-bit engines' operands (forward_tiled_engine16, the engine backward; compiled on every
-// path, called on the AVX-512 path's engine tables only): rows [j0, j0 + n) of
+// path, called on the engine tables only): rows [j0, j0 + n) of
 // (b, g) as bf16 rows with unit stride along D: in place (row stride the tensor's), or
 // gathered into buf (row stride D).
 struct Bf16Rows {

@@ -1,6 +1,6 @@
 // forward_engine16.inl — the forward's tile loop with both products on a 16-bit engine
-// (AMX-BF16 tiles or vdpbf16ps: engine16.hpp). Included only where the ISA has the engines
-// (SDPA_ENGINE16: the AVX-512 path).
+// (AMX-BF16 tiles, vdpbf16ps or BFDOT: engine16.hpp). Included only where the ISA has an
+// engine (SDPA_ENGINE16: the AVX-512 path, and the neon path for BFDOT).
 
 // The tiled forward with both products on a 16-bit engine (engine16.hpp: AMX-BF16 tiles or
 // vdpbf16ps), for the dtypes the engine takes: the
