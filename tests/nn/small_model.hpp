@@ -1,7 +1,8 @@
-// small_model.hpp — the small model configurations the nn tests share: vocabulary 11, two
-// heads, a policy by name; and a small text-task run on a corpus file.
+// small_model.hpp — what the nn tests share: the small model configuration (vocabulary 11,
+// two heads, a policy by name), a small text-task run on a corpus file, and error_of.
 #pragma once
 
+#include <functional>
 #include <string>
 
 #include "nn/model.hpp"
@@ -37,4 +38,14 @@ inline sdpa::nn::TrainConfig small_text_run(const std::string& corpus) {
   c.log_every = 50;
   c.threads = 1;
   return c;
+}
+
+// The message of the sdpa::Error f throws, or "(no error)".
+inline std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const sdpa::Error& e) {
+    return e.what();
+  }
+  return "(no error)";
 }

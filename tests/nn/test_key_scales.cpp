@@ -23,15 +23,6 @@ using sdpa::KvQuant;
 
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const sdpa::Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
 // Gaussian keys (N, D), element (r, c) times row_scale(r) · channel_scale(c).
 std::vector<float> keys(i64 N, i64 D, const std::function<double(i64)>& row_scale,
                         const std::function<double(i64)>& channel_scale) {

@@ -41,15 +41,6 @@ void write(const std::string& path, const std::string& bytes) {
   f << bytes;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const sdpa::Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
 // A text whose every character is distinct (U+0100 + i), so token i is position i: a batch's
 // tokens say where in the corpus it was drawn from.
 std::string positional_text(i64 n) {
