@@ -6,7 +6,6 @@
 
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
-#include <nlohmann/json.hpp>
 
 #include "commands.hpp"
 #include "common.hpp"
@@ -35,31 +34,7 @@ Command add_key_scales(CLI::App& parent) {
   return {app, with_flag_names(app, [c, resume, json] {
             const nn::KeyScalesResult r = nn::key_scales(nn::load_checkpoint(*resume), *c);
             if (!json->empty()) {
-              nlohmann::json doc{{"layers", r.layers},
-                                 {"heads", r.heads},
-                                 {"d_head", r.d_head},
-                                 {"seq", r.seq},
-                                 {"contexts", r.contexts},
-                                 {"set", c->set},
-                                 {"head_stats", nlohmann::json::array()},
-                                 {"rows", nlohmann::json::array()}};
-              for (const auto& h : r.head_stats)
-                doc["head_stats"].push_back({{"layer", h.layer},
-                                             {"head", h.head},
-                                             {"beta", h.beta},
-                                             {"score_rms", h.score_rms},
-                                             {"channel_spread", h.channel_spread},
-                                             {"row_spread", h.row_spread}});
-              for (const auto& row : r.rows)
-                doc["rows"].push_back({{"layer", row.layer},
-                                       {"head", row.head},
-                                       {"format", row.format},
-                                       {"scales", row.scales},
-                                       {"scale_bytes", row.scale_bytes},
-                                       {"key_error", row.key_error},
-                                       {"score_error", row.score_error},
-                                       {"out_error", row.out_error}});
-              const std::string text = doc.dump(1) + "\n";
+              const std::string text = nn::to_json(r, c->set).dump(1) + "\n";
               io::OutputSet files;
               files.add(*json, std::vector<unsigned char>(text.begin(), text.end()));
               files.commit();

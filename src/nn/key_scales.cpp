@@ -191,6 +191,34 @@ KeyScalesResult key_scales(const Checkpoint& checkpoint, const KeyScalesConfig& 
   return r;
 }
 
+nlohmann::ordered_json to_json(const KeyScalesResult& r, const std::string& set) {
+  nlohmann::ordered_json doc{{"layers", r.layers},
+                             {"heads", r.heads},
+                             {"d_head", r.d_head},
+                             {"seq", r.seq},
+                             {"contexts", r.contexts},
+                             {"set", set},
+                             {"head_stats", nlohmann::ordered_json::array()},
+                             {"rows", nlohmann::ordered_json::array()}};
+  for (const KeyScalesHead& h : r.head_stats)
+    doc["head_stats"].push_back({{"layer", h.layer},
+                                 {"head", h.head},
+                                 {"beta", h.beta},
+                                 {"score_rms", h.score_rms},
+                                 {"channel_spread", h.channel_spread},
+                                 {"row_spread", h.row_spread}});
+  for (const KeyScalesRow& row : r.rows)
+    doc["rows"].push_back({{"layer", row.layer},
+                           {"head", row.head},
+                           {"format", row.format},
+                           {"scales", row.scales},
+                           {"scale_bytes", row.scale_bytes},
+                           {"key_error", row.key_error},
+                           {"score_error", row.score_error},
+                           {"out_error", row.out_error}});
+  return doc;
+}
+
 std::string key_scales_table(const KeyScalesResult& r) {
   std::string s = fmt::format(
       "keys of {} layers × {} heads (d_head {}), {} held-out contexts of {} positions\n\n"

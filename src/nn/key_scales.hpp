@@ -20,6 +20,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "nn/train.hpp"
 #include "sdpa/kvcache.hpp"
 
@@ -67,6 +69,10 @@ void dequantized_per_channel(const float* keys, i64 N, i64 D, i64 ldk, i64 group
 /// group). Throws sdpa::Error for a checkpoint that is not the text task's, a corpus whose
 /// hash is not the checkpoint's, or bad settings (named).
 KeyScalesResult key_scales(const Checkpoint& checkpoint, const KeyScalesConfig& config);
+
+/// The result as one JSON document: the shape, `set`, and per head its statistics
+/// (`head_stats`) and each scheme's row (`rows`), the fields named as in the structs above.
+nlohmann::ordered_json to_json(const KeyScalesResult& result, const std::string& set);
 
 /// The result as a printable table: per layer, format and scheme the errors' means over the
 /// layer's heads, then per format and scheme over all heads the geometric mean of out error ÷
