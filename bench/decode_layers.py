@@ -22,9 +22,11 @@ import time
 import torch
 import sdpa.transformers as sht
 from sdpa import _core, _ext
-from transformers import AttentionInterface, AttentionMaskInterface, AutoModelForCausalLM, LlamaConfig
+from transformers import AttentionInterface, AttentionMaskInterface, AutoModelForCausalLM
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import sdpa_mask
+
+from hf_llama import add_shape_args, check_shape_args, llama_config
 
 
 def full_route(module, query, key, value, mask, **kw):
@@ -57,6 +59,7 @@ VARIANTS = {"torch sdpa": sdpa_attention_forward, "sdpa full": full_route, "sdpa
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_shape_args(ap)
     ap.add_argument("--prefill", type=int, default=1024)
     ap.add_argument("--new", type=int, default=64)
     ap.add_argument("--rounds", type=int, default=4)
@@ -64,6 +67,7 @@ def main():
     a = ap.parse_args()
     if a.new < 2 or a.rounds < 1 or a.prefill < 1:
         ap.error("--new >= 2, --rounds >= 1, --prefill >= 1")
+    check_shape_args(ap, a)
     current = {"fn": None}
     calls = []
 
@@ -77,13 +81,11 @@ def main():
 
     AttentionInterface.register("decode_layers", timed)
     AttentionMaskInterface.register("decode_layers", sdpa_mask)
-    cfg = LlamaConfig(vocab_size=32000, hidden_size=768, intermediate_size=2048, num_hidden_layers=12,
-                      num_attention_heads=12, num_key_value_heads=4, max_position_embeddings=a.prefill + a.new,
-                      eos_token_id=None, bos_token_id=None)
+    cfg = llama_config(a, a.prefill + a.new)
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(cfg, attn_implementation="decode_layers").to(getattr(torch, a.dtype))
     model.eval()
-    ids = torch.randint(1, 32000, (1, a.prefill), generator=torch.Generator().manual_seed(1))
+    ids = torch.randint(1, a.vocab, (1, a.prefill), generator=torch.Generator().manual_seed(1))
     per_call = {name: [] for name in VARIANTS}
     per_token = {name: [] for name in VARIANTS}
 

@@ -37,16 +37,14 @@ import statistics
 import time
 
 import torch
-import transformers
 import sdpa.transformers as sht
 from transformers import (AttentionInterface, AttentionMaskInterface, AutoModelForCausalLM, DynamicCache,
-                          LlamaConfig, LogitsProcessor, LogitsProcessorList)
+                          LogitsProcessor, LogitsProcessorList)
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import sdpa_mask
 
-# generate()'s keyword for a cache object: "cache" from transformers 5.24 (the first release seen to take it;
-# past_key_values is deprecated there), past_key_values before
-CACHE_KWARG = "cache" if sht._version_tuple(transformers.__version__) >= (5, 24, 0) else "past_key_values"
+from hf_llama import CACHE_KWARG, add_shape_args, check_shape_args, llama_config
+
 BACKENDS = {"sdpa (exact_cpu)": sht.attention_forward, "torch sdpa": sdpa_attention_forward}
 
 
@@ -80,11 +78,7 @@ class StepClock(LogitsProcessor):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--layers", type=int, default=12)
-    ap.add_argument("--width", type=int, default=768)
-    ap.add_argument("--heads", type=int, default=12)
-    ap.add_argument("--kv-heads", type=int, default=4)
-    ap.add_argument("--vocab", type=int, default=32000)
+    add_shape_args(ap)
     ap.add_argument("--prefill", type=int, default=1024)
     ap.add_argument("--new", type=int, default=128)
     ap.add_argument("--rounds", type=int, default=3)
@@ -103,21 +97,17 @@ def main():
                          "(sdpa.transformers.QuantizedCache)")
     ap.add_argument("--json", help="also write the figures here")
     a = ap.parse_args()
-    for name in ("layers", "width", "heads", "kv_heads", "prefill", "rounds", "batch"):
+    check_shape_args(ap, a)
+    for name in ("prefill", "rounds", "batch"):
         if getattr(a, name) < 1:
             ap.error(f"--{name.replace('_', '-')}: must be >= 1, got {getattr(a, name)}")
     if a.new < 2:
         ap.error(f"--new: must be >= 2 (the decoding is timed over its new - 1 steps), got {a.new}")
-    if a.width % a.heads or a.heads % a.kv_heads:
-        ap.error(f"--width {a.width}, --heads {a.heads}, --kv-heads {a.kv_heads}: heads must divide width and "
-                 f"kv-heads must divide heads")
     if a.threads:
         torch.set_num_threads(a.threads)
     threads = torch.get_num_threads()
 
-    cfg = LlamaConfig(vocab_size=a.vocab, hidden_size=a.width, intermediate_size=8 * a.width // 3 // 64 * 64,
-                      num_hidden_layers=a.layers, num_attention_heads=a.heads, num_key_value_heads=a.kv_heads,
-                      max_position_embeddings=a.prefill + a.new, eos_token_id=None, bos_token_id=None)
+    cfg = llama_config(a, a.prefill + a.new)
     dtype = getattr(torch, a.dtype)
     torch.manual_seed(0)
     timed = {label: Timed(f"bench_{i}", fn) for i, (label, fn) in enumerate(BACKENDS.items())}

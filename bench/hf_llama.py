@@ -1,0 +1,38 @@
+"""The model the in-model benchmarks time (bench/hf_model.py, decode_layers.py, hf_requests.py): a Llama-shaped
+decoder with random weights, its shape from the command line, and generate()'s keyword for a cache object."""
+
+import transformers
+from transformers import LlamaConfig
+
+import sdpa.transformers as sht
+
+# generate()'s keyword for a cache object: "cache" from transformers 5.24 (the first release seen to take it;
+# past_key_values is deprecated there), past_key_values before
+CACHE_KWARG = "cache" if sht._version_tuple(transformers.__version__) >= (5, 24, 0) else "past_key_values"
+
+
+def add_shape_args(ap):
+    """The model's shape flags, with the defaults every in-model table in docs/python.md uses."""
+    ap.add_argument("--layers", type=int, default=12)
+    ap.add_argument("--width", type=int, default=768)
+    ap.add_argument("--heads", type=int, default=12)
+    ap.add_argument("--kv-heads", type=int, default=4)
+    ap.add_argument("--vocab", type=int, default=32000)
+
+
+def check_shape_args(ap, a):
+    """Refuses a shape the model cannot take, naming the flag (ap.error exits)."""
+    for name in ("layers", "width", "heads", "kv_heads", "vocab"):
+        if getattr(a, name) < 1:
+            ap.error(f"--{name.replace('_', '-')}: must be >= 1, got {getattr(a, name)}")
+    if a.width % a.heads or a.heads % a.kv_heads:
+        ap.error(f"--width {a.width}, --heads {a.heads}, --kv-heads {a.kv_heads}: heads must divide width and "
+                 f"kv-heads must divide heads")
+
+
+def llama_config(a, positions):
+    """The LlamaConfig of the shape flags, room for `positions` tokens, no special tokens (greedy decoding runs
+    its full length). The MLP's width is 8/3 of the model's, rounded down to a multiple of 64 (Llama's rule)."""
+    return LlamaConfig(vocab_size=a.vocab, hidden_size=a.width, intermediate_size=8 * a.width // 3 // 64 * 64,
+                       num_hidden_layers=a.layers, num_attention_heads=a.heads, num_key_value_heads=a.kv_heads,
+                       max_position_embeddings=positions, eos_token_id=None, bos_token_id=None)
