@@ -25,6 +25,7 @@ namespace decode {
 struct Ops {
   using Mask = uint32x4_t;                    // all ones in the floats a partial load reads
   static constexpr int kGroupLanes = 2;       // 2 lanes × 2 keys per score vector (W / kGroupLanes >= 2)
+  static constexpr bool kThreeLanes = false;  // two lanes a group
   static constexpr int kPvAccumulators = 16;  // of 32 registers: 16 + a key's V vectors + a weight
 
   static Mask full_mask() { return vdupq_n_u32(~0u); }

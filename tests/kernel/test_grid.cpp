@@ -268,7 +268,9 @@ std::vector<Case> feature_grid() {
   // Padding masks (right: v2; left, with causal, as batched generation passes it: v3) have
   // dense rows, which the fused loop takes by narrowing each lane's key range; holes in
   // them (v4) send the item to the general loop.
-  for (auto [hq, hkv, nq, nk] : {std::array<i64, 4>{4, 1, 1, 5000}, {8, 2, 3, 9000}, {1, 1, 2, 4096}, {6, 3, 1, 12345}})
+  // 12 / 4 heads with 2 queries: 6 lanes a kv head, two groups of three where the ISA has them.
+  for (auto [hq, hkv, nq, nk] :
+       {std::array<i64, 4>{4, 1, 1, 5000}, {8, 2, 3, 9000}, {1, 1, 2, 4096}, {6, 3, 1, 12345}, {12, 4, 2, 5000}})
     for (int variant = 0; variant < 5; ++variant)
       add("decode_Hq" + std::to_string(hq) + "_Hkv" + std::to_string(hkv) + "_Nq" + std::to_string(nq) + "_Nk" +
               std::to_string(nk) + "_v" + std::to_string(variant),
@@ -282,10 +284,10 @@ std::vector<Case> feature_grid() {
             c.fused_decode = hq / hkv * nq <= 8 && c.mask != MaskKind::causal_padding_holes;
           });
   // The decoding loops take lanes in groups (few-lane scores: 4 on AVX-512, 2 on AVX2;
-  // fused: 1, 2 or 4 lanes): lane counts that leave each remainder, with head sizes that
+  // fused: 1, 2 or 4 lanes, or 3 for 3 and 6 on AVX2): lane counts that leave each remainder, with head sizes that
   // are not a whole number of vectors on either ISA (the partial loads), a causal window
   // across tiles, and a soft-cap.
-  for (i64 hq : {1, 2, 3, 5, 7, 8})
+  for (i64 hq : {1, 2, 3, 5, 6, 7, 8})
     add("decode_lanes" + std::to_string(hq) + "_Dk36", [hq](Case& c) {
       c.Hq = hq, c.Hkv = 1, c.Nq = 1, c.Nk = 4500, c.Dk = 36, c.Dv = 44, c.fused_decode = true;
       if (hq == 7) c.causal = Causal::bottom_right, c.window = {100, -1};

@@ -156,6 +156,11 @@ std::vector<CacheCase> cases() {
     c.opt.scale = 0.3;
     c.sinks = {0.5f, -1.0f, 2.0f, -kInf, 0.0f, 1.5f, -0.5f, 3.0f};
     out.push_back(c);
+    // GQA groups of 3 and two new tokens: 6 lanes per kv head (two groups of three on AVX2).
+    c = CacheCase{};
+    c.paged = paged;
+    c.name = layout + "gqa3_two_tokens", c.Hq = 6, c.Hkv = 2, c.Nq = 2, c.Nnew = 2, c.opt.causal = Causal::bottom_right;
+    out.push_back(c);
     // A chunk of prefill: 4 · 20 query lanes per kv head, two lane tiles; paged in blocks of 24
     // positions (not a multiple of 16).
     c = CacheCase{};

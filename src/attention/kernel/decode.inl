@@ -26,8 +26,20 @@
 // loop, V's through the P·V loop) instead of issued as one burst.
 //
 // Layout of a score vector with NL lanes: element e = l·KB + c holds lane l, key c of a
-// block of KB = W / NL keys. One, two or Ops::kGroupLanes lanes per group (three take
-// four, the fourth a zero query whose results are dropped); groups enough for kFewLanes.
+// block of KB = kKeysPerLane<NL> keys. One, two or Ops::kGroupLanes lanes per group, and
+// three where Ops::kThreeLanes (3 or 6 lanes: GQA groups of 3 and 6, as Qwen2.5's); without it
+// three take four, the fourth a zero query whose results are dropped. Groups enough for kFewLanes.
+
+// Keys per lane in a score vector of NL lanes: W / NL, rounded down to a power of two so that a
+// lane's keys are an aligned group (Ops::group_reduce). With three lanes (Ops::kThreeLanes) a
+// vector holds room for four: the fourth lane's elements are never computed (zero accumulators),
+// never read by P·V or the output, and their max and sum stay in their own group.
+template <int NL>
+constexpr int kKeysPerLane = [] {
+  int kb = 1;
+  while (2 * kb <= W / NL) kb *= 2;
+  return kb;
+}();
 
 // The few-lane loop's constants (kernel/common.inl), so both paths tune together.
 constexpr i64 kKeys = kFewTileCols;  // keys per tile; split boundaries are multiples of it
@@ -66,7 +78,7 @@ inline const E* elements(const InView& x) {
 // measured slower from memory).
 template <int NL, class E>
 inline R score_block(const E* const* k, const float* q, i64 ldq, i64 Dk, const E* const* pf_k) {
-  constexpr int KB = W / NL;
+  constexpr int KB = kKeysPerLane<NL>;
   R a[W];
   SDPA_UNROLL
   for (auto& x : a) x = Vec::zero();
@@ -105,7 +117,7 @@ inline R score_block(const E* const* k, const float* q, i64 ldq, i64 Dk, const E
 template <int NL, int CV, bool PART, bool PF, class E>
 inline R pv_chunk(const E* V, i64 ldv, i64 bc, const float* P, const float* al, const float* Oo, float* On, i64 ldo,
                   i64 e0, Mask last, const E* pf) {
-  constexpr int KB = W / NL;
+  constexpr int KB = kKeysPerLane<NL>;
   R acc[NL][CV];
   SDPA_UNROLL
   for (int l = 0; l < NL; ++l) {
@@ -164,7 +176,7 @@ inline R pv_chunk(const E* V, i64 ldv, i64 bc, const float* P, const float* al, 
 template <int NL, class E>
 inline void pv_skip_zero(const E* V, i64 ldv, i64 bc, i64 Dv, const float* P, const float* al, const float* Oo,
                          float* On, i64 ldo) {
-  constexpr int KB = W / NL;
+  constexpr int KB = kKeysPerLane<NL>;
   for (int l = 0; l < NL; ++l) {
     for (i64 e = 0; e < Dv; ++e) On[l * ldo + e] = Oo[l * ldo + e] * al[l * KB];
     for (i64 c = 0; c < bc; ++c) {
@@ -298,18 +310,19 @@ struct HeadRows {
   }
 };
 
-// One item's buffers; `slots` is its lanes rounded up to whole groups (at most kFewLanes).
+// One item's buffers; `slots` is its lanes rounded up to whole groups (at most kFewLanes), and
+// `score_lanes` the lanes its groups' score vectors hold (slots, or 4 a group of three).
 struct Scratch {
   float* Q;     // (slots, dkp)  queries as rows, zero past Dk and past the last lane
   float* O[2];  // (slots, dvp)  unnormalised output, double-buffered
-  float* P;     // (slots, kKeys) probabilities, per group in score-vector layout
-  static Scratch carve(const Problem& p, Arena& arena, i64 slots) {
+  float* P;     // (score_lanes, kKeys) probabilities, per group in score-vector layout
+  static Scratch carve(const Problem& p, Arena& arena, i64 slots, i64 score_lanes) {
     const i64 dkp = round_up(p.Dk, kPad), dvp = round_up(p.Dv, kPad);
     Scratch s;
     s.Q = arena.take(slots * dkp);
     s.O[0] = arena.take(slots * dvp);
     s.O[1] = arena.take(slots * dvp);
-    s.P = arena.take(slots * kKeys);
+    s.P = arena.take(score_lanes * kKeys);
     return s;
   }
 };
@@ -321,12 +334,13 @@ struct Scratch {
 // 3-5 % slower at 4096 keys with the run lookups in it).
 template <int NL, class E, bool PAGED>
 void item(const Problem& p, const Tensors& t, const ForwardItem& it, const ItemLanes& lanes, WorkerScratch scratch) {
-  constexpr int KB = W / NL;
+  constexpr int KB = kKeysPerLane<NL>;
   constexpr i64 blocks = kKeys / KB;
+  constexpr i64 group_floats = blocks * W;  // a group's P: its score vectors
   constexpr i64 max_groups = kFewLanes / NL;
   const i64 b = it.b, g = it.g, n = lanes.n, Dk = p.Dk, Dv = p.Dv, dkp = round_up(Dk, kPad), dvp = round_up(Dv, kPad);
   const i64 groups = (n + NL - 1) / NL, slots = groups * NL;
-  const auto s = carve_scratch<Scratch>(p, scratch, slots);
+  const auto s = carve_scratch<Scratch>(p, scratch, slots, groups * (W / KB));
   float* const Q = s.Q;
   float* const P = s.P;
   float* const O[2] = {s.O[0], s.O[1]};
@@ -338,6 +352,8 @@ void item(const Problem& p, const Tensors& t, const ForwardItem& it, const ItemL
 
   // Each lane's visible keys [lo, hi] within this item's split; padding slots copy lane 0.
   alignas(64) int lo_e[max_groups][W], hi_e[max_groups][W], c_e[W];
+  for (i64 gi = 0; gi < max_groups; ++gi)  // a group of three's unused elements: an empty range
+    for (int e = 0; e < W; ++e) lo_e[gi][e] = 0, hi_e[gi][e] = -1;
   for (i64 r = 0; r < slots; ++r) {
     const i64 i = lanes.i[r < n ? r : 0];
     const KeyRange keys = visible_keys(lanes_see(p, b, 1, i, i, [&](i64) { return LaneRow{lanes.h[r < n ? r : 0], i}; }),
@@ -421,7 +437,7 @@ void item(const Problem& p, const Tensors& t, const ForwardItem& it, const ItemL
         sc[kb] = x;
       }
       // Online softmax over the tile's score vectors, a lane's max taken over its KB keys.
-      float* Pg = P + gi * NL * kKeys;
+      float* Pg = P + gi * group_floats;
       const R alpha = online_softmax_step(
           m[gi], l[gi], blocks, [&](i64 kb) { return sc[kb]; }, [](R x) { return Ops::group_reduce<KB, true>(x); },
           [&](i64 kb, R e) {
@@ -456,11 +472,14 @@ void item(const Problem& p, const Tensors& t, const ForwardItem& it, const ItemL
                O[cur] + r * dvp);
 }
 
-// Runs the item with the widest lane group its lane count fills.
+// Runs the item with the widest lane group its lane count fills; three or six lanes (GQA groups of 3
+// and 6) in groups of three where the ISA takes them, a quarter fewer FMAs than groups of four.
 template <class E, bool PAGED>
 void forward_lanes(const Problem& p, const Tensors& t, const ForwardItem& it, const ItemLanes& lanes,
                    WorkerScratch scratch) {
   if (lanes.n == 1) return item<1, E, PAGED>(p, t, it, lanes, scratch);
+  if constexpr (Ops::kThreeLanes)
+    if (lanes.n == 3 || lanes.n == 6) return item<3, E, PAGED>(p, t, it, lanes, scratch);
   if (lanes.n == 2 || kGroupLanes == 2) return item<2, E, PAGED>(p, t, it, lanes, scratch);
   item<kGroupLanes, E, PAGED>(p, t, it, lanes, scratch);
 }

@@ -41,7 +41,7 @@ ForwardLoop forward_item(const Problem& p, const Tensors& t, const ForwardItem& 
 i64 forward_scratch(const Problem& p) {
   i64 floats = imax(scratch_floats<TiledForwardScratch>(p), scratch_floats<FewLaneForwardScratch>(p));
 #ifdef SDPA_FUSED_DECODE
-  floats = imax(floats, scratch_floats<decode::Scratch>(p, kFewLanes));
+  floats = imax(floats, scratch_floats<decode::Scratch>(p, kFewLanes, kFewLanes));
 #endif
   return floats;
 }
