@@ -26,7 +26,7 @@ from transformers import AttentionInterface, AttentionMaskInterface, AutoModelFo
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import sdpa_mask
 
-from hf_llama import add_shape_args, check_shape_args, llama_config
+from hf_llama import StepClock, add_shape_args, check_shape_args, llama_config
 
 
 def full_route(module, query, key, value, mask, **kw):
@@ -92,17 +92,11 @@ def main():
     def one(name):
         current["fn"] = VARIANTS[name]
         calls.clear()
-        stamps = []
-
-        class Clock:
-            def __call__(self, input_ids, scores):
-                stamps.append(time.perf_counter())
-                return scores
-
+        clock = StepClock()
         with torch.no_grad():
             model.generate(ids, max_new_tokens=a.new, min_new_tokens=a.new, do_sample=False, pad_token_id=0,
-                           logits_processor=[Clock()])
-        return statistics.median(calls), (stamps[-1] - stamps[0]) / (a.new - 1)
+                           logits_processor=[clock])
+        return statistics.median(calls), (clock.times[-1] - clock.times[0]) / (a.new - 1)
 
     names = list(VARIANTS)
     for name in names:  # warm-up
@@ -112,7 +106,8 @@ def main():
             call, token = one(name)
             per_call[name].append(call)
             per_token[name].append(token)
-    print(f"Llama-shaped, 12 layers, width 768, 12/4 heads, {a.dtype}, prefill {a.prefill}, {a.new} new tokens, "
+    print(f"Llama-shaped, {a.layers} layers, width {a.width}, {a.heads}/{a.kv_heads} heads, {a.dtype}, prefill "
+          f"{a.prefill}, {a.new} new tokens, "
           f"{torch.get_num_threads()} threads, isa {sht._api.active_isa()}; medians of {a.rounds} alternating rounds")
     print()
     print("| variant | decode attention µs/call | decode ms/token |")

@@ -1,8 +1,12 @@
-"""The model the in-model benchmarks time (bench/hf_model.py, decode_layers.py, hf_requests.py): a Llama-shaped
-decoder with random weights, its shape from the command line, and generate()'s keyword for a cache object."""
+"""What the in-model benchmarks share (bench/hf_model.py, decode_layers.py, hf_requests.py): the Llama-shaped
+decoder with random weights they time, its shape flags, generate()'s keyword for a cache object, the per-token
+clock and the flag checks."""
 
+import time
+
+import torch
 import transformers
-from transformers import LlamaConfig
+from transformers import LlamaConfig, LogitsProcessor
 
 import sdpa.transformers as sht
 
@@ -22,12 +26,36 @@ def add_shape_args(ap):
 
 def check_shape_args(ap, a):
     """Refuses a shape the model cannot take, naming the flag (ap.error exits)."""
-    for name in ("layers", "width", "heads", "kv_heads", "vocab"):
-        if getattr(a, name) < 1:
-            ap.error(f"--{name.replace('_', '-')}: must be >= 1, got {getattr(a, name)}")
+    check_positive(ap, a, "layers", "width", "heads", "kv_heads", "vocab")
     if a.width % a.heads or a.heads % a.kv_heads:
         ap.error(f"--width {a.width}, --heads {a.heads}, --kv-heads {a.kv_heads}: heads must divide width and "
                  f"kv-heads must divide heads")
+
+
+def check_positive(ap, a, *names):
+    """Refuses a flag below 1 (ap.error exits); names as argparse keeps them (kv_heads)."""
+    for name in names:
+        if getattr(a, name) < 1:
+            ap.error(f"--{name.replace('_', '-')}: must be >= 1, got {getattr(a, name)}")
+
+
+def use_threads(n):
+    """torch's thread count set to n (0: torch's default, which sdpa's OpenMP matches); returns the count."""
+    if n:
+        torch.set_num_threads(n)
+    return torch.get_num_threads()
+
+
+class StepClock(LogitsProcessor):
+    """Notes the time at each generated token: the first right after generate()'s prefill, each later one after a
+    decoding step, so the decoding's wall time is measured, not a difference of two prefill-sized times."""
+
+    def __init__(self):
+        self.times = []
+
+    def __call__(self, input_ids, scores):
+        self.times.append(time.perf_counter())
+        return scores
 
 
 def llama_config(a, positions):

@@ -39,11 +39,11 @@ import time
 import torch
 import sdpa.transformers as sht
 from transformers import (AttentionInterface, AttentionMaskInterface, AutoModelForCausalLM, DynamicCache,
-                          LogitsProcessor, LogitsProcessorList)
+                          LogitsProcessorList)
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import sdpa_mask
 
-from hf_llama import CACHE_KWARG, add_shape_args, check_shape_args, llama_config
+from hf_llama import CACHE_KWARG, StepClock, add_shape_args, check_positive, check_shape_args, llama_config, use_threads
 
 BACKENDS = {"sdpa (exact_cpu)": sht.attention_forward, "torch sdpa": sdpa_attention_forward}
 
@@ -62,18 +62,6 @@ class Timed:
         out = self.fn(module, query, *args, **kwargs)
         self.seconds["decode" if query.shape[2] == 1 else "prefill"] += time.perf_counter() - t
         return out
-
-
-class StepClock(LogitsProcessor):
-    """Notes the time at each generated token: the first right after generate()'s prefill, each later one after a
-    decoding step, so the decoding's wall time is measured, not a difference of two prefill-sized times."""
-
-    def __init__(self):
-        self.times = []
-
-    def __call__(self, input_ids, scores):
-        self.times.append(time.perf_counter())
-        return scores
 
 
 def main():
@@ -98,14 +86,10 @@ def main():
     ap.add_argument("--json", help="also write the figures here")
     a = ap.parse_args()
     check_shape_args(ap, a)
-    for name in ("prefill", "rounds", "batch"):
-        if getattr(a, name) < 1:
-            ap.error(f"--{name.replace('_', '-')}: must be >= 1, got {getattr(a, name)}")
+    check_positive(ap, a, "prefill", "rounds", "batch")
     if a.new < 2:
         ap.error(f"--new: must be >= 2 (the decoding is timed over its new - 1 steps), got {a.new}")
-    if a.threads:
-        torch.set_num_threads(a.threads)
-    threads = torch.get_num_threads()
+    threads = use_threads(a.threads)
 
     cfg = llama_config(a, a.prefill + a.new)
     dtype = getattr(torch, a.dtype)

@@ -31,22 +31,10 @@ import time
 
 import torch
 import sdpa.transformers as sht
-from transformers import (AutoModelForCausalLM, DynamicCache, GenerationConfig, LogitsProcessor,
-                          LogitsProcessorList)
+from transformers import AutoModelForCausalLM, DynamicCache, GenerationConfig, LogitsProcessorList
 from transformers.generation.configuration_utils import ContinuousBatchingConfig
 
-from hf_llama import CACHE_KWARG, add_shape_args, check_shape_args, llama_config
-
-
-class StepClock(LogitsProcessor):
-    """Notes the time at each generated token (the first right after generate()'s prefill)."""
-
-    def __init__(self):
-        self.times = []
-
-    def __call__(self, input_ids, scores):
-        self.times.append(time.perf_counter())
-        return scores
+from hf_llama import CACHE_KWARG, StepClock, add_shape_args, check_positive, check_shape_args, llama_config, use_threads
 
 
 def prompt_lengths(n, lo, hi):
@@ -76,16 +64,12 @@ def main():
     ap.add_argument("--cb", action="store_true", help="also time transformers' continuous batching (torch sdpa)")
     a = ap.parse_args()
     check_shape_args(ap, a)
-    for name in ("requests", "min_prompt", "rounds"):
-        if getattr(a, name) < 1:
-            ap.error(f"--{name.replace('_', '-')}: must be >= 1, got {getattr(a, name)}")
+    check_positive(ap, a, "requests", "min_prompt", "rounds")
     if a.max_prompt < a.min_prompt:
         ap.error(f"--max-prompt {a.max_prompt}: must be >= --min-prompt {a.min_prompt}")
     if a.new < 2:
         ap.error(f"--new: must be >= 2 (the decoding is timed over its new - 1 steps), got {a.new}")
-    if a.threads:
-        torch.set_num_threads(a.threads)
-    threads = torch.get_num_threads()
+    threads = use_threads(a.threads)
 
     cfg = llama_config(a, a.max_prompt + a.new)
     torch.manual_seed(0)
