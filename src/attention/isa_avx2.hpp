@@ -24,7 +24,7 @@ namespace decode {
 struct Ops {
   using Mask = __m256i;                      // all ones in the floats a partial load reads
   static constexpr int kGroupLanes = 4;      // 4 lanes × 2 keys per score vector (docs/performance.md)
-  static constexpr bool kThreeLanes = true;  // 3 lanes × 2 keys a vector, 2 elements unused (GQA 3, 6)
+  static constexpr bool kThreeLanes = true;  // 3 lanes × 2 keys a vector, 2 elements unused (GQA 3, 5, 6)
   static constexpr int kPvAccumulators = 8;  // of 16 registers: 8 + a key's V vectors + a weight
 
   static Mask full_mask() { return _mm256_set1_epi32(-1); }

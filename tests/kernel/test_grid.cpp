@@ -284,7 +284,7 @@ std::vector<Case> feature_grid() {
             c.fused_decode = hq / hkv * nq <= 8 && c.mask != MaskKind::causal_padding_holes;
           });
   // The decoding loops take lanes in groups (few-lane scores: 4 on AVX-512, 2 on AVX2;
-  // fused: 1, 2 or 4 lanes, or 3 for 3 and 6 on AVX2): lane counts that leave each remainder, with head sizes that
+  // fused: 1, 2 or 4 lanes, or 3 for 3, 5 and 6 on AVX2): lane counts that leave each remainder, with head sizes that
   // are not a whole number of vectors on either ISA (the partial loads), a causal window
   // across tiles, and a soft-cap.
   for (i64 hq : {1, 2, 3, 5, 6, 7, 8})

@@ -161,6 +161,12 @@ std::vector<CacheCase> cases() {
     c.paged = paged;
     c.name = layout + "gqa3_two_tokens", c.Hq = 6, c.Hkv = 2, c.Nq = 2, c.Nnew = 2, c.opt.causal = Causal::bottom_right;
     out.push_back(c);
+    // GQA groups of 5 (Qwen2.5-14B's 40 / 8 heads): 5 lanes per kv head (two groups of three on AVX2,
+    // the sixth a padding lane).
+    c = CacheCase{};
+    c.paged = paged;
+    c.name = layout + "gqa5", c.Hq = 10, c.Hkv = 2, c.Nq = 1, c.Nnew = 1, c.opt.causal = Causal::bottom_right;
+    out.push_back(c);
     // A chunk of prefill: 4 · 20 query lanes per kv head, two lane tiles; paged in blocks of 24
     // positions (not a multiple of 16).
     c = CacheCase{};

@@ -27,7 +27,7 @@
 //
 // Layout of a score vector with NL lanes: element e = l·KB + c holds lane l, key c of a
 // block of KB = kKeysPerLane<NL> keys. One, two or Ops::kGroupLanes lanes per group, and
-// three where Ops::kThreeLanes (3 or 6 lanes: GQA groups of 3 and 6, as Qwen2.5's); without it
+// three where Ops::kThreeLanes (3, 5 or 6 lanes: GQA groups of 3, 5 and 6, as Qwen2.5's); without it
 // three take four, the fourth a zero query whose results are dropped. Groups enough for kFewLanes.
 
 // Keys per lane in a score vector of NL lanes: W / NL, rounded down to a power of two so that a
@@ -472,14 +472,15 @@ void item(const Problem& p, const Tensors& t, const ForwardItem& it, const ItemL
                O[cur] + r * dvp);
 }
 
-// Runs the item with the widest lane group its lane count fills; three or six lanes (GQA groups of 3
-// and 6) in groups of three where the ISA takes them, a quarter fewer FMAs than groups of four.
+// Runs the item with the widest lane group its lane count fills; three, five or six lanes (GQA groups
+// of 3, 5 and 6) in groups of three where the ISA takes them: a quarter fewer FMAs than groups of four
+// (five lanes: two groups of three, six slots, against two of four, eight).
 template <class E, bool PAGED>
 void forward_lanes(const Problem& p, const Tensors& t, const ForwardItem& it, const ItemLanes& lanes,
                    WorkerScratch scratch) {
   if (lanes.n == 1) return item<1, E, PAGED>(p, t, it, lanes, scratch);
   if constexpr (Ops::kThreeLanes)
-    if (lanes.n == 3 || lanes.n == 6) return item<3, E, PAGED>(p, t, it, lanes, scratch);
+    if (lanes.n == 3 || lanes.n == 5 || lanes.n == 6) return item<3, E, PAGED>(p, t, it, lanes, scratch);
   if (lanes.n == 2 || kGroupLanes == 2) return item<2, E, PAGED>(p, t, it, lanes, scratch);
   item<kGroupLanes, E, PAGED>(p, t, it, lanes, scratch);
 }
