@@ -5,14 +5,11 @@ clock and the flag checks."""
 import time
 
 import torch
-import transformers
 from transformers import LlamaConfig, LogitsProcessor
 
 import sdpa.transformers as sht
 
-# generate()'s keyword for a cache object: "cache" from transformers 5.24 (the first release seen to take it;
-# past_key_values is deprecated there), past_key_values before
-CACHE_KWARG = "cache" if sht._version_tuple(transformers.__version__) >= (5, 24, 0) else "past_key_values"
+CACHE_KWARG = sht._CACHE_KWARG  # generate()'s and a model's keyword for a cache object
 
 
 def add_shape_args(ap):

@@ -6,23 +6,27 @@ in the same run.
                                                                 --prefill 1024 --new 128 --rounds 3
                                                                 --dtype float32|bfloat16]
 
-Per backend: the prefill's wall time (one forward over --prefill tokens) and the decoding's (generate() of --new
-tokens, KV cache: the --new - 1 steps after generate()'s own prefill, timed from the first token to the last), each
-with the time spent inside the attention function (summed over layers and calls; calls with one query row are the
-decoding's). The two backends are timed alternately (A B B A ...) and each figure is the median over
---rounds; the spread of the per-round ratios and the load average around the timings are printed under the table,
-the host-busy caveat. Both run on the same torch thread count as sdpa's OpenMP threads. The models hold the same weights;
-the script says whether their greedy tokens agree.
+Per run (a backend with its KV cache): the prefill's wall time (one forward over --prefill tokens) and the
+decoding's (generate() of --new tokens, KV cache: the last --new - 1 steps, timed from the first token to the last),
+each with the time spent inside the attention function (summed over layers and calls; the decoding's: the one-query
+calls of those steps). The runs are timed alternately (A B B A ...) and each figure is the median over --rounds; the
+spread of the per-round ratios and the load average around the timings are printed under the table, the host-busy
+caveat. All run on the same torch thread count as sdpa's OpenMP threads. The models hold the same weights; the
+script says whether their greedy tokens agree.
 
 --sdpa-cache picks the sdpa backend's KV cache: growing (default; sdpa.transformers.GrowingCache, each step's
 tokens written in place) or dynamic (transformers' DynamicCache, which concatenates the whole cache per layer and
 step); torch sdpa runs transformers' default, DynamicCache, as its users get it. --kv-cache int8|fp8_e4m3 gives
 the sdpa backend sdpa.transformers.QuantizedCache instead (keys and values in 8 bits, read as codes by the
-kernel). The table gives each backend's cache size after generate() (sdpa.transformers.cache_nbytes).
+kernel); several formats, comma-separated (--kv-cache float,int8), each a run of its own in the same alternation,
+so the 8-bit cache is timed against the float one as against torch. The table gives each run's cache size after
+generate() (sdpa.transformers.cache_nbytes).
 
---decode-only skips the timed prefill (the prefill columns print nan; generate() still runs its own) and --no-warmup
-the untimed first run of each backend: for long contexts, where one prefill takes minutes and a warm-up is lost in
-the noise of a run that long.
+--decode-only times the decoding alone: the prompt but its last token is prefilled once, untimed, by the sdpa
+backend, and each run's generate() starts from a copy of that cache in its own cache type (filled by its update(),
+so an 8-bit cache holds the codes of the same keys and values), its first step the prompt's last token; the
+prefill columns print nan. Every run then decodes from the same keys and values, and a run at a long context costs
+its decoding, not a prefill of minutes. --no-warmup skips each run's untimed first go.
 
 --batch B > 1 runs a padded batch: sequence b holds prefill - b·prefill/(2B) tokens, left-padded to --prefill (as a
 tokenizer pads for generation), so transformers passes both backends its 4-d boolean mask (causal ∧ key padding)
@@ -45,23 +49,41 @@ from transformers.masking_utils import sdpa_mask
 
 from hf_llama import CACHE_KWARG, StepClock, add_shape_args, check_positive, check_shape_args, llama_config, use_threads
 
-BACKENDS = {"sdpa (exact_cpu)": sht.attention_forward, "torch sdpa": sdpa_attention_forward}
+BACKENDS = {"sdpa": sht.attention_forward, "torch": sdpa_attention_forward}
+FORMATS = ("float", "int8", "fp8_e4m3")
 
 
 class Timed:
-    """An attention function that adds its wall time to .seconds["prefill"] or, for a call with one query row
-    (query (B, H, 1, D)), .seconds["decode"]; registered under its own name."""
+    """An attention function that adds its wall time to .prefill_s or, for a call with one query row (query
+    (B, H, 1, D)), appends it to .decode_calls; registered under its own name."""
 
     def __init__(self, name, fn):
-        self.name, self.fn, self.seconds = name, fn, {"prefill": 0.0, "decode": 0.0}
+        self.name, self.fn = name, fn
+        self.reset()
         AttentionInterface.register(name, self)
         AttentionMaskInterface.register(name, sdpa_mask)  # both backends take transformers' sdpa masks
+
+    def reset(self):
+        self.prefill_s, self.decode_calls = 0.0, []
 
     def __call__(self, module, query, *args, **kwargs):
         t = time.perf_counter()
         out = self.fn(module, query, *args, **kwargs)
-        self.seconds["decode" if query.shape[2] == 1 else "prefill"] += time.perf_counter() - t
+        if query.shape[2] == 1:
+            self.decode_calls.append(time.perf_counter() - t)
+        else:
+            self.prefill_s += time.perf_counter() - t
         return out
+
+
+def cache_formats(text):
+    """--kv-cache's value: one format or several, comma-separated, each once."""
+    formats = text.split(",")
+    bad = [f for f in formats if f not in FORMATS]
+    if bad or len(set(formats)) != len(formats):
+        raise argparse.ArgumentTypeError(f"expected formats from {', '.join(FORMATS)}, comma-separated, each once; "
+                                         f"got '{text}'")
+    return formats
 
 
 def main():
@@ -80,9 +102,9 @@ def main():
                     help="the sdpa backend's KV cache in generate(): sdpa.transformers.GrowingCache (tokens appended "
                          "in place) or transformers' DynamicCache (torch.cat per step); torch sdpa always runs "
                          "transformers' default, DynamicCache")
-    ap.add_argument("--kv-cache", choices=("float", "int8", "fp8_e4m3"), default="float",
+    ap.add_argument("--kv-cache", type=cache_formats, default=["float"], metavar="{float,int8,fp8_e4m3}[,...]",
                     help="the sdpa backend's cache format: float (per --sdpa-cache) or 8-bit "
-                         "(sdpa.transformers.QuantizedCache)")
+                         "(sdpa.transformers.QuantizedCache); several, comma-separated: a run each, alternated")
     ap.add_argument("--json", help="also write the figures here")
     a = ap.parse_args()
     check_shape_args(ap, a)
@@ -94,53 +116,74 @@ def main():
     cfg = llama_config(a, a.prefill + a.new)
     dtype = getattr(torch, a.dtype)
     torch.manual_seed(0)
-    timed = {label: Timed(f"bench_{i}", fn) for i, (label, fn) in enumerate(BACKENDS.items())}
+    timed = {backend: Timed(f"bench_{backend}", fn) for backend, fn in BACKENDS.items()}
     models = {}
-    for label, t in timed.items():
+    for backend, t in timed.items():
         m = AutoModelForCausalLM.from_config(copy.deepcopy(cfg), attn_implementation=t.name).to(dtype).eval()
         if models:
             m.load_state_dict(next(iter(models.values())).state_dict())
-        models[label] = m
+        models[backend] = m
     ids = torch.randint(1, a.vocab, (a.batch, a.prefill), generator=torch.Generator().manual_seed(1))
     attention_mask = torch.ones_like(ids)
     for b in range(a.batch):  # left padding: sequence b's first b·prefill/(2B) positions are pad tokens (id 0)
         pad = b * a.prefill // (2 * a.batch)
         ids[b, :pad], attention_mask[b, :pad] = 0, 0
-    figures = {label: {"prefill_s": [], "prefill_attn_s": [], "decode_s": [], "decode_attn_s": []}
-               for label in models}
+
+    # The runs, alternated: one per sdpa cache format, then torch sdpa with transformers' DynamicCache.
+    float_name = "GrowingCache" if a.sdpa_cache == "growing" else "DynamicCache"
+    runs = {f"sdpa, {float_name if fmt == 'float' else fmt + ' QuantizedCache'}": ("sdpa", fmt) for fmt in a.kv_cache}
+    runs["torch sdpa, DynamicCache"] = ("torch", "float")
+    labels = list(runs)
+    figures = {label: {"prefill_s": [], "prefill_attn_s": [], "decode_s": [], "decode_attn_s": []} for label in runs}
     tokens, cache_bytes = {}, {}
 
-    def one(label):
-        m, t, f = models[label], timed[label], figures[label]
+    def new_cache(backend, fmt, config):
+        if fmt != "float":
+            return sht.QuantizedCache(config=config, format=fmt)
+        if backend == "sdpa" and a.sdpa_cache == "growing":
+            return sht.GrowingCache(config=config)
+        return DynamicCache(config=config)  # generate()'s default, made here to be measured
+
+    prefix = None  # --decode-only: each layer's keys and values of the prompt but its last token
+    if a.decode_only:
+        print(f"prefilling {a.prefill - 1} tokens once (sdpa backend, untimed)...", flush=True)
+        start = time.perf_counter()
+        shared = DynamicCache(config=models["sdpa"].config)
+        positions = (attention_mask.cumsum(-1) - 1).masked_fill(attention_mask == 0, 0)  # as generate() numbers them
         with torch.no_grad():
-            t.seconds = {"prefill": 0.0, "decode": 0.0}
+            models["sdpa"](ids[:, :-1], attention_mask=attention_mask[:, :-1], position_ids=positions[:, :-1],
+                           use_cache=True, logits_to_keep=1, **{CACHE_KWARG: shared})
+        prefix = [(layer.keys, layer.values) for layer in shared.layers]
+        print(f"  {time.perf_counter() - start:.1f} s", flush=True)
+
+    def one(label):
+        backend, fmt = runs[label]
+        m, t, f = models[backend], timed[backend], figures[label]
+        with torch.no_grad():
+            t.reset()
             if not a.decode_only:
                 start = time.perf_counter()
                 m(ids, attention_mask=attention_mask)
                 f["prefill_s"].append(time.perf_counter() - start)
-                f["prefill_attn_s"].append(t.seconds["prefill"])
-            t.seconds["decode"], clock = 0.0, StepClock()
-            if label != labels[0] or (a.kv_cache == "float" and a.sdpa_cache == "dynamic"):
-                cache = DynamicCache(config=m.config)  # generate()'s default, made here to be measured
-            elif a.kv_cache == "float":
-                cache = sht.GrowingCache(config=m.config)
-            else:
-                cache = sht.QuantizedCache(config=m.config, format=a.kv_cache)
+                f["prefill_attn_s"].append(t.prefill_s)
+            t.reset()
+            clock, cache = StepClock(), new_cache(backend, fmt, m.config)
+            for layer, (k, v) in enumerate(prefix or []):
+                cache.update(k, v, layer)
             out = m.generate(ids, attention_mask=attention_mask, max_new_tokens=a.new, min_new_tokens=a.new,
                              do_sample=False, pad_token_id=0, logits_processor=LogitsProcessorList([clock]),
                              **{CACHE_KWARG: cache})
             cache_bytes[label] = sht.cache_nbytes(cache)
-        # generate() runs the prefill again (not counted here), then a.new - 1 decoding steps between the clock's
-        # first and last note
+        # a.new - 1 decoding steps between the clock's first and last note (the first: after generate()'s prefill,
+        # or after the prompt's last token's step where the cache was prefilled); their attention calls are the last
         f["decode_s"].append(clock.times[-1] - clock.times[0])
-        f["decode_attn_s"].append(t.seconds["decode"])
+        f["decode_attn_s"].append(sum(t.decode_calls[len(t.decode_calls) - (a.new - 1) * a.layers:]))
         tokens[label] = out[:, a.prefill:].flatten().tolist()
 
-    labels = list(models)
     load_before = os.getloadavg()[0]
     if not a.no_warmup:
-        one(labels[0])  # warm-up (allocator, OpenMP pool), not counted
-        one(labels[1])
+        for label in labels:  # warm-up (allocator, OpenMP pool), not counted
+            one(label)
     for f in figures.values():
         for v in f.values():
             v.clear()
@@ -150,40 +193,53 @@ def main():
 
     med = {label: {k: statistics.median(v) if v else float("nan") for k, v in f.items()} for label, f in figures.items()}
     print(f"Llama-shaped, random weights: {a.layers} layers, width {a.width}, {a.heads} heads / {a.kv_heads} kv "
-          f"heads (head dim {a.width // a.heads}), vocab {a.vocab}; prefill {a.prefill} tokens, then {a.new} "
-          f"greedy tokens; sdpa's cache {a.kv_cache if a.kv_cache != 'float' else a.sdpa_cache}, torch's DynamicCache; batch {a.batch}{' (left-padded, uneven)' if a.batch > 1 else ''}, {a.dtype}, {threads} threads; isa {sht._api.active_isa()}; median of "
-          f"{a.rounds} alternating rounds")
+          f"heads (head dim {a.width // a.heads}), vocab {a.vocab}; prefill {a.prefill} tokens"
+          f"{' (shared, untimed)' if a.decode_only else ''}, then {a.new} greedy tokens; batch {a.batch}"
+          f"{' (left-padded, uneven)' if a.batch > 1 else ''}, {a.dtype}, {threads} threads; isa "
+          f"{sht._api.active_isa()}; median of {a.rounds} alternating rounds")
     print()
-    print("| backend | prefill: total s | prefill: attention s | decode: total s | decode: attention s | "
+    print("| run | prefill: total s | prefill: attention s | decode: total s | decode: attention s | "
           "decode ms/token | decode tokens/s | KV cache MiB |")
     print("|---|---|---|---|---|---|---|---|")
     for label, f in med.items():
         print(f"| {label} | {f['prefill_s']:.3f} | {f['prefill_attn_s']:.3f} | {f['decode_s']:.3f} | "
               f"{f['decode_attn_s']:.3f} | {1000 * f['decode_s'] / (a.new - 1):.2f} | "
               f"{a.batch * (a.new - 1) / f['decode_s']:.1f} | {cache_bytes[label] / 2**20:.1f} |")
-    base, ours = med[labels[1]], med[labels[0]]
     print()
-    print(f"torch sdpa / sdpa: prefill attention {base['prefill_attn_s'] / ours['prefill_attn_s']:.2f}x, "
-          f"prefill total {base['prefill_s'] / ours['prefill_s']:.2f}x, "
-          f"decode attention {base['decode_attn_s'] / ours['decode_attn_s']:.2f}x, "
-          f"decode total {base['decode_s'] / ours['decode_s']:.2f}x")
-    # Each round's two backends ran back to back: the spread of their per-round ratios, and the load around the
-    # timings, say how much other work on a shared host moved the medians.
-    def spread(key):
-        ratios = [b / o for b, o in zip(figures[labels[1]][key], figures[labels[0]][key]) if o > 0]
+
+    # Each round's runs went back to back: the spread of their per-round ratios, and the load around the timings,
+    # say how much other work on a shared host moved the medians.
+    def spread(base, ours, key):
+        ratios = [b / o for b, o in zip(figures[base][key], figures[ours][key]) if o > 0]
         return f"{min(ratios):.2f}-{max(ratios):.2f}x" if ratios else "-"
 
-    print(f"per round, torch sdpa / sdpa: prefill attention {spread('prefill_attn_s')}, decode attention "
-          f"{spread('decode_attn_s')}; load average (1 min) {load_before:.2f} before the warm-up, "
-          f"{os.getloadavg()[0]:.2f} after the rounds (above the thread count: other work shared the cores, and the "
-          f"figures are not this machine's)")
-    same = sum(x == y for x, y in zip(tokens[labels[0]], tokens[labels[1]]))
-    print(f"greedy tokens: {same} of {a.new * a.batch} agree (first differing step, sequences back to back: "
-          f"{next((i for i, (x, y) in enumerate(zip(tokens[labels[0]], tokens[labels[1]])) if x != y), None)})")
+    def agree(x, y):
+        same = sum(p == q for p, q in zip(tokens[x], tokens[y]))
+        first = next((i for i, (p, q) in enumerate(zip(tokens[x], tokens[y])) if p != q), None)
+        return f"{same} of {a.new * a.batch} agree (first differing step, sequences back to back: {first})"
+
+    torch_label, sdpa_labels = labels[-1], labels[:-1]
+    base = med[torch_label]
+    for label in sdpa_labels:
+        ours = med[label]
+        print(f"torch sdpa / {label}: prefill attention {base['prefill_attn_s'] / ours['prefill_attn_s']:.2f}x, "
+              f"prefill total {base['prefill_s'] / ours['prefill_s']:.2f}x, "
+              f"decode attention {base['decode_attn_s'] / ours['decode_attn_s']:.2f}x, "
+              f"decode total {base['decode_s'] / ours['decode_s']:.2f}x; per round: prefill attention "
+              f"{spread(torch_label, label, 'prefill_attn_s')}, decode attention "
+              f"{spread(torch_label, label, 'decode_attn_s')}, decode total {spread(torch_label, label, 'decode_s')}")
+        print(f"  greedy tokens against torch sdpa: {agree(label, torch_label)}")
+    for label in sdpa_labels[1:]:  # each other cache against the first sdpa run's
+        first = sdpa_labels[0]
+        print(f"{first} / {label}: decode total {med[first]['decode_s'] / med[label]['decode_s']:.2f}x "
+              f"(per round {spread(first, label, 'decode_s')}), decode attention "
+              f"{med[first]['decode_attn_s'] / med[label]['decode_attn_s']:.2f}x; greedy tokens: {agree(label, first)}")
+    print(f"load average (1 min) {load_before:.2f} before the warm-up, {os.getloadavg()[0]:.2f} after the rounds "
+          f"(above the thread count: other work shared the cores, and the figures are not this machine's)")
     if a.json:
         with open(a.json, "w") as fh:
             json.dump({"args": vars(a), "threads": threads, "median": med, "runs": figures,
-                       "cache_bytes": cache_bytes}, fh, indent=1)
+                       "cache_bytes": cache_bytes, "tokens": tokens}, fh, indent=1)
 
 
 if __name__ == "__main__":

@@ -54,6 +54,10 @@ def _check_version(found: str) -> None:
 
 _check_version(_transformers.__version__)
 
+# generate()'s and a model's keyword for a cache object, for this package's benchmarks and tests: "cache" from
+# transformers 5.24 (the first release seen to take it; past_key_values is deprecated there), past_key_values before
+_CACHE_KWARG = "cache" if _version_tuple(_transformers.__version__) >= (5, 24, 0) else "past_key_values"
+
 from transformers import AttentionInterface, AttentionMaskInterface, DynamicCache  # noqa: E402
 from transformers.cache_utils import DynamicLayer  # noqa: E402
 from transformers.masking_utils import sdpa_mask as _sdpa_mask  # noqa: E402

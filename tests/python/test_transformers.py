@@ -320,6 +320,32 @@ def test_example_gpt_oss_sinks_runs():
     assert len(grads) == 4 and any(g != 0.0 for g in grads)
 
 
+def test_hf_model_bench_decode_only_decodes_what_a_full_prefill_does(tmp_path):
+    """bench/hf_model.py --decode-only prefills the prompt once and starts every run's generate() from a copy of
+    that cache in the run's cache type: on a left-padded batch each run's greedy tokens are those of the runs that
+    prefill themselves (same positions, same keys and values), for the float and int8 caches and torch's."""
+    import json
+    import pathlib
+    import subprocess
+    import sys
+    script = pathlib.Path(__file__).resolve().parents[2] / "bench" / "hf_model.py"
+    figures = {}
+    for mode in ("full", "decode-only"):
+        out = tmp_path / f"{mode}.json"
+        cmd = [sys.executable, str(script), "--layers", "2", "--width", "96", "--heads", "6", "--kv-heads", "2",
+               "--vocab", "200", "--prefill", "40", "--new", "6", "--rounds", "1", "--batch", "2", "--no-warmup",
+               "--kv-cache", "float,int8", "--json", str(out)] + (["--decode-only"] if mode == "decode-only" else [])
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        assert res.returncode == 0, res.stderr[-3000:]
+        figures[mode] = json.loads(out.read_text())
+    full, shared = figures["full"], figures["decode-only"]
+    assert list(shared["tokens"]) == ["sdpa, GrowingCache", "sdpa, int8 QuantizedCache", "torch sdpa, DynamicCache"]
+    for label, toks in shared["tokens"].items():
+        assert len(toks) == 2 * 6 and toks == full["tokens"][label], label
+    assert all(v == [] for v in (shared["runs"][label]["prefill_s"] for label in shared["runs"]))
+    assert all(len(full["runs"][label]["prefill_s"]) == 1 for label in full["runs"])
+
+
 def test_lazy_attributes_are_their_own_modules():
     # `sdpa.transformers` and `sdpa.torch` load on first attribute access (sdpa/__init__.py);
     # each name must give its own module, not another's.
@@ -422,11 +448,6 @@ def test_bfloat16_model_against_torch_sdpa():
     _check_bf16_model(ours, theirs, gold, _ids(7, 2, 24), "torch SDPA")
 
 
-def _cache_kwarg():
-    """generate()'s keyword for a cache object (bench/hf_model.py's rule): "cache" from transformers 5.24."""
-    return "cache" if sht._version_tuple(transformers.__version__) >= (5, 24, 0) else "past_key_values"
-
-
 @pytest.mark.parametrize("name", ["llama-gqa", "qwen2-window", "gpt-oss-sinks"])
 def test_growing_cache_generates_dynamic_caches_tokens(name):
     """sdpa.transformers.GrowingCache: 32 greedy tokens of a left-padded batch the same as with transformers'
@@ -440,7 +461,7 @@ def test_growing_cache_generates_dynamic_caches_tokens(name):
     with torch.no_grad():
         want = ours.generate(ids, **kw)
         cache = sht.GrowingCache(config=ours.config, min_room=4, growth=0.1)
-        got = ours.generate(ids, **kw, **{_cache_kwarg(): cache})
+        got = ours.generate(ids, **kw, **{sht._CACHE_KWARG: cache})
     assert torch.equal(got, want)
     grown = [layer for layer in cache.layers if isinstance(layer, sht.GrowingLayer)]
     assert grown, "no full-attention layer took the growing cache"
@@ -453,8 +474,8 @@ def test_growing_cache_generates_dynamic_caches_tokens(name):
     with torch.no_grad():
         a, b = DynamicCache(config=ours.config), sht.GrowingCache(config=ours.config, min_room=1)
         for lo, hi in ((0, 7), (7, 9), (9, 13)):
-            la = ours(ids[:1, lo:hi], use_cache=True, **{_cache_kwarg(): a}).logits
-            lb = ours(ids[:1, lo:hi], use_cache=True, **{_cache_kwarg(): b}).logits
+            la = ours(ids[:1, lo:hi], use_cache=True, **{sht._CACHE_KWARG: a}).logits
+            lb = ours(ids[:1, lo:hi], use_cache=True, **{sht._CACHE_KWARG: b}).logits
             assert torch.equal(la, lb)
 
 
@@ -481,7 +502,7 @@ def _beam_search_then_crop(make_cache, layer_class):
     kw = dict(max_new_tokens=12, num_beams=3, do_sample=False, pad_token_id=0, early_stopping=False)
     with torch.no_grad():
         want = ours.generate(ids, **kw)
-        got = ours.generate(ids, **kw, **{_cache_kwarg(): make_cache(ours.config)})
+        got = ours.generate(ids, **kw, **{sht._CACHE_KWARG: make_cache(ours.config)})
     assert torch.equal(got, want)
     layer = layer_class(min_room=2)
     x = torch.randn(1, 2, 5, 4)
@@ -519,14 +540,14 @@ def test_quantized_cache_attends_to_its_dequantized_values(fmt):
         try:
             for lo, hi in steps:
                 with SmaxSpy() as spy:
-                    got.append(ours(ids[:, lo:hi], use_cache=True, **{_cache_kwarg(): cache}).logits)
+                    got.append(ours(ids[:, lo:hi], use_cache=True, **{sht._CACHE_KWARG: cache}).logits)
                 smax.append(spy.smax)
         finally:
             sht._api.attention_with_kvcache = kv
         e_cache, g_cache = _substituted_cache(cache), _substituted_cache(cache)
         for (lo, hi), logits, s in zip(steps, got, smax):
-            want = eager(ids[:, lo:hi], use_cache=True, **{_cache_kwarg(): e_cache}).logits
-            ref = gold(ids[:, lo:hi], use_cache=True, **{_cache_kwarg(): g_cache}).logits
+            want = eager(ids[:, lo:hi], use_cache=True, **{sht._CACHE_KWARG: e_cache}).logits
+            ref = gold(ids[:, lo:hi], use_cache=True, **{sht._CACHE_KWARG: g_cache}).logits
             if lo:  # the prefill's own queries read float keys in eager (nothing substituted yet for them)
                 _check(f"{fmt} logits, tokens {lo}..{hi}", logits, want, ref, max(s, 1.0))
     assert calls == [12] * len(cache.layers) + [1] * len(cache.layers) + [3] * len(cache.layers)
@@ -554,7 +575,7 @@ def test_quantized_cache_greedy_tokens_against_the_float_cache(name, fmt):
               return_dict_in_generate=True)
     with torch.no_grad():
         want = ours.generate(ids, **kw)
-        got = ours.generate(ids, **kw, **{_cache_kwarg(): sht.QuantizedCache(config=ours.config, format=fmt)})
+        got = ours.generate(ids, **kw, **{sht._CACHE_KWARG: sht.QuantizedCache(config=ours.config, format=fmt)})
     new_want, new_got = want.sequences[:, 13:], got.sequences[:, 13:]
     agreed = []
     for row in range(2):
@@ -579,7 +600,7 @@ def test_quantized_cache_errors_and_cache_operations():
         sht.QuantizedLayer(growth=0)
     _, eager, _ = _models("llama-gqa")
     with torch.no_grad(), pytest.raises(Exception):  # eager attention cannot compute with meta tensors
-        eager(_ids(12, 1, 9), use_cache=True, **{_cache_kwarg(): sht.QuantizedCache(config=eager.config)})
+        eager(_ids(12, 1, 9), use_cache=True, **{sht._CACHE_KWARG: sht.QuantizedCache(config=eager.config)})
     layer, x, k = _beam_search_then_crop(lambda cfg: sht.QuantizedCache(config=cfg, min_room=2), sht.QuantizedLayer)
     assert k.shape == (1, 2, 4, 4) and k.device.type == "meta"
     deq, _ = layer.dequantized()
