@@ -111,6 +111,8 @@ def main():
     check_positive(ap, a, "prefill", "rounds", "batch")
     if a.new < 2:
         ap.error(f"--new: must be >= 2 (the decoding is timed over its new - 1 steps), got {a.new}")
+    if a.decode_only and a.prefill < 2:
+        ap.error(f"--prefill: must be >= 2 with --decode-only (all but the last token are prefilled), got {a.prefill}")
     threads = use_threads(a.threads)
 
     cfg = llama_config(a, a.prefill + a.new)
@@ -177,7 +179,7 @@ def main():
         # a.new - 1 decoding steps between the clock's first and last note (the first: after generate()'s prefill,
         # or after the prompt's last token's step where the cache was prefilled); their attention calls are the last
         f["decode_s"].append(clock.times[-1] - clock.times[0])
-        f["decode_attn_s"].append(sum(t.decode_calls[len(t.decode_calls) - (a.new - 1) * a.layers:]))
+        f["decode_attn_s"].append(sum(t.decode_calls[-(a.new - 1) * a.layers:]))
         tokens[label] = out[:, a.prefill:].flatten().tolist()
 
     load_before = os.getloadavg()[0]
@@ -229,8 +231,8 @@ def main():
               f"{spread(torch_label, label, 'prefill_attn_s')}, decode attention "
               f"{spread(torch_label, label, 'decode_attn_s')}, decode total {spread(torch_label, label, 'decode_s')}")
         print(f"  greedy tokens against torch sdpa: {agree(label, torch_label)}")
+    first = sdpa_labels[0]
     for label in sdpa_labels[1:]:  # each other cache against the first sdpa run's
-        first = sdpa_labels[0]
         print(f"{first} / {label}: decode total {med[first]['decode_s'] / med[label]['decode_s']:.2f}x "
               f"(per round {spread(first, label, 'decode_s')}), decode attention "
               f"{med[first]['decode_attn_s'] / med[label]['decode_attn_s']:.2f}x; greedy tokens: {agree(label, first)}")
