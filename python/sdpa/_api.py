@@ -358,6 +358,10 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens
       contiguous  k_cache [B, Nmax, Hkv, Dk], v_cache [B, Nmax, Hkv, Dv]; or
       paged       k_cache [blocks, block_size, Hkv, Dk], v_cache likewise, with block_table [B, max_blocks]
                   (int32): position p of sequence b is row p % block_size of block block_table[b, p // block_size].
+      Any strided view of these shapes is read and written in place, with the same bits: a buffer that keeps
+      each head's rows together ([B, Hkv, Nmax, D] seen through .transpose(1, 2), or blocks [blocks, Hkv,
+      block_size, D] likewise) decodes faster than FlashAttention's order (docs/performance.md, "the cache's
+      layout").
     cache_seqlens: [B] int32 (or int64, or one int for all): the tokens each sequence holds before the call.
     k, v: [B, Nnew, Hkv, Dk|Dv] or None: new tokens, written into the cache at positions cache_seqlens[b] ..
       cache_seqlens[b] + Nnew - 1, then attended to with the rest; without them, cache_seqlens counts the keys

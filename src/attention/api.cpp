@@ -447,7 +447,13 @@ void forward_any(View4<const T> q, View4<const T> k, View4<const T> v, View4<T> 
 void run_forward(Problem& p, Tensors& t, const Options& opt, PlanRecord& record) {
   const FastKernels& kern = kernels_for(opt);
 
-  // Items: (b, kv head, a tile of query lanes over the group's heads[, a key split]).
+  // Items: ([a key split,] b, kv head, a tile of query lanes over the group's heads), split-major:
+  // the threads take one key range of every head before the next range. Where a head's rows are
+  // strided (a tokens-major (B, N, Hkv, D) cache: one head's row every Hkv·D elements), the heads
+  // of one range share pages and are read close together in time; head-major order swept each
+  // head's rows alone, a few lines of each page, and read them 1.2-1.6 × slower (docs/performance.md,
+  // "Decoding from an 8-bit KV cache, and the cache's layout"). Each item is still done whole by one
+  // thread and the splits merge in their order: the bits do not depend on the item order.
   const i64 lanes = p.group * p.Nq, lane_tiles = ceil_div(lanes, kTileRows);
   const i64 splits = kv_splits(p.Nk, p.B * p.Hkv * lane_tiles);
   const i64 split_keys = ceil_div(ceil_div(p.Nk, kTileCols), splits) * kTileCols;
@@ -479,7 +485,8 @@ void run_forward(Problem& p, Tensors& t, const Options& opt, PlanRecord& record)
   std::vector<std::array<i64, 4>> loops(static_cast<std::size_t>(workers));  // [worker][ForwardLoop]
   parallel_items(items, workers, blocks, [&](i64 item, WorkerScratch s) {
     ForwardItem fi;
-    const i64 sp = item % splits, bg = item / splits / lane_tiles, tile = item / splits % lane_tiles;
+    const i64 per_split = p.B * p.Hkv * lane_tiles;
+    const i64 sp = item / per_split, bg = item % per_split / lane_tiles, tile = item % lane_tiles;
     fi.b = bg / p.Hkv, fi.g = bg % p.Hkv, fi.l0 = (longest_first ? lane_tiles - 1 - tile : tile) * kTileRows;
     fi.j_begin = sp * split_keys, fi.j_end = std::min(p.Nk, fi.j_begin + split_keys);
     if (splits > 1) {
@@ -660,7 +667,7 @@ template CacheSequence cache_sequence<bf16>(View4<const bf16>, View4<const std::
 template CacheSequence cache_sequence<fp16>(View4<const fp16>, View4<const std::uint8_t>, View4<const std::uint8_t>,
                                             const KvPages&, const KvCodes&, View4<fp16>, View3<float>, const Options&);
 
-// Every sequence's items in one pool: (sequence, kv head, lane tile, key split), each sequence
+// Every sequence's items in one pool: (sequence, key split, kv head, lane tile), each sequence
 // split by the rule sdpa::forward applies to it alone (kv_splits: its shape, never the thread
 // count), its splits' parts in its own buffer, laid out as run_forward lays out a batch of one's,
 // and merged the same way: each sequence's bits are its own, whatever the threads and the batch.
@@ -690,9 +697,9 @@ void forward_cache_sequences(const std::vector<CacheSequence>& seqs, const Optio
       pt.out.resize(static_cast<std::size_t>(pt.splits * p.Hkv * pt.lanes * p.Dv));
       pt.lse.resize(static_cast<std::size_t>(pt.splits * p.Hkv * pt.lanes));
     }
-    for (i64 g = 0; g < p.Hkv; ++g)
-      for (i64 l0 = 0; l0 < pt.lanes; l0 += kTileRows)
-        for (i64 sp = 0; sp < pt.splits; ++sp) {
+    for (i64 sp = 0; sp < pt.splits; ++sp)  // split-major, as run_forward's items (why: there)
+      for (i64 g = 0; g < p.Hkv; ++g)
+        for (i64 l0 = 0; l0 < pt.lanes; l0 += kTileRows) {
           const i64 keys = std::min(p.Nk, (sp + 1) * pt.split_keys) - sp * pt.split_keys;
           items.push_back({s, g, l0, sp, keys * std::min(kTileRows, pt.lanes - l0)});
         }

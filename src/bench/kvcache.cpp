@@ -223,12 +223,14 @@ std::vector<KvCacheRow> default_kvcache(int threads) {
         r.Nk = nk, r.block = block, r.format = f, r.threads = threads;
         rows.push_back(r);
       }
-  // FlashAttention's order, one head's rows Hkv·D apart: what the layout costs a decoding step.
-  for (KvFormat f : {KvFormat::f32, KvFormat::bf16, KvFormat::int8, KvFormat::fp8_e4m3}) {
-    KvCacheRow r;
-    r.Nk = 32768, r.format = f, r.heads_major = false, r.threads = threads;
-    rows.push_back(r);
-  }
+  // FlashAttention's order, one head's rows Hkv·D apart, contiguous and in its paged cache's
+  // (num_blocks, 16, Hkv, D) blocks: what the layout costs a decoding step.
+  for (i64 block : {0, 16})
+    for (KvFormat f : {KvFormat::f32, KvFormat::bf16, KvFormat::int8, KvFormat::fp8_e4m3}) {
+      KvCacheRow r;
+      r.Nk = 32768, r.block = block, r.format = f, r.heads_major = false, r.threads = threads;
+      rows.push_back(r);
+    }
   // Many sequences of very different lengths in one call, their blocks in one pool.
   for (KvFormat f : {KvFormat::f32, KvFormat::bf16, KvFormat::int8, KvFormat::fp8_e4m3}) {
     KvCacheRow r;

@@ -85,6 +85,32 @@ def test_without_new_tokens_reads_the_held_keys_and_threads_do_not_change_bits()
     np.testing.assert_array_equal(one[0], 0)  # sequence 0 holds no key: the empty row
 
 
+@pytest.mark.parametrize("paged", [False, True], ids=["contiguous", "paged"])
+def test_a_heads_major_view_gives_the_bits_of_flashattentions_order(paged):
+    # A buffer keeping each head's rows together, [A, Hkv, R, D], seen as the [A, R, Hkv, D] cache; one sequence long
+    # enough to be cut into key splits. Same appended rows, same bits as the tokens-major copy, for any thread count.
+    rng = np.random.default_rng(11)
+    held, rows_per = [4500, 37], 4608
+    outer = (2 * rows_per // BLOCK, BLOCK) if paged else (2, rows_per)
+    kbuf = rng.standard_normal((outer[0], HKV, outer[1], DK)).astype(np.float32)
+    vbuf = rng.standard_normal((outer[0], HKV, outer[1], DV)).astype(np.float32)
+    table = rng.permutation(outer[0]).reshape(2, rows_per // BLOCK).astype(np.int32) if paged else None
+    q = rng.standard_normal((2, 1, HQ, DK)).astype(np.float32)
+    kn = rng.standard_normal((2, 1, HKV, DK)).astype(np.float32)
+    vn = rng.standard_normal((2, 1, HKV, DV)).astype(np.float32)
+    kc, vc = kbuf.transpose(0, 2, 1, 3), vbuf.transpose(0, 2, 1, 3)  # views: written through
+    kt, vt = np.ascontiguousarray(kc), np.ascontiguousarray(vc)
+    call = dict(cache_seqlens=np.array(held, np.int32), block_table=table)
+    want = sdpa.attention_with_kvcache(q, kt, vt, kn, vn, threads=1, **call)
+    got = sdpa.attention_with_kvcache(q, kc, vc, kn, vn, threads=2, **call)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(kbuf.transpose(0, 2, 1, 3), kt)  # the same rows appended, nothing else
+    np.testing.assert_array_equal(vbuf.transpose(0, 2, 1, 3), vt)
+    np.testing.assert_array_equal(rows(kc, table, 0, held[0] + 1)[held[0]:], kn[0])
+    call["cache_seqlens"] = np.array(held, np.int32) + 1  # read again without new tokens, on 3 threads
+    np.testing.assert_array_equal(sdpa.attention_with_kvcache(q, kc, vc, threads=3, **call), want)
+
+
 def test_a_read_only_cache_is_named():
     q, kc, vc, _, _, _ = make(4, 1, 0, False)
     vc.flags.writeable = False
