@@ -450,7 +450,7 @@ void run_forward(Problem& p, Tensors& t, const Options& opt, PlanRecord& record)
   // Items: ([a key split,] b, kv head, a tile of query lanes over the group's heads), split-major:
   // the threads take one key range of every head before the next range. Where a head's rows are
   // strided (a tokens-major (B, N, Hkv, D) cache: one head's row every Hkv·D elements), the heads
-  // of one range share pages and are read close together in time; head-major order swept each
+  // of one range share pages and are read close together in time; taken head by head, the items swept each
   // head's rows alone, a few lines of each page, and read them 1.2-1.6 × slower (docs/performance.md,
   // "Decoding from an 8-bit KV cache, and the cache's layout"). Each item is still done whole by one
   // thread and the splits merge in their order: the bits do not depend on the item order.
