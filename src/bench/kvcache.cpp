@@ -215,10 +215,11 @@ std::string KvCacheRow::label() const {
 }
 
 std::vector<KvCacheRow> default_kvcache(int threads) {
+  constexpr KvFormat formats[] = {KvFormat::f32, KvFormat::bf16, KvFormat::int8, KvFormat::fp8_e4m3};  // every row's
   std::vector<KvCacheRow> rows;
   for (i64 nk : {4096, 32768})
     for (i64 block : {0, 16, 64})
-      for (KvFormat f : {KvFormat::f32, KvFormat::bf16, KvFormat::int8, KvFormat::fp8_e4m3}) {
+      for (KvFormat f : formats) {
         KvCacheRow r;
         r.Nk = nk, r.block = block, r.format = f, r.threads = threads;
         rows.push_back(r);
@@ -226,13 +227,13 @@ std::vector<KvCacheRow> default_kvcache(int threads) {
   // FlashAttention's order, one head's rows Hkv·D apart, contiguous and in its paged cache's
   // (num_blocks, 16, Hkv, D) blocks: what the layout costs a decoding step.
   for (i64 block : {0, 16})
-    for (KvFormat f : {KvFormat::f32, KvFormat::bf16, KvFormat::int8, KvFormat::fp8_e4m3}) {
+    for (KvFormat f : formats) {
       KvCacheRow r;
       r.Nk = 32768, r.block = block, r.format = f, r.heads_major = false, r.threads = threads;
       rows.push_back(r);
     }
   // Many sequences of very different lengths in one call, their blocks in one pool.
-  for (KvFormat f : {KvFormat::f32, KvFormat::bf16, KvFormat::int8, KvFormat::fp8_e4m3}) {
+  for (KvFormat f : formats) {
     KvCacheRow r;
     r.lengths = mixed_lengths(), r.block = 64, r.format = f, r.threads = threads;
     r.Nk = std::accumulate(r.lengths.begin(), r.lengths.end(), i64{0});
@@ -240,7 +241,7 @@ std::vector<KvCacheRow> default_kvcache(int threads) {
   }
   // A chunk of prefill: the tiled loop, which widens an 8-bit cache's codes a key tile at a time.
   for (i64 block : {0, 16})
-    for (KvFormat f : {KvFormat::f32, KvFormat::bf16, KvFormat::int8, KvFormat::fp8_e4m3}) {
+    for (KvFormat f : formats) {
       KvCacheRow r;
       r.Nk = 4096, r.Nq = 64, r.block = block, r.format = f, r.threads = threads;
       rows.push_back(r);
