@@ -163,7 +163,8 @@ def explain(q, k, v, *, backward=False, **options) -> dict:
     """Runs sdpa.attention(q, k, v, ...) (q, k, v [B, H, N, D], NumPy or torch CPU) and returns what the call
     ran, sdpa::Plan as a dict: 'isa', 'engine' (what ran the 16-bit products: 'widened', 'amx' or 'dot'),
     the forward's items per loop ('decoding_items', 'few_lane_items', 'tiled_items', 'engine_items'),
-    'kv_splits' (> 1: split-KV), 'strided_copies', 'packed_operands', 'threads', 'why' (the dispatch's
+    'kv_splits' (> 1: split-KV), 'heads_per_item' (> 1: a tokens-major k and v's kv heads read together),
+    'strided_copies', 'packed_operands', 'threads', 'why' (the dispatch's
     reasons) and 'summary' (one line). backward=True runs the forward, then the backward of a dout of ones,
     and returns the backward's plan ('one_pass' or two passes, 'backward_items', and 'engine_items': those
     whose products ran on the engine). The environment

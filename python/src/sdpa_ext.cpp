@@ -153,6 +153,7 @@ nb::dict plan_dict(const sdpa::Plan& p) {
   d["threads"] = p.threads;
   d["sequences"] = p.sequences;
   d["kv_splits"] = p.kv_splits;
+  d["heads_per_item"] = p.heads_per_item;
   d["decoding_items"] = p.decoding_items;
   d["few_lane_items"] = p.few_lane_items;
   d["tiled_items"] = p.tiled_items;

@@ -335,6 +335,23 @@ i64 kv_splits(i64 Nk, i64 items) {
   return std::min(kMaxSplits, std::min(ceil_div(kSplitItems, items), Nk / kSplitKeys));
 }
 
+// Kv heads per forward item. On a tokens-major cache ((B, N, Hkv, D): a key's rows of every head
+// side by side, each view's head stride under its row stride) an item of one head reads a few lines
+// of each page, and the heads' items meet in a page only when the threads happen to take them close
+// together; the decoding loop instead takes several heads' passes tile by tile in one item
+// (ForwardItem::heads, kernel/decode.inl's heads_item), reading each tile's pages once, nearly front
+// to back. Grouping moves no bit (each head's arithmetic is its own item's), so it may follow the
+// thread count: the most heads, a divisor of Hkv (equal items) and at most kMaxItemHeads, that leave
+// kItemsPerWorker of the call's head_items (items of one head each) to every thread.
+constexpr i64 kItemsPerWorker = 2;
+i64 item_heads(const FastKernels& kern, const Problem& p, const Tensors& t, i64 head_items, int threads) {
+  const bool tokens_major = t.k.stride[1] < t.k.stride[2] && t.v.stride[1] < t.v.stride[2];
+  if (!tokens_major || p.group * p.Nq > kern.paged_lanes) return 1;  // lanes the decoding loop takes (none: 0)
+  for (i64 heads = std::min(p.Hkv, kMaxItemHeads); heads > 1; --heads)
+    if (p.Hkv % heads == 0 && head_items / heads >= kItemsPerWorker * threads) return heads;
+  return 1;
+}
+
 // Row `row` = (b, kv head, lane) of a split call: its splits' partial results (part_out, part_lse:
 // (splits, B, Hkv, lanes[, Dv])) merged by merge_row (attention/merge.hpp).
 void merge_split_row(const Problem& p, const Tensors& t, i64 splits, i64 lanes, const float* part_out,
@@ -454,10 +471,14 @@ void run_forward(Problem& p, Tensors& t, const Options& opt, PlanRecord& record)
   // head's rows alone, a few lines of each page, and read them 1.2-1.6 × slower (docs/performance.md,
   // "Decoding from an 8-bit KV cache, and the cache's layout"). Each item is still done whole by one
   // thread and the splits merge in their order: the bits do not depend on the item order.
+  // On a tokens-major cache an item may take several kv heads (item_heads), their lanes and keys
+  // as they would be one by one.
   const i64 lanes = p.group * p.Nq, lane_tiles = ceil_div(lanes, kTileRows);
   const i64 splits = kv_splits(p.Nk, p.B * p.Hkv * lane_tiles);
   const i64 split_keys = ceil_div(ceil_div(p.Nk, kTileCols), splits) * kTileCols;
-  const i64 items = p.B * p.Hkv * lane_tiles * splits;
+  const i64 heads = item_heads(kern, p, t, p.B * p.Hkv * lane_tiles * splits, resolve_threads(opt));
+  const i64 head_groups = p.Hkv / heads;
+  const i64 items = p.B * head_groups * lane_tiles * splits;
   std::vector<float> part_out, part_lse;  // (splits, B, Hkv, lanes[, Dv]) when split
   if (splits > 1) {
     part_out.resize(static_cast<std::size_t>(splits * p.B * p.Hkv * lanes * p.Dv));
@@ -481,24 +502,26 @@ void run_forward(Problem& p, Tensors& t, const Options& opt, PlanRecord& record)
   k_pack.pack(kern, p, t, PackedOperand::k, lane_tiles, workers);
   MaskRowTable mask_rows;  // what each explicit mask row lets through, read once (mask_rows.hpp)
   mask_rows.attach(p, workers);
-  const ScratchBlocks blocks(workers, kern.forward_scratch(p));
+  const ScratchBlocks blocks(workers, kern.forward_scratch(p, heads));
   std::vector<std::array<i64, 4>> loops(static_cast<std::size_t>(workers));  // [worker][ForwardLoop]
   parallel_items(items, workers, blocks, [&](i64 item, WorkerScratch s) {
     ForwardItem fi;
-    const i64 per_split = p.B * p.Hkv * lane_tiles;
+    const i64 per_split = p.B * head_groups * lane_tiles;
     const i64 sp = item / per_split, bg = item % per_split / lane_tiles, tile = item % lane_tiles;
-    fi.b = bg / p.Hkv, fi.g = bg % p.Hkv, fi.l0 = (longest_first ? lane_tiles - 1 - tile : tile) * kTileRows;
+    fi.b = bg / head_groups, fi.g = bg % head_groups * heads, fi.heads = heads;
+    fi.l0 = (longest_first ? lane_tiles - 1 - tile : tile) * kTileRows;
     fi.j_begin = sp * split_keys, fi.j_end = std::min(p.Nk, fi.j_begin + split_keys);
     if (splits > 1) {
-      const i64 base = sp * p.B * p.Hkv + bg;
+      const i64 base = (sp * p.B + fi.b) * p.Hkv + fi.g;
       fi.part_out = part_out.data() + base * lanes * p.Dv, fi.part_lse = part_lse.data() + base * lanes;
     }
     const ForwardLoop loop = kern.forward_item(p, t, fi, s);
-    ++loops[static_cast<std::size_t>(omp_get_thread_num())][static_cast<std::size_t>(loop)];
+    loops[static_cast<std::size_t>(omp_get_thread_num())][static_cast<std::size_t>(loop)] += heads;
   });
   if (splits > 1) merge_splits(p, t, splits, lanes, part_out, part_lse, workers);
   if (Plan* plan = record.get()) {
     plan_forward(*plan, opt, kern, p.dtype, workers, splits, loops);
+    plan->heads_per_item = heads;
     plan->strided_copies = copies.count();
     plan->packed_operands = (v_pack.packed() ? 1 : 0) + (k_pack.packed() ? 1 : 0);
   }
@@ -681,11 +704,11 @@ void forward_cache_sequences(const std::vector<CacheSequence>& seqs, const Optio
   };
   struct Item {
     std::size_t seq;
-    i64 g, l0, split, cost;
+    i64 g, heads, l0, split, cost;
   };
   std::vector<Parts> parts(seqs.size());
   std::vector<Item> items;
-  i64 scratch = 0, most_splits = 1;
+  i64 scratch = 0, most_splits = 1, most_heads = 1, head_items = 0;
   for (std::size_t s = 0; s < seqs.size(); ++s) {
     const Problem& p = seqs[s].p;
     Parts& pt = parts[s];
@@ -693,17 +716,26 @@ void forward_cache_sequences(const std::vector<CacheSequence>& seqs, const Optio
     pt.lanes = p.group * p.Nq, pt.lane_tiles = ceil_div(pt.lanes, kTileRows);
     pt.splits = kv_splits(p.Nk, p.Hkv * pt.lane_tiles);
     pt.split_keys = ceil_div(ceil_div(p.Nk, kTileCols), pt.splits) * kTileCols;
+    head_items += p.Hkv * pt.lane_tiles * pt.splits;
+  }
+  // Kv heads per item (item_heads: a tokens-major cache's), by the items of the whole pool.
+  const int threads = resolve_threads(opt);
+  for (std::size_t s = 0; s < seqs.size(); ++s) {
+    const Problem& p = seqs[s].p;
+    Parts& pt = parts[s];
     if (pt.splits > 1) {
       pt.out.resize(static_cast<std::size_t>(pt.splits * p.Hkv * pt.lanes * p.Dv));
       pt.lse.resize(static_cast<std::size_t>(pt.splits * p.Hkv * pt.lanes));
     }
+    const i64 heads = item_heads(kern, p, seqs[s].t, head_items, threads);
     for (i64 sp = 0; sp < pt.splits; ++sp)  // split-major, as run_forward's items (why: there)
-      for (i64 g = 0; g < p.Hkv; ++g)
+      for (i64 g = 0; g < p.Hkv; g += heads)
         for (i64 l0 = 0; l0 < pt.lanes; l0 += kTileRows) {
           const i64 keys = std::min(p.Nk, (sp + 1) * pt.split_keys) - sp * pt.split_keys;
-          items.push_back({s, g, l0, sp, keys * std::min(kTileRows, pt.lanes - l0)});
+          items.push_back({s, g, heads, l0, sp, keys * std::min(kTileRows, pt.lanes - l0) * heads});
         }
-    scratch = std::max(scratch, kern.forward_scratch(p));
+    scratch = std::max(scratch, kern.forward_scratch(p, heads));
+    most_heads = std::max(most_heads, heads);
     most_splits = std::max(most_splits, pt.splits);
   }
   std::stable_sort(items.begin(), items.end(), [](const Item& a, const Item& b) { return a.cost > b.cost; });
@@ -715,14 +747,14 @@ void forward_cache_sequences(const std::vector<CacheSequence>& seqs, const Optio
     const CacheSequence& seq = seqs[it.seq];
     Parts& pt = parts[it.seq];
     ForwardItem fi;
-    fi.g = it.g, fi.l0 = it.l0;
+    fi.g = it.g, fi.heads = it.heads, fi.l0 = it.l0;
     fi.j_begin = it.split * pt.split_keys, fi.j_end = std::min(seq.p.Nk, fi.j_begin + pt.split_keys);
     if (pt.splits > 1) {
       const i64 base = it.split * seq.p.Hkv + it.g;
       fi.part_out = pt.out.data() + base * pt.lanes * seq.p.Dv, fi.part_lse = pt.lse.data() + base * pt.lanes;
     }
     const ForwardLoop loop = kern.forward_item(seq.p, seq.t, fi, sc);
-    ++loops[static_cast<std::size_t>(omp_get_thread_num())][static_cast<std::size_t>(loop)];
+    loops[static_cast<std::size_t>(omp_get_thread_num())][static_cast<std::size_t>(loop)] += it.heads;
   });
   std::vector<std::pair<std::size_t, i64>> rows;  // (sequence, row) of every split sequence
   for (std::size_t s = 0; s < seqs.size(); ++s)
@@ -737,6 +769,7 @@ void forward_cache_sequences(const std::vector<CacheSequence>& seqs, const Optio
   }
   if (plan != nullptr && !seqs.empty()) {
     plan_forward(*plan, opt, kern, seqs.front().p.dtype, workers, most_splits, loops);
+    plan->heads_per_item = most_heads;
     plan->sequences = static_cast<i64>(seqs.size());
   }
 }

@@ -26,16 +26,22 @@ inline constexpr i64 kPad = 16;       // padding of vector dimensions (the wides
 // Items with at most this many query lanes (decoding) take the few-lane loops, not the tiled one
 // (kernel/common.inl).
 inline constexpr i64 kFewLanes = 8;
+// The most kv heads one forward item takes together (ForwardItem::heads).
+inline constexpr i64 kMaxItemHeads = 8;
 
 // One forward work item. Lanes [l0, l0 + kTileRows) of the flattened (query head in the
 // group, query row) index l = (h - g·group)·Nq + i; keys [j_begin, j_end) (all of them
 // unless the call is split along the keys). With part_out set, the item writes its
 // normalised partial output (lane l at part_out + l·Dv) and lse (part_lse[l]) instead.
+// heads > 1 (at most kMaxItemHeads, a tokens-major cache's: api.cpp's items_heads): the items of
+// kv heads g .. g + heads - 1, the same lanes and keys, done together; head g + x's partial results
+// follow head g's at x·group·Nq lanes. Each head's bits are those of its own item.
 struct ForwardItem {
   i64 b = 0, g = 0, l0 = 0;
   i64 j_begin = 0, j_end = 0;
   float* part_out = nullptr;
   float* part_lse = nullptr;
+  i64 heads = 1;
 };
 
 // One worker's scratch: `floats` floats from `data`, 64-byte aligned. The kernel carves
@@ -82,7 +88,7 @@ enum class ForwardLoop { decoding, few_lanes, tiled, engine };
 
 struct FastKernels {
   Engine16 engine;                          // what runs its 16-bit products
-  i64 (*forward_scratch)(const Problem&);   // floats per worker
+  i64 (*forward_scratch)(const Problem&, i64 heads);  // floats per worker, items of up to `heads` kv heads
   i64 (*backward_scratch)(const Problem&);       // floats per worker, two passes
   i64 (*backward_item_scratch)(const Problem&);  // floats per worker, one pass
   ForwardLoop (*forward_item)(const Problem&, const Tensors&, const ForwardItem&, WorkerScratch scratch);

@@ -25,6 +25,7 @@ std::string Plan::summary() const {
     s += "; items: " + std::to_string(decoding_items) + " decoding, " + std::to_string(few_lane_items) + " few-lane, " +
          std::to_string(tiled_items) + " tiled, " + std::to_string(engine_items) + " on the engine";
     if (kv_splits > 1) s += "; split-KV x" + std::to_string(kv_splits);
+    if (heads_per_item > 1) s += "; " + std::to_string(heads_per_item) + " kv heads an item";
   } else {
     s += std::string("; ") + (one_pass ? "one pass" : "two passes") + ", " + std::to_string(backward_items) +
          " items, " + std::to_string(engine_items) + " on the engine";
@@ -80,6 +81,7 @@ void merge_plan(Plan& into, const Plan& seq) {
   into.few_lane_items += seq.few_lane_items;
   into.tiled_items += seq.tiled_items;
   into.engine_items += seq.engine_items;
+  into.heads_per_item = std::max(into.heads_per_item, seq.heads_per_item);
   into.one_pass = (first || into.one_pass) && seq.one_pass;
   into.backward_items += seq.backward_items;
   into.strided_copies += seq.strided_copies;

@@ -406,6 +406,35 @@ TEST(KvCache, ManySequencesOfVeryDifferentLengthsShareOnePool) {
   });
 }
 
+// A tokens-major cache (the call's (blocks, block, Hkv, D) layout, one head's rows Hkv·D apart): where
+// the decoding loop takes it and the threads leave two items each, an item reads several kv heads
+// tile by tile (Plan::heads_per_item; 8 heads a sequence, so at one thread 8 an item, at 16 threads
+// one). Each head's bits stay its own item's: the same for any thread count, contiguous or paged,
+// and sdpa::forward's on the sequence's heads-major copy (which takes one head an item).
+TEST(KvCache, HeadsReadTogetherGiveEachHeadsOwnBits) {
+  CacheCase c;
+  c.held = {4500, 70};  // the first split in two (4501 keys)
+  c.Hq = 32, c.Hkv = 8, c.Dk = 64, c.Dv = 64, c.cap = 4608, c.block = 16;
+  for (bool paged : {false, true}) {
+    SCOPED_TRACE(paged ? "paged" : "contiguous");
+    c.paged = paged;
+    const CacheData d(c, Dtype::bf16, 43);
+    for_each_variant(c.opt, [&](const KernelVariant&, Options o) {
+      const bool decoding = detail::kernels_for(o).paged_lanes > 0;
+      Plan plan;
+      o.plan = &plan;
+      o.threads = 1;
+      const CacheRun<bf16> one = run<bf16>(c, d, o);
+      EXPECT_EQ(plan.heads_per_item, decoding ? 8 : 1) << plan.summary();
+      o.threads = 16;
+      (void)run<bf16>(c, d, o);
+      EXPECT_EQ(plan.heads_per_item, 1) << plan.summary();  // 2 + 1 splits of 8 heads: 24 items, none to spare
+      o.plan = nullptr;
+      expect_bits_of_one_thread_and_forward<bf16>(c, d, o, one, {2, 3, 16});
+    });
+  }
+}
+
 // A bad argument: an error naming it, thrown before anything is written (cache and out unchanged).
 TEST(KvCache, BadArgumentsAreRefusedBeforeAnythingIsWritten) {
   CacheCase c;

@@ -72,7 +72,7 @@ TEST_P(Scratch, ForwardItemsFitTheirSizeExactly) {
     std::fill(c.lse.data.begin(), c.lse.data.end(), kNaN);
     const auto& kern = GetParam().kernels();
     const Problem p = c.forward_problem();
-    forward_items(kern, p, c.forward_tensors(), kern.forward_scratch(p));
+    forward_items(kern, p, c.forward_tensors(), kern.forward_scratch(p, 1));
     EXPECT_EQ(0, std::memcmp(out.data(), c.out.data.data(), out.size() * sizeof(float))) << "Nq = " << Nq;
     EXPECT_EQ(0, std::memcmp(lse.data(), c.lse.data.data(), lse.size() * sizeof(float))) << "Nq = " << Nq;
   }
@@ -130,7 +130,7 @@ TEST_P(Scratch, OneFloatShortTraps) {
   const auto& kern = GetParam().kernels();
   const Problem p = c.forward_problem();
   const Tensors t = c.forward_tensors();
-  EXPECT_DEATH(forward_items(kern, p, t, kern.forward_scratch(p) - 1), "");
+  EXPECT_DEATH(forward_items(kern, p, t, kern.forward_scratch(p, 1) - 1), "");
 
   const Problem pb =
       detail::validate_backward<float>(c.q.cview(), c.k.cview(), c.v.cview(), c.out.cview(), c.lse.cview(),
@@ -163,10 +163,10 @@ TEST_P(Scratch, Bf16ForwardItemsFitTheirSizeExactly) {
   const Problem p = detail::validate_forward<bf16>(q.cview(), k.cview(), v.cview(), out.view(), c.lse.view(), c.opt);
   Tensors t;
   t.q = q.cview(), t.k = k.cview(), t.v = v.cview(), t.out_w = out.view(), t.lse_w = c.lse.view();
-  forward_items(kern, p, t, kern.forward_scratch(p));
+  forward_items(kern, p, t, kern.forward_scratch(p, 1));
   for (std::size_t x = 0; x < out.data.size(); ++x) ASSERT_EQ(want.data[x].bits, out.data[x].bits) << x;
   EXPECT_EQ(0, std::memcmp(want_lse.data(), c.lse.data.data(), want_lse.size() * sizeof(float)));
-  EXPECT_DEATH(forward_items(kern, p, t, kern.forward_scratch(p) - 1), "");
+  EXPECT_DEATH(forward_items(kern, p, t, kern.forward_scratch(p, 1) - 1), "");
 }
 
 INSTANTIATE_TEST_SUITE_P(Isa, Scratch, ::testing::ValuesIn(kernel_variants()), variant_id);

@@ -279,6 +279,7 @@ struct HeadRows {
   const float* ks = nullptr;
   const float* vs = nullptr;
   i64 ks_block = 0, vs_block = 0;
+  HeadRows() = default;
   HeadRows(const Tensors& t, i64 b, i64 g)
       : k(elements<E>(t.k) + off(t.k, b, g, 0, 0)),
         v(elements<E>(t.v) + off(t.v, b, g, 0, 0)),
@@ -310,89 +311,127 @@ struct HeadRows {
   }
 };
 
-// One item's buffers; `slots` is its lanes rounded up to whole groups (at most kFewLanes), and
-// `score_lanes` the lanes its groups' score vectors hold (slots, or 4 a group of three).
-struct Scratch {
+// One item's buffers: each of its kv heads' queries and output (PassBuffers; one head but where the
+// item takes several, heads_item), and the probabilities of the tile at hand, which the heads share
+// (each head fills and reads them within one tile). `slots` is a head's lanes rounded up to whole
+// groups (at most kFewLanes), and `score_lanes` the lanes its groups' score vectors hold (slots, or
+// 4 a group of three).
+struct PassBuffers {
   float* Q;     // (slots, dkp)  queries as rows, zero past Dk and past the last lane
   float* O[2];  // (slots, dvp)  unnormalised output, double-buffered
-  float* P;     // (score_lanes, kKeys) probabilities, per group in score-vector layout
-  static Scratch carve(const Problem& p, Arena& arena, i64 slots, i64 score_lanes) {
+};
+struct Scratch {
+  PassBuffers pass[kMaxItemHeads];
+  float* P;  // (score_lanes, kKeys) probabilities, per group in score-vector layout
+  static Scratch carve(const Problem& p, Arena& arena, i64 slots, i64 score_lanes, i64 heads) {
     const i64 dkp = round_up(p.Dk, kPad), dvp = round_up(p.Dv, kPad);
     Scratch s;
-    s.Q = arena.take(slots * dkp);
-    s.O[0] = arena.take(slots * dvp);
-    s.O[1] = arena.take(slots * dvp);
+    for (i64 h = 0; h < heads; ++h) {
+      s.pass[h].Q = arena.take(slots * dkp);
+      s.pass[h].O[0] = arena.take(slots * dvp);
+      s.pass[h].O[1] = arena.take(slots * dvp);
+    }
     s.P = arena.take(score_lanes * kKeys);
     return s;
   }
 };
 
-// The item, its lanes in groups of NL, K and V read as E. Writes out and lse (or the
-// split's partial results), as the other forward loops do.
+// One (b, kv head, lane tile)'s pass over its keys, its lanes in groups of NL, K and V read as E:
+// the lanes' queries, running max and sum and output, advanced a tile of kKeys keys at a time (tile,
+// for the tiles from first_tile() to last) and written at the end (finish: out and lse, or the
+// split's partial results, as the other forward loops do). An item runs one pass (item) or, on a
+// tokens-major cache, several heads' passes tile by tile (heads_item); a pass's arithmetic is the
+// same either way.
 // PAGED: K and V in a paged cache's blocks (Tensors::pages), resolved per run of kRun keys; else the
 // strided views' rows, addressed as they always were (a template flag: the contiguous loop measured
 // 3-5 % slower at 4096 keys with the run lookups in it).
 template <int NL, class E, bool PAGED>
-void item(const Problem& p, const Tensors& t, const ForwardItem& it, const ItemLanes& lanes, WorkerScratch scratch) {
-  constexpr int KB = kKeysPerLane<NL>;
-  constexpr i64 blocks = kKeys / KB;
-  constexpr i64 group_floats = blocks * W;  // a group's P: its score vectors
-  constexpr i64 max_groups = kFewLanes / NL;
-  const i64 b = it.b, g = it.g, n = lanes.n, Dk = p.Dk, Dv = p.Dv, dkp = round_up(Dk, kPad), dvp = round_up(Dv, kPad);
-  const i64 groups = (n + NL - 1) / NL, slots = groups * NL;
-  const auto s = carve_scratch<Scratch>(p, scratch, slots, groups * (W / KB));
-  float* const Q = s.Q;
-  float* const P = s.P;
-  float* const O[2] = {s.O[0], s.O[1]};
+struct Pass {
+  static constexpr int KB = kKeysPerLane<NL>;
+  static constexpr i64 blocks = kKeys / KB;
+  static constexpr i64 group_floats = blocks * W;  // a group's P: its score vectors
+  static constexpr i64 max_groups = kFewLanes / NL;
+
+  const Problem* p_;
+  const Tensors* t_;
+  const ForwardItem* it_;
+  const ItemLanes* lanes_;
+  HeadRows<E> rows;
+  float* Q;
+  float* P;
+  float* O[2];
+  i64 groups, dkp, dvp;
+  LanesSee see;
+  i64 first, last;  // the keys some lane sees within the item's split
+  int cur;          // O[cur]: the output so far
+  // K and V rows are prefetched this many keys ahead: kPrefetchKeys, or one tile where an item takes
+  // several heads (heads_item), whose passes run a tile of every head before the next: two tiles
+  // ahead (256 KiB of eight fp32 heads' K and V) measured 1.3x slower, four 1.4x (docs/performance.md).
+  i64 ahead_keys;
   alignas(64) float al[max_groups][W];  // each group's rescale factors (score-vector layout)
-
-  for (i64 x = 0; x < slots * dkp; ++x) Q[x] = 0.0f;
-  for (i64 r = 0; r < n; ++r) load_row(t.q, off(t.q, b, lanes.h[r], lanes.i[r], 0), Dk, Q + r * dkp, 1);
-  for (i64 x = 0; x < slots * dvp; ++x) O[0][x] = 0.0f;
-
   // Each lane's visible keys [lo, hi] within this item's split; padding slots copy lane 0.
-  alignas(64) int lo_e[max_groups][W], hi_e[max_groups][W], c_e[W];
-  for (i64 gi = 0; gi < max_groups; ++gi)  // a group of three's unused elements: an empty range
-    for (int e = 0; e < W; ++e) lo_e[gi][e] = 0, hi_e[gi][e] = -1;
-  for (i64 r = 0; r < slots; ++r) {
-    const i64 i = lanes.i[r < n ? r : 0];
-    const KeyRange keys = visible_keys(lanes_see(p, b, 1, i, i, [&](i64) { return LaneRow{lanes.h[r < n ? r : 0], i}; }),
-                                       it.j_begin, it.j_end);
-    for (int c = 0; c < KB; ++c) {
-      lo_e[r / NL][(r % NL) * KB + c] = static_cast<int>(keys.first);
-      hi_e[r / NL][(r % NL) * KB + c] = static_cast<int>(keys.last);
-    }
-  }
-  const LanesSee see = item_sees(p, b, lanes);
-  const KeyRange keys = visible_keys(see, it.j_begin, it.j_end);
-  const i64 first = keys.first, last = keys.last;
-  for (int e = 0; e < W; ++e) c_e[e] = e % KB;
-
-  const R neg_inf = Vec::set1(kNegInf), zero = Vec::zero();
-  const R beta = Vec::set1(static_cast<float>(p.scale) * kCodeUnit<E>);  // × 2^8 for e4m3 codes
-  const R code_unit = Vec::set1(kCodeUnit<E>);
-  const R cap = Vec::set1(static_cast<float>(p.softcap));
-  const R inv_cap = Vec::set1(static_cast<float>(1.0 / p.softcap));
+  alignas(64) int lo_e[max_groups][W], hi_e[max_groups][W];
   R m[max_groups], l[max_groups];  // running max (per lane, in all its elements), partial sums
-  for (i64 gi = 0; gi < groups; ++gi) m[gi] = neg_inf, l[gi] = zero;
+  R beta, code_unit, cap, inv_cap;  // the score scale (× 2^8 for e4m3 codes), 2^8, the soft-cap and its inverse
+  alignas(64) int c_e[W];           // each score-vector element's key within its lane's KB
+  alignas(64) float ones[W];        // the rescale of a tile's second run of keys (pv_tile)
 
-  const HeadRows<E> rows(t, b, g);
-  const E* Kb = rows.k;
-  const E* Vb = rows.v;
-  const i64 ldk = t.k.stride[2], ldv = t.v.stride[2];
-  alignas(64) float ones[W];  // the rescale of a tile's second run of keys (pv_runs)
-  for (float& x : ones) x = 1.0f;
-  int cur = 0;
-  for (i64 j0 = first / kKeys * kKeys; j0 <= last; j0 += kKeys) {
+  void start(const Problem& p, const Tensors& t, const ForwardItem& it, const ItemLanes& lanes, PassBuffers buf,
+             float* probs, i64 heads) {
+    p_ = &p, t_ = &t, it_ = &it, lanes_ = &lanes;
+    ahead_keys = heads == 1 ? kPrefetchKeys : kKeys;
+    const i64 b = it.b, n = lanes.n, Dk = p.Dk;
+    dkp = round_up(Dk, kPad), dvp = round_up(p.Dv, kPad);
+    groups = (n + NL - 1) / NL;
+    const i64 slots = groups * NL;
+    Q = buf.Q, O[0] = buf.O[0], O[1] = buf.O[1], P = probs, cur = 0;
+    for (i64 x = 0; x < slots * dkp; ++x) Q[x] = 0.0f;
+    for (i64 r = 0; r < n; ++r) load_row(t.q, off(t.q, b, lanes.h[r], lanes.i[r], 0), Dk, Q + r * dkp, 1);
+    for (i64 x = 0; x < slots * dvp; ++x) O[0][x] = 0.0f;
+    for (i64 gi = 0; gi < max_groups; ++gi)  // a group of three's unused elements: an empty range
+      for (int e = 0; e < W; ++e) lo_e[gi][e] = 0, hi_e[gi][e] = -1;
+    for (i64 r = 0; r < slots; ++r) {
+      const i64 i = lanes.i[r < n ? r : 0];
+      const KeyRange keys = visible_keys(
+          lanes_see(p, b, 1, i, i, [&](i64) { return LaneRow{lanes.h[r < n ? r : 0], i}; }), it.j_begin, it.j_end);
+      for (int c = 0; c < KB; ++c) {
+        lo_e[r / NL][(r % NL) * KB + c] = static_cast<int>(keys.first);
+        hi_e[r / NL][(r % NL) * KB + c] = static_cast<int>(keys.last);
+      }
+    }
+    see = item_sees(p, b, lanes);
+    const KeyRange keys = visible_keys(see, it.j_begin, it.j_end);
+    first = keys.first, last = keys.last;
+    for (i64 gi = 0; gi < groups; ++gi) m[gi] = Vec::set1(kNegInf), l[gi] = Vec::zero();
+    rows = HeadRows<E>(t, b, it.g);
+    beta = Vec::set1(static_cast<float>(p.scale) * kCodeUnit<E>);
+    code_unit = Vec::set1(kCodeUnit<E>);
+    cap = Vec::set1(static_cast<float>(p.softcap));
+    inv_cap = Vec::set1(static_cast<float>(1.0 / p.softcap));
+    for (int e = 0; e < W; ++e) c_e[e] = e % KB, ones[e] = 1.0f;
+  }
+  i64 first_tile() const { return first / kKeys * kKeys; }
+
+  // The tile of keys from j0 (a multiple of kKeys, from first_tile() to last). Inlined, and the call's
+  // constants (beta, c_e, ...) set once in start: a one-head item runs within 1-2 % of the loop as it
+  // was before the passes (in cache, one thread); as a call that rebuilt them each tile, int8 3-4 % slower.
+  __attribute__((always_inline)) void tile(i64 j0) {
+    const Problem& p = *p_;
+    const Tensors& t = *t_;
+    const i64 Dk = p.Dk, Dv = p.Dv;
+    const E* Kb = rows.k;
+    const E* Vb = rows.v;
+    const i64 ldk = t.k.stride[2], ldv = t.v.stride[2];
+
     const i64 bc = imin(kKeys, p.Nk - j0);
     // Only the lanes' ranges and Nk cut a tile (split boundaries do not: see kKeys).
     const bool mask = tile_needs_mask(see, j0, kKeys);
-    // The tile's runs of kRun keys, and those of the tile kPrefetchKeys ahead where it is in range.
+    // The tile's runs of kRun keys, and those of the tile ahead_keys ahead where it is in range.
     TileRuns<E> tile{}, ahead{};
-    const bool pf_tile = j0 + kKeys - 1 + kPrefetchKeys <= last;  // the whole tile ahead: V's prefetches
+    const bool pf_tile = j0 + kKeys - 1 + ahead_keys <= last;  // the whole tile ahead: V's prefetches
     if constexpr (PAGED) {
       tile = rows.tile(j0, p.Nk);
-      ahead = j0 + kPrefetchKeys <= last ? rows.tile(j0 + kPrefetchKeys, p.Nk) : tile;
+      ahead = j0 + ahead_keys <= last ? rows.tile(j0 + ahead_keys, p.Nk) : tile;
     } else if constexpr (kIsCode<E>) {
       tile = rows.tile(j0, p.Nk);  // its scales
     }
@@ -423,10 +462,10 @@ void item(const Problem& p, const Tensors& t, const ForwardItem& it, const ItemL
         const E* pk[KB] = {};
         for (int c = 0; c < KB; ++c)  // rows past Nk: masked below
           kr[c] = PAGED ? tile.k_row(imin(jb + c, p.Nk - 1) - j0, ldk) : Kb + imin(jb + c, p.Nk - 1) * ldk;
-        const bool pf = gi == 0 && jb + kPrefetchKeys + KB - 1 <= last;
+        const bool pf = gi == 0 && jb + ahead_keys + KB - 1 <= last;
         if (pf)
           for (int c = 0; c < KB; ++c)
-            pk[c] = PAGED ? ahead.k_row(kb * KB + c, ldk) : Kb + (jb + kPrefetchKeys + c) * ldk;
+            pk[c] = PAGED ? ahead.k_row(kb * KB + c, ldk) : Kb + (jb + ahead_keys + c) * ldk;
         R x = score_block<NL, E>(kr, Q + gi * NL * dkp, dkp, Dk, pf ? pk : nullptr);
         if constexpr (kIsCode<E>)
           x = Vec::mul(x, Vec::mul(scales(ksr, kb), beta));
@@ -450,7 +489,7 @@ void item(const Problem& p, const Tensors& t, const ForwardItem& it, const ItemL
       float* const Oo = O[cur] + gi * NL * dvp;
       float* const On = O[cur ^ 1] + gi * NL * dvp;
       if constexpr (!PAGED) {
-        pv_tile<NL, E>(Vb + j0 * ldv, ldv, bc, Dv, Pg, al[gi], Oo, On, dvp, pf ? Vb + (j0 + kPrefetchKeys) * ldv : nullptr);
+        pv_tile<NL, E>(Vb + j0 * ldv, ldv, bc, Dv, Pg, al[gi], Oo, On, dvp, pf ? Vb + (j0 + ahead_keys) * ldv : nullptr);
       } else if (bc <= kRun || (tile.adjacent(ldv) && (!pf || ahead.adjacent(ldv)))) {  // one V run
         pv_tile<NL, E>(tile.v[0], ldv, bc, Dv, Pg, al[gi], Oo, On, dvp, pf ? ahead.v[0] : nullptr);
       } else {  // two blocks: the second run's P·V added onto the first's (rescale 1), the same sum order
@@ -462,48 +501,97 @@ void item(const Problem& p, const Tensors& t, const ForwardItem& it, const ItemL
     cur ^= 1;
   }
 
-  alignas(64) float mf[max_groups][W], lf[max_groups][W];
-  for (i64 gi = 0; gi < groups; ++gi) {
-    Vec::store(mf[gi], m[gi]);
-    Vec::store(lf[gi], Ops::group_reduce<KB, false>(l[gi]));
+  void finish() const {
+    const ItemLanes& lanes = *lanes_;
+    alignas(64) float mf[max_groups][W], lf[max_groups][W];
+    for (i64 gi = 0; gi < groups; ++gi) {
+      Vec::store(mf[gi], m[gi]);
+      Vec::store(lf[gi], Ops::group_reduce<KB, false>(l[gi]));
+    }
+    for (i64 r = 0; r < lanes.n; ++r)
+      finish_row(*p_, *t_, *it_, it_->b, lanes.h[r], lanes.i[r], r, mf[r / NL][(r % NL) * KB],
+                 lf[r / NL][(r % NL) * KB], O[cur] + r * dvp);
   }
-  for (i64 r = 0; r < n; ++r)
-    finish_row(p, t, it, b, lanes.h[r], lanes.i[r], r, mf[r / NL][(r % NL) * KB], lf[r / NL][(r % NL) * KB],
-               O[cur] + r * dvp);
+};
+
+// Score-vector lanes a head's groups of NL take: a group of three holds room for four.
+template <int NL>
+constexpr i64 kScoreLanes = W / kKeysPerLane<NL>;
+
+// One kv head's item: its pass over its split's keys.
+template <int NL, class E, bool PAGED>
+void item(const Problem& p, const Tensors& t, const ForwardItem& it, const ItemLanes& lanes, WorkerScratch scratch) {
+  const i64 groups = (lanes.n + NL - 1) / NL;
+  const auto s = carve_scratch<Scratch>(p, scratch, groups * NL, groups * kScoreLanes<NL>, i64{1});
+  Pass<NL, E, PAGED> pass;
+  pass.start(p, t, it, lanes, s.pass[0], s.P, 1);
+  for (i64 j0 = pass.first_tile(); j0 <= pass.last; j0 += kKeys) pass.tile(j0);
+  pass.finish();
 }
 
-// Runs the item with the widest lane group its lane count fills; three, five or six lanes (GQA groups
-// of 3, 5 and 6) in groups of three where the ISA takes them: a quarter fewer FMAs than groups of four
-// (five lanes: two groups of three, six slots, against two of four, eight).
+// Several kv heads' items (its[0..heads), the same split and lane tile), their passes taken tile by
+// tile: a tokens-major cache's rows of every head at a key lie together, so the heads' reads of a
+// tile meet in the same pages, where one head's pass at a time reads a few lines of each
+// (docs/performance.md, "Decoding from an 8-bit KV cache, and the cache's layout"). Each pass's tiles
+// and arithmetic are its own item's: the bits are those of the heads taken one by one.
+template <int NL, class E, bool PAGED>
+void heads_item(const Problem& p, const Tensors& t, const ForwardItem* its, const ItemLanes* lanes, i64 heads,
+                WorkerScratch scratch) {
+  const i64 groups = (lanes[0].n + NL - 1) / NL;  // every head's item has the same lane count
+  const auto s = carve_scratch<Scratch>(p, scratch, groups * NL, groups * kScoreLanes<NL>, heads);
+  Pass<NL, E, PAGED> passes[kMaxItemHeads];
+  i64 j_first = p.Nk, j_last = -1;
+  for (i64 h = 0; h < heads; ++h) {
+    passes[h].start(p, t, its[h], lanes[h], s.pass[h], s.P, heads);
+    j_first = imin(j_first, passes[h].first_tile()), j_last = imax(j_last, passes[h].last);
+  }
+  for (i64 j0 = j_first; j0 <= j_last; j0 += kKeys)
+    for (i64 h = 0; h < heads; ++h)
+      if (j0 >= passes[h].first_tile() && j0 <= passes[h].last) passes[h].tile(j0);
+  for (i64 h = 0; h < heads; ++h) passes[h].finish();
+}
+
+// Runs the item (its[0..heads): one kv head's, or several heads' of the same split and lane tile) with
+// the widest lane group its lane count fills; three, five or six lanes (GQA groups of 3, 5 and 6) in
+// groups of three where the ISA takes them: a quarter fewer FMAs than groups of four (five lanes: two
+// groups of three, six slots, against two of four, eight).
+template <int NL, class E, bool PAGED>
+void run_item(const Problem& p, const Tensors& t, const ForwardItem* its, const ItemLanes* lanes, i64 heads,
+              WorkerScratch scratch) {
+  if (heads == 1) return item<NL, E, PAGED>(p, t, its[0], lanes[0], scratch);
+  heads_item<NL, E, PAGED>(p, t, its, lanes, heads, scratch);
+}
 template <class E, bool PAGED>
-void forward_lanes(const Problem& p, const Tensors& t, const ForwardItem& it, const ItemLanes& lanes,
+void forward_lanes(const Problem& p, const Tensors& t, const ForwardItem* its, const ItemLanes* lanes, i64 heads,
                    WorkerScratch scratch) {
-  if (lanes.n == 1) return item<1, E, PAGED>(p, t, it, lanes, scratch);
+  const i64 n = lanes[0].n;
+  if (n == 1) return run_item<1, E, PAGED>(p, t, its, lanes, heads, scratch);
   if constexpr (Ops::kThreeLanes)
-    if (lanes.n == 3 || lanes.n == 5 || lanes.n == 6) return item<3, E, PAGED>(p, t, it, lanes, scratch);
-  if (lanes.n == 2 || kGroupLanes == 2) return item<2, E, PAGED>(p, t, it, lanes, scratch);
-  item<kGroupLanes, E, PAGED>(p, t, it, lanes, scratch);
+    if (n == 3 || n == 5 || n == 6) return run_item<3, E, PAGED>(p, t, its, lanes, heads, scratch);
+  if (n == 2 || kGroupLanes == 2) return run_item<2, E, PAGED>(p, t, its, lanes, heads, scratch);
+  run_item<kGroupLanes, E, PAGED>(p, t, its, lanes, heads, scratch);
 }
 
 // The item with K and V read as E, from strided views or a paged cache.
 template <class E>
-void forward_as(const Problem& p, const Tensors& t, const ForwardItem& it, const ItemLanes& lanes,
+void forward_as(const Problem& p, const Tensors& t, const ForwardItem* its, const ItemLanes* lanes, i64 heads,
                 WorkerScratch scratch) {
-  if (t.pages.table != nullptr) return forward_lanes<E, true>(p, t, it, lanes, scratch);
-  forward_lanes<E, false>(p, t, it, lanes, scratch);
+  if (t.pages.table != nullptr) return forward_lanes<E, true>(p, t, its, lanes, heads, scratch);
+  forward_lanes<E, false>(p, t, its, lanes, heads, scratch);
 }
 
-// The one dispatch on the call's dtype, or on a quantized cache's codes (q in the call's dtype).
-inline void forward(const Problem& p, const Tensors& t, const ForwardItem& it, const ItemLanes& lanes,
+// The one dispatch on the call's dtype, or on a quantized cache's codes (q in the call's dtype), for
+// the items its[0..heads) with lanes[0..heads) (forward.inl: one, or a tokens-major cache's heads).
+inline void forward(const Problem& p, const Tensors& t, const ForwardItem* its, const ItemLanes* lanes, i64 heads,
                     WorkerScratch scratch) {
   switch (t.codes.kind) {
-    case KvCodes::Kind::int8: return forward_as<I8Code>(p, t, it, lanes, scratch);
-    case KvCodes::Kind::fp8_e4m3: return forward_as<E4M3Code>(p, t, it, lanes, scratch);
+    case KvCodes::Kind::int8: return forward_as<I8Code>(p, t, its, lanes, heads, scratch);
+    case KvCodes::Kind::fp8_e4m3: return forward_as<E4M3Code>(p, t, its, lanes, heads, scratch);
     case KvCodes::Kind::none: break;
   }
   switch (p.dtype) {
-    case Dtype::f32: return forward_as<float>(p, t, it, lanes, scratch);
-    case Dtype::bf16: return forward_as<bf16>(p, t, it, lanes, scratch);
-    case Dtype::fp16: return forward_as<fp16>(p, t, it, lanes, scratch);
+    case Dtype::f32: return forward_as<float>(p, t, its, lanes, heads, scratch);
+    case Dtype::bf16: return forward_as<bf16>(p, t, its, lanes, heads, scratch);
+    case Dtype::fp16: return forward_as<fp16>(p, t, its, lanes, heads, scratch);
   }
 }
