@@ -146,6 +146,25 @@ TEST_P(Scratch, OneFloatShortTraps) {
   EXPECT_DEATH(kern.backward_item(pb, tb, delta.data(), 0, 0, WorkerScratch{item_block.data(), item_floats}), "");
 }
 
+// Items of several kv heads (ForwardItem::heads: the decoding loop's per-head passes, or the other
+// loops' heads one by one) run within forward_scratch(p, heads) and give sdpa::forward's bits.
+TEST_P(Scratch, ForwardItemsOfSeveralHeadsFitTheirSize) {
+  Case c(8, 4, 1, 300, 64, 48, GetParam().isa);
+  forward(c.q.cview(), c.k.cview(), c.v.cview(), c.out.view(), c.lse.view(), c.opt);
+  const std::vector<float> out = c.out.data, lse = c.lse.data;
+  std::fill(c.out.data.begin(), c.out.data.end(), kNaN);
+  std::fill(c.lse.data.begin(), c.lse.data.end(), kNaN);
+  const auto& kern = GetParam().kernels();
+  const Problem p = c.forward_problem();
+  const i64 floats = kern.forward_scratch(p, 4);
+  std::vector<float> block(static_cast<std::size_t>(floats));
+  ForwardItem it;
+  it.heads = 4, it.j_end = p.Nk;
+  kern.forward_item(p, c.forward_tensors(), it, WorkerScratch{block.data(), floats});
+  EXPECT_EQ(0, std::memcmp(out.data(), c.out.data.data(), out.size() * sizeof(float)));
+  EXPECT_EQ(0, std::memcmp(lse.data(), c.lse.data.data(), lse.size() * sizeof(float)));
+}
+
 // The same for a bf16 forward, whose tiled items carve another layout (K rows widened; on
 // the AMX variant, forward_tiled_engine16's packed operands): exactly its size gives the bits of
 // sdpa::forward, one float fewer traps.
