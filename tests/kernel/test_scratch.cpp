@@ -40,6 +40,14 @@ struct Case {
   Problem forward_problem() {
     return detail::validate_forward<float>(q.cview(), k.cview(), v.cview(), out.view(), lse.view(), opt);
   }
+  // sdpa::forward's out and lse, then out and lse set to NaN for items to write.
+  std::pair<std::vector<float>, std::vector<float>> forward_then_clear() {
+    forward(q.cview(), k.cview(), v.cview(), out.view(), lse.view(), opt);
+    std::pair<std::vector<float>, std::vector<float>> was{out.data, lse.data};
+    std::fill(out.data.begin(), out.data.end(), kNaN);
+    std::fill(lse.data.begin(), lse.data.end(), kNaN);
+    return was;
+  }
   Tensors forward_tensors() {
     Tensors t;
     t.q = q.cview(), t.k = k.cview(), t.v = v.cview(), t.out_w = out.view(), t.lse_w = lse.view();
@@ -66,10 +74,7 @@ TEST_P(Scratch, ForwardItemsFitTheirSizeExactly) {
   // item per lane tile.
   for (auto [Hq, Hkv, Nq, Nk] : std::vector<std::array<i64, 4>>{{2, 1, 100, 150}, {8, 2, 1, 300}}) {
     Case c(Hq, Hkv, Nq, Nk, 64, 48, GetParam().isa);
-    forward(c.q.cview(), c.k.cview(), c.v.cview(), c.out.view(), c.lse.view(), c.opt);
-    const std::vector<float> out = c.out.data, lse = c.lse.data;
-    std::fill(c.out.data.begin(), c.out.data.end(), kNaN);
-    std::fill(c.lse.data.begin(), c.lse.data.end(), kNaN);
+    const auto [out, lse] = c.forward_then_clear();
     const auto& kern = GetParam().kernels();
     const Problem p = c.forward_problem();
     forward_items(kern, p, c.forward_tensors(), kern.forward_scratch(p, 1));
@@ -150,10 +155,7 @@ TEST_P(Scratch, OneFloatShortTraps) {
 // loops' heads one by one) run within forward_scratch(p, heads) and give sdpa::forward's bits.
 TEST_P(Scratch, ForwardItemsOfSeveralHeadsFitTheirSize) {
   Case c(8, 4, 1, 300, 64, 48, GetParam().isa);
-  forward(c.q.cview(), c.k.cview(), c.v.cview(), c.out.view(), c.lse.view(), c.opt);
-  const std::vector<float> out = c.out.data, lse = c.lse.data;
-  std::fill(c.out.data.begin(), c.out.data.end(), kNaN);
-  std::fill(c.lse.data.begin(), c.lse.data.end(), kNaN);
+  const auto [out, lse] = c.forward_then_clear();
   const auto& kern = GetParam().kernels();
   const Problem p = c.forward_problem();
   const i64 floats = kern.forward_scratch(p, 4);
