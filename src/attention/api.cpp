@@ -472,7 +472,8 @@ void run_forward(Problem& p, Tensors& t, const Options& opt, PlanRecord& record)
   // "Decoding from an 8-bit KV cache, and the cache's layout"). Each item is still done whole by one
   // thread and the splits merge in their order: the bits do not depend on the item order.
   // On a tokens-major cache an item may take several kv heads (item_heads), their lanes and keys
-  // as they would be one by one.
+  // as they would be one by one. Decided on the strides as passed: the strided copies below start
+  // at kCopyMinReads lane tiles, a grouped call has one.
   const i64 lanes = p.group * p.Nq, lane_tiles = ceil_div(lanes, kTileRows);
   const i64 splits = kv_splits(p.Nk, p.B * p.Hkv * lane_tiles);
   const i64 split_keys = ceil_div(ceil_div(p.Nk, kTileCols), splits) * kTileCols;

@@ -1,9 +1,5 @@
 // forward.inl — the one place that picks an item's forward loop, and the scratch it needs.
 
-// The forward of one item, by the loop that suits it; the one place that chooses. E: the
-// engine of the table's 16-bit products; the items of the dtypes it takes that are neither
-// decoding nor few-lane go to forward_tiled_engine16 on it (the AVX-512 path's AMX and dot
-// tables, table_on<E>).
 template <Engine16 E>
 ForwardLoop forward_item_on(const Problem& p, const Tensors& t, const ForwardItem& it, WorkerScratch scratch);
 
@@ -36,6 +32,10 @@ ForwardLoop forward_heads_on(const Problem& p, const Tensors& t, const ForwardIt
   return loop;
 }
 
+// The forward of one item, by the loop that suits it; the one place that chooses. E: the
+// engine of the table's 16-bit products; the items of the dtypes it takes that are neither
+// decoding nor few-lane go to forward_tiled_engine16 on it (the AVX-512 path's AMX and dot
+// tables, table_on<E>).
 template <Engine16 E>
 ForwardLoop forward_item_on(const Problem& p, const Tensors& t, const ForwardItem& it, WorkerScratch scratch) {
   if (it.heads != 1) return forward_heads_on<E>(p, t, it, scratch);
