@@ -97,7 +97,8 @@ struct Plan {
   std::int64_t tiled_items = 0;     // the fp32 tile loop (16-bit inputs widened on load)
   std::int64_t engine_items = 0;    // the tile loop with its products on `engine`
   // The most kv heads one forward item took together: > 1 where the decoding loop read a tokens-major
-  // (B, N, Hkv, D) cache's heads tile by tile in one item (each head's bits are its own item's).
+  // (B, N, Hkv, D) cache's heads, or a heads-major paged cache's short blocks, tile by tile in one item
+  // (each head's bits are its own item's).
   std::int64_t heads_per_item = 0;
   // The backward's schedule: one pass per (batch, kv head) item, or pass A (dk, dv per key
   // tile) then pass B (dq per query tile); both give the same bits. A backward's engine_items

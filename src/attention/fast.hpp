@@ -33,7 +33,7 @@ inline constexpr i64 kMaxItemHeads = 8;
 // group, query row) index l = (h - g·group)·Nq + i; keys [j_begin, j_end) (all of them
 // unless the call is split along the keys). With part_out set, the item writes its
 // normalised partial output (lane l at part_out + l·Dv) and lse (part_lse[l]) instead.
-// heads > 1 (at most kMaxItemHeads, a tokens-major cache's: api.cpp's items_heads): the items of
+// heads > 1 (at most kMaxItemHeads; api.cpp's item_heads says where): the items of
 // kv heads g .. g + heads - 1, the same lanes and keys, done together; head g + x's partial results
 // follow head g's at x·group·Nq lanes. Each head's bits are those of its own item.
 struct ForwardItem {

@@ -23,6 +23,10 @@ struct CacheCase {
   i64 Nq = 1, Nnew = 1, Hq = 8, Hkv = 2, Dk = 32, Dv = 24;
   i64 block = 16;  // paged: positions per block
   bool paged = false;
+  // The cache buffers laid out heads before positions, (n0, Hkv, n1, D) (vLLM's order), and given to
+  // the call as the (n0, n1, Hkv, D) view over them; CacheData and CacheRun keep the (n0, n1, Hkv, D)
+  // order either way.
+  bool heads_major = false;
   Options opt;
   std::vector<float> sinks;  // (Hq) where the case has them
 
@@ -122,9 +126,31 @@ CacheRun<H> run(const CacheCase& c, const CacheData& d, const Options& opt, bool
   r.out.assign(static_cast<std::size_t>(c.B() * c.Nq * c.Hq * c.Dv), H(kNaN));
   r.lse.assign(static_cast<std::size_t>(c.B() * c.Hq * c.Nq), kNaN);
   const std::vector<H> q = as<H>(d.q), kn = as<H>(d.k_new), vn = as<H>(d.v_new);
+  // heads_major: element (i0, i1, h, e) of the view at ((i0·Hkv + h)·n1 + i1)·D + e of the buffer.
+  const auto at = [&](i64 i0, i64 i1, i64 h, i64 e, i64 D) {
+    return static_cast<std::size_t>(c.heads_major ? ((i0 * c.Hkv + h) * n1 + i1) * D + e
+                                                  : ((i0 * n1 + i1) * c.Hkv + h) * D + e);
+  };
+  // Between the canonical order (r's) and the call's buffer, both ways.
+  const auto permute = [&](std::vector<H>& canonical, std::vector<H>& buffer, i64 D, bool to_buffer) {
+    for (i64 i0 = 0; i0 < n0; ++i0)
+      for (i64 i1 = 0; i1 < n1; ++i1)
+        for (i64 h = 0; h < c.Hkv; ++h)
+          for (i64 e = 0; e < D; ++e) {
+            H& x = canonical[static_cast<std::size_t>(((i0 * n1 + i1) * c.Hkv + h) * D + e)];
+            H& y = buffer[at(i0, i1, h, e, D)];
+            to_buffer ? (y = x) : (x = y);
+          }
+  };
+  std::vector<H> k_buf = r.k_cache, v_buf = r.v_cache;
+  permute(r.k_cache, k_buf, c.Dk, true), permute(r.v_cache, v_buf, c.Dv, true);
+  const auto view = [&](std::vector<H>& buffer, i64 D) {
+    return c.heads_major ? View4<H>{buffer.data(), {n0, n1, c.Hkv, D}, {c.Hkv * n1 * D, D, n1 * D, 1}}
+                         : contiguous(buffer.data(), {n0, n1, c.Hkv, D});
+  };
   KvCache<H> cache;
-  cache.k = contiguous(r.k_cache.data(), {n0, n1, c.Hkv, c.Dk});
-  cache.v = contiguous(r.v_cache.data(), {n0, n1, c.Hkv, c.Dv});
+  cache.k = view(k_buf, c.Dk);
+  cache.v = view(v_buf, c.Dv);
   cache.seqlens = {d.seqlens.data(), {c.B()}, {1}};
   if (c.paged) cache.block_table = contiguous(d.table.data(), {c.B(), c.max_blocks()});
   View4<const H> k_new, v_new;
@@ -135,6 +161,7 @@ CacheRun<H> run(const CacheCase& c, const CacheData& d, const Options& opt, bool
   forward_kvcache(contiguous(q.data(), {c.B(), c.Nq, c.Hq, c.Dk}), cache, k_new, v_new,
                   contiguous(r.out.data(), {c.B(), c.Nq, c.Hq, c.Dv}), contiguous(r.lse.data(), {c.B(), c.Hq, c.Nq}),
                   opt);
+  permute(r.k_cache, k_buf, c.Dk, false), permute(r.v_cache, v_buf, c.Dv, false);
   return r;
 }
 
@@ -406,18 +433,30 @@ TEST(KvCache, ManySequencesOfVeryDifferentLengthsShareOnePool) {
   });
 }
 
-// A tokens-major cache (the call's (blocks, block, Hkv, D) layout, one head's rows Hkv·D apart): where
-// the decoding loop takes it and the threads leave two items each, an item reads several kv heads
-// tile by tile (Plan::heads_per_item; 8 heads a sequence, so at one thread 8 an item, at 16 threads
-// one). Each head's bits stay its own item's: the same for any thread count, contiguous or paged,
-// and sdpa::forward's on the sequence's heads-major copy (which takes one head an item).
+// A tokens-major cache (the call's (blocks, block, Hkv, D) layout, one head's rows Hkv·D apart), or a
+// heads-major one in blocks whose head pieces are at most 4 KiB (bf16, D 64: up to 32 rows): where the
+// decoding loop takes it and the threads leave two items each, an item reads several kv heads tile by
+// tile (Plan::heads_per_item; 8 heads a sequence, so at one thread 8 an item, at 16 threads one). A
+// heads-major cache contiguous or in blocks of 64 keeps one head an item. Each head's bits stay its
+// own item's: the same for any thread count and layout, and sdpa::forward's on the sequence's
+// heads-major copy (which takes one head an item).
 TEST(KvCache, HeadsReadTogetherGiveEachHeadsOwnBits) {
+  struct Layout {
+    const char* name;
+    bool paged, heads_major;
+    i64 block;
+    bool grouped;  // where the decoding loop exists
+  };
   CacheCase c;
   c.held = {4500, 70};  // the first split in two (4501 keys)
-  c.Hq = 32, c.Hkv = 8, c.Dk = 64, c.Dv = 64, c.cap = 4608, c.block = 16;
-  for (bool paged : {false, true}) {
-    SCOPED_TRACE(paged ? "paged" : "contiguous");
-    c.paged = paged;
+  c.Hq = 32, c.Hkv = 8, c.Dk = 64, c.Dv = 64, c.cap = 4608;
+  for (const Layout& l :
+       {Layout{"contiguous", false, false, 16, true}, Layout{"paged 16", true, false, 16, true},
+        Layout{"heads-major, paged 16", true, true, 16, true}, Layout{"heads-major, paged 32", true, true, 32, true},
+        Layout{"heads-major, paged 64", true, true, 64, false},
+        Layout{"heads-major, contiguous", false, true, 16, false}}) {
+    SCOPED_TRACE(l.name);
+    c.paged = l.paged, c.heads_major = l.heads_major, c.block = l.block;
     const CacheData d(c, Dtype::bf16, 43);
     for_each_variant(c.opt, [&](const KernelVariant&, Options o) {
       const bool decoding = detail::kernels_for(o).paged_lanes > 0;
@@ -425,7 +464,7 @@ TEST(KvCache, HeadsReadTogetherGiveEachHeadsOwnBits) {
       o.plan = &plan;
       o.threads = 1;
       const CacheRun<bf16> one = run<bf16>(c, d, o);
-      EXPECT_EQ(plan.heads_per_item, decoding ? 8 : 1) << plan.summary();
+      EXPECT_EQ(plan.heads_per_item, decoding && l.grouped ? 8 : 1) << plan.summary();
       o.threads = 16;
       (void)run<bf16>(c, d, o);
       EXPECT_EQ(plan.heads_per_item, 1) << plan.summary();  // 2 + 1 splits of 8 heads: 24 items, none to spare

@@ -339,9 +339,9 @@ struct Scratch {
 // One (b, kv head, lane tile)'s pass over its keys, its lanes in groups of NL, K and V read as E:
 // the lanes' queries, running max and sum and output, advanced a tile of kKeys keys at a time (tile,
 // for the tiles from first_tile() to last) and written at the end (finish: out and lse, or the
-// split's partial results, as the other forward loops do). An item runs one pass (item) or, on a
-// tokens-major cache, several heads' passes tile by tile (heads_item); a pass's arithmetic is the
-// same either way.
+// split's partial results, as the other forward loops do). An item runs one pass (item) or several
+// heads' passes tile by tile (heads_item: a tokens-major cache, or a heads-major one in short blocks);
+// a pass's arithmetic is the same either way.
 // PAGED: K and V in a paged cache's blocks (Tensors::pages), resolved per run of kRun keys; else the
 // strided views' rows, addressed as they always were (a template flag: the contiguous loop measured
 // 3-5 % slower at 4096 keys with the run lookups in it).
@@ -532,7 +532,8 @@ void item(const Problem& p, const Tensors& t, const ForwardItem& it, const ItemL
 // Several kv heads' items (its[0..heads), the same split and lane tile), their passes taken tile by
 // tile: a tokens-major cache's rows of every head at a key lie together, so the heads' reads of a
 // tile meet in the same pages, where one head's pass at a time reads a few lines of each
-// (docs/performance.md, "Decoding from an 8-bit KV cache, and the cache's layout"). Each pass's tiles
+// (docs/performance.md, "Decoding from an 8-bit KV cache, and the cache's layout"); a heads-major
+// cache's short blocks (api.cpp, item_heads) are then read whole, one after the other. Each pass's tiles
 // and arithmetic are its own item's: the bits are those of the heads taken one by one.
 template <int NL, class E, bool PAGED>
 void heads_item(const Problem& p, const Tensors& t, const ForwardItem* its, const ItemLanes* lanes, i64 heads,
@@ -581,7 +582,7 @@ void forward_as(const Problem& p, const Tensors& t, const ForwardItem* its, cons
 }
 
 // The one dispatch on the call's dtype, or on a quantized cache's codes (q in the call's dtype), for
-// the items its[0..heads) with lanes[0..heads) (forward.inl: one, or a tokens-major cache's heads).
+// the items its[0..heads) with lanes[0..heads) (forward.inl: one, or several heads: api.cpp, item_heads).
 inline void forward(const Problem& p, const Tensors& t, const ForwardItem* its, const ItemLanes* lanes, i64 heads,
                     WorkerScratch scratch) {
   switch (t.codes.kind) {
