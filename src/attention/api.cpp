@@ -355,8 +355,11 @@ i64 item_heads(const FastKernels& kern, const Problem& p, const Tensors& t, i64 
   const i64 element_bytes = t.codes.kind != KvCodes::Kind::none ? 1 : p.dtype == Dtype::f32 ? 4 : 2;
   const bool short_pieces =
       t.pages.table != nullptr && t.pages.rows * std::max(p.Dk, p.Dv) * element_bytes <= kShortPieceBytes;
-  // kern.paged_lanes: the lanes the decoding loop takes (none: 0).
-  if (!(tokens_major || short_pieces) || p.group * p.Nq > kern.paged_lanes) return 1;
+  // Where the decoding loop takes the item: kern.paged_lanes lanes (none: 0), blocks it reads (a
+  // quantized cache's other blocks go to the tiled loop, one head at a time).
+  const bool decoding =
+      p.group * p.Nq <= kern.paged_lanes && (t.pages.table == nullptr || t.pages.rows % kDecodeBlockRows == 0);
+  if (!(tokens_major || short_pieces) || !decoding) return 1;
   for (i64 heads = std::min(p.Hkv, kMaxItemHeads); heads > 1; --heads)
     if (p.Hkv % heads == 0 && head_items / heads >= kItemsPerWorker * threads) return heads;
   return 1;

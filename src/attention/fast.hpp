@@ -28,6 +28,9 @@ inline constexpr i64 kPad = 16;       // padding of vector dimensions (the wides
 inline constexpr i64 kFewLanes = 8;
 // The most kv heads one forward item takes together (ForwardItem::heads).
 inline constexpr i64 kMaxItemHeads = 8;
+// The fused decoding loop reads a paged cache whose blocks hold a multiple of this many rows: its tile
+// of keys is runs of this many rows at one stride (kernel/decode.inl, kRun).
+inline constexpr i64 kDecodeBlockRows = 16;
 
 // One forward work item. Lanes [l0, l0 + kTileRows) of the flattened (query head in the
 // group, query row) index l = (h - g·group)·Nq + i; keys [j_begin, j_end) (all of them

@@ -434,7 +434,7 @@ void forward_kvcache_as(View4<const T> q, const C& c, View4<const T> k_new, View
   // Whether the kernel reads the cache in place: a quantized cache always (the fused decoding loop
   // or the tiled loop reads its codes, kernel/forward.inl); a float one where the fused decoding
   // loop takes the call (the ISA has it, few enough query lanes per kv head, and blocks of a
-  // multiple of 16 rows: decode.inl, kRun). Every sequence's items then run in one pool over the
+  // multiple of kDecodeBlockRows rows). Every sequence's items then run in one pool over the
   // threads (forward_cache_sequences), long and short sequences side by side.
   // A paged float cache with more lanes than the few-lane loops take is read in place too, by the
   // tiled loop, where that is what a contiguous one's forward would run (the same bits): fp32
@@ -445,8 +445,9 @@ void forward_kvcache_as(View4<const T> q, const C& c, View4<const T> k_new, View
   const detail::FastKernels& kern = detail::kernels_for(opt);
   const i64 lanes = g.Hq / g.Hkv * g.Nq;
   const bool paged_tiled = g.paged && lanes > detail::kFewLanes && !detail::engine_takes(kern.engine, dtype_of<T>());
-  const bool in_kernel = opt.kernel == Kernel::fast &&
-                         (quantized || paged_tiled || ((!g.paged || g.rows % 16 == 0) && kern.paged_lanes >= lanes));
+  const bool in_kernel =
+      opt.kernel == Kernel::fast &&
+      (quantized || paged_tiled || ((!g.paged || g.rows % detail::kDecodeBlockRows == 0) && kern.paged_lanes >= lanes));
   if (in_kernel) {
     std::vector<std::int32_t> tables;  // (B, max_blocks): each sequence's row of the block table
     const i64 max_blocks = g.paged ? c.block_table.shape[1] : 0;

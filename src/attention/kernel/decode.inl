@@ -243,7 +243,7 @@ inline void pv_tile(const E* V, i64 ldv, i64 bc, i64 Dv, const float* P, const f
 
 // A tile's keys in runs of kRun whose rows lie at one stride (a paged cache's blocks hold a
 // multiple of kRun rows, so a run never straddles two): each run's first K and V row.
-constexpr i64 kRun = 16;
+constexpr i64 kRun = kDecodeBlockRows;
 static_assert(kKeys == 2 * kRun && kRun % W == 0, "a tile is two runs, each whole score vectors");
 
 // Whether an item takes this path: any dtype (fp32, bf16, fp16), few lanes, unit-stride K and
