@@ -206,7 +206,7 @@ class TightCopies {
 
   void add(InView& x, i64 reads) {
     if (rows_tight(x) || reads < kCopyMinReads) return;
-    const i64 bytes = (x.numel() * element_bytes(x) + 63) / 64 * 64;
+    const i64 bytes = (x.numel() * x.element_bytes() + 63) / 64 * 64;
     if (bytes_ + bytes > limit_) return;
     views_.push_back({&x, bytes_});
     bytes_ += bytes;
@@ -223,7 +223,7 @@ class TightCopies {
       const InView& x = *c.view;
       // Named, not a structured binding: clang (the fuzz build) cannot capture those in OpenMP regions.
       const i64 B = x.shape[0], H = x.shape[1], N = x.shape[2], D = x.shape[3];
-      const i64 size = element_bytes(x), rows = B * H * N;
+      const i64 size = x.element_bytes(), rows = B * H * N;
       const auto* from =
           static_cast<const std::byte*>(x.dtype == Dtype::f32 ? static_cast<const void*>(x.data) : x.bits);
       std::byte* to = data_ + c.at;
@@ -251,7 +251,6 @@ class TightCopies {
   }
 
  private:
-  static i64 element_bytes(const InView& x) { return x.dtype == Dtype::f32 ? 4 : 2; }
   struct Copy {
     InView* view;  // rewritten by copy() to the copy at data_ + at
     i64 at;        // bytes into the buffer
@@ -352,7 +351,7 @@ constexpr i64 kItemsPerWorker = 2;
 constexpr i64 kShortPieceBytes = 4096;
 i64 item_heads(const FastKernels& kern, const Problem& p, const Tensors& t, i64 head_items, int threads) {
   const bool tokens_major = t.k.stride[1] < t.k.stride[2] && t.v.stride[1] < t.v.stride[2];
-  const i64 element_bytes = t.codes.kind != KvCodes::Kind::none ? 1 : p.dtype == Dtype::f32 ? 4 : 2;
+  const i64 element_bytes = t.codes.kind != KvCodes::Kind::none ? 1 : t.k.element_bytes();  // codes: bytes
   const bool short_pieces =
       t.pages.table != nullptr && t.pages.rows * std::max(p.Dk, p.Dv) * element_bytes <= kShortPieceBytes;
   // Where the decoding loop takes the item: kern.paged_lanes lanes (none: 0), blocks it reads (a

@@ -106,6 +106,7 @@ template <class F>  // const float (inputs) or float (outputs)
 struct DtypeView : View4<F> {
   std::conditional_t<std::is_const_v<F>, const void*, void*> bits = nullptr;
   Dtype dtype = Dtype::f32;
+  i64 element_bytes() const { return dtype == Dtype::f32 ? 4 : 2; }  // of the call's dtype
 
   DtypeView() = default;
   DtypeView(View4<F> v) : View4<F>(v) {}  // NOLINT: an fp32 view converts

@@ -8,7 +8,7 @@
 // dk_vec: Dk rounded down to whole vectors; the rest of each product is dot_tail's.
 // Rows [j, j + rows) of (b, g), D elements each, prefetched into L2, one line (64 bytes) at a time.
 inline void prefetch_rows(const InView& x, i64 b, i64 g, i64 j, i64 rows, i64 D) {
-  const i64 size = x.dtype == Dtype::f32 ? 4 : 2;  // bytes per element
+  const i64 size = x.element_bytes();
   const char* first = static_cast<const char*>(x.dtype == Dtype::f32 ? static_cast<const void*>(x.data) : x.bits) +
                       off(x, b, g, j, 0) * size;
   for (i64 r = 0; r < rows; ++r)
