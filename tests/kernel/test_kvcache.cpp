@@ -756,16 +756,18 @@ TEST(QuantizedKvCache, AppendWritesTheNewRowsCodesAndScalesAndNothingElse) {
 // decoding (one query, the fused decoding loop where the ISA has it) and a chunk of 20 queries (80
 // lanes per kv head: the tiled loop, two lane tiles); paged in blocks of 16, 24 and 64 positions.
 TEST(QuantizedKvCache, SameBitsForAnyThreadCountAndPagedAsContiguous) {
+  // One kv head too: a paged cache whose blocks hold each run of rows back to back, where the
+  // decoding loop takes a tile's two blocks in one P·V pass.
   for (KvQuant quant : {KvQuant::int8, KvQuant::fp8_e4m3})
-    for (i64 nq : {1, 20}) {
+    for (auto [nq, hkv] : {std::pair<i64, i64>{1, 2}, {20, 2}, {1, 1}}) {
       CacheCase c;
       c.held = {0, 16, 300, 5000, 33};
-      c.Nq = nq, c.Nnew = nq, c.Hq = 8, c.Hkv = 2, c.Dk = 64, c.Dv = 40, c.cap = 5024;
+      c.Nq = nq, c.Nnew = nq, c.Hq = 8, c.Hkv = hkv, c.Dk = 64, c.Dv = 40, c.cap = 5024;
       c.opt.causal = Causal::bottom_right;
       const CacheData d(c, Dtype::f32, 31);
       const QuantData qd(c, d, quant);
       for_each_variant(c.opt, [&](const KernelVariant&, Options o) {
-        SCOPED_TRACE(std::string(kv_quant_name(quant)) + ", Nq " + std::to_string(nq));
+        SCOPED_TRACE(std::string(kv_quant_name(quant)) + ", Nq " + std::to_string(nq) + ", Hkv " + std::to_string(hkv));
         o.threads = 1;
         const QuantRun<float> one = run_quantized<float>(c, d, qd, quant, o);
         for (int t : {2, 3}) {
@@ -803,12 +805,12 @@ TEST(QuantizedKvCache, SameBitsForAnyThreadCountAndPagedAsContiguous) {
           const QuantRun<float> r = run_quantized<float>(pc, pd, pq, quant, o);
           o.plan = nullptr;
           // The decoding loop reads blocks of a multiple of 16 rows, both kv heads of a tokens-major
-          // cache an item (12 items of one head at one thread); blocks of 24 go to the tiled loop,
+          // cache an item (12 items of one head at one thread; one head: one); blocks of 24 go to the tiled loop,
           // one head at a time, with that loop's bits (the contiguous cache's where the decoding
           // loop does not exist or does not take the lanes).
           const bool read_by_decoding = decoding && block % 16 == 0;
           EXPECT_EQ(plan.decoding_items > 0, read_by_decoding) << plan.summary();
-          EXPECT_EQ(plan.heads_per_item, read_by_decoding ? 2 : 1) << plan.summary();
+          EXPECT_EQ(plan.heads_per_item, read_by_decoding ? hkv : 1) << plan.summary();
           if (read_by_decoding || !decoding) {
             EXPECT_EQ(r.out, one.out);
             EXPECT_EQ(r.lse, one.lse);

@@ -104,6 +104,11 @@ inline R score_block(const E* const* k, const float* q, i64 ldq, i64 Dk, const E
   return Ops::reduce_all(a);
 }
 
+// A tile's keys in runs of kRun whose rows lie at one stride (a paged cache's blocks hold a
+// multiple of kRun rows, so a run never straddles two): each run's first K and V row.
+constexpr i64 kRun = kDecodeBlockRows;
+static_assert(kKeys == 2 * kRun && kRun % W == 0, "a tile is two runs, each whole score vectors");
+
 // On (NL rows of ldo) = alpha·Oo + P·V over CV vectors of the head dimension from column
 // e0, keys [0, bc); the last vector loaded under `last` when PART (a partial vector: a
 // template flag, so whole vectors take no mask test per key). Returns the sum of O·0 over
@@ -113,10 +118,11 @@ inline R score_block(const E* const* k, const float* q, i64 ldq, i64 Dk, const E
 // P is a constant offset from the block's vector (computing c / KB, c % KB per key was a
 // quarter of the loop's instructions); the sum order over keys is unchanged. When PF, pf
 // holds the V rows to prefetch, laid out as V: a vector's worth with each key's loads,
-// spread through the loop (a template flag too: no null test per key).
-template <int NL, int CV, bool PART, bool PF, class E>
+// spread through the loop (a template flag too: no null test per key). TWO: the keys from kRun on
+// are V2's rows (pf2's to prefetch), a paged tile's second block, in the same pass and sum order.
+template <int NL, int CV, bool PART, bool PF, bool TWO, class E>
 inline R pv_chunk(const E* V, i64 ldv, i64 bc, const float* P, const float* al, const float* Oo, float* On, i64 ldo,
-                  i64 e0, Mask last, const E* pf) {
+                  i64 e0, Mask last, const E* pf, const E* V2, const E* pf2) {
   constexpr int KB = kKeysPerLane<NL>;
   R acc[NL][CV];
   SDPA_UNROLL
@@ -147,10 +153,17 @@ inline R pv_chunk(const E* V, i64 ldv, i64 bc, const float* P, const float* al, 
   const E* pr = PF ? pf + e0 : nullptr;
   const float* pb = P;
   i64 c = 0;
-  for (; c + KB <= bc; c += KB, vr += KB * ldv, pr += PF ? KB * ldv : 0, pb += W) {
-    SDPA_UNROLL
-    for (int cc = 0; cc < KB; ++cc) key(vr + cc * ldv, PF ? pr + cc * ldv : nullptr, pb + cc);
+  auto blocks_to = [&](i64 end) {  // the keys up to end, KB at a time
+    for (; c + KB <= end; c += KB, vr += KB * ldv, pr += PF ? KB * ldv : 0, pb += W) {
+      SDPA_UNROLL
+      for (int cc = 0; cc < KB; ++cc) key(vr + cc * ldv, PF ? pr + cc * ldv : nullptr, pb + cc);
+    }
+  };
+  if constexpr (TWO) {  // kRun is whole score vectors: the second run starts a block
+    blocks_to(kRun);
+    vr = V2 + e0, pr = PF ? pf2 + e0 : nullptr;
   }
+  blocks_to(bc);
   for (i64 cc = 0; c + cc < bc; ++cc)  // the last keys, fewer than KB
     key(vr + cc * ldv, PF ? pr + cc * ldv : nullptr, pb + cc);  // (no offset on a null pr: undefined)
   const R zero = Vec::zero();
@@ -191,10 +204,10 @@ inline void pv_skip_zero(const E* V, i64 ldv, i64 bc, i64 Dv, const float* P, co
 // P·V for one lane group over the whole head dimension, CVMAX vectors at a time: NL·CVMAX
 // accumulators, as many as the ISA's registers hold next to the V vectors of a key, and
 // at most half of them for one lane so its V vectors fit too. pf: the V rows to prefetch
-// (null: none).
-template <int NL, class E>
+// (null: none). TWO: the keys from kRun on (bc > kRun) are V2's rows (pf2's to prefetch).
+template <int NL, class E, bool TWO = false>
 inline void pv_tile(const E* V, i64 ldv, i64 bc, i64 Dv, const float* P, const float* al, const float* Oo, float* On,
-                    i64 ldo, const E* pf) {
+                    i64 ldo, const E* pf, const E* V2 = nullptr, const E* pf2 = nullptr) {
   constexpr int CVMAX = NL == 1 ? Ops::kPvAccumulators / 2 : Ops::kPvAccumulators / NL;
   const i64 nvec = (Dv + W - 1) / W;
   const Mask tail = Dv % W == 0 ? Ops::full_mask() : Ops::part_mask(Dv % W);
@@ -203,11 +216,11 @@ inline void pv_tile(const E* V, i64 ldv, i64 bc, i64 Dv, const float* P, const f
     constexpr int CV = decltype(cv)::value;
     R x;
     if (pf != nullptr)
-      x = part ? pv_chunk<NL, CV, true, true, E>(V, ldv, bc, P, al, Oo, On, ldo, e0, tail, pf)
-               : pv_chunk<NL, CV, false, true, E>(V, ldv, bc, P, al, Oo, On, ldo, e0, tail, pf);
+      x = part ? pv_chunk<NL, CV, true, true, TWO, E>(V, ldv, bc, P, al, Oo, On, ldo, e0, tail, pf, V2, pf2)
+               : pv_chunk<NL, CV, false, true, TWO, E>(V, ldv, bc, P, al, Oo, On, ldo, e0, tail, pf, V2, pf2);
     else
-      x = part ? pv_chunk<NL, CV, true, false, E>(V, ldv, bc, P, al, Oo, On, ldo, e0, tail, pf)
-               : pv_chunk<NL, CV, false, false, E>(V, ldv, bc, P, al, Oo, On, ldo, e0, tail, pf);
+      x = part ? pv_chunk<NL, CV, true, false, TWO, E>(V, ldv, bc, P, al, Oo, On, ldo, e0, tail, pf, V2, pf2)
+               : pv_chunk<NL, CV, false, false, TWO, E>(V, ldv, bc, P, al, Oo, On, ldo, e0, tail, pf, V2, pf2);
     chk = Vec::add(chk, x);
   };
   const bool part_tail = Dv % W != 0;
@@ -238,13 +251,18 @@ inline void pv_tile(const E* V, i64 ldv, i64 bc, i64 Dv, const float* P, const f
     default: break;
   }
   static_assert(CVMAX <= 8);
-  if (Ops::any_nan(chk)) pv_skip_zero<NL, E>(V, ldv, bc, Dv, P, al, Oo, On, ldo);
+  if (Ops::any_nan(chk)) {
+    if constexpr (TWO) {  // the runs one after the other, the second's rescale 1: the same sum order
+      constexpr int KB = kKeysPerLane<NL>;
+      alignas(64) float ones[W];
+      for (float& x : ones) x = 1.0f;
+      pv_skip_zero<NL, E>(V, ldv, kRun, Dv, P, al, Oo, On, ldo);
+      pv_skip_zero<NL, E>(V2, ldv, bc - kRun, Dv, P + kRun / KB * W, ones, On, On, ldo);
+    } else {
+      pv_skip_zero<NL, E>(V, ldv, bc, Dv, P, al, Oo, On, ldo);
+    }
+  }
 }
-
-// A tile's keys in runs of kRun whose rows lie at one stride (a paged cache's blocks hold a
-// multiple of kRun rows, so a run never straddles two): each run's first K and V row.
-constexpr i64 kRun = kDecodeBlockRows;
-static_assert(kKeys == 2 * kRun && kRun % W == 0, "a tile is two runs, each whole score vectors");
 
 // Whether an item takes this path: any dtype (fp32, bf16, fp16), few lanes, unit-stride K and
 // V rows, a paged cache's blocks a multiple of kRun rows, no dropout, and no explicit mask or
@@ -489,13 +507,16 @@ struct Pass {
       float* const Oo = O[cur] + gi * NL * dvp;
       float* const On = O[cur ^ 1] + gi * NL * dvp;
       if constexpr (!PAGED) {
-        pv_tile<NL, E>(Vb + j0 * ldv, ldv, bc, Dv, Pg, al[gi], Oo, On, dvp, pf ? Vb + (j0 + ahead_keys) * ldv : nullptr);
+        pv_tile<NL, E>(Vb + j0 * ldv, ldv, bc, Dv, Pg, al[gi], Oo, On, dvp,
+                       pf ? Vb + (j0 + ahead_keys) * ldv : nullptr);
       } else if (bc <= kRun || (tile.adjacent(ldv) && (!pf || ahead.adjacent(ldv)))) {  // one V run
         pv_tile<NL, E>(tile.v[0], ldv, bc, Dv, Pg, al[gi], Oo, On, dvp, pf ? ahead.v[0] : nullptr);
+      } else if (kIsCode<E> && ldv == Dv) {  // codes, each run's rows one piece: one pass (docs/performance.md)
+        pv_tile<NL, E, kIsCode<E>>(tile.v[0], ldv, bc, Dv, Pg, al[gi], Oo, On, dvp, pf ? ahead.v[0] : nullptr,
+                                   tile.v[1], pf ? ahead.v[1] : nullptr);
       } else {  // two blocks: the second run's P·V added onto the first's (rescale 1), the same sum order
         pv_tile<NL, E>(tile.v[0], ldv, kRun, Dv, Pg, al[gi], Oo, On, dvp, pf ? ahead.v[0] : nullptr);
-        pv_tile<NL, E>(tile.v[1], ldv, bc - kRun, Dv, Pg + kRun / KB * W, ones, On, On, dvp,
-                       pf ? ahead.v[1] : nullptr);
+        pv_tile<NL, E>(tile.v[1], ldv, bc - kRun, Dv, Pg + kRun / KB * W, ones, On, On, dvp, pf ? ahead.v[1] : nullptr);
       }
     }
     cur ^= 1;
