@@ -14,14 +14,15 @@
 // through the block table and widens their codes as it packs the tile (kernel/operands.inl,
 // pack_cache_rows): its codes are read in place whatever the call.
 //
-// So does a paged float cache's call with more lanes than the few-lane loops take, where no 16-bit
-// engine takes its dtype (fp32 always): the tiled loop is what its contiguous forward runs, so the
-// bits are the same.
+// So does any float cache's call with more lanes than the few-lane loops take (a chunk of
+// prefill): on the loop its forward on the sequence's rows runs, the tiled one or, where AMX or
+// vdpbf16ps takes the dtype, the 16-bit engine's (both find a tile's rows through the block table
+// where paged), so the bits are the same.
 //
-// A float cache's other calls (a long chunk, odd block sizes, the scalar path) and the reference
-// kernel's run each sequence as one sdpa::forward call, spread over the threads as varlen's are
-// (sequences.hpp): a paged sequence's blocks gathered into one contiguous copy first (so a bf16
-// chunk keeps the 16-bit engines of sdpa::forward), the reference's quantized rows dequantized.
+// A float cache's other calls (few lanes where the decoding loop does not take them: blocks of
+// other sizes, the scalar path) and the reference kernel's run each sequence as one sdpa::forward
+// call, spread over the threads as varlen's are (sequences.hpp): a paged sequence's blocks gathered
+// into one contiguous copy first, the reference's quantized rows dequantized.
 #include "sdpa/kvcache.hpp"
 
 #include <algorithm>
@@ -434,20 +435,19 @@ void forward_kvcache_as(View4<const T> q, const C& c, View4<const T> k_new, View
   // Whether the kernel reads the cache in place: a quantized cache always (the fused decoding loop
   // or the tiled loop reads its codes, kernel/forward.inl); a float one where the fused decoding
   // loop takes the call (the ISA has it, few enough query lanes per kv head, and blocks of a
-  // multiple of kDecodeBlockRows rows). Every sequence's items then run in one pool over the
-  // threads (forward_cache_sequences), long and short sequences side by side.
-  // A paged float cache with more lanes than the few-lane loops take is read in place too, by the
-  // tiled loop, where that is what a contiguous one's forward would run (the same bits): fp32
-  // always, 16-bit where no engine takes the dtype (gathering the blocks first cost an fp32 chunk
-  // 2.6 × its contiguous time, docs/performance.md). Where AMX or vdpbf16ps takes it, the blocks
-  // are gathered, so that the chunk keeps the engine and its bits.
+  // multiple of kDecodeBlockRows rows), and wherever the call has more lanes than the few-lane
+  // loops take: the loop its forward would run on the sequence's rows (the same bits), the tiled
+  // one or the 16-bit engine's where AMX or vdpbf16ps takes the dtype, each finding a key tile's
+  // rows through the block table where paged. Gathering a paged cache's blocks into a copy first
+  // cost a chunk of prefill 2.6 × its contiguous time in fp32 (Zen 3) and 2.8 × in bf16 on AMX, and
+  // sdpa::forward on a contiguous one's rows (its per-call copies and packings) 1.2–1.6 × the loop
+  // in place (docs/performance.md). Every sequence's items then run in one pool over the threads
+  // (forward_cache_sequences), long and short sequences side by side.
   constexpr bool quantized = std::is_same_v<C, QuantizedKvCache>;
   const detail::FastKernels& kern = detail::kernels_for(opt);
   const i64 lanes = g.Hq / g.Hkv * g.Nq;
-  const bool paged_tiled = g.paged && lanes > detail::kFewLanes && !detail::engine_takes(kern.engine, dtype_of<T>());
-  const bool in_kernel =
-      opt.kernel == Kernel::fast &&
-      (quantized || paged_tiled || ((!g.paged || g.rows % detail::kDecodeBlockRows == 0) && kern.paged_lanes >= lanes));
+  const bool decoding = (!g.paged || g.rows % detail::kDecodeBlockRows == 0) && kern.paged_lanes >= lanes;
+  const bool in_kernel = opt.kernel == Kernel::fast && (quantized || decoding || lanes > detail::kFewLanes);
   if (in_kernel) {
     std::vector<std::int32_t> tables;  // (B, max_blocks): each sequence's row of the block table
     const i64 max_blocks = g.paged ? c.block_table.shape[1] : 0;

@@ -4,6 +4,7 @@
 // sdpa::forward on the sequence and for any thread count; and every bad argument refused
 // before anything is written.
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdio>
 #include <numeric>
@@ -350,11 +351,13 @@ TEST(KvCache, SameBitsAsForwardOnTheSequenceForAnyThreadCount) {
 
 // The same cache contiguous and paged (each sequence's rows scattered over random blocks): the
 // fused decoding loop maps the blocks as it reads them (one or two runs of 16 keys per tile), and
-// any call it takes gives the contiguous call's bits; so does the tiled loop, which maps them for a
-// call with more query lanes than the few-lane loops take where no 16-bit engine takes the dtype;
-// the others (block sizes the decoding loop does not take, calls on AMX or vdpbf16ps) are gathered,
-// and give them too. Lengths
-// from 1 key to past the split-KV threshold (4096: the keys split over items and merged).
+// any call it takes gives the contiguous call's bits; so does a call with more query lanes than the
+// few-lane loops take, on the loop its contiguous forward runs (the tiled loop, or the 16-bit
+// engine's on AMX or vdpbf16ps), which maps them a key tile at a time; the others (block sizes the
+// decoding loop does not take) are gathered, and give them too. Lengths from 1 key to past the
+// split-KV threshold (4096: the keys split over items and merged). Then an infinite K element and
+// an infinite V element (the loops' non-finite paths, which read the tile's rows again), the bits
+// compared as bits (a row that sees them may be NaN).
 template <class H>
 void expect_paged_bits_equal_contiguous(Dtype t) {
   for (i64 nq : {1, 2, 3}) {
@@ -362,40 +365,50 @@ void expect_paged_bits_equal_contiguous(Dtype t) {
     c.held = {0, 16, 300, 5000, 33};
     c.Nq = nq, c.Nnew = nq, c.Hq = 8, c.Hkv = 2, c.Dk = 64, c.Dv = 48, c.cap = 5008;
     c.opt.causal = Causal::bottom_right;
-    const CacheData contiguous_data(c, t, 21);
-    for (i64 block : nq == 2 ? std::vector<i64>{16} : std::vector<i64>{16, 48, 64, 8}) {
-      SCOPED_TRACE("Nq " + std::to_string(nq) + ", block " + std::to_string(block));
-      CacheCase pc = c;
-      pc.paged = true, pc.block = block;
-      CacheData paged_data(pc, t, 22, false);  // its table; the rows come from the contiguous cache
-      paged_data.q = contiguous_data.q, paged_data.k_new = contiguous_data.k_new;
-      paged_data.v_new = contiguous_data.v_new;
-      for (i64 b = 0; b < c.B(); ++b)
-        for (i64 pos = 0; pos < c.cap; ++pos) {
-          const auto [blk, row] = paged_data.where(pc, b, pos);
-          for (i64 h = 0; h < c.Hkv; ++h) {
-            const auto from = [&](i64 D) { return static_cast<std::size_t>(((b * c.cap + pos) * c.Hkv + h) * D); };
-            const auto to = [&](i64 D) { return static_cast<std::size_t>(((blk * block + row) * c.Hkv + h) * D); };
-            std::copy_n(contiguous_data.k_cache.begin() + static_cast<std::ptrdiff_t>(from(c.Dk)), c.Dk,
-                        paged_data.k_cache.begin() + static_cast<std::ptrdiff_t>(to(c.Dk)));
-            std::copy_n(contiguous_data.v_cache.begin() + static_cast<std::ptrdiff_t>(from(c.Dv)), c.Dv,
-                        paged_data.v_cache.begin() + static_cast<std::ptrdiff_t>(to(c.Dv)));
+    CacheData contiguous_data(c, t, 21);
+    const auto bits = [](const auto& x) {  // a vector of H or of float
+      std::vector<std::uint32_t> b;
+      for (float f : widened(x)) b.push_back(std::bit_cast<std::uint32_t>(f));
+      return b;
+    };
+    for (bool infinite : {false, true}) {
+      if (infinite) {  // sequence 3: K of position 700 (head 1), V of position 4100 (head 0)
+        if (nq != 3) continue;
+        contiguous_data.k_cache[static_cast<std::size_t>(((3 * c.cap + 700) * c.Hkv + 1) * c.Dk + 5)] = kInf;
+        contiguous_data.v_cache[static_cast<std::size_t>(((3 * c.cap + 4100) * c.Hkv + 0) * c.Dv + 7)] = -kInf;
+      }
+      for (i64 block : nq == 2 || infinite ? std::vector<i64>{16} : std::vector<i64>{16, 48, 64, 8}) {
+        SCOPED_TRACE("Nq " + std::to_string(nq) + ", block " + std::to_string(block) + (infinite ? ", inf" : ""));
+        CacheCase pc = c;
+        pc.paged = true, pc.block = block;
+        CacheData paged_data(pc, t, 22, false);  // its table; the rows come from the contiguous cache
+        paged_data.q = contiguous_data.q, paged_data.k_new = contiguous_data.k_new;
+        paged_data.v_new = contiguous_data.v_new;
+        for (i64 b = 0; b < c.B(); ++b)
+          for (i64 pos = 0; pos < c.cap; ++pos) {
+            const auto [blk, row] = paged_data.where(pc, b, pos);
+            for (i64 h = 0; h < c.Hkv; ++h) {
+              const auto from = [&](i64 D) { return static_cast<std::size_t>(((b * c.cap + pos) * c.Hkv + h) * D); };
+              const auto to = [&](i64 D) { return static_cast<std::size_t>(((blk * block + row) * c.Hkv + h) * D); };
+              std::copy_n(contiguous_data.k_cache.begin() + static_cast<std::ptrdiff_t>(from(c.Dk)), c.Dk,
+                          paged_data.k_cache.begin() + static_cast<std::ptrdiff_t>(to(c.Dk)));
+              std::copy_n(contiguous_data.v_cache.begin() + static_cast<std::ptrdiff_t>(from(c.Dv)), c.Dv,
+                          paged_data.v_cache.begin() + static_cast<std::ptrdiff_t>(to(c.Dv)));
+            }
           }
-        }
-      for_each_variant(c.opt, [&](const KernelVariant& kv, Options o) {
-        Plan plan;
-        o.plan = &plan;
-        const CacheRun<H> want = run<H>(c, contiguous_data, o);
-        const CacheRun<H> got = run<H>(pc, paged_data, o);
-        EXPECT_EQ(widened(got.out), widened(want.out));
-        EXPECT_EQ(got.lse, want.lse);
-        // Which way it ran: in place where the decoding loop takes it (4·Nq lanes per kv head, up to 8),
-        // and where the tiled loop does (more lanes, no 16-bit engine for the dtype: what the contiguous
-        // call's forward runs).
-        const bool decoding = kv.isa != Isa::scalar && block % 16 == 0 && 4 * nq <= 8;
-        const bool tiled = 4 * nq > 8 && !detail::engine_takes(detail::kernels_for(o).engine, t);
-        EXPECT_EQ(plan.paged_sequences, decoding || tiled ? c.B() : 0) << plan.summary();
-      });
+        for_each_variant(c.opt, [&](const KernelVariant& kv, Options o) {
+          Plan plan;
+          o.plan = &plan;
+          const CacheRun<H> want = run<H>(c, contiguous_data, o);
+          const CacheRun<H> got = run<H>(pc, paged_data, o);
+          EXPECT_EQ(bits(got.out), bits(want.out));
+          EXPECT_EQ(bits(got.lse), bits(want.lse));
+          // Which way it ran: in place where the decoding loop takes it (4·Nq lanes per kv head, up to
+          // 8), and where a key tile's loop does (more lanes: what the contiguous call's forward runs).
+          const bool decoding = kv.isa != Isa::scalar && block % 16 == 0 && 4 * nq <= 8;
+          EXPECT_EQ(plan.paged_sequences, decoding || 4 * nq > 8 ? c.B() : 0) << plan.summary();
+        });
+      }
     }
   }
 }

@@ -17,6 +17,19 @@ inline Bf16Rows bf16_rows(const InView& x, i64 b, i64 g, i64 j0, i64 n, i64 D, b
     for (i64 d = 0; d < D; ++d) buf[c * D + d] = bits[off(x, b, g, j0 + c, d)];
   return {buf, D};
 }
+// ... and of a KV cache's K (key) or V: a paged cache's rows (Tensors::pages) found through the
+// block table, in place where the n rows lie in one block, else gathered into buf (row stride D),
+// so the engine loop reads a paged cache's blocks where they lie, as the tiled loop does.
+inline Bf16Rows kv_bf16_rows(const Tensors& t, bool key, i64 b, i64 g, i64 j0, i64 n, i64 D, bf16* buf) {
+  const InView& x = key ? t.k : t.v;
+  if (t.pages.table == nullptr) return bf16_rows(x, b, g, j0, n, D, buf);
+  const bf16* bits = static_cast<const bf16*>(x.bits);  // a cache's head dimension is contiguous (kvcache.cpp)
+  if (j0 / t.pages.rows == (j0 + n - 1) / t.pages.rows) return {bits + cache_row(t, key, b, g, j0).at, x.stride[2]};
+  for (i64 c = 0; c < n; ++c)  // (an element loop here stayed scalar: 16-bit stores, 80 % of a bf16 chunk's time)
+    __builtin_memcpy(buf + c * D, bits + cache_row(t, key, b, g, j0 + c).at,
+                     static_cast<std::size_t>(D) * sizeof(bf16));
+  return {buf, D};
+}
 // ... and as an A operand of whole tiles: n rows × D in place when they fill rows16 × d32
 // (n, D multiples of 16 and 32) and in_place allows it, else copied with zero padding into
 // buf (row stride d32).

@@ -64,7 +64,7 @@ struct Engine16ForwardScratch {
 inline bool pack_vt_tile(const Problem& p, const Tensors& t, i64 b, i64 g, i64 j0, bf16* out, i64 ld, bf16* rows16,
                          bf16* VT16) {
   const i64 bc = imin(kTileCols, p.Nk - j0), kp = round_up(bc, 32);
-  const Bf16Rows v_rows = bf16_rows(t.v, b, g, j0, bc, p.Dv, rows16);
+  const Bf16Rows v_rows = kv_bf16_rows(t, /*key=*/false, b, g, j0, bc, p.Dv, rows16);
   if (p.dtype != Dtype::fp16) return engine16::pack_transposed_rows(v_rows.data, v_rows.ld, bc, p.Dv, kp, out, ld);
   const i64 dvp = round_up(p.Dv, kPad);
   const bool finite = engine16::pack_transposed_rows(v_rows.data, v_rows.ld, bc, p.Dv, kp, VT16, kTileCols, 0x7C00);
@@ -97,7 +97,7 @@ PackLayout forward_pack_layout_on(const Problem& p, PackedOperand which) {
 // first row, row stride ld); whether its values are all finite.
 inline bool split_k_tile(const Problem& p, const Tensors& t, i64 b, i64 g, i64 j0, bf16* k_rows, i64 ld, bf16* rows16) {
   const i64 bc = imin(kTileCols, p.Nk - j0);
-  const Bf16Rows x = bf16_rows(t.k, b, g, j0, bc, p.Dk, rows16);
+  const Bf16Rows x = kv_bf16_rows(t, /*key=*/true, b, g, j0, bc, p.Dk, rows16);
   return engine16::split_rows_fp16(reinterpret_cast<const fp16*>(x.data), x.ld, bc, p.Dk, round_up(bc, 16),
                               round_up(p.Dk, 32), k_rows, ld);
 }
@@ -170,7 +170,7 @@ void forward_tiled_engine16(const Problem& p, const Tensors& t, const ForwardIte
       for (i64 j = j0; j < j0 + bc; j += kTileCols)
         k_finite &= split_k_tile(p, t, b, g, j, s.K_rows + (j - j0) * K.ld, K.ld, s.rows16);
     } else {
-      K = bf16_tile_rows(bf16_rows(t.k, b, g, j0, bc, Dk, s.rows16), bc, Dk, bc16, dk32, s.K_rows);
+      K = bf16_tile_rows(kv_bf16_rows(t, /*key=*/true, b, g, j0, bc, Dk, s.rows16), bc, Dk, bc16, dk32, s.K_rows);
     }
     if (k_finite && q_finite) {
       engine_gemm<E>(bc16, np, terms * dk32, K.data, K.ld, s.QT, np, s.ST, np, /*accumulate=*/false);
@@ -181,7 +181,7 @@ void forward_tiled_engine16(const Problem& p, const Tensors& t, const ForwardIte
         else
           for (i64 d = 0; d < Dk; ++d) s.QTf[d * np + r] = 0.0f;
       qt_widened = true;
-      const AOperand Kf = a_rows(rows_operand(t.k, b, g, j0, bc, Dk, s.K_rows_f, /*scan_in_place=*/false));
+      const AOperand Kf = a_rows(kv_rows_operand(t, /*key=*/true, b, g, j0, bc, Dk, s.K_rows_f, /*scan_in_place=*/false));
       gemm<false, false>(bc, np, Dk, Kf.data, Kf.rs, Kf.cs, s.QTf, np, s.ST, np);
     }
     forward_tile_softmax(p, lanes, see, b, j0, bc, s.ST, s.drop, s.rows, dvp, /*rescale_rows=*/false);
@@ -210,7 +210,7 @@ void forward_tiled_engine16(const Problem& p, const Tensors& t, const ForwardIte
         engine16::pack_rows_in_pairs_f32(s.ST, np, bc, kp, np, s.PT, np);
       engine_gemm<E>(dvp, np, terms * kp, VT, ldvt, s.PT, np, s.OT, np, /*accumulate=*/true);
     } else {  // Oᵀ[e] += v_ce · Pᵀ[c], each product kept only where P is not 0
-      const RowsOperand V = rows_operand(t.v, b, g, j0, bc, Dv, s.V_rows, /*scan_in_place=*/true);
+      const RowsOperand V = kv_rows_operand(t, /*key=*/false, b, g, j0, bc, Dv, s.V_rows, /*scan_in_place=*/true);
       for (i64 c = 0; c < bc; ++c)
         for (i64 e = 0; e < Dv; ++e) {
           const R v = Vec::set1(V.data[c * V.ld + e]);

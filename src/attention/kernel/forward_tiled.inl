@@ -89,8 +89,7 @@ struct TiledForwardScratch {
 
 void forward_tiled(const Problem& p, const Tensors& t, const ForwardItem& it, const ItemLanes& lanes,
                    WorkerScratch scratch) {
-  const i64 b = it.b, g = it.g, Dk = p.Dk, Dv = p.Dv, dkp = round_up(Dk, kPad), dvp = round_up(Dv, kPad), n = lanes.n,
-            np = lanes.np;
+  const i64 b = it.b, g = it.g, Dk = p.Dk, Dv = p.Dv, dvp = round_up(Dv, kPad), n = lanes.n, np = lanes.np;
   const bool cache = cache_rows(t);
   const auto s = carve_scratch<TiledForwardScratch>(p, scratch);
   for (i64 r = 0; r < n; ++r) load_row(t.q, off(t.q, b, lanes.h[r], lanes.i[r], 0), Dk, s.QT + r, np);
@@ -102,19 +101,13 @@ void forward_tiled(const Problem& p, const Tensors& t, const ForwardItem& it, co
   for (i64 j0 = keys.first / kTileCols * kTileCols; j0 <= keys.last; j0 += kTileCols) {
     const i64 bc = imin(kTileCols, p.Nk - j0);
     // Sᵀ = K Qᵀ, K rows read in place (16-bit: widened first; a KV cache's: found and widened).
-    AOperand K{s.K_rows, dkp, 1};
-    if (cache)
-      pack_cache_rows(t, /*key=*/true, b, g, j0, bc, Dk, s.K_rows, dkp);
-    else
-      K = t.k.dtype == Dtype::f32 ? a_in_place(t.k, b, g, j0)
-                                  : a_rows(rows_operand(t.k, b, g, j0, bc, Dk, s.K_rows, /*scan_in_place=*/false));
+    const AOperand K = !cache && t.k.dtype == Dtype::f32
+                           ? a_in_place(t.k, b, g, j0)
+                           : a_rows(kv_rows_operand(t, /*key=*/true, b, g, j0, bc, Dk, s.K_rows, /*scan_in_place=*/false));
     gemm<false, false>(bc, np, Dk, K.data, K.rs, K.cs, s.QT, np, s.ST, np);
     forward_tile_softmax(p, lanes, see, b, j0, bc, s.ST, s.drop, s.rows, dvp);
     // O += P V, P read down its columns (A[r][c] = ST[c·np + r]).
-    const RowsOperand V =
-        cache ? RowsOperand{s.V_rows, dvp, dvp,
-                            pack_cache_rows(t, /*key=*/false, b, g, j0, bc, Dv, s.V_rows, dvp) ? Finite::yes : Finite::no}
-              : rows_operand(t.v, b, g, j0, bc, Dv, s.V_rows, /*scan_in_place=*/true);
+    const RowsOperand V = kv_rows_operand(t, /*key=*/false, b, g, j0, bc, Dv, s.V_rows, /*scan_in_place=*/true);
     gemm_acc_skip_zero(V.finite, n, V.cols, bc, s.ST, 1, np, V.data, V.ld, s.rows.O, dvp, nullptr);
   }
   s.rows.finish(p, t, it, lanes, dvp);

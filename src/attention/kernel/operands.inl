@@ -104,31 +104,39 @@ inline void widen_codes(KvCodes::Kind kind, const std::uint8_t* bytes, i64 n, fl
   }
 }
 
-// Rows [j0, j0 + n) of kv head (b, g) of such a cache's K (key) or V as rows of ld floats,
-// zero-padded: each row found through the block table where paged, and a quantized row's bytes
-// widened to code value × the row's scale, as dequantize_kv computes them (widen_codes; a
-// cache's head dimension is contiguous, kvcache.cpp): the tiled loop reads the codes in place,
-// a tile at a time, never a float copy of the cache. Returns whether every value is finite.
-inline bool pack_cache_rows(const Tensors& t, bool key, i64 b, i64 g, i64 j0, i64 n, i64 D, float* out, i64 ld) {
+// Row j of kv head (b, g) of a cache's K (key) or V: the element offset of its first value, and
+// the index of its scale (a quantized cache's), found through the block table where paged.
+struct CacheRow {
+  i64 at, scale_at;
+};
+inline CacheRow cache_row(const Tensors& t, bool key, i64 b, i64 g, i64 j) {
   const InView& x = key ? t.k : t.v;
   const KvPages& pg = t.pages;
+  const i64 head = off(x, b, g, 0, 0);
+  if (pg.table == nullptr) return {head + j * x.stride[2], j};
+  const i64 blk = pg.table[j / pg.rows], r = j % pg.rows;
+  return {head + blk * (key ? pg.k_block : pg.v_block) + r * x.stride[2],
+          blk * (key ? t.codes.k_block : t.codes.v_block) + r};
+}
+
+// Rows [j0, j0 + n) of kv head (b, g) of such a cache's K (key) or V as rows of ld floats,
+// zero-padded: each row found through the block table where paged (cache_row), and a quantized
+// row's bytes widened to code value × the row's scale, as dequantize_kv computes them
+// (widen_codes; a cache's head dimension is contiguous, kvcache.cpp): the tiled loop reads the
+// codes in place, a tile at a time, never a float copy of the cache. Returns whether every value
+// is finite.
+inline bool pack_cache_rows(const Tensors& t, bool key, i64 b, i64 g, i64 j0, i64 n, i64 D, float* out, i64 ld) {
+  const InView& x = key ? t.k : t.v;
   const KvCodes& cd = t.codes;
-  const i64 block = key ? pg.k_block : pg.v_block, head = off(x, b, g, 0, 0);
   const float* const scales = cd.kind == KvCodes::Kind::none ? nullptr : (key ? cd.k_scale : cd.v_scale) +
                                                                              g * (key ? cd.k_head : cd.v_head);
-  const i64 scale_block = key ? cd.k_block : cd.v_block;
   for (i64 c = 0; c < n; ++c) {
-    const i64 j = j0 + c;
-    i64 row = head + j * x.stride[2], scale_at = j;  // element of the row, index of its scale
-    if (pg.table != nullptr) {
-      const i64 blk = pg.table[j / pg.rows], r = j % pg.rows;
-      row = head + blk * block + r * x.stride[2], scale_at = blk * scale_block + r;
-    }
+    const CacheRow row = cache_row(t, key, b, g, j0 + c);
     float* o = out + c * ld;
     if (scales == nullptr)
-      load_row(x, row, D, o, 1);
+      load_row(x, row.at, D, o, 1);
     else
-      widen_codes(cd.kind, static_cast<const std::uint8_t*>(x.bits) + row, D, scales[scale_at], o);
+      widen_codes(cd.kind, static_cast<const std::uint8_t*>(x.bits) + row.at, D, scales[row.scale_at], o);
     for (i64 d = D; d < ld; ++d) o[d] = 0.0f;
   }
   return rows_finite(out, ld, n, D);
@@ -168,6 +176,15 @@ inline RowsOperand rows_operand(const InView& x, i64 b, i64 h, i64 r0, i64 n, i6
     return {buf, ld, ld, Finite::unknown};
   }
   return {buf, ld, ld, pack_rows(x, b, h, r0, n, D, buf, ld) ? Finite::yes : Finite::no};
+}
+
+// The same of a call's K (key) or V: a KV cache's rows (cache_rows) as pack_cache_rows finds and
+// widens them, scanned whatever scan_in_place says (the packing's scan).
+inline RowsOperand kv_rows_operand(const Tensors& t, bool key, i64 b, i64 g, i64 r0, i64 n, i64 D, float* buf,
+                                   bool scan_in_place) {
+  if (!cache_rows(t)) return rows_operand(key ? t.k : t.v, b, g, r0, n, D, buf, scan_in_place);
+  const i64 ld = round_up(D, kPad);
+  return {buf, ld, ld, pack_cache_rows(t, key, b, g, r0, n, D, buf, ld) ? Finite::yes : Finite::no};
 }
 
 // Rows of (b, h) from r0 as a GEMM's A operand, element (r, d) at data[r·rs + d·cs]: fp32
