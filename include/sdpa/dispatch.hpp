@@ -39,6 +39,7 @@ struct CpuFeatures {
   bool neon = false;         // aarch64's AdvSIMD (the hwcap ASIMD): the neon path's
   int sve_bits = 0;          // SVE's vector length in bits (the hwcap SVE, then Linux's prctl); 0: no SVE
   bool arm_bf16 = false;     // aarch64's BF16 (the hwcap2 BF16: BFDOT, BFMMLA, BFCVT)
+  bool intel = false;        // the vendor is Intel (a paged cache's heads read together: api.cpp)
 };
 
 /// The environment variables the dispatch reads, as their text ("" when unset).

@@ -344,16 +344,17 @@ i64 kv_splits(i64 Nk, i64 items) {
 // kItemsPerWorker of the call's head_items (items of one head each) to every thread.
 // A heads-major paged cache ((blocks, Hkv, rows, D), vLLM's order) whose head pieces (a head's rows
 // of a block) are short reads the same way: a grouped tile reads its blocks whole, front to back,
-// where items of one head read a block's pieces far apart in time. Measured on Zen 3 (32 / 8 heads,
-// 32768 keys, two threads; docs/performance.md): pieces of 1 and 2 KiB decode 1.1-1.5x faster grouped,
-// 4 KiB within noise to 1.1x, 8 and 16 KiB within noise to 0.9x: so up to kShortPieceBytes.
+// where items of one head read a block's pieces far apart in time. Measured with 32 / 8 heads, 32768
+// keys, two threads (docs/performance.md): on AMD Zen 3 pieces of 1 and 2 KiB decode 1.1-1.5x faster
+// grouped, 4 KiB within noise to 1.1x, 8 and 16 KiB within noise to 0.9x; on an Intel Xeon (Sapphire
+// Rapids class) 2 KiB 1.2x, 4 KiB 1.3x, 8 KiB 1.0-1.2x, 16 KiB 1.06-1.10x. So up to
+// short_piece_bytes(): 16 KiB on Intel's CPUs, 4 KiB on the others (AMD's, and Arm's, unmeasured).
 constexpr i64 kItemsPerWorker = 2;
-constexpr i64 kShortPieceBytes = 4096;
 i64 item_heads(const FastKernels& kern, const Problem& p, const Tensors& t, i64 head_items, int threads) {
   const bool tokens_major = t.k.stride[1] < t.k.stride[2] && t.v.stride[1] < t.v.stride[2];
   const i64 element_bytes = t.codes.kind != KvCodes::Kind::none ? 1 : t.k.element_bytes();  // codes: bytes
   const bool short_pieces =
-      t.pages.table != nullptr && t.pages.rows * std::max(p.Dk, p.Dv) * element_bytes <= kShortPieceBytes;
+      t.pages.table != nullptr && t.pages.rows * std::max(p.Dk, p.Dv) * element_bytes <= short_piece_bytes();
   // Where the decoding loop takes the item: kern.paged_lanes lanes (none: 0), blocks it reads (a
   // quantized cache's other blocks go to the tiled loop, one head at a time).
   const bool decoding =
@@ -390,6 +391,8 @@ void merge_splits(const Problem& p, const Tensors& t, i64 splits, i64 lanes, con
 }
 
 }  // namespace
+
+i64 short_piece_bytes() { return cpu_features().intel ? 16384 : 4096; }  // why: item_heads
 }  // namespace detail
 
 namespace detail {

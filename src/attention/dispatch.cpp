@@ -61,6 +61,7 @@ CpuFeatures detect() {
   const bool amx = __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) && (edx >> 22 & 1u) != 0 && (edx >> 24 & 1u) != 0;
   f.amx_bf16 = amx && f.avx512_bf16 && amx_granted();
   f.amd = __builtin_cpu_is("amd");
+  f.intel = __builtin_cpu_is("intel");
 #elif defined(__aarch64__) && defined(__linux__)
   // AdvSIMD is in every ARMv8-A application core, but Linux says so (HWCAP_ASIMD), and a
   // kernel built without it would run the scalar path rather than fault.

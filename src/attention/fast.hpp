@@ -149,6 +149,9 @@ const FastKernels& fast_kernels(Isa isa);
 // The work items of a forward of B·Hkv kv heads with `lanes` query lanes each (group·Nq) over Nk
 // keys: lane tiles times key splits (api.cpp's split-KV rule), as sdpa::forward makes them.
 i64 forward_items(i64 B, i64 Hkv, i64 lanes, i64 Nk);
+// The longest head piece (a kv head's rows of one block, in bytes) of a heads-major paged cache
+// that the decoding loop reads several heads at a time (api.cpp, item_heads): by the CPU's vendor.
+i64 short_piece_bytes();
 
 // Bytes the strided-input copies (api.cpp, TightCopies) have allocated in this process, and
 // the most one call's copies may take (512 MiB); the setter is for tests, which lower the cap
