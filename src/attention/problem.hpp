@@ -135,8 +135,8 @@ struct Packed16 {
 /// point at block 0 of the cache, with the head and row strides of a block, and row j of a
 /// head lives in block table[j / rows], at row j % rows; k_block, v_block: elements from one
 /// block to the next. The fused decoding loop takes rows that are a multiple of 16 (it resolves
-/// 16 keys at a time), the tiled loop any (row by row). Null table: K and V are ordinary
-/// strided views.
+/// 16 keys at a time), the tiled loop and the 16-bit engine's any (row by row). Null table: K
+/// and V are ordinary strided views.
 struct KvPages {
   const std::int32_t* table = nullptr;
   i64 rows = 0;
