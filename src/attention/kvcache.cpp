@@ -439,8 +439,8 @@ void forward_kvcache_as(View4<const T> q, const C& c, View4<const T> k_new, View
   // loops take: the loop its forward would run on the sequence's rows (the same bits), the tiled
   // one or the 16-bit engine's where AMX or vdpbf16ps takes the dtype, each finding a key tile's
   // rows through the block table where paged. Gathering a paged cache's blocks into a copy first
-  // cost a chunk of prefill 2.6 × its contiguous time in fp32 (Zen 3) and 2.8 × in bf16 on AMX, and
-  // sdpa::forward on a contiguous one's rows (its per-call copies and packings) 1.2–1.6 × the loop
+  // cost a chunk of prefill 2.6 × its contiguous time in fp32 (Zen 3) and 3.2 × in bf16 on AMX, and
+  // sdpa::forward on a contiguous one's rows (its per-call copies and packings) up to 2 × the loop
   // in place (docs/performance.md). Every sequence's items then run in one pool over the threads
   // (forward_cache_sequences), long and short sequences side by side.
   constexpr bool quantized = std::is_same_v<C, QuantizedKvCache>;
