@@ -9,8 +9,10 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <mutex>
 #include <new>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <omp.h>
@@ -105,24 +107,93 @@ void plan_forward(Plan& plan, const Options& opt, const FastKernels& kern, Dtype
   plan.engine = plan.engine_items > 0 ? kern.engine : Engine16::widened;
 }
 
+// The blocks a call's buffers take (the workers' scratch, the strided copies, the packed
+// operands), kept between calls. A block above glibc's mmap threshold (at most 32 MiB) is
+// mapped afresh on every allocation, and each of its pages faulted in and zeroed by the
+// kernel on first touch: a bf16 forward of 64 queries over 32768 keys (8 kv heads, D 128)
+// spent a fifth of its time in the faults of its 64 MiB packed Vᵀ, an fp16 one over 4096
+// keys two fifths (docs/performance.md, "Buffers kept between calls"). A call takes a free
+// block big enough, the smallest such, else a new one, and gives it back at its end; a call
+// that finds none big enough first frees the free ones (so the pool holds what the calls of
+// one shape took at once, not every size seen). Blocks are 64-byte aligned.
+class BlockPool {
+ public:
+  ~BlockPool() {
+    for (const Block& b : blocks_) ::operator delete (b.data, std::align_val_t{64});
+  }
+  std::byte* take(i64 bytes) {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    Block* best = nullptr;
+    for (Block& b : blocks_)
+      if (!b.busy && b.bytes >= bytes && (best == nullptr || b.bytes < best->bytes)) best = &b;
+    if (best != nullptr) {
+      best->busy = true;
+      return best->data;
+    }
+    std::erase_if(blocks_, [](const Block& b) {
+      if (!b.busy) ::operator delete (b.data, std::align_val_t{64});
+      return !b.busy;
+    });
+    auto* data = static_cast<std::byte*>(::operator new (static_cast<std::size_t>(bytes), std::align_val_t{64}));
+    blocks_.push_back({data, bytes, true});
+    return data;
+  }
+  void give_back(const std::byte* data) {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    for (Block& b : blocks_)
+      if (b.data == data) b.busy = false;
+  }
+
+ private:
+  struct Block {
+    std::byte* data;
+    i64 bytes;
+    bool busy;
+  };
+  std::mutex mutex_;
+  std::vector<Block> blocks_;
+};
+BlockPool& block_pool() {
+  static BlockPool pool;
+  return pool;
+}
+// One block of the pool for the life of the object (none for 0 bytes).
+class PooledBlock {
+ public:
+  PooledBlock() = default;
+  explicit PooledBlock(i64 bytes) : data_(bytes > 0 ? block_pool().take(bytes) : nullptr) {}
+  ~PooledBlock() {
+    if (data_ != nullptr) block_pool().give_back(data_);
+  }
+  PooledBlock(const PooledBlock&) = delete;
+  PooledBlock& operator=(const PooledBlock&) = delete;
+  PooledBlock(PooledBlock&& o) noexcept : data_(o.data_) { o.data_ = nullptr; }
+  PooledBlock& operator=(PooledBlock&& o) noexcept {
+    std::swap(data_, o.data_);
+    return *this;
+  }
+  std::byte* data() const { return data_; }
+
+ private:
+  std::byte* data_ = nullptr;
+};
+
 // One 64-byte-aligned scratch block per worker, allocated before the parallel
 // region so no allocation failure can escape an OpenMP region.
 class ScratchBlocks {
  public:
   ScratchBlocks(int workers, i64 floats_each)
-      : floats_(floats_each), stride_(static_cast<std::size_t>((floats_each + 15) / 16 * 16)) {
-    const std::size_t bytes = stride_ * sizeof(float) * static_cast<std::size_t>(workers);
-    data_ = static_cast<float*>(::operator new (bytes, std::align_val_t{64}));
+      : floats_(floats_each),
+        stride_(static_cast<std::size_t>((floats_each + 15) / 16 * 16)),
+        block_(std::max<i64>(static_cast<i64>(stride_ * sizeof(float)) * workers, 64)) {}
+  WorkerScratch worker(int w) const {
+    return {reinterpret_cast<float*>(block_.data()) + stride_ * static_cast<std::size_t>(w), floats_};
   }
-  ~ScratchBlocks() { ::operator delete (data_, std::align_val_t{64}); }
-  ScratchBlocks(const ScratchBlocks&) = delete;
-  ScratchBlocks& operator=(const ScratchBlocks&) = delete;
-  WorkerScratch worker(int w) const { return {data_ + stride_ * static_cast<std::size_t>(w), floats_}; }
 
  private:
   i64 floats_;          // what the kernel asked for, per worker
   std::size_t stride_;  // between workers: floats_ rounded up to 64 bytes
-  float* data_ = nullptr;
+  PooledBlock block_;
 };
 
 i64 ceil_div(i64 a, i64 b) { return (a + b - 1) / b; }
@@ -200,9 +271,6 @@ class TightCopies {
   TightCopies() = default;
   TightCopies(const TightCopies&) = delete;
   TightCopies& operator=(const TightCopies&) = delete;
-  ~TightCopies() {
-    if (data_ != nullptr) ::operator delete (data_, std::align_val_t{64});
-  }
 
   void add(InView& x, i64 reads) {
     if (rows_tight(x) || reads < kCopyMinReads) return;
@@ -216,7 +284,8 @@ class TightCopies {
 
   void copy(int workers) {
     if (views_.empty()) return;
-    data_ = static_cast<std::byte*>(::operator new (static_cast<std::size_t>(bytes_), std::align_val_t{64}));
+    block_ = PooledBlock(bytes_);
+    data_ = block_.data();
     strided_copy_byte_count.fetch_add(bytes_, std::memory_order_relaxed);
 #pragma omp parallel num_threads(workers)
     for (const Copy& c : views_) {
@@ -258,12 +327,13 @@ class TightCopies {
   std::vector<Copy> views_;
   i64 bytes_ = 0;
   const i64 limit_ = strided_copy_limit_bytes();
+  PooledBlock block_;
   std::byte* data_ = nullptr;
 };
 
 // K or V packed once per call where the kernel reads it packed (the 16-bit engine forward's
-// Vᵀ, and fp16's K split into bf16 hi + lo: fast.hpp's forward_pack_layout) and at least two
-// items read each head's K and V: packed per item, each lane tile of a head would transpose
+// Vᵀ, and fp16's K split into bf16 hi + lo: fast.hpp's forward_pack_layout) and enough items
+// read each head's K and V (PackLayout::min_items): packed per item, each lane tile of a head would transpose
 // the same V again (20 % of a bf16 forward's time at N = 4096, D = 64) and split the same K
 // (15 % of an fp16 forward's). Each at most strided_copy_limit_bytes() (the same cap as the
 // strided copies, for the same reason); above it the kernel packs per tile, with the same bits.
@@ -272,16 +342,14 @@ class OperandPack {
   OperandPack() = default;
   OperandPack(const OperandPack&) = delete;
   OperandPack& operator=(const OperandPack&) = delete;
-  ~OperandPack() {
-    if (data_ != nullptr) ::operator delete (data_, std::align_val_t{64});
-  }
   void pack(const FastKernels& kern, const Problem& p, Tensors& t, PackedOperand which, i64 items_per_head,
             int workers) {
     const PackLayout layout = kern.forward_pack_layout(p, which);
-    if (layout.per_head == 0 || items_per_head < 2) return;
+    if (layout.per_head == 0 || items_per_head < layout.min_items) return;
     const i64 heads = p.B * p.Hkv, bytes = heads * layout.per_head * 2;
     if (bytes > strided_copy_limit_bytes()) return;
-    data_ = static_cast<std::byte*>(::operator new (static_cast<std::size_t>(bytes), std::align_val_t{64}));
+    block_ = PooledBlock(bytes);
+    std::byte* const data = block_.data();
     const i64 tiles = ceil_div(p.Nk, kTileCols);
     finite_.assign(static_cast<std::size_t>(heads * tiles), 0);
     std::vector<std::uint16_t> scratch(static_cast<std::size_t>(workers * layout.scratch));
@@ -289,16 +357,16 @@ class OperandPack {
     for (i64 x = 0; x < heads * tiles; ++x) {
       const i64 head = x / tiles, b = head / p.Hkv, g = head % p.Hkv;
       finite_[static_cast<std::size_t>(x)] =
-          kern.forward_pack_tile(p, t, which, b, g, x % tiles * kTileCols, data_ + head * layout.per_head * 2,
-                                 layout.ld, scratch.data() + omp_get_thread_num() * layout.scratch);
+          kern.forward_pack_tile(p, t, which, b, g, x % tiles * kTileCols, data + head * layout.per_head * 2, layout.ld,
+                                 scratch.data() + omp_get_thread_num() * layout.scratch);
     }
-    (which == PackedOperand::k ? t.k_packed : t.v_packed) = {data_, layout.ld, layout.per_head, tiles, finite_.data()};
+    (which == PackedOperand::k ? t.k_packed : t.v_packed) = {data, layout.ld, layout.per_head, tiles, finite_.data()};
     packed_ = true;
   }
   bool packed() const { return packed_; }
 
  private:
-  std::byte* data_ = nullptr;
+  PooledBlock block_;
   std::vector<std::uint8_t> finite_;
   bool packed_ = false;
 };

@@ -61,8 +61,9 @@ enum class PackedOperand { k, v };
 // (b, kv head); per_head 0: the kernel takes no packed operand. The packing of a tile needs
 // `scratch` 16-bit elements of its worker's own (api.cpp allocates them: an ISA's object
 // file holds no standard-library code, kernel.isa_objects_share_no_inline_code).
+// `min_items`: the fewest items per head (lane tiles) for which packing once per call pays.
 struct PackLayout {
-  i64 ld = 0, per_head = 0, scratch = 0;
+  i64 ld = 0, per_head = 0, scratch = 0, min_items = 2;
 };
 
 // The engine of a table's 16-bit products (sdpa/dispatch.hpp's Engine16; engine16.hpp): none

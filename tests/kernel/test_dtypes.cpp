@@ -407,13 +407,14 @@ TEST(Dtypes, StridedViewsAboveTheCopyCapGiveTheSameBits) {
 }
 
 // The engines' forward reads Vᵀ, and fp16's K split, packed once per call (api.cpp,
-// OperandPack) where its heads have two lane tiles or more, else packs them per key tile:
+// OperandPack) where its heads have lane tiles enough (PackLayout::min_items: bf16 2, fp16
+// 16; 520 queries over a group of 2 make 17), else packs them per key tile:
 // the same bits either way, with a NaN in one key tile's V (that tile's product skips zero
 // weights in both) or K (fp16: that tile's scores widened) too, in bf16 and in fp16
 // (split). The cap on the strided copies, lowered to 0, turns the call's packing off.
 template <class H>
 void check_packed_operands() {
-  const i64 B = 2, Hq = 4, Hkv = 2, Nq = 100, Nk = 300, D = 64;
+  const i64 B = 2, Hq = 4, Hkv = 2, Nq = 520, Nk = 300, D = 64;
   std::mt19937_64 rng(21);
   Buf<float> qf({B, Hq, Nq, D}), kf({B, Hkv, Nk, D}), vf({B, Hkv, Nk, D});
   for (auto* x : {&qf, &kf, &vf}) fill_normal(x->data, rng);
