@@ -285,7 +285,6 @@ class TightCopies {
   void copy(int workers) {
     if (views_.empty()) return;
     block_ = PooledBlock(bytes_);
-    data_ = block_.data();
     strided_copy_byte_count.fetch_add(bytes_, std::memory_order_relaxed);
 #pragma omp parallel num_threads(workers)
     for (const Copy& c : views_) {
@@ -295,7 +294,7 @@ class TightCopies {
       const i64 size = x.element_bytes(), rows = B * H * N;
       const auto* from =
           static_cast<const std::byte*>(x.dtype == Dtype::f32 ? static_cast<const void*>(x.data) : x.bits);
-      std::byte* to = data_ + c.at;
+      std::byte* to = block_.data() + c.at;
 #pragma omp for schedule(static) nowait
       for (i64 row = 0; row < rows; ++row) {
         const std::byte* src = from + off4(x, row / (H * N), row / N % H, row % N, 0) * size;
@@ -313,22 +312,21 @@ class TightCopies {
       const auto [B, H, N, D] = x.shape;
       x.stride = {H * N * D, N * D, D, 1};
       if (x.dtype == Dtype::f32)
-        x.data = reinterpret_cast<const float*>(data_ + c.at);
+        x.data = reinterpret_cast<const float*>(block_.data() + c.at);
       else
-        x.bits = data_ + c.at;
+        x.bits = block_.data() + c.at;
     }
   }
 
  private:
   struct Copy {
-    InView* view;  // rewritten by copy() to the copy at data_ + at
+    InView* view;  // rewritten by copy() to the copy at block_.data() + at
     i64 at;        // bytes into the buffer
   };
   std::vector<Copy> views_;
   i64 bytes_ = 0;
   const i64 limit_ = strided_copy_limit_bytes();
   PooledBlock block_;
-  std::byte* data_ = nullptr;
 };
 
 // K or V packed once per call where the kernel reads it packed (the 16-bit engine forward's

@@ -90,7 +90,7 @@ constexpr i64 kSplitMinItems = 16;
 template <Engine16 E>
 PackLayout forward_pack_layout_on(const Problem& p, PackedOperand which) {
   if (!engine_takes(E, p.dtype)) return {};
-  const i64 terms = Engine16Pack(p).terms, min_items = terms > 1 ? kSplitMinItems : 2;
+  const i64 terms = Engine16Pack(p).terms, min_items = terms > 1 ? kSplitMinItems : PackLayout{}.min_items;
   if (which == PackedOperand::k) {
     if (terms == 1) return {};
     const i64 ld = terms * round_up(p.Dk, 32);
