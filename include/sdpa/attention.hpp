@@ -193,4 +193,20 @@ void backward_varlen(View3<const fp16> q, View3<const fp16> k, View3<const fp16>
 /// β for these options and key width: opt.scale, or 1/√dk.
 double resolve_scale(const Options& opt, std::int64_t dk);
 
+/// The buffers calls keep between calls: every buffer a call allocates for itself (the workers'
+/// scratch, strided copies, operands packed once per call) comes from one process-wide pool and
+/// goes back to it when the call returns, so the next call of that shape reuses it instead of
+/// faulting fresh pages in (docs/design.md, "A call's buffers kept between calls").
+struct BufferPoolBytes {
+  std::int64_t held = 0;  // all the pool's blocks, those running calls hold included
+  std::int64_t busy = 0;  // the blocks running calls hold now
+};
+/// What the pool holds now.
+BufferPoolBytes buffer_pool_bytes();
+/// Hands every block no running call holds back to the system and returns their bytes: for a
+/// process that ran one large call and wants its memory back. Safe while other threads run calls
+/// (a block in use stays, and goes back to the pool when its call returns); the next call of a
+/// shape allocates its buffers afresh, then keeps them again. No result changes.
+std::int64_t release_buffers();
+
 }  // namespace sdpa

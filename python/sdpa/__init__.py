@@ -16,11 +16,11 @@ raise TypeError, or ValueError (sdpa.Error for what the library itself refuses),
 the argument. See docs/python.md.
 """
 
-from ._api import QuantizedKV, active_isa, amx_bf16_active, attention, attention_with_kvcache, bf16_dot_active, check, dispatch, explain, attention_backward, attention_varlen, quantize_kv, reference_attention
+from ._api import QuantizedKV, active_isa, amx_bf16_active, attention, attention_with_kvcache, bf16_dot_active, buffer_pool_bytes, check, dispatch, explain, attention_backward, attention_varlen, quantize_kv, reference_attention, release_buffers
 from ._ext import Error, __version__
 from . import lab, train
 
-__all__ = ["attention", "attention_varlen", "attention_with_kvcache", "quantize_kv", "QuantizedKV", "reference_attention", "attention_backward", "active_isa", "amx_bf16_active", "bf16_dot_active", "check", "dispatch", "explain", "Error",
+__all__ = ["attention", "attention_varlen", "attention_with_kvcache", "quantize_kv", "QuantizedKV", "reference_attention", "attention_backward", "active_isa", "amx_bf16_active", "bf16_dot_active", "buffer_pool_bytes", "release_buffers", "check", "dispatch", "explain", "Error",
            "__version__", "lab", "train", "torch", "transformers", "distributed"]
 
 

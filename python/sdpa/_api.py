@@ -225,6 +225,20 @@ def check(*, batch=1, heads=8, kv_heads=None, seq=1024, kv_seq=None, dim=64, dim
         raise _core.renamed(e, (("min_runs:", "repeat:"),)) from None  # the timer's field, here `repeat`
 
 
+def buffer_pool_bytes() -> dict:
+    """The buffers calls keep between calls (one process-wide pool: each call's scratch, strided
+    copies and packed operands go back to it when the call returns, so the next call of that shape
+    reuses them): 'held', the bytes of all its blocks, and 'busy', those running calls hold now."""
+    return _ext.buffer_pool_bytes()
+
+
+def release_buffers() -> int:
+    """Hands the kept buffers that no running call holds back to the system; returns their bytes.
+    For a process that ran one large call and wants its memory back; safe while other threads run
+    calls. The next call allocates afresh (and keeps its buffers again); no result changes."""
+    return _ext.release_buffers()
+
+
 def dispatch() -> dict:
     """The one selection rule's outcome in this process (sdpa::active_dispatch): 'isa' (the path `auto`
     resolves to), 'engine' (what runs the avx512 path's 16-bit products: 'widened', 'amx' or 'dot'), and

@@ -645,6 +645,23 @@ NB_MODULE(_ext, m) {
       "bf16_dot_active", [] { return sdpa::bf16_dot_active(); },
       "Whether bf16 calls in this process run their products on AVX512_BF16 dot products (no AMX).");
   m.def(
+      "buffer_pool_bytes",
+      [] {
+        const sdpa::BufferPoolBytes b = sdpa::buffer_pool_bytes();
+        nb::dict r;
+        r["held"] = b.held;
+        r["busy"] = b.busy;
+        return r;
+      },
+      "sdpa::buffer_pool_bytes() as a dict: 'held' (all the blocks calls keep between calls), 'busy'.");
+  m.def(
+      "release_buffers",
+      [] {
+        nb::gil_scoped_release unlocked;  // waits on the pool's lock, which a running call may hold
+        return sdpa::release_buffers();
+      },
+      "sdpa::release_buffers(): frees the kept blocks no running call holds; returns their bytes.");
+  m.def(
       "isa_supported", [](const std::string& name) { return sdpa::isa_supported(sdpa::parse_isa(name.c_str())); },
       nb::arg("isa"), "Whether this CPU can run the named ISA's kernel.");
 

@@ -130,10 +130,7 @@ class BlockPool {
       best->busy = true;
       return best->data;
     }
-    std::erase_if(blocks_, [](const Block& b) {
-      if (!b.busy) ::operator delete (b.data, std::align_val_t{64});
-      return !b.busy;
-    });
+    free_idle();
     auto* data = static_cast<std::byte*>(::operator new (static_cast<std::size_t>(bytes), std::align_val_t{64}));
     blocks_.push_back({data, bytes, true});
     return data;
@@ -143,6 +140,16 @@ class BlockPool {
     for (Block& b : blocks_)
       if (b.data == data) b.busy = false;
   }
+  BufferPoolBytes bytes() {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    BufferPoolBytes r;
+    for (const Block& b : blocks_) r.held += b.bytes, r.busy += b.busy ? b.bytes : 0;
+    return r;
+  }
+  i64 release() {  // frees the free blocks (as take does before a new one): their bytes
+    const std::lock_guard<std::mutex> lock(mutex_);
+    return free_idle();
+  }
 
  private:
   struct Block {
@@ -150,6 +157,16 @@ class BlockPool {
     i64 bytes;
     bool busy;
   };
+  i64 free_idle() {  // under mutex_
+    i64 freed = 0;
+    std::erase_if(blocks_, [&](const Block& b) {
+      if (b.busy) return false;
+      ::operator delete (b.data, std::align_val_t{64});
+      freed += b.bytes;
+      return true;
+    });
+    return freed;
+  }
   std::mutex mutex_;
   std::vector<Block> blocks_;
 };
@@ -460,6 +477,9 @@ void merge_splits(const Problem& p, const Tensors& t, i64 splits, i64 lanes, con
 
 i64 short_piece_bytes() { return cpu_features().intel ? 16384 : 4096; }  // why: item_heads
 }  // namespace detail
+
+BufferPoolBytes buffer_pool_bytes() { return detail::block_pool().bytes(); }
+std::int64_t release_buffers() { return detail::block_pool().release(); }
 
 namespace detail {
 namespace {

@@ -2,8 +2,11 @@
 // exactly forward_scratch / backward_scratch / backward_item_scratch floats, the items
 // compute the bits sdpa::forward / sdpa::backward compute (sdpa::backward on one thread
 // takes the one pass, so the two-pass items here also show both schedules agree); given one float fewer, an item whose layout is
-// the largest stops (traps) before it writes anything, instead of writing past its block.
+// the largest stops (traps) before it writes anything, instead of writing past its block. And the
+// blocks calls keep between calls: release_buffers frees only those no call holds.
+#include <atomic>
 #include <cstring>
+#include <thread>
 
 #include "util.hpp"
 
@@ -191,6 +194,50 @@ TEST_P(Scratch, Bf16ForwardItemsFitTheirSizeExactly) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Isa, Scratch, ::testing::ValuesIn(kernel_variants()), variant_id);
+
+// The calls' buffers are kept in one pool between calls (api.cpp, BlockPool). release_buffers frees
+// what no call holds: after a call, everything the pool holds, after which the next call allocates
+// again and computes the same bits. Run beside calls on other threads, it never frees a block a call
+// is using: two threads' calls, with a third releasing all the while, each give the bits of the call
+// alone (a freed block handed to the other caller while still written would spoil one; under ASan, any
+// access to a freed block is reported).
+TEST(BufferPool, ReleaseFreesWhatNoCallHoldsAndChangesNoBits) {
+  Case c(4, 2, 64, 700, 64, 48, Isa::automatic);
+  c.opt.threads = 1;
+  forward(c.q.cview(), c.k.cview(), c.v.cview(), c.out.view(), c.lse.view(), c.opt);
+  const std::vector<float> want = c.out.data, want_lse = c.lse.data;
+  const BufferPoolBytes after_call = buffer_pool_bytes();
+  EXPECT_GT(after_call.held, 0);
+  EXPECT_EQ(0, after_call.busy);
+  EXPECT_EQ(after_call.held, release_buffers());
+  EXPECT_EQ(0, buffer_pool_bytes().held);
+  EXPECT_EQ(0, release_buffers());
+
+  std::atomic<int> running{2};
+  std::atomic<i64> releases{0};
+  auto caller = [&](std::vector<int>& wrong) {
+    Buf<float> out(c.out.shape);
+    Buf3<float> lse(c.lse.shape);
+    for (int call = 0; call < 40; ++call) {
+      std::fill(out.data.begin(), out.data.end(), kNaN);
+      forward(c.q.cview(), c.k.cview(), c.v.cview(), out.view(), lse.view(), c.opt);
+      if (std::memcmp(out.data.data(), want.data(), want.size() * sizeof(float)) != 0 ||
+          std::memcmp(lse.data.data(), want_lse.data(), want_lse.size() * sizeof(float)) != 0)
+        wrong.push_back(call);
+    }
+    running.fetch_sub(1);
+  };
+  std::vector<int> wrong0, wrong1;
+  std::thread releaser([&] {
+    while (running.load() > 0) release_buffers(), releases.fetch_add(1);
+  });
+  std::thread a(caller, std::ref(wrong0)), b(caller, std::ref(wrong1));
+  a.join(), b.join(), releaser.join();
+  EXPECT_TRUE(wrong0.empty()) << wrong0.size() << " calls of 40 gave other bits";
+  EXPECT_TRUE(wrong1.empty()) << wrong1.size() << " calls of 40 gave other bits";
+  EXPECT_GT(releases.load(), 0);
+  EXPECT_EQ(0, buffer_pool_bytes().busy);
+}
 
 }  // namespace
 }  // namespace sdpa::test

@@ -376,6 +376,18 @@ def test_dispatch_says_what_the_process_runs():
     assert d["isa_reason"] and d["engine_reason"]
 
 
+def test_release_buffers_frees_what_calls_kept_and_changes_nothing():
+    rng = np.random.default_rng(5)
+    q, k, v = rand(rng, (1, 4, 64, 64)), rand(rng, (1, 2, 700, 64)), rand(rng, (1, 2, 700, 64))
+    want = sdpa.attention(q, k, v, threads=1)
+    kept = sdpa.buffer_pool_bytes()
+    assert kept["held"] > 0 and kept["busy"] == 0, kept
+    assert sdpa.release_buffers() == kept["held"]
+    assert sdpa.buffer_pool_bytes() == {"held": 0, "busy": 0}
+    assert np.array_equal(sdpa.attention(q, k, v, threads=1), want)
+    assert sdpa.buffer_pool_bytes()["held"] > 0
+
+
 def test_explain_reports_the_loops_the_call_took():
     rng = np.random.default_rng(3)
     # Decoding: one query per head, 4 query heads on one kv head, 5000 keys: one item of 4 lanes, split in two.
