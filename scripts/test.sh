@@ -43,8 +43,18 @@ py_env_log=$(mktemp)
 bash scripts/python_env.sh > "$py_env_log" 2>&1 &
 py_env_pid=$!
 
+# One compiler cache for the Release build and the Python stage's wheel: the wheel's core library
+# (src/attention, the kernels: its longest files) is compiled with the Release build's flags, so
+# pip's build of the wheel takes those objects from the cache instead of compiling them again. The
+# cache is in the tree (build-ccache/): a fresh clone starts with it empty, and nothing of another
+# run or machine is reused. CCACHE_BASEDIR makes the two build folders' command lines alike.
+with_ccache=()
+if command -v ccache > /dev/null; then
+  with_ccache=(env CXX="${CXX:-g++}" CMAKE_CXX_COMPILER_LAUNCHER=ccache CCACHE_DIR="$PWD/build-ccache" CCACHE_BASEDIR="$PWD")
+fi
+
 stage "Release build"
-bash scripts/build.sh build -DCMAKE_BUILD_TYPE=Release
+"${with_ccache[@]}" bash scripts/build.sh build -DCMAKE_BUILD_TYPE=Release
 stage "Release tests"
 (cd build && ctest --output-on-failure -j "$jobs")
 
@@ -55,9 +65,9 @@ stage "ASan + UBSan build"
 # tests ran about as long (1293 s of test time against 1228 s). docs/design.md, "CI time".
 # Without the kernel tests' W = 16 build on AVX2 (SDPA_TEST_W16_ON_AVX2), the longest file to
 # compile (232 s), which runs the AVX-512 path's logic where the CPU has no AVX-512: the Release
-# stage runs it; here the CPU's own paths run.
+# stage runs it; here the CPU's own paths run. Nor the micro-benchmarks (bench/), which no test runs.
 bash scripts/build.sh build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g -DNDEBUG" \
-  -DSDPA_SANITIZE=address,undefined -DSDPA_TEST_W16_ON_AVX2=OFF
+  -DSDPA_SANITIZE=address,undefined -DSDPA_TEST_W16_ON_AVX2=OFF -DSDPA_BUILD_BENCH=OFF
 stage "ASan + UBSan tests"
 # LeakSanitizer's stop-the-world tracer crashes now and then at a process's exit ("Tracer caught
 # signal 11 ... LeakSanitizer has encountered a fatal error"; google/sanitizers#1353), seen here in
@@ -129,7 +139,8 @@ stage "Python package (pip install . into .venv, pytest)"
 wait "$py_env_pid" || echo "python: the background venv setup failed (exit $?); python_test.sh tries again"
 py_env_pid=""
 echo "--- the venv, filled in the background:"; cat "$py_env_log"; rm -f "$py_env_log"
-bash scripts/python_test.sh
+"${with_ccache[@]}" bash scripts/python_test.sh
+[ ${#with_ccache[@]} -eq 0 ] || "${with_ccache[@]}" ccache --show-stats | grep -E "Hits|Misses" || true
 
 end_stage
 echo; echo "=== all tests passed in $((SECONDS - start)) s"
