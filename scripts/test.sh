@@ -139,6 +139,8 @@ stage "Python package (pip install . into .venv, pytest)"
 wait "$py_env_pid" || echo "python: the background venv setup failed (exit $?); python_test.sh tries again"
 py_env_pid=""
 echo "--- the venv, filled in the background:"; cat "$py_env_log"; rm -f "$py_env_log"
+# The cache's counts from here on are the wheel's compiles alone: its hits, the Release build's objects.
+[ ${#with_ccache[@]} -eq 0 ] || "${with_ccache[@]}" ccache --zero-stats > /dev/null
 "${with_ccache[@]}" bash scripts/python_test.sh
 [ ${#with_ccache[@]} -eq 0 ] || "${with_ccache[@]}" ccache --show-stats | grep -E "Hits|Misses" || true
 
