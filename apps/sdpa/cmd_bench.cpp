@@ -33,6 +33,7 @@ struct Args {
   std::string suite, format = "table", isa = "auto";
   std::string varlen;         // lengths "2048,1024,…": one packed-versus-padded row instead of a shape
   bool varlen_given = false;  // --varlen on the command line, even as '' (refused, not taken as unset)
+  bool head_shape_given = false;  // --heads, --kv-heads, --dim or --dim-v given: the kvcache suite's rows take them
   bool ring = false;          // under mpirun (cmd_ring.cpp)
   std::string layout = "zigzag";
 };
@@ -324,6 +325,11 @@ int run(const Args& a) {
           r.Nk = a.shape.kv_seq, rows.push_back(r);
       o.kvcache = rows;
     }
+    if (a.head_shape_given) {  // the suite's heads and head dim replaced by the options' (--seq, --batch: not used)
+      const auto z = a.shape.resolve();
+      if (z.Dv != z.Dk) throw Error("--dim-v: the kvcache suite's K and V share one head dim (--dim)");
+      for (bench::KvCacheRow& r : o.kvcache) r.Hq = z.Hq, r.Hkv = z.Hkv, r.D = z.Dk;
+    }
     o.blas = o.torch = false;  // the rows are sdpa against a plain read; no baseline takes a paged or 8-bit cache
   } else if (!a.suite.empty()) {
     if (a.suite != "default") throw Error("--suite: expected 'default' or 'kvcache', got '" + a.suite + "'");
@@ -387,8 +393,9 @@ Command add_bench(CLI::App& parent) {
   c->add_option("--suite", a->suite,
                 "Run a standard table instead of one shape: default, or kvcache (decoding over contiguous and paged "
                 "caches in fp32, bf16, int8 and fp8 against a plain read of their bytes, and a 64-query chunk of "
-                "prefill over them; with --kv-seq N its one-sequence rows at N keys, with --varlen L1,L2,… its batch "
-                "rows over sequences of these lengths)");
+                "prefill over them, 32 / 8 heads of 128 unless --heads, --kv-heads, --dim say otherwise; with --kv-seq "
+                "N its one-sequence rows at N keys, with --varlen L1,L2,… its batch rows over sequences of these "
+                "lengths)");
   CLI::Option* varlen =
       c->add_option("--varlen", a->varlen,
                     "Lengths L1,L2,…: time one packed batch of these sequences (heads and dim from --heads, --dim) "
@@ -403,8 +410,10 @@ Command add_bench(CLI::App& parent) {
               "process; --repeat runs");
   c->add_option("--layout", a->layout, "With --ring: contiguous | zigzag")->capture_default_str();
   return {c, with_flag_names(c,
-                             [a, varlen] {
+                             [a, varlen, c] {
                                a->varlen_given = varlen->count() > 0;
+                               for (const char* o : {"--heads", "--kv-heads", "--dim", "--dim-v"})
+                                 a->head_shape_given = a->head_shape_given || c->get_option(o)->count() > 0;
                                return run(*a);
                              },
                              {{"min_runs", "--repeat"}})};
