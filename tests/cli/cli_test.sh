@@ -459,6 +459,19 @@ for r in rows:
 want = [2 * 128 * 8 * 128 * n for n in (4, 2)] + [2 * 128 * 8 * (128 + 4)] * 2
 assert [r["bytes"] for r in rows if r["block_size"] is None and r["seq_q"] == 1] == want, rows
 PY
+    # a model's own heads and head dim: every row takes them (12 / 4 heads of 64), and the bytes follow
+    expect_error "--dim-v" "$sdpa" bench --suite kvcache --kv-seq 128 --dim 64 --dim-v 32
+    "$sdpa" bench --suite kvcache --kv-seq 96 --heads 12 --kv-heads 4 --dim 64 --repeat 1 --min-seconds 0 \
+      --format json > kvs.json || fail "bench --suite kvcache --heads"
+    /usr/bin/python3 - kvs.json <<'PY' || fail "bench --suite kvcache --heads json"
+import json, sys
+rows = json.load(open(sys.argv[1]))
+assert len(rows) == 20, len(rows)
+for r in rows:
+    assert (r["heads"], r["kv_heads"], r["dim"], r["seq_k"]) == (12, 4, 64, 96), r
+want = [2 * 96 * 4 * 64 * n for n in (4, 2)] + [2 * 96 * 4 * (64 + 4)] * 2
+assert [r["bytes"] for r in rows if r["block_size"] is None and r["seq_q"] == 1] == want, rows
+PY
     # its batch rows over three sequences: one call, and one call per sequence, both timed; the bytes those
     # lengths hold (the last block of each read head by head, not the whole block)
     expect_error "--varlen" "$sdpa" bench --suite kvcache --varlen 16,70 --kv-seq 128
