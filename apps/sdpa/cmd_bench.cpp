@@ -33,9 +33,10 @@ struct Args {
   std::string suite, format = "table", isa = "auto";
   std::string varlen;         // lengths "2048,1024,…": one packed-versus-padded row instead of a shape
   bool varlen_given = false;  // --varlen on the command line, even as '' (refused, not taken as unset)
-  bool head_shape_given = false;  // --heads, --kv-heads, --dim or --dim-v given: the kvcache suite's rows take them
   bool ring = false;          // under mpirun (cmd_ring.cpp)
   std::string layout = "zigzag";
+  // --heads, --kv-heads, --dim or --dim-v on the command line: the kvcache suite's rows take them
+  bool head_shape_given = false;
 };
 
 nlohmann::ordered_json json_row(const bench::SuiteResult& res, const bench::Row& r) {

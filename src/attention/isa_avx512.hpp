@@ -25,7 +25,7 @@ namespace decode {
 struct Ops {
   using Mask = __mmask16;
   static constexpr int kGroupLanes = 4;       // 4 lanes × 4 keys per score vector
-  static constexpr bool kThreeLanes = true;  // 3 lanes × 4 keys a vector, 4 elements unused (GQA 3, 5, 6)
+  static constexpr bool kThreeLanes = true;   // 3 lanes × 4 keys a vector, 4 elements unused (GQA 3, 5, 6)
   static constexpr int kPvAccumulators = 16;  // of 32 registers
 
   static Mask full_mask() { return 0xFFFF; }

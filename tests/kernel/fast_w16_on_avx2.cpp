@@ -26,7 +26,7 @@ namespace decode {
 struct Ops {
   using Mask = std::uint16_t;                 // bit e: float e of a vector is read
   static constexpr int kGroupLanes = 4;       // 4 lanes × 4 keys per score vector
-  static constexpr bool kThreeLanes = true;  // as AVX-512's
+  static constexpr bool kThreeLanes = true;   // as AVX-512's
   static constexpr int kPvAccumulators = 16;  // AVX-512's count (of 32 registers)
 
   static Mask full_mask() { return 0xFFFF; }
