@@ -25,11 +25,13 @@ py_env_pid=""  # the background venv setup (below), stopped if a stage fails fir
 trap '[ $? -eq 0 ] || echo "=== FAILED in stage: $stage_name (t = $((SECONDS - start)) s)"
       [ -z "$py_env_pid" ] || kill "$py_env_pid" 2> /dev/null || true' EXIT
 
-# The largest cases of five kernel test families (the N = 1000 shapes, the two longest decoding
-# grids, the explicit-mask determinism sweep, the paged-against-contiguous bits): the Release
-# stage runs them; the sanitized and emulated stages run the families' smaller cases, which
-# reach the same code paths in a fraction of the time.
+# The largest cases of seven kernel test families (the N = 1000 shapes, the two longest decoding
+# grids, the explicit-mask determinism sweep, the paged-against-contiguous bits, the fp8 cache's
+# thread-count and paged bits, two layouts of the heads read together): the Release stage runs
+# them; the sanitized and emulated stages run the families' smaller cases, which reach the same
+# code paths in a fraction of the time.
 big_kernel_cases='N1000_|decode_Hq6_Hkv3_Nq1_Nk12345|decode_Hq8_Hkv2_Nq3_Nk9000|ExplicitMaskGivesTheBitsOfItsStructure|PagedGivesTheContiguousBits'
+big_kernel_cases+='|PagedAsContiguous/fp8_e4m3_|HeadsReadTogetherGiveEachHeadsOwnBits/heads_major_(paged32|contiguous)$'
 # The lab's statistical tests (each claim's verdict at its full sample count): the Release
 # stage runs them; under the sanitizers every experiment's C++ runs once in lab.Registry.
 lab_statistics='^lab\.(Puzzle|Alternatives|Projections|Gradients|Saturation|Verdicts|Variance|Matrix|General)\.'

@@ -8,6 +8,8 @@
 #include <cmath>
 #include <cstdio>
 #include <numeric>
+#include <ostream>
+#include <string>
 
 #include "attention/fast.hpp"
 #include "attention/quantize.hpp"
@@ -454,40 +456,48 @@ TEST(KvCache, ManySequencesOfVeryDifferentLengthsShareOnePool) {
 // heads-major cache contiguous, or in longer pieces, keeps one head an item. Each head's bits stay
 // its own item's: the same for any thread count and layout, and sdpa::forward's on the sequence's
 // heads-major copy (which takes one head an item).
-TEST(KvCache, HeadsReadTogetherGiveEachHeadsOwnBits) {
-  struct Layout {
-    const char* name;
-    bool paged, heads_major;
-    i64 block;
-    bool grouped;  // where the decoding loop exists
-  };
+// One test case a layout: the emulated and sanitized CI stages leave out the last two, heads-major
+// blocks of 32 and the heads-major contiguous cache, which take the paths of the others (test.sh).
+struct HeadsLayout {
+  const char* id;
+  bool paged, heads_major;
+  i64 block;
+  enum Grouped { yes, where_8k_is_short, no } grouped;  // whether the decoding loop takes several heads an item
+};
+void PrintTo(const HeadsLayout& l, std::ostream* os) { *os << l.id; }
+class KvCacheHeads : public ::testing::TestWithParam<HeadsLayout> {};
+TEST_P(KvCacheHeads, HeadsReadTogetherGiveEachHeadsOwnBits) {
+  const HeadsLayout& l = GetParam();
   const bool short_8k = detail::short_piece_bytes() >= 64 * 64 * 2;  // blocks of 64 rows of 64 bf16
+  const bool grouped = l.grouped == HeadsLayout::yes || (l.grouped == HeadsLayout::where_8k_is_short && short_8k);
   CacheCase c;
   c.held = {4500, 70};  // the first split in two (4501 keys)
   c.Hq = 32, c.Hkv = 8, c.Dk = 64, c.Dv = 64, c.cap = 4608;
-  for (const Layout& l :
-       {Layout{"contiguous", false, false, 16, true}, Layout{"paged 16", true, false, 16, true},
-        Layout{"heads-major, paged 16", true, true, 16, true}, Layout{"heads-major, paged 32", true, true, 32, true},
-        Layout{"heads-major, paged 64", true, true, 64, short_8k},
-        Layout{"heads-major, contiguous", false, true, 16, false}}) {
-    SCOPED_TRACE(l.name);
-    c.paged = l.paged, c.heads_major = l.heads_major, c.block = l.block;
-    const CacheData d(c, Dtype::bf16, 43);
-    for_each_variant(c.opt, [&](const KernelVariant&, Options o) {
-      const bool decoding = detail::kernels_for(o).paged_lanes > 0;
-      Plan plan;
-      o.plan = &plan;
-      o.threads = 1;
-      const CacheRun<bf16> one = run<bf16>(c, d, o);
-      EXPECT_EQ(plan.heads_per_item, decoding && l.grouped ? 8 : 1) << plan.summary();
-      o.threads = 16;
-      (void)run<bf16>(c, d, o);
-      EXPECT_EQ(plan.heads_per_item, 1) << plan.summary();  // 2 + 1 splits of 8 heads: 24 items, none to spare
-      o.plan = nullptr;
-      expect_bits_of_one_thread_and_forward<bf16>(c, d, o, one, {2, 3, 16});
-    });
-  }
+  c.paged = l.paged, c.heads_major = l.heads_major, c.block = l.block;
+  const CacheData d(c, Dtype::bf16, 43);
+  for_each_variant(c.opt, [&](const KernelVariant&, Options o) {
+    const bool decoding = detail::kernels_for(o).paged_lanes > 0;
+    Plan plan;
+    o.plan = &plan;
+    o.threads = 1;
+    const CacheRun<bf16> one = run<bf16>(c, d, o);
+    EXPECT_EQ(plan.heads_per_item, decoding && grouped ? 8 : 1) << plan.summary();
+    o.threads = 16;
+    (void)run<bf16>(c, d, o);
+    EXPECT_EQ(plan.heads_per_item, 1) << plan.summary();  // 2 + 1 splits of 8 heads: 24 items, none to spare
+    o.plan = nullptr;
+    expect_bits_of_one_thread_and_forward<bf16>(c, d, o, one, {2, 3, 16});
+  });
 }
+INSTANTIATE_TEST_SUITE_P(Layouts, KvCacheHeads,
+                         ::testing::Values(HeadsLayout{"contiguous", false, false, 16, HeadsLayout::yes},
+                                           HeadsLayout{"paged16", true, false, 16, HeadsLayout::yes},
+                                           HeadsLayout{"heads_major_paged16", true, true, 16, HeadsLayout::yes},
+                                           HeadsLayout{"heads_major_paged64", true, true, 64,
+                                                       HeadsLayout::where_8k_is_short},
+                                           HeadsLayout{"heads_major_paged32", true, true, 32, HeadsLayout::yes},
+                                           HeadsLayout{"heads_major_contiguous", false, true, 16, HeadsLayout::no}),
+                         [](const ::testing::TestParamInfo<HeadsLayout>& i) { return std::string(i.param.id); });
 
 // A bad argument: an error naming it, thrown before anything is written (cache and out unchanged).
 TEST(KvCache, BadArgumentsAreRefusedBeforeAnythingIsWritten) {
@@ -770,70 +780,84 @@ TEST(QuantizedKvCache, AppendWritesTheNewRowsCodesAndScalesAndNothingElse) {
 // at lengths past the split-KV threshold (keys split over items and merged):
 // decoding (one query, the fused decoding loop where the ISA has it) and a chunk of 20 queries (80
 // lanes per kv head: the tiled loop, two lane tiles); paged in blocks of 16, 24 and 64 positions.
-TEST(QuantizedKvCache, SameBitsForAnyThreadCountAndPagedAsContiguous) {
+// One test case a format and shape: (Nq, Hkv) (1, 2), (20, 2) and (1, 1); the emulated and sanitized CI
+// stages run int8's (fp8's reach the same loops, test.sh).
+struct QuantBitsCase {
+  KvQuant quant;
+  i64 nq, hkv;
+};
+std::string quant_bits_id(const QuantBitsCase& c) {
+  return std::string(kv_quant_name(c.quant)) + "_Nq" + std::to_string(c.nq) + "_Hkv" + std::to_string(c.hkv);
+}
+void PrintTo(const QuantBitsCase& c, std::ostream* os) { *os << quant_bits_id(c); }
+class QuantizedKvCacheBits : public ::testing::TestWithParam<QuantBitsCase> {};
+TEST_P(QuantizedKvCacheBits, SameBitsForAnyThreadCountAndPagedAsContiguous) {
   // One kv head too: a paged cache whose blocks hold each run of rows back to back, where the
   // decoding loop takes a tile's two blocks in one P·V pass.
-  for (KvQuant quant : {KvQuant::int8, KvQuant::fp8_e4m3})
-    for (auto [nq, hkv] : {std::pair<i64, i64>{1, 2}, {20, 2}, {1, 1}}) {
-      CacheCase c;
-      c.held = {0, 16, 300, 5000, 33};
-      c.Nq = nq, c.Nnew = nq, c.Hq = 8, c.Hkv = hkv, c.Dk = 64, c.Dv = 40, c.cap = 5024;
-      c.opt.causal = Causal::bottom_right;
-      const CacheData d(c, Dtype::f32, 31);
-      const QuantData qd(c, d, quant);
-      for_each_variant(c.opt, [&](const KernelVariant&, Options o) {
-        SCOPED_TRACE(std::string(kv_quant_name(quant)) + ", Nq " + std::to_string(nq) + ", Hkv " + std::to_string(hkv));
-        o.threads = 1;
-        const QuantRun<float> one = run_quantized<float>(c, d, qd, quant, o);
-        for (int t : {2, 3}) {
-          o.threads = t;
-          const QuantRun<float> r = run_quantized<float>(c, d, qd, quant, o);
-          EXPECT_EQ(r.out, one.out) << t << " threads";
-          EXPECT_EQ(r.lse, one.lse) << t << " threads";
-        }
-        const bool decoding = nq == 1 && detail::kernels_for(o).paged_lanes > 0;
-        o.threads = 1;
-        for (i64 block : {16, 24, 64}) {
-          SCOPED_TRACE("block " + std::to_string(block));
-          CacheCase pc = c;
-          pc.paged = true, pc.block = block;
-          CacheData pd(pc, Dtype::f32, 32, false);
-          pd.q = d.q, pd.k_new = d.k_new, pd.v_new = d.v_new;
-          QuantData pq(pc, pd, quant);  // its shapes; the codes and scales come from the contiguous cache
-          const i64 n1 = pc.outer()[1];
-          for (i64 b = 0; b < c.B(); ++b)
-            for (i64 pos = 0; pos < c.cap; ++pos) {
-              const auto [blk, row] = pd.where(pc, b, pos);
-              for (i64 h = 0; h < c.Hkv; ++h) {
-                std::copy_n(qd.k.begin() + ((b * c.cap + pos) * c.Hkv + h) * c.Dk, c.Dk,
-                            pq.k.begin() + ((blk * n1 + row) * c.Hkv + h) * c.Dk);
-                std::copy_n(qd.v.begin() + ((b * c.cap + pos) * c.Hkv + h) * c.Dv, c.Dv,
-                            pq.v.begin() + ((blk * n1 + row) * c.Hkv + h) * c.Dv);
-                pq.ks[static_cast<std::size_t>((blk * c.Hkv + h) * n1 + row)] =
-                    qd.ks[static_cast<std::size_t>((b * c.Hkv + h) * c.cap + pos)];
-                pq.vs[static_cast<std::size_t>((blk * c.Hkv + h) * n1 + row)] =
-                    qd.vs[static_cast<std::size_t>((b * c.Hkv + h) * c.cap + pos)];
-              }
-            }
-          Plan plan;
-          o.plan = &plan;
-          const QuantRun<float> r = run_quantized<float>(pc, pd, pq, quant, o);
-          o.plan = nullptr;
-          // The decoding loop reads blocks of a multiple of 16 rows, both kv heads of a tokens-major
-          // cache an item (12 items of one head at one thread; one head: one); blocks of 24 go to the tiled loop,
-          // one head at a time, with that loop's bits (the contiguous cache's where the decoding
-          // loop does not exist or does not take the lanes).
-          const bool read_by_decoding = decoding && block % 16 == 0;
-          EXPECT_EQ(plan.decoding_items > 0, read_by_decoding) << plan.summary();
-          EXPECT_EQ(plan.heads_per_item, read_by_decoding ? hkv : 1) << plan.summary();
-          if (read_by_decoding || !decoding) {
-            EXPECT_EQ(r.out, one.out);
-            EXPECT_EQ(r.lse, one.lse);
+  const auto [quant, nq, hkv] = GetParam();
+  CacheCase c;
+  c.held = {0, 16, 300, 5000, 33};
+  c.Nq = nq, c.Nnew = nq, c.Hq = 8, c.Hkv = hkv, c.Dk = 64, c.Dv = 40, c.cap = 5024;
+  c.opt.causal = Causal::bottom_right;
+  const CacheData d(c, Dtype::f32, 31);
+  const QuantData qd(c, d, quant);
+  for_each_variant(c.opt, [&](const KernelVariant&, Options o) {
+    o.threads = 1;
+    const QuantRun<float> one = run_quantized<float>(c, d, qd, quant, o);
+    for (int t : {2, 3}) {
+      o.threads = t;
+      const QuantRun<float> r = run_quantized<float>(c, d, qd, quant, o);
+      EXPECT_EQ(r.out, one.out) << t << " threads";
+      EXPECT_EQ(r.lse, one.lse) << t << " threads";
+    }
+    const bool decoding = nq == 1 && detail::kernels_for(o).paged_lanes > 0;
+    o.threads = 1;
+    for (i64 block : {16, 24, 64}) {
+      SCOPED_TRACE("block " + std::to_string(block));
+      CacheCase pc = c;
+      pc.paged = true, pc.block = block;
+      CacheData pd(pc, Dtype::f32, 32, false);
+      pd.q = d.q, pd.k_new = d.k_new, pd.v_new = d.v_new;
+      QuantData pq(pc, pd, quant);  // its shapes; the codes and scales come from the contiguous cache
+      const i64 n1 = pc.outer()[1];
+      for (i64 b = 0; b < c.B(); ++b)
+        for (i64 pos = 0; pos < c.cap; ++pos) {
+          const auto [blk, row] = pd.where(pc, b, pos);
+          for (i64 h = 0; h < c.Hkv; ++h) {
+            std::copy_n(qd.k.begin() + ((b * c.cap + pos) * c.Hkv + h) * c.Dk, c.Dk,
+                        pq.k.begin() + ((blk * n1 + row) * c.Hkv + h) * c.Dk);
+            std::copy_n(qd.v.begin() + ((b * c.cap + pos) * c.Hkv + h) * c.Dv, c.Dv,
+                        pq.v.begin() + ((blk * n1 + row) * c.Hkv + h) * c.Dv);
+            pq.ks[static_cast<std::size_t>((blk * c.Hkv + h) * n1 + row)] =
+                qd.ks[static_cast<std::size_t>((b * c.Hkv + h) * c.cap + pos)];
+            pq.vs[static_cast<std::size_t>((blk * c.Hkv + h) * n1 + row)] =
+                qd.vs[static_cast<std::size_t>((b * c.Hkv + h) * c.cap + pos)];
           }
         }
-      });
+      Plan plan;
+      o.plan = &plan;
+      const QuantRun<float> r = run_quantized<float>(pc, pd, pq, quant, o);
+      o.plan = nullptr;
+      // The decoding loop reads blocks of a multiple of 16 rows, both kv heads of a tokens-major
+      // cache an item (12 items of one head at one thread; one head: one); blocks of 24 go to the tiled loop,
+      // one head at a time, with that loop's bits (the contiguous cache's where the decoding
+      // loop does not exist or does not take the lanes).
+      const bool read_by_decoding = decoding && block % 16 == 0;
+      EXPECT_EQ(plan.decoding_items > 0, read_by_decoding) << plan.summary();
+      EXPECT_EQ(plan.heads_per_item, read_by_decoding ? hkv : 1) << plan.summary();
+      if (read_by_decoding || !decoding) {
+        EXPECT_EQ(r.out, one.out);
+        EXPECT_EQ(r.lse, one.lse);
+      }
     }
+  });
 }
+INSTANTIATE_TEST_SUITE_P(Formats, QuantizedKvCacheBits,
+                         ::testing::Values(QuantBitsCase{KvQuant::int8, 1, 2}, QuantBitsCase{KvQuant::int8, 20, 2},
+                                           QuantBitsCase{KvQuant::int8, 1, 1}, QuantBitsCase{KvQuant::fp8_e4m3, 1, 2},
+                                           QuantBitsCase{KvQuant::fp8_e4m3, 20, 2},
+                                           QuantBitsCase{KvQuant::fp8_e4m3, 1, 1}),
+                         [](const ::testing::TestParamInfo<QuantBitsCase>& i) { return quant_bits_id(i.param); });
 
 // Against the fp64 attention of the float cache (before quantization): within the bound the contract
 // derives from the quantization step. Per query row, with δk_j the per-element bound of key j's
