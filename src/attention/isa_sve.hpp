@@ -31,7 +31,7 @@ namespace decode {
 struct Ops {
   using Mask = VecBool;                       // the floats a partial load reads
   static constexpr int kGroupLanes = 4;       // 4 lanes × W/4 keys per score vector (W / kGroupLanes >= 2)
-  static constexpr bool kThreeLanes = false;  // groups of three run as four
+  static constexpr bool kThreeLanes = true;   // 3 lanes × W/4 keys a vector, W/4 elements unused (GQA 3, 5, 6)
   static constexpr int kPvAccumulators = 16;  // of 32 registers: 16 + a key's V vectors + a weight
 
   static Mask full_mask() { return svptrue_b32(); }
