@@ -3,9 +3,11 @@
 // PyTorch's CPU SDPA, all timed by one rule, FLOPs counted by one function) and prints
 // its rows as a table or JSON.
 #include <algorithm>
+#include <initializer_list>
 #include <memory>
 #include <numeric>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -35,9 +37,26 @@ struct Args {
   bool varlen_given = false;  // --varlen on the command line, even as '' (refused, not taken as unset)
   bool ring = false;          // under mpirun (cmd_ring.cpp)
   std::string layout = "zigzag";
-  // --heads, --kv-heads, --dim or --dim-v on the command line: the kvcache suite's rows take them
-  bool head_shape_given = false;
+  // The options of one shape given on the command line (with_flag_names' callback): a suite or
+  // --varlen that has no use for one refuses it rather than ignore it.
+  std::set<std::string> given;
+  bool was_given(const char* name) const { return given.count(name) > 0; }
+  // The first of `names` given, or null.
+  const char* first_given(std::initializer_list<const char*> names) const {
+    for (const char* n : names)
+      if (was_given(n)) return n;
+    return nullptr;
+  }
 };
+
+// The options that shape one row, which a suite or --varlen may have no use for.
+constexpr const char* kRowOptions[] = {"--batch", "--heads",  "--kv-heads", "--seq",     "--kv-seq", "--dim",
+                                       "--dim-v", "--causal", "--backward", "--dropout", "--dtype",  "--layout"};
+
+// Throws for the first of `names` given: "<name>: not with <what>".
+void refuse_given(const Args& a, std::initializer_list<const char*> names, const std::string& what) {
+  if (const char* n = a.first_given(names)) throw Error(std::string(n) + ": not with " + what);
+}
 
 nlohmann::ordered_json json_row(const bench::SuiteResult& res, const bench::Row& r) {
   const auto& s = r.c.shape;
@@ -283,6 +302,7 @@ int run(const Args& a) {
   o.torch = !a.no_torch;
   const int threads = bench::resolve_threads(a.threads);
   if (a.varlen_given && a.varlen.empty()) throw Error("--varlen: expected lengths L1,L2,..., got ''");
+  if (!a.ring) refuse_given(a, {"--layout"}, "a run without --ring (it sets the ring's layout)");
   if (a.ring) {
     // The ring's table is fp32, one shape, no baselines: refuse what it would otherwise ignore.
     if (!a.suite.empty()) throw Error("--suite: not with --ring (give one shape)");
@@ -305,6 +325,9 @@ int run(const Args& a) {
   if (!dtype) throw Error("--dtype: expected float32, bfloat16 or float16, got '" + a.dtype + "'");
   if (a.suite == "kvcache") {
     if (mask != bench::ExplicitMask::none) throw Error("--mask: not with --suite");
+    refuse_given(a, {"--batch", "--seq", "--causal", "--backward", "--dropout", "--dtype"},
+                 "--suite kvcache (its rows: one decoding query and a 64-query causal chunk a sequence, every cache "
+                 "format; --kv-seq, --varlen, --heads, --kv-heads, --dim choose the caches)");
     if (a.varlen_given && a.shape.kv_seq > 0) throw Error("--varlen: not with --kv-seq (give one or the other)");
     o.kvcache = bench::default_kvcache(threads);
     if (a.varlen_given) {  // the batch rows, of these lengths instead of the suite's
@@ -326,7 +349,7 @@ int run(const Args& a) {
           r.Nk = a.shape.kv_seq, rows.push_back(r);
       o.kvcache = rows;
     }
-    if (a.head_shape_given) {  // the suite's heads and head dim replaced by the options' (--seq, --batch: not used)
+    if (a.first_given({"--heads", "--kv-heads", "--dim", "--dim-v"})) {  // the suite's heads and head dim replaced
       const auto z = a.shape.resolve();
       if (z.Dv != z.Dk) throw Error("--dim-v: the kvcache suite's K and V share one head dim (--dim)");
       for (bench::KvCacheRow& r : o.kvcache) r.Hq = z.Hq, r.Hkv = z.Hkv, r.D = z.Dk;
@@ -336,11 +359,17 @@ int run(const Args& a) {
     if (a.suite != "default") throw Error("--suite: expected 'default' or 'kvcache', got '" + a.suite + "'");
     if (a.varlen_given) throw Error("--varlen: not with --suite (the suite has its own varlen rows)");
     if (mask != bench::ExplicitMask::none) throw Error("--mask: not with --suite (the suite has its own padded rows)");
+    refuse_given(a,
+                 {"--batch", "--heads", "--kv-heads", "--seq", "--kv-seq", "--dim", "--dim-v", "--causal", "--backward",
+                  "--dropout", "--dtype"},
+                 "--suite default (it has its own shapes, passes and dtypes; give one shape without --suite)");
     o.cases = bench::default_suite(threads);
     for (Dtype t : {Dtype::f32, Dtype::bf16, Dtype::fp16}) o.varlen.push_back(bench::default_varlen(threads, t));
   } else if (a.varlen_given) {
     if (a.causal || a.backward || a.dropout > 0 || mask != bench::ExplicitMask::none)
       throw Error("--varlen: the packed-versus-padded row is a non-causal forward without dropout or --mask");
+    refuse_given(a, {"--batch", "--seq", "--kv-seq", "--kv-heads", "--dim-v"},
+                 "--varlen (the lengths are the batch; --heads, --dim and --dtype set the rest)");
     const auto z = a.shape.resolve();
     bench::VarlenRow v = bench::default_varlen(threads, *dtype);
     v.lengths = bench::parse_lengths(a.varlen, "--varlen");
@@ -413,8 +442,8 @@ Command add_bench(CLI::App& parent) {
   return {c, with_flag_names(c,
                              [a, varlen, c] {
                                a->varlen_given = varlen->count() > 0;
-                               for (const char* o : {"--heads", "--kv-heads", "--dim", "--dim-v"})
-                                 a->head_shape_given = a->head_shape_given || c->get_option(o)->count() > 0;
+                               for (const char* o : kRowOptions)
+                                 if (c->get_option(o)->count() > 0) a->given.insert(o);
                                return run(*a);
                              },
                              {{"min_runs", "--repeat"}})};

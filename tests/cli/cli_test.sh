@@ -440,6 +440,13 @@ PY
     expect_error "--varlen" "$sdpa" bench --varlen '' --suite default
     expect_error "--suite" "$sdpa" bench --suite nope
     expect_error "--mask" "$sdpa" bench --mask padding --suite kvcache
+    # what a suite or --varlen has no use for is refused, not ignored
+    expect_error "--batch" "$sdpa" bench --suite kvcache --batch 2
+    expect_error "--dtype" "$sdpa" bench --suite kvcache --kv-seq 128 --dtype bfloat16
+    expect_error "--causal" "$sdpa" bench --suite default --causal
+    expect_error "--kv-seq" "$sdpa" bench --suite default --kv-seq 128
+    expect_error "--seq" "$sdpa" bench --varlen 5,4 --seq 3
+    expect_error "--layout" "$sdpa" bench --seq 64 --layout contiguous
     # the KV-cache rows at one short length: every layout and format runs and reports its fraction of a read
     "$sdpa" bench --suite kvcache --kv-seq 128 --repeat 1 --min-seconds 0 --format json > kv.json \
       || fail "bench --suite kvcache"
