@@ -129,6 +129,7 @@ nlohmann::ordered_json json_row(const bench::SuiteResult& res, const bench::Varl
 
 // A KV-cache row: the call's median against a plain read of the same bytes, alternating.
 nlohmann::ordered_json json_row(const bench::SuiteResult& res, const bench::KvCacheRow& r) {
+  auto or_null = [](double x) { return x > 0 ? nlohmann::ordered_json(x) : nlohmann::ordered_json(nullptr); };
   return {{"pass", r.pass_name()},
           {"batch", r.batch()},
           {"heads", r.Hq},
@@ -151,7 +152,11 @@ nlohmann::ordered_json json_row(const bench::SuiteResult& res, const bench::KvCa
           {"fraction_of_read", r.fraction_of_read()},
           {"tokens_per_s", r.tokens_per_s()},
           {"one_at_a_time_seconds_median", r.apart.median_seconds},
-          {"speedup_vs_one_at_a_time", r.batching_speedup()}};
+          {"speedup_vs_one_at_a_time", r.batching_speedup()},
+          // a paged sequence's call alternated with the same sequence's over a contiguous cache
+          {"paged_seconds_median", or_null(r.paged.median_seconds)},
+          {"contiguous_seconds_median", or_null(r.contiguous.median_seconds)},
+          {"time_over_contiguous", or_null(r.over_contiguous())}};
 }
 
 void print_json(const bench::SuiteResult& res) {
@@ -258,18 +263,20 @@ void print_table(const Args& a, const bench::SuiteResult& res) {
           return o.tokens_per_s();
       return 0.0;
     };
-    fmt::print("\n{:<40} {:<28} {:>10} {:>10} {:>9} {:>10} {:>9}\n", "KV cache (decoding step; chunk)", "shape", "ms",
-               "GB/s", "% read", "tokens/s", "x bf16");
+    fmt::print("\n{:<40} {:<28} {:>10} {:>10} {:>9} {:>10} {:>9} {:>12}\n", "KV cache (decoding step; chunk)", "shape",
+               "ms", "GB/s", "% read", "tokens/s", "x bf16", "/ contiguous");
     for (const auto& r : res.kvcache) {
       const double b = bf16_of(r);
-      fmt::print("{:<40} {:<28} {:>10.3f} {:>10.1f} {:>8.1f}% {:>10.1f} {:>9}\n", r.pass_name(), r.label(),
+      fmt::print("{:<40} {:<28} {:>10.3f} {:>10.1f} {:>8.1f}% {:>10.1f} {:>9} {:>12}\n", r.pass_name(), r.label(),
                  1e3 * r.sdpa.median_seconds, r.gbytes_per_s(), 100 * r.fraction_of_read(), r.tokens_per_s(),
-                 b > 0 ? fmt::format("x{:.2f}", r.tokens_per_s() / b) : std::string("-"));
+                 b > 0 ? fmt::format("x{:.2f}", r.tokens_per_s() / b) : std::string("-"),
+                 r.over_contiguous() > 0 ? fmt::format("{:.3f}", r.over_contiguous()) : std::string("-"));
     }
     fmt::print(
         "% read: the call's bytes per second over a plain read of the same bytes (codes and scales for int8 and "
         "fp8), medians of alternating runs, {} threads; tokens/s: queries answered (a chunk: 64 a sequence, "
-        "bottom-right causal)\n",
+        "bottom-right causal); / contiguous: a paged sequence's time over the same sequence's in a contiguous "
+        "cache of the same format and order, medians of alternating runs\n",
         res.kvcache.front().threads);
     for (const auto& r : res.kvcache)
       if (r.batch() > 1)

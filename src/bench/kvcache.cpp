@@ -101,71 +101,103 @@ void one_at_a_time(const Cache& cache, const Pool& p, const Q* q, Q* out, i64 Hq
   }
 }
 
+// A row's cache in float elements T (fp32 or bf16), drawn and described, the call that decodes over
+// it, the spans a plain read of its bytes reads, and the same sequences as one call each.
 template <class T>
-void run_float(KvCacheRow& r, const TimerRule& rule, Options opt) {
-  const Pool pool = pool_of(r);
-  const i64 B = r.batch();
-  std::mt19937_64 rng(1);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<T> q(static_cast<std::size_t>(B * r.Nq * r.Hq * r.D)),
-      k(static_cast<std::size_t>(pool.outer * pool.rows * r.Hkv * r.D)), v(k.size()), out(q.size());
-  for (auto* x : {&q, &k, &v})
-    for (auto& e : *x) e = T(normal(rng));
+struct FloatSetup {
+  Pool pool;
+  i64 B;
+  std::vector<T> q, k, v, out;
   KvCache<T> cache;
-  cache.k = cache_view(k.data(), pool.outer, pool.rows, r.Hkv, r.D, r.heads_major);
-  cache.v = cache_view(v.data(), pool.outer, pool.rows, r.Hkv, r.D, r.heads_major);
-  describe(cache, pool);
-  const auto call = [&] {
+  std::vector<peak::Span> spans;
+  double bytes;
+  FloatSetup(const KvCacheRow& r) : pool(pool_of(r)), B(r.batch()) {
+    std::mt19937_64 rng(1);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    q.resize(static_cast<std::size_t>(B * r.Nq * r.Hq * r.D)), out.resize(q.size());
+    k.resize(static_cast<std::size_t>(pool.outer * pool.rows * r.Hkv * r.D)), v.resize(k.size());
+    for (auto* x : {&q, &k, &v})
+      for (auto& e : *x) e = T(normal(rng));
+    cache.k = cache_view(k.data(), pool.outer, pool.rows, r.Hkv, r.D, r.heads_major);
+    cache.v = cache_view(v.data(), pool.outer, pool.rows, r.Hkv, r.D, r.heads_major);
+    describe(cache, pool);
+    bytes = 2.0 * static_cast<double>(r.Nk * r.Hkv * r.D) * sizeof(T);
+    for (const auto* x : {&k, &v}) add_spans(spans, x->data(), pool, r.Hkv, r.D, sizeof(T), r.heads_major);
+  }
+  void call(const KvCacheRow& r, const Options& opt) {
     forward_kvcache(contiguous<const T>(q.data(), {B, r.Nq, r.Hq, r.D}), cache, {}, {},
                     contiguous(out.data(), {B, r.Nq, r.Hq, r.D}), {}, opt);
-  };
-  r.bytes = 2.0 * static_cast<double>(r.Nk * r.Hkv * r.D) * sizeof(T);
-  std::vector<peak::Span> spans;
-  for (const auto* x : {&k, &v}) add_spans(spans, x->data(), pool, r.Hkv, r.D, sizeof(T), r.heads_major);
-  std::tie(r.sdpa, r.read) = time_alternating(
-      rule, call, [&] { peak::read_seconds(spans.data(), static_cast<int>(spans.size()), r.threads); });
-  if (B > 1)
-    std::tie(r.together, r.apart) =
-        time_alternating(rule, call, [&] { one_at_a_time(cache, pool, q.data(), out.data(), r.Hq, r.D, opt); });
-}
-
-void run_codes(KvCacheRow& r, const TimerRule& rule, Options opt) {
-  const Pool pool = pool_of(r);
-  const i64 B = r.batch(), outer = pool.outer, rows = pool.rows;
-  const KvQuant quant = r.format == KvFormat::int8 ? KvQuant::int8 : KvQuant::fp8_e4m3;
-  std::mt19937_64 rng(1);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> q(static_cast<std::size_t>(B * r.Nq * r.Hq * r.D)),
-      x(static_cast<std::size_t>(outer * rows * r.Hkv * r.D)), out(q.size());
-  for (auto& e : q) e = normal(rng);
-  std::vector<std::uint8_t> k(x.size()), v(x.size());
-  std::vector<float> ks(static_cast<std::size_t>(outer * rows * r.Hkv)), vs(ks.size());
-  for (auto [codes, scales] : {std::pair{&k, &ks}, std::pair{&v, &vs}}) {
-    for (auto& e : x) e = normal(rng);
-    quantize_kv(contiguous<const float>(x.data(), {outer, rows, r.Hkv, r.D}), quant,
-                cache_view(codes->data(), outer, rows, r.Hkv, r.D, r.heads_major),
-                contiguous(scales->data(), {outer, r.Hkv, rows}));
   }
+  void apart(const KvCacheRow& r, const Options& opt) {
+    one_at_a_time(cache, pool, q.data(), out.data(), r.Hq, r.D, opt);
+  }
+};
+
+// The same for an 8-bit cache: codes and their scales (quantize_kv of normal draws).
+struct CodeSetup {
+  Pool pool;
+  i64 B;
+  std::vector<float> q, out;
+  std::vector<std::uint8_t> k, v;
+  std::vector<float> ks, vs;
   QuantizedKvCache cache;
-  cache.quant = quant;
-  cache.k = cache_view(k.data(), outer, rows, r.Hkv, r.D, r.heads_major);
-  cache.v = cache_view(v.data(), outer, rows, r.Hkv, r.D, r.heads_major);
-  cache.k_scale = contiguous(ks.data(), {outer, r.Hkv, rows});
-  cache.v_scale = contiguous(vs.data(), {outer, r.Hkv, rows});
-  describe(cache, pool);
-  const auto call = [&] {
+  std::vector<peak::Span> spans;
+  double bytes;
+  CodeSetup(const KvCacheRow& r) : pool(pool_of(r)), B(r.batch()) {
+    const i64 outer = pool.outer, rows = pool.rows;
+    const KvQuant quant = r.format == KvFormat::int8 ? KvQuant::int8 : KvQuant::fp8_e4m3;
+    std::mt19937_64 rng(1);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    q.resize(static_cast<std::size_t>(B * r.Nq * r.Hq * r.D)), out.resize(q.size());
+    std::vector<float> x(static_cast<std::size_t>(outer * rows * r.Hkv * r.D));
+    for (auto& e : q) e = normal(rng);
+    k.resize(x.size()), v.resize(x.size());
+    ks.resize(static_cast<std::size_t>(outer * rows * r.Hkv)), vs.resize(ks.size());
+    for (auto [codes, scales] : {std::pair{&k, &ks}, std::pair{&v, &vs}}) {
+      for (auto& e : x) e = normal(rng);
+      quantize_kv(contiguous<const float>(x.data(), {outer, rows, r.Hkv, r.D}), quant,
+                  cache_view(codes->data(), outer, rows, r.Hkv, r.D, r.heads_major),
+                  contiguous(scales->data(), {outer, r.Hkv, rows}));
+    }
+    cache.quant = quant;
+    cache.k = cache_view(k.data(), outer, rows, r.Hkv, r.D, r.heads_major);
+    cache.v = cache_view(v.data(), outer, rows, r.Hkv, r.D, r.heads_major);
+    cache.k_scale = contiguous(ks.data(), {outer, r.Hkv, rows});
+    cache.v_scale = contiguous(vs.data(), {outer, r.Hkv, rows});
+    describe(cache, pool);
+    bytes = static_cast<double>(2 * r.Nk * r.Hkv * (r.D + static_cast<i64>(sizeof(float))));
+    for (const auto* c : {&k, &v}) add_spans(spans, c->data(), pool, r.Hkv, r.D, 1, r.heads_major);
+    for (const auto* c : {&ks, &vs}) add_spans(spans, c->data(), pool, r.Hkv, 1, sizeof(float), true);
+  }
+  void call(const KvCacheRow& r, const Options& opt) {
     forward_kvcache(contiguous<const float>(q.data(), {B, r.Nq, r.Hq, r.D}), cache, {}, {},
                     contiguous(out.data(), {B, r.Nq, r.Hq, r.D}), {}, opt);
-  };
-  r.bytes = static_cast<double>(2 * r.Nk * r.Hkv * (r.D + static_cast<i64>(sizeof(float))));
-  std::vector<peak::Span> spans;
-  for (const auto* c : {&k, &v}) add_spans(spans, c->data(), pool, r.Hkv, r.D, 1, r.heads_major);
-  for (const auto* s : {&ks, &vs}) add_spans(spans, s->data(), pool, r.Hkv, 1, sizeof(float), true);
+  }
+  void apart(const KvCacheRow& r, const Options& opt) {
+    one_at_a_time(cache, pool, q.data(), out.data(), r.Hq, r.D, opt);
+  }
+};
+
+// Times the row: the call against a plain read of its bytes; a batch against its sequences one call
+// each; a paged sequence against the same sequence in a contiguous cache (built beside it), each
+// pair alternating, so that every ratio is of two medians taken under the same load.
+template <class Setup>
+void run_row(KvCacheRow& r, const TimerRule& rule, const Options& opt) {
+  Setup s(r);
+  r.bytes = s.bytes;
   std::tie(r.sdpa, r.read) = time_alternating(
-      rule, call, [&] { peak::read_seconds(spans.data(), static_cast<int>(spans.size()), r.threads); });
-  if (B > 1)
-    std::tie(r.together, r.apart) =
-        time_alternating(rule, call, [&] { one_at_a_time(cache, pool, q.data(), out.data(), r.Hq, r.D, opt); });
+      rule, [&] { s.call(r, opt); },
+      [&] { peak::read_seconds(s.spans.data(), static_cast<int>(s.spans.size()), r.threads); });
+  if (r.batch() > 1)
+    std::tie(r.together, r.apart) = time_alternating(
+        rule, [&] { s.call(r, opt); }, [&] { s.apart(r, opt); });
+  if (r.block > 0 && r.batch() == 1) {
+    KvCacheRow c = r;
+    c.block = 0;
+    Setup flat(c);
+    std::tie(r.paged, r.contiguous) = time_alternating(
+        rule, [&] { s.call(r, opt); }, [&] { flat.call(c, opt); });
+  }
 }
 
 }  // namespace
@@ -189,6 +221,10 @@ double KvCacheRow::fraction_of_read() const {
 }
 double KvCacheRow::tokens_per_s() const {
   return sdpa.median_seconds > 0 ? static_cast<double>(batch() * Nq) / sdpa.median_seconds : 0.0;
+}
+
+double KvCacheRow::over_contiguous() const {
+  return contiguous.median_seconds > 0 ? paged.median_seconds / contiguous.median_seconds : 0.0;
 }
 
 double KvCacheRow::batching_speedup() const {
@@ -255,9 +291,9 @@ void run_kvcache(KvCacheRow& r, const TimerRule& rule, Isa isa) {
   opt.isa = isa;
   opt.causal = r.Nq > 1 ? Causal::bottom_right : Causal::none;  // a chunk: the last Nq positions
   switch (r.format) {
-    case KvFormat::f32: return run_float<float>(r, rule, opt);
-    case KvFormat::bf16: return run_float<bf16>(r, rule, opt);
-    default: return run_codes(r, rule, opt);
+    case KvFormat::f32: return run_row<FloatSetup<float>>(r, rule, opt);
+    case KvFormat::bf16: return run_row<FloatSetup<bf16>>(r, rule, opt);
+    default: return run_row<CodeSetup>(r, rule, opt);
   }
 }
 

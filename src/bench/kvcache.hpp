@@ -3,7 +3,8 @@
 // 16 or 64 positions, scattered; each head's rows back to back, or tokens before heads), in fp32,
 // bf16, int8 or fp8 e4m3 (sdpa::forward_kvcache), timed alternately with a plain read of the bytes
 // that layout must read (codes and scales for the 8-bit formats): decoding is a read of the cache,
-// so its time is judged as a fraction of that read. And a chunk of prefill (64 queries, bottom-right
+// so its time is judged as a fraction of that read. A paged sequence is also timed alternately with
+// the same sequence in a contiguous cache, so that what the blocks cost is one ratio under one load. And a chunk of prefill (64 queries, bottom-right
 // causal: 256 query lanes per kv head, the tiled loop) over the same caches, where the 8-bit
 // formats' codes are widened a key tile at a time: its time beside the float caches'.
 #pragma once
@@ -39,6 +40,9 @@ struct KvCacheRow {
   // A batch (lengths): the call again, alternating with the same sequences as one call each (their
   // rows of the block table), as a server that does not batch them would run them.
   Timing together, apart;
+  // A paged sequence (block > 0, one sequence): the call again, alternating with the same sequence's
+  // call over a contiguous cache of the same format and order, built beside it.
+  Timing paged, contiguous;
   double bytes = 0;   // K and V (codes and scales) of the Nk keys
 
   double gbytes_per_s() const;       // bytes / the call's median
@@ -46,6 +50,7 @@ struct KvCacheRow {
   double fraction_of_read() const;   // the call's bytes per second over the read's
   double tokens_per_s() const;       // batch() · Nq / the call's median: the queries it answered
   double batching_speedup() const;   // apart's median over together's (0: not a batch)
+  double over_contiguous() const;    // paged's median over contiguous's (0: not a paged sequence)
   /// "kvcache int8 paged16", "kvcache float32 contiguous", "kvcache int8 contiguous chunk", …
   std::string pass_name() const;
   /// "B=1 H=32/8 Nq=1 Nk=4096 D=128", "B=64 H=32/8 Nq=1 Nk=16..32768 D=128"
@@ -59,7 +64,8 @@ struct KvCacheRow {
 std::vector<KvCacheRow> default_kvcache(int threads);
 /// 64 lengths from 16 to 32768, log-spaced, multiples of 16 (about 287 thousand keys in all).
 std::vector<i64> mixed_lengths();
-/// Times `row`; fills sdpa, read and bytes.
+/// Times `row`; fills sdpa, read and bytes (and together and apart for a batch, paged and contiguous
+/// for a paged sequence).
 void run_kvcache(KvCacheRow& row, const TimerRule& rule, Isa isa);
 
 }  // namespace sdpa::bench

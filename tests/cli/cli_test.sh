@@ -462,6 +462,11 @@ assert sorted(chunks, key=str) == sorted([(f, b) for f in formats for b in (None
 for r in rows:
     assert r["seq_k"] == 128 and r["fraction_of_read"] > 0 and r["heads_major"], r
     assert r["seq_q"] in (1, 64) and abs(r["tokens_per_s"] * r["seconds_median"] / r["seq_q"] - 1) < 1e-9, r
+    # a paged row is timed against the same sequence in a contiguous cache too, alternated; a contiguous row is not
+    paged = r["block_size"] is not None
+    assert (r["time_over_contiguous"] is not None) == paged and (r["contiguous_seconds_median"] is not None) == paged, r
+    if paged:
+        assert abs(r["time_over_contiguous"] * r["contiguous_seconds_median"] / r["paged_seconds_median"] - 1) < 1e-9, r
 # the bytes a step reads: K and V in 4 or 2 bytes, or 1 byte and a 4-byte scale per row of 128
 want = [2 * 128 * 8 * 128 * n for n in (4, 2)] + [2 * 128 * 8 * (128 + 4)] * 2
 assert [r["bytes"] for r in rows if r["block_size"] is None and r["seq_q"] == 1] == want, rows
@@ -492,6 +497,7 @@ assert [r["format"] for r in rows] == ["float32", "bfloat16", "int8", "fp8_e4m3"
 for r in rows:
     assert r["batch"] == 3 and r["seq_k"] == 286 and r["seq_k_each"] == [16, 70, 200] and r["block_size"] == 64, r
     assert r["fraction_of_read"] > 0 and r["one_at_a_time_seconds_median"] > 0 and r["speedup_vs_one_at_a_time"] > 0, r
+    assert r["time_over_contiguous"] is None, r  # a batch: its sequences one call each instead
 want = [2 * 286 * 8 * 128 * n for n in (4, 2)] + [2 * 286 * 8 * (128 + 4)] * 2
 assert [r["bytes"] for r in rows] == want, rows
 PY
