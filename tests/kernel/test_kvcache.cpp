@@ -359,13 +359,17 @@ TEST(KvCache, SameBitsAsForwardOnTheSequenceForAnyThreadCount) {
 // decoding loop does not take) are gathered, and give them too. Lengths from 1 key to past the
 // split-KV threshold (4096: the keys split over items and merged). Then an infinite K element and
 // an infinite V element (the loops' non-finite paths, which read the tile's rows again), the bits
-// compared as bits (a row that sees them may be NaN).
+// compared as bits (a row that sees them may be NaN). fp32 also heads-major (vLLM's order, both
+// caches), where the tiled loop reads a paged cache's rows in place, block by block.
 template <class H>
 void expect_paged_bits_equal_contiguous(Dtype t) {
-  for (i64 nq : {1, 2, 3}) {
+  for (const auto [nq, heads_major] : {std::pair{1, false}, {2, false}, {3, false}, {1, true}, {3, true}}) {
+    if (heads_major && t != Dtype::f32) continue;
+    SCOPED_TRACE(heads_major ? "heads-major" : "tokens-major");
     CacheCase c;
     c.held = {0, 16, 300, 5000, 33};
     c.Nq = nq, c.Nnew = nq, c.Hq = 8, c.Hkv = 2, c.Dk = 64, c.Dv = 48, c.cap = 5008;
+    c.heads_major = heads_major;
     c.opt.causal = Causal::bottom_right;
     CacheData contiguous_data(c, t, 21);
     const auto bits = [](const auto& x) {  // a vector of H or of float
@@ -378,6 +382,9 @@ void expect_paged_bits_equal_contiguous(Dtype t) {
         if (nq != 3) continue;
         contiguous_data.k_cache[static_cast<std::size_t>(((3 * c.cap + 700) * c.Hkv + 1) * c.Dk + 5)] = kInf;
         contiguous_data.v_cache[static_cast<std::size_t>(((3 * c.cap + 4100) * c.Hkv + 0) * c.Dv + 7)] = -kInf;
+        // and V of its last new token (head 0, element 3), which the causal mask hides from its first
+        // two queries: their element 3 stays finite (a zero weight never multiplies it)
+        contiguous_data.v_new[static_cast<std::size_t>(((3 * c.Nnew + 2) * c.Hkv + 0) * c.Dv + 3)] = kInf;
       }
       for (i64 block : nq == 2 || infinite ? std::vector<i64>{16} : std::vector<i64>{16, 48, 64, 8}) {
         SCOPED_TRACE("Nq " + std::to_string(nq) + ", block " + std::to_string(block) + (infinite ? ", inf" : ""));
@@ -405,6 +412,11 @@ void expect_paged_bits_equal_contiguous(Dtype t) {
           const CacheRun<H> got = run<H>(pc, paged_data, o);
           EXPECT_EQ(bits(got.out), bits(want.out));
           EXPECT_EQ(bits(got.lse), bits(want.lse));
+          if (infinite)
+            for (i64 i = 0; i < 2; ++i)
+              for (i64 h = 0; h < c.Hq / c.Hkv; ++h)
+                EXPECT_TRUE(std::isfinite(
+                    static_cast<float>(got.out[static_cast<std::size_t>(((3 * c.Nq + i) * c.Hq + h) * c.Dv + 3)])));
           // Which way it ran: in place where the decoding loop takes it (4·Nq lanes per kv head, up to
           // 8), and where a key tile's loop does (more lanes: what the contiguous call's forward runs).
           const bool decoding = kv.isa != Isa::scalar && block % 16 == 0 && 4 * nq <= 8;

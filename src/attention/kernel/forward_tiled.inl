@@ -91,6 +91,7 @@ void forward_tiled(const Problem& p, const Tensors& t, const ForwardItem& it, co
                    WorkerScratch scratch) {
   const i64 b = it.b, g = it.g, Dk = p.Dk, Dv = p.Dv, dvp = round_up(Dv, kPad), n = lanes.n, np = lanes.np;
   const bool cache = cache_rows(t);
+  const bool k_runs = paged_rows_in_place(t, /*key=*/true, Dk), v_runs = paged_rows_in_place(t, /*key=*/false, Dv);
   const auto s = carve_scratch<TiledForwardScratch>(p, scratch);
   for (i64 r = 0; r < n; ++r) load_row(t.q, off(t.q, b, lanes.h[r], lanes.i[r], 0), Dk, s.QT + r, np);
   for (i64 d = 0; d < Dk; ++d)
@@ -100,15 +101,42 @@ void forward_tiled(const Problem& p, const Tensors& t, const ForwardItem& it, co
   const KeyRange keys = visible_keys(see, it.j_begin, it.j_end);
   for (i64 j0 = keys.first / kTileCols * kTileCols; j0 <= keys.last; j0 += kTileCols) {
     const i64 bc = imin(kTileCols, p.Nk - j0);
-    // Sᵀ = K Qᵀ, K rows read in place (16-bit: widened first; a KV cache's: found and widened).
-    const AOperand K = !cache && t.k.dtype == Dtype::f32
-                           ? a_in_place(t.k, b, g, j0)
-                           : a_rows(kv_rows_operand(t, /*key=*/true, b, g, j0, bc, Dk, s.K_rows, /*scan_in_place=*/false));
-    gemm<false, false>(bc, np, Dk, K.data, K.rs, K.cs, s.QT, np, s.ST, np);
+    // Sᵀ = K Qᵀ, K rows read in place (16-bit: widened first; a KV cache's: found and widened; a
+    // paged fp32 cache's in place, one GEMM per block's run of keys: each score is the same dot
+    // product whichever GEMM computes its row).
+    if (k_runs) {
+      for (i64 c0 = 0; c0 < bc;) {
+        const BlockRun run = block_run(t, /*key=*/true, b, g, j0 + c0);
+        const i64 rows = imin(run.keys, bc - c0);
+        gemm<false, false>(rows, np, Dk, run.rows, t.k.stride[2], 1, s.QT, np, s.ST + c0 * np, np);
+        c0 += rows;
+      }
+    } else {
+      const AOperand K =
+          !cache && t.k.dtype == Dtype::f32
+              ? a_in_place(t.k, b, g, j0)
+              : a_rows(kv_rows_operand(t, /*key=*/true, b, g, j0, bc, Dk, s.K_rows, /*scan_in_place=*/false));
+      gemm<false, false>(bc, np, Dk, K.data, K.rs, K.cs, s.QT, np, s.ST, np);
+    }
     forward_tile_softmax(p, lanes, see, b, j0, bc, s.ST, s.drop, s.rows, dvp);
-    // O += P V, P read down its columns (A[r][c] = ST[c·np + r]).
-    const RowsOperand V = kv_rows_operand(t, /*key=*/false, b, g, j0, bc, Dv, s.V_rows, /*scan_in_place=*/true);
-    gemm_acc_skip_zero(V.finite, n, V.cols, bc, s.ST, 1, np, V.data, V.ld, s.rows.O, dvp, nullptr);
+    // O += P V, P read down its columns (A[r][c] = ST[c·np + r]); a paged fp32 cache's V rows in
+    // place through a table of row pointers, scanned as contiguous rows read in place are.
+    if (v_runs) {
+      const float* v_rows[kTileCols];
+      bool finite = true;
+      for (i64 c0 = 0; c0 < bc;) {
+        const BlockRun run = block_run(t, /*key=*/false, b, g, j0 + c0);
+        const i64 rows = imin(run.keys, bc - c0);
+        for (i64 c = 0; c < rows; ++c) v_rows[c0 + c] = run.rows + c * t.v.stride[2];
+        finite &= rows_finite(run.rows, t.v.stride[2], rows, Dv);
+        c0 += rows;
+      }
+      gemm_acc_skip_zero_on(finite ? Finite::yes : Finite::no, n, Dv, bc, s.ST, 1, np, TableRows{v_rows}, s.rows.O,
+                            dvp, nullptr);
+    } else {
+      const RowsOperand V = kv_rows_operand(t, /*key=*/false, b, g, j0, bc, Dv, s.V_rows, /*scan_in_place=*/true);
+      gemm_acc_skip_zero(V.finite, n, V.cols, bc, s.ST, 1, np, V.data, V.ld, s.rows.O, dvp, nullptr);
+    }
   }
   s.rows.finish(p, t, it, lanes, dvp);
 }

@@ -2,10 +2,27 @@
 // its variant that skips zero weights where B may hold an inf or NaN.
 
 // ---------------------------------------------------------------------------------------
-// C (+)= A·B: C (M × N), A (M × K) with strides (ars, acs), B (K × N) rows of ldb.
-// N is a multiple of W. Register-blocked MR rows × NV vectors.
-template <int MR, int NV, bool ACC>
-inline void gemm_block(i64 K, const float* A, i64 ars, i64 acs, const float* B, i64 ldb, float* C, i64 ldc) {
+// A GEMM's B operand, K rows of N floats: at one stride (StridedRows), or each row where a table
+// of row pointers says (TableRows: a paged cache's V rows, read in place block by block). Row k's
+// column n0 on is row(k) + n0 either way, so the loops below take either and do the same
+// arithmetic in the same order.
+struct StridedRows {
+  const float* data;
+  i64 ld;
+  const float* row(i64 k) const { return data + k * ld; }
+  StridedRows from_col(i64 n0) const { return {data + n0, ld}; }
+};
+struct TableRows {
+  const float* const* rows;
+  i64 col = 0;
+  const float* row(i64 k) const { return rows[k] + col; }
+  TableRows from_col(i64 n0) const { return {rows, col + n0}; }
+};
+
+// C (+)= A·B: C (M × N), A (M × K) with strides (ars, acs), B (K × N) rows (StridedRows:
+// of ldb). N is a multiple of W. Register-blocked MR rows × NV vectors.
+template <int MR, int NV, bool ACC, class BRows>
+inline void gemm_block(i64 K, const float* A, i64 ars, i64 acs, BRows B, float* C, i64 ldc) {
   R acc[MR][NV];
   SDPA_UNROLL
   for (int r = 0; r < MR; ++r) {
@@ -15,7 +32,7 @@ inline void gemm_block(i64 K, const float* A, i64 ars, i64 acs, const float* B, 
   for (i64 k = 0; k < K; ++k) {
     R bv[NV];
     SDPA_UNROLL
-    for (int v = 0; v < NV; ++v) bv[v] = Vec::load(B + k * ldb + v * W);
+    for (int v = 0; v < NV; ++v) bv[v] = Vec::load(B.row(k) + v * W);
     SDPA_UNROLL
     for (int r = 0; r < MR; ++r) {
       const R a = Vec::set1(A[r * ars + k * acs]);
@@ -30,19 +47,19 @@ inline void gemm_block(i64 K, const float* A, i64 ars, i64 acs, const float* B, 
   }
 }
 
-template <int MR, bool ACC>
-inline void gemm_rows(i64 nv, i64 K, const float* A, i64 ars, i64 acs, const float* B, i64 ldb, float* C, i64 ldc) {
+template <int MR, bool ACC, class BRows>
+inline void gemm_rows(i64 nv, i64 K, const float* A, i64 ars, i64 acs, BRows B, float* C, i64 ldc) {
   static_assert(Vec::NV <= 4, "extend the switch below");
   switch (nv) {
-    case 1: gemm_block<MR, 1, ACC>(K, A, ars, acs, B, ldb, C, ldc); break;
+    case 1: gemm_block<MR, 1, ACC>(K, A, ars, acs, B, C, ldc); break;
     case 2:
-      if constexpr (Vec::NV >= 2) gemm_block<MR, 2, ACC>(K, A, ars, acs, B, ldb, C, ldc);
+      if constexpr (Vec::NV >= 2) gemm_block<MR, 2, ACC>(K, A, ars, acs, B, C, ldc);
       break;
     case 3:
-      if constexpr (Vec::NV >= 3) gemm_block<MR, 3, ACC>(K, A, ars, acs, B, ldb, C, ldc);
+      if constexpr (Vec::NV >= 3) gemm_block<MR, 3, ACC>(K, A, ars, acs, B, C, ldc);
       break;
     case 4:
-      if constexpr (Vec::NV >= 4) gemm_block<MR, 4, ACC>(K, A, ars, acs, B, ldb, C, ldc);
+      if constexpr (Vec::NV >= 4) gemm_block<MR, 4, ACC>(K, A, ars, acs, B, C, ldc);
       break;
     default: break;
   }
@@ -50,8 +67,8 @@ inline void gemm_rows(i64 nv, i64 K, const float* A, i64 ars, i64 acs, const flo
 
 // SKIP_ZERO: terms with A = 0 are skipped, so a zero weight never multiplies an
 // inf or NaN in B (used only when B holds a non-finite value).
-template <bool ACC, bool SKIP_ZERO>
-void gemm(i64 M, i64 N, i64 K, const float* A, i64 ars, i64 acs, const float* B, i64 ldb, float* C, i64 ldc) {
+template <bool ACC, bool SKIP_ZERO, class BRows>
+void gemm_on(i64 M, i64 N, i64 K, const float* A, i64 ars, i64 acs, BRows B, float* C, i64 ldc) {
   if constexpr (SKIP_ZERO) {
     for (i64 m = 0; m < M; ++m) {
       float* c = C + m * ldc;
@@ -61,7 +78,7 @@ void gemm(i64 M, i64 N, i64 K, const float* A, i64 ars, i64 acs, const float* B,
         const float a = A[m * ars + k * acs];
         if (a == 0.0f) continue;
         const R av = Vec::set1(a);
-        for (i64 n = 0; n < N; n += W) Vec::store(c + n, Vec::fma(av, Vec::load(B + k * ldb + n), Vec::load(c + n)));
+        for (i64 n = 0; n < N; n += W) Vec::store(c + n, Vec::fma(av, Vec::load(B.row(k) + n), Vec::load(c + n)));
       }
     }
     return;
@@ -71,23 +88,29 @@ void gemm(i64 M, i64 N, i64 K, const float* A, i64 ars, i64 acs, const float* B,
     const i64 nv = imin(Vec::NV, (N - n0) / W);
     i64 m0 = 0;
     for (; m0 + MR <= M; m0 += MR)
-      gemm_rows<MR, ACC>(nv, K, A + m0 * ars, ars, acs, B + n0, ldb, C + m0 * ldc + n0, ldc);
+      gemm_rows<MR, ACC>(nv, K, A + m0 * ars, ars, acs, B.from_col(n0), C + m0 * ldc + n0, ldc);
     const float* a = A + m0 * ars;
     float* c = C + m0 * ldc + n0;
     static_assert(MR <= 6, "extend the switch below");
     switch (M - m0) {
-      case 1: gemm_rows<1, ACC>(nv, K, a, ars, acs, B + n0, ldb, c, ldc); break;
-      case 2: gemm_rows<2, ACC>(nv, K, a, ars, acs, B + n0, ldb, c, ldc); break;
-      case 3: gemm_rows<3, ACC>(nv, K, a, ars, acs, B + n0, ldb, c, ldc); break;
+      case 1: gemm_rows<1, ACC>(nv, K, a, ars, acs, B.from_col(n0), c, ldc); break;
+      case 2: gemm_rows<2, ACC>(nv, K, a, ars, acs, B.from_col(n0), c, ldc); break;
+      case 3: gemm_rows<3, ACC>(nv, K, a, ars, acs, B.from_col(n0), c, ldc); break;
       case 4:
-        if constexpr (MR > 4) gemm_rows<4, ACC>(nv, K, a, ars, acs, B + n0, ldb, c, ldc);
+        if constexpr (MR > 4) gemm_rows<4, ACC>(nv, K, a, ars, acs, B.from_col(n0), c, ldc);
         break;
       case 5:
-        if constexpr (MR > 5) gemm_rows<5, ACC>(nv, K, a, ars, acs, B + n0, ldb, c, ldc);
+        if constexpr (MR > 5) gemm_rows<5, ACC>(nv, K, a, ars, acs, B.from_col(n0), c, ldc);
         break;
       default: break;
     }
   }
+}
+
+// The same, B's rows at one stride ldb.
+template <bool ACC, bool SKIP_ZERO>
+void gemm(i64 M, i64 N, i64 K, const float* A, i64 ars, i64 acs, const float* B, i64 ldb, float* C, i64 ldc) {
+  gemm_on<ACC, SKIP_ZERO>(M, N, K, A, ars, acs, StridedRows{B, ldb}, C, ldc);
 }
 
 // Whether every element of rows [0, n) (width D, row stride ld, unit stride along D) is
@@ -121,13 +144,18 @@ enum class Finite { yes, no, unknown };
 // skipped. Unknown: the blocked GEMM, and only if C then holds a non-finite value (rare:
 // a NaN or inf in B, or already in C) C is restored from C_saved (M × ldc floats of the
 // caller's scratch) and redone term by term; that costs a copy of C instead of a scan of B.
-inline void gemm_acc_skip_zero(Finite b_finite, i64 M, i64 N, i64 K, const float* A, i64 ars, i64 acs, const float* B,
-                               i64 ldb, float* C, i64 ldc, float* C_saved) {
-  if (b_finite == Finite::yes) return gemm<true, false>(M, N, K, A, ars, acs, B, ldb, C, ldc);
-  if (b_finite == Finite::no) return gemm<true, true>(M, N, K, A, ars, acs, B, ldb, C, ldc);
+template <class BRows>
+inline void gemm_acc_skip_zero_on(Finite b_finite, i64 M, i64 N, i64 K, const float* A, i64 ars, i64 acs, BRows B,
+                                  float* C, i64 ldc, float* C_saved) {
+  if (b_finite == Finite::yes) return gemm_on<true, false>(M, N, K, A, ars, acs, B, C, ldc);
+  if (b_finite == Finite::no) return gemm_on<true, true>(M, N, K, A, ars, acs, B, C, ldc);
   for (i64 x = 0; x < M * ldc; ++x) C_saved[x] = C[x];
-  gemm<true, false>(M, N, K, A, ars, acs, B, ldb, C, ldc);
+  gemm_on<true, false>(M, N, K, A, ars, acs, B, C, ldc);
   if (rows_finite(C, ldc, M, N)) return;
   for (i64 x = 0; x < M * ldc; ++x) C[x] = C_saved[x];
-  gemm<true, true>(M, N, K, A, ars, acs, B, ldb, C, ldc);
+  gemm_on<true, true>(M, N, K, A, ars, acs, B, C, ldc);
+}
+inline void gemm_acc_skip_zero(Finite b_finite, i64 M, i64 N, i64 K, const float* A, i64 ars, i64 acs, const float* B,
+                               i64 ldb, float* C, i64 ldc, float* C_saved) {
+  gemm_acc_skip_zero_on(b_finite, M, N, K, A, ars, acs, StridedRows{B, ldb}, C, ldc, C_saved);
 }

@@ -187,6 +187,22 @@ inline RowsOperand kv_rows_operand(const Tensors& t, bool key, i64 b, i64 g, i64
   return {buf, ld, ld, pack_cache_rows(t, key, b, g, r0, n, D, buf, ld) ? Finite::yes : Finite::no};
 }
 
+// Whether a call's K (key) or V is a paged fp32 cache whose rows a GEMM can read in place block by
+// block (rows_in_place within a block: a heads-major cache's), where the tiled loop would otherwise
+// copy them out (pack_cache_rows).
+inline bool paged_rows_in_place(const Tensors& t, bool key, i64 D) {
+  return t.pages.table != nullptr && t.codes.kind == KvCodes::Kind::none && rows_in_place(key ? t.k : t.v, D);
+}
+// The first row of key j of kv head (b, g) in such a cache, and the keys from j to the end of its
+// block (a run of rows at the tensor's row stride).
+struct BlockRun {
+  const float* rows;
+  i64 keys;
+};
+inline BlockRun block_run(const Tensors& t, bool key, i64 b, i64 g, i64 j) {
+  return {(key ? t.k : t.v).data + cache_row(t, key, b, g, j).at, t.pages.rows - j % t.pages.rows};
+}
+
 // Rows of (b, h) from r0 as a GEMM's A operand, element (r, d) at data[r·rs + d·cs]: fp32
 // rows in place at the tensor's own strides (a_in_place); 16-bit rows as rows_operand packed
 // them (a_rows), since the GEMM reads floats.
