@@ -8,9 +8,10 @@
 // above ln(FLT_MIN) = -87.3365 so that no lane's 2^n scaling is ever subnormal: at
 // ln(FLT_MIN) itself r rounds to just below 0 and p·2^-126 is subnormal, and on Intel
 // a subnormal result from vscalefps or vmulps costs a microcode assist (~230 cycles a
-// vector, measured on a Xeon) even though the lane is then replaced by 0 — which every
-// masked score (-inf) paid, a fifth of a causal forward's time. Only x in
-// [ln(FLT_MIN), -87.33), whose exp is below 1.2e-38, now gives 0 instead.
+// vector, measured on a Xeon) even though the lane is then replaced by 0, and every
+// masked score (-inf) is such a lane (a causal forward at N 1024 runs 1.18-1.28x faster
+// without it: docs/performance.md, "Causal forward"). The price: x in
+// [ln(FLT_MIN), -87.33), whose exp is below 1.2e-38, gives 0.
 // NONPOSITIVE: for x <= 0 (or NaN) only, as the online softmax's arguments are: the upper
 // clamp and 2^n's n > 0 case drop out (a fifth of the instructions), the bits stay those
 // of the general exp.
