@@ -3,11 +3,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <random>
 #include <string>
 
 #include <fmt/core.h>
 
+#include "bench/normals.hpp"
 #include "bench/peaks.hpp"
 #include "sdpa/reference.hpp"
 
@@ -48,15 +48,9 @@ CheckResult check(const CheckConfig& config) {
 
   // Inputs: independent standard normal entries from one seeded mt19937_64.
   say("generating inputs");
-  std::mt19937_64 rng(config.seed);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  auto make = [&](i64 n) {
-    std::vector<float> x(static_cast<std::size_t>(n));
-    for (auto& e : x) e = normal(rng);
-    return x;
-  };
-  std::vector<float> q = make(B * Hq * Nq * Dk), k = make(B * Hkv * Nk * Dk), v = make(B * Hkv * Nk * Dv),
-                     dout = make(B * Hq * Nq * Dv);
+  Normals normals(config.seed);
+  std::vector<float> q = normals.take(B * Hq * Nq * Dk), k = normals.take(B * Hkv * Nk * Dk),
+                     v = normals.take(B * Hkv * Nk * Dv), dout = normals.take(B * Hq * Nq * Dv);
   std::vector<float> out(dout.size()), lse(static_cast<std::size_t>(B * Hq * Nq)), dq(q.size()), dk(k.size()),
       dv(v.size());
   const auto Q = contiguous<const float>(q.data(), {B, Hq, Nq, Dk}),

@@ -9,6 +9,7 @@
 
 #include <fmt/core.h>
 
+#include "bench/normals.hpp"
 #include "common/peak.hpp"
 #include "sdpa/kvcache.hpp"
 
@@ -112,12 +113,10 @@ struct FloatSetup {
   std::vector<peak::Span> spans;
   double bytes;
   FloatSetup(const KvCacheRow& r) : pool(pool_of(r)), B(r.batch()) {
-    std::mt19937_64 rng(1);
-    std::normal_distribution<float> normal(0.0f, 1.0f);
+    Normals normals(1);
     q.resize(static_cast<std::size_t>(B * r.Nq * r.Hq * r.D)), out.resize(q.size());
     k.resize(static_cast<std::size_t>(pool.outer * pool.rows * r.Hkv * r.D)), v.resize(k.size());
-    for (auto* x : {&q, &k, &v})
-      for (auto& e : *x) e = T(normal(rng));
+    for (auto* x : {&q, &k, &v}) normals.fill(*x);
     cache.k = cache_view(k.data(), pool.outer, pool.rows, r.Hkv, r.D, r.heads_major);
     cache.v = cache_view(v.data(), pool.outer, pool.rows, r.Hkv, r.D, r.heads_major);
     describe(cache, pool);
@@ -146,15 +145,14 @@ struct CodeSetup {
   CodeSetup(const KvCacheRow& r) : pool(pool_of(r)), B(r.batch()) {
     const i64 outer = pool.outer, rows = pool.rows;
     const KvQuant quant = r.format == KvFormat::int8 ? KvQuant::int8 : KvQuant::fp8_e4m3;
-    std::mt19937_64 rng(1);
-    std::normal_distribution<float> normal(0.0f, 1.0f);
+    Normals normals(1);
     q.resize(static_cast<std::size_t>(B * r.Nq * r.Hq * r.D)), out.resize(q.size());
     std::vector<float> x(static_cast<std::size_t>(outer * rows * r.Hkv * r.D));
-    for (auto& e : q) e = normal(rng);
+    normals.fill(q);
     k.resize(x.size()), v.resize(x.size());
     ks.resize(static_cast<std::size_t>(outer * rows * r.Hkv)), vs.resize(ks.size());
     for (auto [codes, scales] : {std::pair{&k, &ks}, std::pair{&v, &vs}}) {
-      for (auto& e : x) e = normal(rng);
+      normals.fill(x);
       quantize_kv(contiguous<const float>(x.data(), {outer, rows, r.Hkv, r.D}), quant,
                   cache_view(codes->data(), outer, rows, r.Hkv, r.D, r.heads_major),
                   contiguous(scales->data(), {outer, r.Hkv, rows}));

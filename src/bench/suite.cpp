@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <random>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -12,6 +11,7 @@
 #include <fmt/core.h>
 
 #include "bench/blas_attention.hpp"
+#include "bench/normals.hpp"
 #include "bench/torch.hpp"
 #include "common/peak.hpp"
 #include "sdpa/error.hpp"
@@ -34,13 +34,9 @@ struct Buffers {
   std::vector<std::uint8_t> keep;
   explicit Buffers(const Case& c) {
     const Shape& s = c.shape;
-    std::mt19937_64 rng(1);
-    std::normal_distribution<float> normal(0.0f, 1.0f);
+    Normals normals(1);
     auto make = [&](i64 n, bool random) {
-      std::vector<float> x(static_cast<std::size_t>(n));
-      if (random)
-        for (auto& e : x) e = normal(rng);
-      return x;
+      return random ? normals.take(n) : std::vector<float>(static_cast<std::size_t>(n));
     };
     q = make(s.B * s.Hq * s.Nq * s.Dk, true), k = make(s.B * s.Hkv * s.Nk * s.Dk, true);
     v = make(s.B * s.Hkv * s.Nk * s.Dv, true), out = make(s.B * s.Hq * s.Nq * s.Dv, false);

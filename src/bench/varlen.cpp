@@ -3,12 +3,12 @@
 
 #include <algorithm>
 #include <numeric>
-#include <random>
 #include <tuple>
 #include <type_traits>
 
 #include <fmt/core.h>
 
+#include "bench/normals.hpp"
 #include "sdpa/attention.hpp"
 #include "sdpa/error.hpp"
 
@@ -89,12 +89,10 @@ void run_varlen_as(VarlenRow& r, const TimerRule& rule, Isa isa) {
   r.packed_flops = 4.0 * double(H) * double(D) * sum_sq;  // QKᵀ and P·V, 2 FLOPs per multiply-add
   r.padded_flops = 4.0 * double(H) * double(D) * double(B) * double(Lmax) * double(Lmax);
 
-  std::mt19937_64 rng(1);
-  std::normal_distribution<float> normal;
+  Normals normals(1);
   std::vector<float> q(static_cast<std::size_t>(tokens * H * D)), k(q.size()), v(q.size()),
       lse(static_cast<std::size_t>(H * tokens));
-  for (auto* x : {&q, &k, &v})
-    for (float& e : *x) e = normal(rng);
+  for (auto* x : {&q, &k, &v}) normals.fill(*x);
   // The padded batch (B, H, Lmax, D) holds the same numbers, zeros past each length, and a
   // (B, 1, 1, Lmax) keep-mask hiding the padding keys.
   std::vector<float> qp(static_cast<std::size_t>(B * H * Lmax * D)), kp(qp.size()), vp(qp.size()),

@@ -3,7 +3,7 @@
 
 #include <omp.h>
 
-#include <random>
+#include "bench/normals.hpp"
 
 namespace sdpa::dist {
 namespace {
@@ -12,13 +12,6 @@ double median(std::vector<double> x) {
   std::sort(x.begin(), x.end());
   const std::size_t n = x.size();
   return n == 0 ? 0.0 : (n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]));
-}
-
-std::vector<float> random_floats(i64 n, std::mt19937_64& rng) {
-  std::normal_distribution<float> d(0.0f, 1.0f);
-  std::vector<float> x(static_cast<std::size_t>(n));
-  for (auto& e : x) e = d(rng);
-  return x;
 }
 
 }  // namespace
@@ -30,10 +23,10 @@ RingBenchResult ring_bench(MPI_Comm comm, const RingBenchOptions& o) {
   if (o.repeat < 1) throw Error("--repeat: must be >= 1, got " + std::to_string(o.repeat));
   RingBenchResult res;
   res.threads = o.opt.threads > 0 ? o.opt.threads : omp_get_max_threads();
-  std::mt19937_64 rng(1234 + static_cast<unsigned>(rank));
+  bench::Normals normals(1234 + static_cast<unsigned>(rank));
   const i64 nq = shard_length(o.Nq, size, rank, o.layout), nk = shard_length(o.Nk, size, rank, o.layout);
-  const auto q = random_floats(o.B * o.Hq * nq * o.Dk, rng), k = random_floats(o.B * o.Hkv * nk * o.Dk, rng),
-             v = random_floats(o.B * o.Hkv * nk * o.Dv, rng), dout = random_floats(o.B * o.Hq * nq * o.Dv, rng);
+  const auto q = normals.take(o.B * o.Hq * nq * o.Dk), k = normals.take(o.B * o.Hkv * nk * o.Dk),
+             v = normals.take(o.B * o.Hkv * nk * o.Dv), dout = normals.take(o.B * o.Hq * nq * o.Dv);
   std::vector<float> out(dout.size()), lse(static_cast<std::size_t>(o.B * o.Hq * nq)), dq(q.size()), dk(k.size()),
       dv(v.size());
   const std::array<i64, 4> qs{o.B, o.Hq, nq, o.Dk}, ks{o.B, o.Hkv, nk, o.Dk}, vs{o.B, o.Hkv, nk, o.Dv},
@@ -82,9 +75,9 @@ RingBenchResult ring_bench(MPI_Comm comm, const RingBenchOptions& o) {
 
   // One process on the whole problem, on rank 0, while the others sleep.
   if (rank == 0) {
-    std::mt19937_64 g(99);
-    const auto Q = random_floats(o.B * o.Hq * o.Nq * o.Dk, g), K = random_floats(o.B * o.Hkv * o.Nk * o.Dk, g),
-               V = random_floats(o.B * o.Hkv * o.Nk * o.Dv, g), dO = random_floats(o.B * o.Hq * o.Nq * o.Dv, g);
+    bench::Normals whole(99);
+    const auto Q = whole.take(o.B * o.Hq * o.Nq * o.Dk), K = whole.take(o.B * o.Hkv * o.Nk * o.Dk),
+               V = whole.take(o.B * o.Hkv * o.Nk * o.Dv), dO = whole.take(o.B * o.Hq * o.Nq * o.Dv);
     std::vector<float> O(dO.size()), L(static_cast<std::size_t>(o.B * o.Hq * o.Nq)), dQ(Q.size()), dK(K.size()),
         dV(V.size());
     const std::array<i64, 4> Qs{o.B, o.Hq, o.Nq, o.Dk}, Ks{o.B, o.Hkv, o.Nk, o.Dk}, Vs{o.B, o.Hkv, o.Nk, o.Dv},
