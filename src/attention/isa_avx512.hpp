@@ -27,6 +27,9 @@ struct Ops {
   static constexpr int kGroupLanes = 4;       // 4 lanes × 4 keys per score vector
   static constexpr bool kThreeLanes = true;   // 3 lanes × 4 keys a vector, 4 elements unused (GQA 3, 5, 6)
   static constexpr int kPvAccumulators = 16;  // of 32 registers
+  // P·V vectors a chunk with two lanes: 4 (8 accumulators), not 8; 16 accumulators and 8 V vectors
+  // ran 1.15-1.40x slower (Zen 4; docs/performance.md, "Two lanes on AVX-512").
+  static constexpr int kPvTwoLaneVectors = 4;
 
   static Mask full_mask() { return 0xFFFF; }
   static Mask part_mask(i64 n) { return static_cast<Mask>((1u << n) - 1); }  // the first n floats, 0 < n < 16
