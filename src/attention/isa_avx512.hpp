@@ -28,8 +28,10 @@ struct Ops {
   static constexpr bool kThreeLanes = true;   // 3 lanes × 4 keys a vector, 4 elements unused (GQA 3, 5, 6)
   static constexpr int kPvAccumulators = 16;  // of 32 registers
   // P·V vectors a chunk with two lanes: 4 (8 accumulators), not 8; 16 accumulators and 8 V vectors
-  // ran 1.15-1.40x slower (Zen 4; docs/performance.md, "Two lanes on AVX-512").
+  // ran 1.15-1.40x slower (Zen 4; docs/performance.md, "Two lanes on AVX-512"). An 8-bit cache's
+  // codes take 8: their chunk of 4 ran 2-5 % slower, a second pass over the weights for 16-byte rows.
   static constexpr int kPvTwoLaneVectors = 4;
+  static constexpr int kPvTwoLaneCodeVectors = 8;
 
   static Mask full_mask() { return 0xFFFF; }
   static Mask part_mask(i64 n) { return static_cast<Mask>((1u << n) - 1); }  // the first n floats, 0 < n < 16

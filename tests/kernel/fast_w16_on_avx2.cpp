@@ -29,6 +29,7 @@ struct Ops {
   static constexpr bool kThreeLanes = true;   // as AVX-512's
   static constexpr int kPvAccumulators = 16;  // AVX-512's count (of 32 registers)
   static constexpr int kPvTwoLaneVectors = 4;  // AVX-512's
+  static constexpr int kPvTwoLaneCodeVectors = 8;  // AVX-512's
 
   static Mask full_mask() { return 0xFFFF; }
   static Mask part_mask(i64 n) { return static_cast<Mask>((1u << n) - 1); }  // the first n floats, 0 < n < 16

@@ -204,13 +204,14 @@ inline void pv_skip_zero(const E* V, i64 ldv, i64 bc, i64 Dv, const float* P, co
 // P·V for one lane group over the whole head dimension, CVMAX vectors at a time: NL·CVMAX
 // accumulators, as many as the ISA's registers hold next to the V vectors of a key, and
 // at most half of them for one lane so its V vectors fit too; two lanes take Ops::kPvTwoLaneVectors
-// (their 2·8 accumulators and 8 V vectors were too many on AVX-512). pf: the V rows to prefetch
+// (their 2·8 accumulators and 8 V vectors were too many on AVX-512), or kPvTwoLaneCodeVectors over an
+// 8-bit cache's codes (where a chunk of 4 cost a second pass over the weights). pf: the V rows to prefetch
 // (null: none). TWO: the keys from kRun on (bc > kRun) are V2's rows (pf2's to prefetch).
 template <int NL, class E, bool TWO = false>
 inline void pv_tile(const E* V, i64 ldv, i64 bc, i64 Dv, const float* P, const float* al, const float* Oo, float* On,
                     i64 ldo, const E* pf, const E* V2 = nullptr, const E* pf2 = nullptr) {
   constexpr int CVMAX = NL == 1   ? Ops::kPvAccumulators / 2
-                        : NL == 2 ? Ops::kPvTwoLaneVectors
+                        : NL == 2 ? (kIsCode<E> ? Ops::kPvTwoLaneCodeVectors : Ops::kPvTwoLaneVectors)
                                   : Ops::kPvAccumulators / NL;
   const i64 nvec = (Dv + W - 1) / W;
   const Mask tail = Dv % W == 0 ? Ops::full_mask() : Ops::part_mask(Dv % W);
