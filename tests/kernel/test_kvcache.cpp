@@ -197,6 +197,12 @@ std::vector<CacheCase> cases() {
     c.paged = paged;
     c.name = layout + "gqa5", c.Hq = 10, c.Hkv = 2, c.Nq = 1, c.Nnew = 1, c.opt.causal = Causal::bottom_right;
     out.push_back(c);
+    // GQA groups of 2 (Gemma 2's): two lanes, whose P·V chunk differs by the cache's format
+    // (Ops::kPvTwoLaneVectors, kPvTwoLaneCodeVectors); Dv 136 is a chunk of 8 vectors and a partial one.
+    c = CacheCase{};
+    c.paged = paged;
+    c.name = layout + "gqa2_wide", c.Hq = 4, c.Hkv = 2, c.Dk = 40, c.Dv = 136;
+    out.push_back(c);
     // A chunk of prefill: 4 · 20 query lanes per kv head, two lane tiles; paged in blocks of 24
     // positions (not a multiple of 16).
     c = CacheCase{};
