@@ -26,8 +26,8 @@ struct Ops {
   static constexpr int kGroupLanes = 4;      // 4 lanes × 2 keys per score vector (docs/performance.md)
   static constexpr bool kThreeLanes = true;  // 3 lanes × 2 keys a vector, 2 elements unused (GQA 3, 5, 6)
   static constexpr int kPvAccumulators = 8;  // of 16 registers: 8 + a key's V vectors + a weight
-  static constexpr int kPvTwoLaneVectors = 4;  // P·V vectors a chunk with two lanes: kPvAccumulators / 2
-  static constexpr int kPvTwoLaneCodeVectors = 4;  // the same for an 8-bit cache's codes
+  static constexpr int kPvTwoLaneVectors = kPvAccumulators / 2;    // P·V vectors a chunk with two lanes
+  static constexpr int kPvTwoLaneCodeVectors = kPvTwoLaneVectors;  // the same for an 8-bit cache's codes
 
   static Mask full_mask() { return _mm256_set1_epi32(-1); }
   static Mask part_mask(i64 n) {  // the first n floats, 0 < n < 8

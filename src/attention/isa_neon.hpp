@@ -27,8 +27,8 @@ struct Ops {
   static constexpr int kGroupLanes = 2;       // 2 lanes × 2 keys per score vector (W / kGroupLanes >= 2)
   static constexpr bool kThreeLanes = false;  // two lanes a group
   static constexpr int kPvAccumulators = 16;  // of 32 registers: 16 + a key's V vectors + a weight
-  static constexpr int kPvTwoLaneVectors = 8;  // kPvAccumulators / 2 (AVX-512 takes 4; not timed on Arm)
-  static constexpr int kPvTwoLaneCodeVectors = 8;  // the same for an 8-bit cache's codes
+  static constexpr int kPvTwoLaneVectors = kPvAccumulators / 2;    // AVX-512 takes 4; not timed on Arm
+  static constexpr int kPvTwoLaneCodeVectors = kPvTwoLaneVectors;  // the same for an 8-bit cache's codes
 
   static Mask full_mask() { return vdupq_n_u32(~0u); }
   static Mask part_mask(i64 n) {  // the first n floats, 0 < n < 4

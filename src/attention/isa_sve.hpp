@@ -33,8 +33,8 @@ struct Ops {
   static constexpr int kGroupLanes = 4;       // 4 lanes × W/4 keys per score vector (W / kGroupLanes >= 2)
   static constexpr bool kThreeLanes = true;   // 3 lanes × W/4 keys a vector, W/4 elements unused (GQA 3, 5, 6)
   static constexpr int kPvAccumulators = 16;  // of 32 registers: 16 + a key's V vectors + a weight
-  static constexpr int kPvTwoLaneVectors = 8;  // kPvAccumulators / 2 (AVX-512 takes 4; not timed on Arm)
-  static constexpr int kPvTwoLaneCodeVectors = 8;  // the same for an 8-bit cache's codes
+  static constexpr int kPvTwoLaneVectors = kPvAccumulators / 2;    // AVX-512 takes 4; not timed on Arm
+  static constexpr int kPvTwoLaneCodeVectors = kPvTwoLaneVectors;  // the same for an 8-bit cache's codes
 
   static Mask full_mask() { return svptrue_b32(); }
   static Mask part_mask(i64 n) { return svwhilelt_b32_s64(0, n); }  // the first n floats, 0 < n < W
