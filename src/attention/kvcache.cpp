@@ -12,7 +12,9 @@
 // A quantized cache's other calls (a long chunk of queries: chunked prefill; blocks of other sizes;
 // the scalar path) run in the same pool on the tiled loop, which finds each key tile's rows
 // through the block table and widens their codes as it packs the tile (kernel/operands.inl,
-// pack_cache_rows): its codes are read in place whatever the call.
+// pack_cache_rows), or, for bf16 queries where AMX or vdpbf16ps runs the 16-bit engine, on the
+// engine's loop, which widens them to bf16 (kv_bf16_rows) and applies their scales to the scores
+// and the probabilities: its codes are read in place whatever the call.
 //
 // So does any float cache's call with more lanes than the few-lane loops take (a chunk of
 // prefill): on the loop its forward on the sequence's rows runs, the tiled one or, where AMX or

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstring>
 #include <cstdio>
 #include <numeric>
 #include <ostream>
@@ -715,7 +716,8 @@ QuantRun<H> run_quantized(const CacheCase& c, const CacheData& d, const QuantDat
 // the project's rule for the call's dtype: the kernel adds nothing to the quantization. The new tokens
 // are quantized on the way in (the codes quantize_kv gives them); the codes are read in place on
 // every path: by the fused decoding loop where it takes the call (up to 8 query lanes per kv head,
-// blocks a multiple of 16 positions, not the scalar path), else by the tiled loop.
+// blocks a multiple of 16 positions, not the scalar path), else by the tiled loop, or for bf16
+// queries by the 16-bit engine's where the variant has one.
 template <class H>
 void expect_quantized_matches_reference(Dtype t, KvQuant quant) {
   for (const CacheCase& c : cases()) {
@@ -739,8 +741,11 @@ void expect_quantized_matches_reference(Dtype t, KvQuant quant) {
       }
       EXPECT_EQ(plan.quantized_sequences, c.B()) << plan.summary();
       const bool decoding = kv.isa != Isa::scalar && c.Hq / c.Hkv * c.Nq <= 8 && (!c.paged || c.block % 16 == 0);
+      // bf16 queries take the 16-bit engine's loop where the variant has one (codes widened to bf16)
+      const bool engine = !decoding && t == Dtype::bf16 && detail::engine_takes(kv.engine(), t);
       EXPECT_EQ(plan.decoding_items > 0, decoding) << plan.summary();
-      EXPECT_EQ(plan.tiled_items > 0, !decoding) << plan.summary();
+      EXPECT_EQ(plan.engine_items > 0, engine) << plan.summary();
+      EXPECT_EQ(plan.tiled_items > 0, !decoding && !engine) << plan.summary();
     });
   }
 }
@@ -754,6 +759,67 @@ TEST(QuantizedKvCache, MatchesTheReferenceOnTheDequantizedCacheFp8) {
 TEST(QuantizedKvCache, MatchesTheReferenceOnTheDequantizedCacheBf16Queries) {
   expect_quantized_matches_reference<bf16>(Dtype::bf16, KvQuant::int8);
   expect_quantized_matches_reference<bf16>(Dtype::bf16, KvQuant::fp8_e4m3);
+}
+
+// Every code is read as its value (detail::code_value) by every loop that reads codes: a cache of one
+// key whose K and V rows hold every code (scales 1) and one query per code, one-hot on its
+// dimension (β = 1), so query i's one score, and so its lse, is K's code i and its output V's row
+// (its one weight 1), exactly. All the queries in one call (256 lanes: the tiled loop, or with bf16
+// queries the 16-bit engine's where the variant has one), then each alone (the decoding loop where
+// the ISA has it). e4m3's NaN bytes, never written, are left out.
+template <class H>
+void expect_every_code_read_as_its_value(KvQuant quant) {
+  std::vector<std::uint8_t> codes;
+  for (int c = 0; c < 256; ++c)
+    if (quant == KvQuant::int8 || (c & 0x7F) != 0x7F) codes.push_back(static_cast<std::uint8_t>(c));
+  const i64 D = static_cast<i64>(codes.size()), Nq = D;
+  std::vector<H> q(static_cast<std::size_t>(Nq * D), H(0.0f));
+  for (i64 i = 0; i < Nq; ++i) q[static_cast<std::size_t>(i * D + i)] = H(1.0f);
+  std::vector<std::uint8_t> k = codes, v = codes;
+  std::vector<float> ks{1.0f}, vs{1.0f};
+  const std::int32_t held = 1;
+  QuantizedKvCache cache;
+  cache.quant = quant;
+  cache.k = contiguous(k.data(), {1, 1, 1, D});
+  cache.v = contiguous(v.data(), {1, 1, 1, D});
+  cache.k_scale = contiguous(ks.data(), {1, 1, 1});
+  cache.v_scale = contiguous(vs.data(), {1, 1, 1});
+  cache.seqlens = {&held, {1}, {1}};
+  Options base;
+  base.scale = 1.0;
+  for_each_variant(base, [&](const KernelVariant&, const Options& o) {
+    for (const i64 nq : {Nq, i64{1}}) {
+      SCOPED_TRACE(nq == 1 ? "one query a call" : "every query in one call");
+      std::vector<H> out(q.size(), H(kNaN));
+      std::vector<float> lse(static_cast<std::size_t>(Nq), kNaN);
+      for (i64 i0 = 0; i0 < Nq; i0 += nq)
+        forward_kvcache(contiguous<const H>(q.data() + i0 * D, {1, nq, 1, D}), cache, {}, {},
+                        contiguous(out.data() + i0 * D, {1, nq, 1, D}), contiguous(lse.data() + i0, {1, 1, nq}), o);
+      i64 wrong = 0;
+      for (i64 i = 0; i < Nq; ++i) {
+        const float key = detail::code_value(quant, codes[static_cast<std::size_t>(i)]);
+        if (lse[static_cast<std::size_t>(i)] != key && wrong++ < 4)
+          ADD_FAILURE() << "K code " << int{codes[static_cast<std::size_t>(i)]} << " read as "
+                        << lse[static_cast<std::size_t>(i)] << ", its value " << key;
+        for (i64 e = 0; e < D; ++e) {
+          const float got = static_cast<float>(out[static_cast<std::size_t>(i * D + e)]);
+          const float value = detail::code_value(quant, codes[static_cast<std::size_t>(e)]);
+          if (got != value && wrong++ < 4)
+            ADD_FAILURE() << "V code " << int{codes[static_cast<std::size_t>(e)]} << " read as " << got << " (query "
+                          << i << "), its value " << value;
+        }
+      }
+      EXPECT_EQ(wrong, 0);
+    }
+  });
+}
+TEST(QuantizedKvCache, EveryCodeIsReadAsItsValue) {
+  for (KvQuant quant : {KvQuant::int8, KvQuant::fp8_e4m3}) {
+    SCOPED_TRACE(kv_quant_name(quant));
+    expect_every_code_read_as_its_value<float>(quant);
+    expect_every_code_read_as_its_value<bf16>(quant);
+    expect_every_code_read_as_its_value<fp16>(quant);
+  }
 }
 
 // The append writes the new tokens' codes and scales (quantize_kv's), and nothing else changes.
@@ -797,36 +863,45 @@ TEST(QuantizedKvCache, AppendWritesTheNewRowsCodesAndScalesAndNothingElse) {
 // The same bits for any thread count, and paged as contiguous (the same rows scattered over blocks),
 // at lengths past the split-KV threshold (keys split over items and merged):
 // decoding (one query, the fused decoding loop where the ISA has it) and a chunk of 20 queries (80
-// lanes per kv head: the tiled loop, two lane tiles); paged in blocks of 16, 24 and 64 positions.
-// One test case a format and shape: (Nq, Hkv) (1, 2), (20, 2) and (1, 1); the emulated and sanitized CI
-// stages run int8's (fp8's reach the same loops, test.sh).
+// lanes per kv head: the tiled loop, two lane tiles; with bf16 queries the 16-bit engine's where the
+// variant has one); paged in blocks of 16, 24 and 64 positions.
+// One test case a format and shape: (Nq, Hkv) (1, 2), (20, 2) and (1, 1), and the chunk with bf16
+// queries; the emulated and sanitized CI stages run int8's (fp8's reach the same loops, test.sh).
 struct QuantBitsCase {
   KvQuant quant;
   i64 nq, hkv;
+  bool bf16_queries = false;
 };
 std::string quant_bits_id(const QuantBitsCase& c) {
-  return std::string(kv_quant_name(c.quant)) + "_Nq" + std::to_string(c.nq) + "_Hkv" + std::to_string(c.hkv);
+  return std::string(kv_quant_name(c.quant)) + "_Nq" + std::to_string(c.nq) + "_Hkv" + std::to_string(c.hkv) +
+         (c.bf16_queries ? "_bf16" : "");
 }
 void PrintTo(const QuantBitsCase& c, std::ostream* os) { *os << quant_bits_id(c); }
-class QuantizedKvCacheBits : public ::testing::TestWithParam<QuantBitsCase> {};
-TEST_P(QuantizedKvCacheBits, SameBitsForAnyThreadCountAndPagedAsContiguous) {
-  // One kv head too: a paged cache whose blocks hold each run of rows back to back, where the
-  // decoding loop takes a tile's two blocks in one P·V pass.
-  const auto [quant, nq, hkv] = GetParam();
+// One kv head too: a paged cache whose blocks hold each run of rows back to back, where the
+// decoding loop takes a tile's two blocks in one P·V pass.
+template <class H>
+std::vector<std::uint8_t> bytes_of(const std::vector<H>& x) {  // bf16 has no ==: its bits compared
+  std::vector<std::uint8_t> bytes(x.size() * sizeof(H));
+  if (!x.empty()) std::memcpy(bytes.data(), x.data(), bytes.size());
+  return bytes;
+}
+template <class H>
+void expect_quantized_bits(KvQuant quant, i64 nq, i64 hkv) {
+  const Dtype t = std::is_same_v<H, float> ? Dtype::f32 : Dtype::bf16;
   CacheCase c;
   c.held = {0, 16, 300, 5000, 33};
   c.Nq = nq, c.Nnew = nq, c.Hq = 8, c.Hkv = hkv, c.Dk = 64, c.Dv = 40, c.cap = 5024;
   c.opt.causal = Causal::bottom_right;
-  const CacheData d(c, Dtype::f32, 31);
+  const CacheData d(c, t, 31);
   const QuantData qd(c, d, quant);
   for_each_variant(c.opt, [&](const KernelVariant&, Options o) {
     o.threads = 1;
-    const QuantRun<float> one = run_quantized<float>(c, d, qd, quant, o);
-    for (int t : {2, 3}) {
-      o.threads = t;
-      const QuantRun<float> r = run_quantized<float>(c, d, qd, quant, o);
-      EXPECT_EQ(r.out, one.out) << t << " threads";
-      EXPECT_EQ(r.lse, one.lse) << t << " threads";
+    const QuantRun<H> one = run_quantized<H>(c, d, qd, quant, o);
+    for (int threads : {2, 3}) {
+      o.threads = threads;
+      const QuantRun<H> r = run_quantized<H>(c, d, qd, quant, o);
+      EXPECT_EQ(bytes_of(r.out), bytes_of(one.out)) << threads << " threads";
+      EXPECT_EQ(r.lse, one.lse) << threads << " threads";
     }
     const bool decoding = nq == 1 && detail::kernels_for(o).paged_lanes > 0;
     o.threads = 1;
@@ -834,7 +909,7 @@ TEST_P(QuantizedKvCacheBits, SameBitsForAnyThreadCountAndPagedAsContiguous) {
       SCOPED_TRACE("block " + std::to_string(block));
       CacheCase pc = c;
       pc.paged = true, pc.block = block;
-      CacheData pd(pc, Dtype::f32, 32, false);
+      CacheData pd(pc, t, 32, false);
       pd.q = d.q, pd.k_new = d.k_new, pd.v_new = d.v_new;
       QuantData pq(pc, pd, quant);  // its shapes; the codes and scales come from the contiguous cache
       const i64 n1 = pc.outer()[1];
@@ -854,7 +929,7 @@ TEST_P(QuantizedKvCacheBits, SameBitsForAnyThreadCountAndPagedAsContiguous) {
         }
       Plan plan;
       o.plan = &plan;
-      const QuantRun<float> r = run_quantized<float>(pc, pd, pq, quant, o);
+      const QuantRun<H> r = run_quantized<H>(pc, pd, pq, quant, o);
       o.plan = nullptr;
       // The decoding loop reads blocks of a multiple of 16 rows, both kv heads of a tokens-major
       // cache an item (12 items of one head at one thread; one head: one); blocks of 24 go to the tiled loop,
@@ -864,17 +939,27 @@ TEST_P(QuantizedKvCacheBits, SameBitsForAnyThreadCountAndPagedAsContiguous) {
       EXPECT_EQ(plan.decoding_items > 0, read_by_decoding) << plan.summary();
       EXPECT_EQ(plan.heads_per_item, read_by_decoding ? hkv : 1) << plan.summary();
       if (read_by_decoding || !decoding) {
-        EXPECT_EQ(r.out, one.out);
+        EXPECT_EQ(bytes_of(r.out), bytes_of(one.out));
         EXPECT_EQ(r.lse, one.lse);
       }
     }
   });
 }
+class QuantizedKvCacheBits : public ::testing::TestWithParam<QuantBitsCase> {};
+TEST_P(QuantizedKvCacheBits, SameBitsForAnyThreadCountAndPagedAsContiguous) {
+  const QuantBitsCase& c = GetParam();
+  if (c.bf16_queries)
+    expect_quantized_bits<bf16>(c.quant, c.nq, c.hkv);
+  else
+    expect_quantized_bits<float>(c.quant, c.nq, c.hkv);
+}
 INSTANTIATE_TEST_SUITE_P(Formats, QuantizedKvCacheBits,
                          ::testing::Values(QuantBitsCase{KvQuant::int8, 1, 2}, QuantBitsCase{KvQuant::int8, 20, 2},
                                            QuantBitsCase{KvQuant::int8, 1, 1}, QuantBitsCase{KvQuant::fp8_e4m3, 1, 2},
                                            QuantBitsCase{KvQuant::fp8_e4m3, 20, 2},
-                                           QuantBitsCase{KvQuant::fp8_e4m3, 1, 1}),
+                                           QuantBitsCase{KvQuant::fp8_e4m3, 1, 1},
+                                           QuantBitsCase{KvQuant::int8, 20, 2, true},
+                                           QuantBitsCase{KvQuant::fp8_e4m3, 20, 2, true}),
                          [](const ::testing::TestParamInfo<QuantBitsCase>& i) { return quant_bits_id(i.param); });
 
 // Against the fp64 attention of the float cache (before quantization): within the bound the contract

@@ -48,11 +48,14 @@ ForwardLoop forward_item_on(const Problem& p, const Tensors& t, const ForwardIte
 #endif
   // A paged or quantized cache's rows the decoding loop does not take (more lanes than it holds,
   // blocks of other sizes, the scalar build): the tiled loop, which maps pages and widens codes
-  // (pack_cache_rows), or for a paged 16-bit cache's rows of a dtype the engine takes, the engine
-  // loop, which maps pages too (kv_bf16_rows), as the same rows contiguous would run.
+  // (pack_cache_rows), or for a paged 16-bit cache's rows of a dtype the engine takes, and bf16
+  // queries over 8-bit codes, the engine loop, which maps pages and widens codes too
+  // (kv_bf16_rows), as the same rows contiguous would run. fp16 queries over codes stay on the
+  // tiled loop: the engine would split them into bf16 hi + lo, and the codes with them.
   if (cache_rows(t)) {
 #ifdef SDPA_ENGINE16
-    if (t.codes.kind == KvCodes::Kind::none && engine_takes(E, p.dtype)) {
+    const bool engine_reads = t.codes.kind == KvCodes::Kind::none || p.dtype == Dtype::bf16;
+    if (engine_reads && engine_takes(E, p.dtype)) {
       forward_tiled_engine16<E>(p, t, it, lanes, scratch);
       return ForwardLoop::engine;
     }

@@ -16,6 +16,11 @@
 // does (reference::forward_naive). Keys, Dk and Dv are zero-padded to the tile sizes. A key
 // tile whose V holds an inf or NaN takes an fp32 P·V that skips zero weights (a masked key
 // must not turn O into NaN through 0·inf), as forward_tiled's does.
+// bf16 queries over a quantized cache's codes run here too: the codes widened to bf16 are their
+// values exactly (kv_bf16_rows), and the rows' scales, one per key, multiply the scores after Sᵀ
+// (K's) and the probabilities before they are rounded for Oᵀ (V's), as the decoding loop applies
+// them: s_j = β·k_scale_j·(q·codes_j), o = Σ_j bf16(p_j·v_scale_j)·codes_j. A tile with a
+// non-finite V scale takes the fp32 P·V, which reads code × scale (pack_cache_rows).
 // Keys per tile of the engine forward: twice forward_tiled's. Oᵀ += Vᵀ·Pᵀ then sums 128 keys
 // per load and store of Oᵀ's tiles, whose K of 64 left the tile unit waiting on them (a
 // 64 × 64 × 64 product with C loaded runs at 25 % of the tile peak, 33 % at K = 128, on one
@@ -128,8 +133,18 @@ void forward_tiled_engine16(const Problem& p, const Tensors& t, const ForwardIte
   const i64 b = it.b, g = it.g, Dk = p.Dk, Dv = p.Dv, dvp = round_up(Dv, kPad), n = lanes.n, np = lanes.np;
   const i64 dk32 = round_up(Dk, 32), terms = Engine16Pack(p).terms;
   const bool split = terms > 1;
+  const bool codes = t.codes.kind != KvCodes::Kind::none;  // bf16 queries over an 8-bit cache
+  if (codes && split) __builtin_trap();                    // (engine_reads: never fp16's split)
+  alignas(64) float row_scales[kEngineKeys];               // a quantized tile's K or V scales
   bool qt_widened = false;  // s.QTf holds the item's Qᵀ (fp16's widened Sᵀ, built once)
   const auto s = carve_scratch<Engine16ForwardScratch>(p, scratch);
+  // Rows [0, bc) of the tile in ST (np lanes each) times row_scales.
+  const auto scale_tile_rows = [&](i64 bc) {
+    for (i64 c = 0; c < bc; ++c) {
+      const R x = Vec::set1(row_scales[c]);
+      for (i64 r = 0; r < np; r += W) Vec::store(s.ST + c * np + r, Vec::mul(Vec::load(s.ST + c * np + r), x));
+    }
+  };
   // Qᵀ in pairs (fp16: split into (hi, lo, hi) chunks), lanes and Dk zero-padded: the
   // lanes' rows gathered into rows16 (n × Dk 16-bit values), then packed by the vector
   // packers. A scalar split of every element here was a fifth of the fp16 forward at
@@ -181,6 +196,10 @@ void forward_tiled_engine16(const Problem& p, const Tensors& t, const ForwardIte
     }
     if (k_finite && q_finite) {
       engine_gemm<E>(bc16, np, terms * dk32, K.data, K.ld, s.QT, np, s.ST, np, /*accumulate=*/false);
+      if (codes) {
+        cache_scales(t, /*key=*/true, b, g, j0, bc, row_scales);
+        scale_tile_rows(bc);
+      }
     } else {  // fp16 with an inf or NaN in K or Q: Sᵀ widened, as forward_tiled computes it
       for (i64 r = 0; r < np && !qt_widened; ++r)
         if (r < n)
@@ -210,7 +229,12 @@ void forward_tiled_engine16(const Problem& p, const Tensors& t, const ForwardIte
       for (i64 j = j0; j < j0 + bc; j += kTileCols)
         v_finite &= pack_vt_tile(p, t, b, g, j, s.VT + terms * (j - j0), ldvt, s.rows16, s.VT16);
     }
+    if (codes) {
+      cache_scales(t, /*key=*/false, b, g, j0, bc, row_scales);
+      for (i64 c = 0; c < bc; ++c) v_finite &= is_finite(row_scales[c]);
+    }
     if (v_finite) {
+      if (codes) scale_tile_rows(bc);  // P's rows times their V scales, before bf16 rounds them
       if (split)
         engine16::pack_rows_in_pairs_f32_split(s.ST, np, bc, kp, np, s.PT, np);
       else
