@@ -132,11 +132,13 @@ struct FloatSetup {
   }
 };
 
-// The same for an 8-bit cache: codes and their scales (quantize_kv of normal draws).
+// The same for an 8-bit cache: codes and their scales (quantize_kv of normal draws), queries in Q
+// (fp32 or bf16).
+template <class Q>
 struct CodeSetup {
   Pool pool;
   i64 B;
-  std::vector<float> q, out;
+  std::vector<Q> q, out;
   std::vector<std::uint8_t> k, v;
   std::vector<float> ks, vs;
   QuantizedKvCache cache;
@@ -168,7 +170,7 @@ struct CodeSetup {
     for (const auto* c : {&ks, &vs}) add_spans(spans, c->data(), pool, r.Hkv, 1, sizeof(float), true);
   }
   void call(const KvCacheRow& r, const Options& opt) {
-    forward_kvcache(contiguous<const float>(q.data(), {B, r.Nq, r.Hq, r.D}), cache, {}, {},
+    forward_kvcache(contiguous<const Q>(q.data(), {B, r.Nq, r.Hq, r.D}), cache, {}, {},
                     contiguous(out.data(), {B, r.Nq, r.Hq, r.D}), {}, opt);
   }
   void apart(const KvCacheRow& r, const Options& opt) {
@@ -238,9 +240,9 @@ std::vector<i64> mixed_lengths() {
 }
 
 std::string KvCacheRow::pass_name() const {
-  return fmt::format("kvcache {} {}{}{}", kv_format_name(format),
+  return fmt::format("kvcache {} {}{}{}{}", kv_format_name(format),
                      block > 0 ? fmt::format("paged{}", block) : std::string("contiguous"),
-                     heads_major ? "" : " tokens-major", Nq > 1 ? " chunk" : "");
+                     heads_major ? "" : " tokens-major", Nq > 1 ? " chunk" : "", bf16_queries ? " bf16-q" : "");
 }
 std::string KvCacheRow::label() const {
   if (lengths.empty()) return fmt::format("B=1 H={}/{} Nq={} Nk={} D={}", Hq, Hkv, Nq, Nk, D);
@@ -273,13 +275,20 @@ std::vector<KvCacheRow> default_kvcache(int threads) {
     r.Nk = std::accumulate(r.lengths.begin(), r.lengths.end(), i64{0});
     rows.push_back(r);
   }
-  // A chunk of prefill: the tiled loop, which widens an 8-bit cache's codes a key tile at a time.
-  for (i64 block : {0, 16})
+  // A chunk of prefill: the tiled loop, which widens an 8-bit cache's codes a key tile at a time,
+  // or with bf16 queries (a bf16 model's) the 16-bit engine's where the CPU has one.
+  for (i64 block : {0, 16}) {
     for (KvFormat f : formats) {
       KvCacheRow r;
       r.Nk = 4096, r.Nq = 64, r.block = block, r.format = f, r.threads = threads;
       rows.push_back(r);
     }
+    for (KvFormat f : {KvFormat::int8, KvFormat::fp8_e4m3}) {
+      KvCacheRow r;
+      r.Nk = 4096, r.Nq = 64, r.block = block, r.format = f, r.bf16_queries = true, r.threads = threads;
+      rows.push_back(r);
+    }
+  }
   return rows;
 }
 
@@ -291,7 +300,7 @@ void run_kvcache(KvCacheRow& r, const TimerRule& rule, Isa isa) {
   switch (r.format) {
     case KvFormat::f32: return run_row<FloatSetup<float>>(r, rule, opt);
     case KvFormat::bf16: return run_row<FloatSetup<bf16>>(r, rule, opt);
-    default: return run_row<CodeSetup>(r, rule, opt);
+    default: return r.bf16_queries ? run_row<CodeSetup<bf16>>(r, rule, opt) : run_row<CodeSetup<float>>(r, rule, opt);
   }
 }
 

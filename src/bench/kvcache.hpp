@@ -5,8 +5,9 @@
 // that layout must read (codes and scales for the 8-bit formats): decoding is a read of the cache,
 // so its time is judged as a fraction of that read. A paged sequence is also timed alternately with
 // the same sequence in a contiguous cache, so that what the blocks cost is one ratio under one load. And a chunk of prefill (64 queries, bottom-right
-// causal: 256 query lanes per kv head, the tiled loop) over the same caches, where the 8-bit
-// formats' codes are widened a key tile at a time: its time beside the float caches'.
+// causal: 256 query lanes per kv head, the tiled loop, or the 16-bit engine's for bf16 queries)
+// over the same caches, where the 8-bit formats' codes are widened a key tile at a time: its time
+// beside the float caches', with fp32 queries and with bf16 ones.
 #pragma once
 
 #include <string>
@@ -26,6 +27,9 @@ struct KvCacheRow {
   i64 Nq = 1;     // queries per sequence: 1, a decoding step; more, a chunk of prefill (bottom-right causal)
   i64 block = 0;  // positions per block of a paged cache; 0: contiguous
   KvFormat format = KvFormat::f32;
+  // An 8-bit cache's queries (and output) in bf16, as a bf16 model's; else fp32. A float cache's
+  // queries are in its own dtype.
+  bool bf16_queries = false;
   // Memory order of a block's (or the contiguous cache's) positions and heads: (Hkv, rows, D), each
   // head's rows back to back, as vLLM's CPU cache keeps them; or (rows, Hkv, D), FlashAttention's
   // order, where one head's consecutive rows lie Hkv·D elements apart. Either is the same
@@ -51,7 +55,8 @@ struct KvCacheRow {
   double tokens_per_s() const;       // batch() · Nq / the call's median: the queries it answered
   double batching_speedup() const;   // apart's median over together's (0: not a batch)
   double over_contiguous() const;    // paged's median over contiguous's (0: not a paged sequence)
-  /// "kvcache int8 paged16", "kvcache float32 contiguous", "kvcache int8 contiguous chunk", …
+  /// "kvcache int8 paged16", "kvcache float32 contiguous", "kvcache int8 contiguous chunk",
+  /// "kvcache int8 paged16 chunk bf16-q", …
   std::string pass_name() const;
   /// "B=1 H=32/8 Nq=1 Nk=4096 D=128", "B=64 H=32/8 Nq=1 Nk=16..32768 D=128"
   std::string label() const;
@@ -60,7 +65,7 @@ struct KvCacheRow {
 /// The suite: Nk ∈ {4096, 32768} × {contiguous, paged 16, paged 64} × {fp32, bf16, int8, fp8}, heads
 /// major; the contiguous rows at 32768 tokens major; a batch of 64 sequences of 16 to 32768 keys
 /// (mixed_lengths) in blocks of 64, each format; and a chunk of 64 queries over 4096 keys,
-/// contiguous and in blocks of 16, each format.
+/// contiguous and in blocks of 16, each format, and the 8-bit formats' again with bf16 queries.
 std::vector<KvCacheRow> default_kvcache(int threads);
 /// 64 lengths from 16 to 32768, log-spaced, multiples of 16 (about 287 thousand keys in all).
 std::vector<i64> mixed_lengths();
