@@ -6,7 +6,8 @@ in the same run.
                                                                 --prefill 1024 --new 128 --rounds 3
                                                                 --dtype float32|bfloat16]
 
-Per run (a backend with its KV cache): the prefill's wall time (one forward over --prefill tokens) and the
+Per run (a backend with its KV cache): the prefill's wall time (one forward over --prefill tokens into a fresh
+cache of the run's kind, so an 8-bit cache's prefill attends over its codes as generate()'s does) and the
 decoding's (generate() of --new tokens, KV cache: the last --new - 1 steps, timed from the first token to the last),
 each with the time spent inside the attention function (summed over layers and calls; the decoding's: the one-query
 calls of those steps). The runs are timed alternately (A B B A ...) and each figure is the median over --rounds; the
@@ -164,8 +165,9 @@ def main():
         with torch.no_grad():
             t.reset()
             if not a.decode_only:
+                prefill_cache = new_cache(backend, fmt, m.config)
                 start = time.perf_counter()
-                m(ids, attention_mask=attention_mask)
+                m(ids, attention_mask=attention_mask, **{CACHE_KWARG: prefill_cache})
                 f["prefill_s"].append(time.perf_counter() - start)
                 f["prefill_attn_s"].append(t.prefill_s)
             t.reset()

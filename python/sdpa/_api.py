@@ -395,8 +395,9 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens
     Quantized caches: k_cache and v_cache may be a pair of sdpa.QuantizedKV (sdpa.quantize_kv; codes laid out as
     the float caches above, scales [B, Hkv, Nmax] or [blocks, Hkv, block_size]). New tokens are quantized into
     them in place (a NaN or infinity among them is refused); the result is the attention of the dequantized
-    cache to fp32 accuracy, and the codes are read where they lie: by the decoding loop (up to 8 query lanes,
-    Hq/Hkv x Nq, per kv head), and by the tiled loop for longer chunks, a key tile at a time.
+    cache to fp32 accuracy (bf16 queries: to the bf16 rule), and the codes are read where they lie: by the
+    decoding loop (up to 8 query lanes, Hq/Hkv x Nq, per kv head), and for longer chunks a key tile at a time
+    by the tiled loop, or with bf16 queries by the 16-bit engine's where the CPU has one (AMX, AVX512-BF16).
     """
     quantized = isinstance(k_cache, QuantizedKV) or isinstance(v_cache, QuantizedKV)
     if quantized:
