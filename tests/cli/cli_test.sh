@@ -456,10 +456,13 @@ rows = json.load(open(sys.argv[1]))
 formats = ("float32", "bfloat16", "int8", "fp8_e4m3")
 got = {(r["format"], r["block_size"]) for r in rows if r["seq_q"] == 1}
 assert got == {(f, b) for f in formats for b in (None, 16, 64)}, got
-# the chunk rows: 64 queries, contiguous and in blocks of 16, each format
-chunks = [(r["format"], r["block_size"]) for r in rows if r["seq_q"] > 1]
-assert sorted(chunks, key=str) == sorted([(f, b) for f in formats for b in (None, 16)], key=str), chunks
+# the chunk rows: 64 queries, contiguous and in blocks of 16, each format, and the 8-bit ones with bf16 queries
+chunks = [(r["format"], r["block_size"], r["queries"]) for r in rows if r["seq_q"] > 1]
+want = [(f, b, "bfloat16" if f == "bfloat16" else "float32") for f in formats for b in (None, 16)]
+want += [(f, b, "bfloat16") for f in ("int8", "fp8_e4m3") for b in (None, 16)]
+assert sorted(chunks, key=str) == sorted(want, key=str), chunks
 for r in rows:
+    assert r["queries"] == ("bfloat16" if r["format"] == "bfloat16" else "float32") or r["seq_q"] > 1, r
     assert r["seq_k"] == 128 and r["fraction_of_read"] > 0 and r["heads_major"], r
     assert r["seq_q"] in (1, 64) and abs(r["tokens_per_s"] * r["seconds_median"] / r["seq_q"] - 1) < 1e-9, r
     # a paged row is timed against the same sequence in a contiguous cache too, alternated; a contiguous row is not
@@ -478,7 +481,7 @@ PY
     /usr/bin/python3 - kvs.json <<'PY' || fail "bench --suite kvcache --heads json"
 import json, sys
 rows = json.load(open(sys.argv[1]))
-assert len(rows) == 20, len(rows)
+assert len(rows) == 24, len(rows)  # 12 decoding rows, 8 chunks, 4 chunks with bf16 queries
 for r in rows:
     assert (r["heads"], r["kv_heads"], r["dim"], r["seq_k"]) == (12, 4, 64, 96), r
 want = [2 * 96 * 4 * 64 * n for n in (4, 2)] + [2 * 96 * 4 * (64 + 4)] * 2
