@@ -139,7 +139,7 @@ nlohmann::ordered_json json_row(const bench::SuiteResult& res, const bench::KvCa
           {"seq_k_each", r.lengths.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(r.lengths)},
           {"dim", r.D},
           {"format", bench::kv_format_name(r.format)},
-          {"queries", r.bf16_queries || r.format == bench::KvFormat::bf16 ? "bfloat16" : "float32"},
+          {"queries", r.queries_name()},
           {"block_size", r.block > 0 ? nlohmann::ordered_json(r.block) : nlohmann::ordered_json(nullptr)},
           {"heads_major", r.heads_major},
           {"threads", r.threads},

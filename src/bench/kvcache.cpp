@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <numeric>
 #include <random>
+#include <utility>
 
 #include <fmt/core.h>
 
@@ -239,6 +240,10 @@ std::vector<i64> mixed_lengths() {
   return lengths;
 }
 
+const char* KvCacheRow::queries_name() const {
+  return bf16_queries || format == KvFormat::bf16 ? "bfloat16" : "float32";
+}
+
 std::string KvCacheRow::pass_name() const {
   return fmt::format("kvcache {} {}{}{}{}", kv_format_name(format),
                      block > 0 ? fmt::format("paged{}", block) : std::string("contiguous"),
@@ -277,18 +282,16 @@ std::vector<KvCacheRow> default_kvcache(int threads) {
   }
   // A chunk of prefill: the tiled loop, which widens an 8-bit cache's codes a key tile at a time,
   // or with bf16 queries (a bf16 model's) the 16-bit engine's where the CPU has one.
-  for (i64 block : {0, 16}) {
-    for (KvFormat f : formats) {
+  // (format, bf16_queries) of each chunk row
+  constexpr std::pair<KvFormat, bool> chunks[] = {{KvFormat::f32, false},  {KvFormat::bf16, false},
+                                                  {KvFormat::int8, false}, {KvFormat::fp8_e4m3, false},
+                                                  {KvFormat::int8, true},  {KvFormat::fp8_e4m3, true}};
+  for (i64 block : {0, 16})
+    for (const auto& [f, bf16_queries] : chunks) {
       KvCacheRow r;
-      r.Nk = 4096, r.Nq = 64, r.block = block, r.format = f, r.threads = threads;
+      r.Nk = 4096, r.Nq = 64, r.block = block, r.format = f, r.bf16_queries = bf16_queries, r.threads = threads;
       rows.push_back(r);
     }
-    for (KvFormat f : {KvFormat::int8, KvFormat::fp8_e4m3}) {
-      KvCacheRow r;
-      r.Nk = 4096, r.Nq = 64, r.block = block, r.format = f, r.bf16_queries = true, r.threads = threads;
-      rows.push_back(r);
-    }
-  }
   return rows;
 }
 

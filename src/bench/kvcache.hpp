@@ -55,6 +55,7 @@ struct KvCacheRow {
   double tokens_per_s() const;       // batch() · Nq / the call's median: the queries it answered
   double batching_speedup() const;   // apart's median over together's (0: not a batch)
   double over_contiguous() const;    // paged's median over contiguous's (0: not a paged sequence)
+  const char* queries_name() const;  // the queries' dtype: "bfloat16" (bf16_queries, a bf16 cache) or "float32"
   /// "kvcache int8 paged16", "kvcache float32 contiguous", "kvcache int8 contiguous chunk",
   /// "kvcache int8 paged16 chunk bf16-q", …
   std::string pass_name() const;
