@@ -8,8 +8,16 @@ cache, its attention function switched between rounds (A B C D, then reversed, .
   kernel alone    sdpa's extension called on the same tensors with those options and a ready output buffer:
                   the floor of any Python path (what the call costs in C++ and in the handover)
 
+With --kv-cache int8|fp8_e4m3 the model decodes into sdpa.transformers.QuantizedCache, whose new tokens the
+attention call quantizes into the cache; the variants are then that cache's routes:
+
+  quantize_kv, then full   the layer's new tokens quantized by sdpa.quantize_kv (as a layer read otherwise does),
+                           then sdpa.attention_with_kvcache per call
+  sdpa full                attention_with_kvcache per call, appending the new tokens
+  sdpa inference           sdpa.transformers as it runs in inference: options cached, the layer's views ready
+
     flock /tmp/sdpa-cpu.lock .venv/bin/python bench/decode_layers.py [--prefill 1024 --new 64 --rounds 4
-                                                                     --dtype float32|bfloat16]
+                                                                     --dtype float32|bfloat16 --kv-cache int8]
 
 Prints, per variant, the median over rounds of the per-call median (µs) of the decoding's attention calls and
 the decoding's ms per token. docs/python.md, "Inside a model", holds a run.
@@ -30,11 +38,17 @@ from hf_llama import StepClock, add_shape_args, check_shape_args, llama_config
 
 
 def full_route(module, query, key, value, mask, **kw):
-    saved, sht._inference = sht._inference, lambda *a: None  # the inference route declines: the full one runs
+    saved = sht._inference, sht._quantized_inference
+    sht._inference = sht._quantized_inference = lambda *a: None  # the inference routes decline: the full one runs
     try:
         return sht.attention_forward(module, query, key, value, mask, **kw)
     finally:
-        sht._inference = saved
+        sht._inference, sht._quantized_inference = saved
+
+
+def quantized_first(module, query, key, value, mask, **kw):
+    key._sdpa_quantized._flush()  # the new tokens quantized apart (sdpa.quantize_kv), before the call
+    return full_route(module, query, key, value, mask, **kw)
 
 
 def kernel_alone(module, query, key, value, mask, scaling=None, **kw):
@@ -55,6 +69,8 @@ class KernelAlone:
 
 VARIANTS = {"torch sdpa": sdpa_attention_forward, "sdpa full": full_route, "sdpa inference": sht.attention_forward,
             "kernel alone": kernel_alone}
+QUANTIZED_VARIANTS = {"quantize_kv, then full": quantized_first, "sdpa full": full_route,
+                      "sdpa inference": sht.attention_forward}
 
 
 def main():
@@ -64,6 +80,8 @@ def main():
     ap.add_argument("--new", type=int, default=64)
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
+    ap.add_argument("--kv-cache", choices=("float", "int8", "fp8_e4m3"), default="float",
+                    help="float: transformers' DynamicCache; 8-bit: sdpa.transformers.QuantizedCache")
     a = ap.parse_args()
     if a.new < 2 or a.rounds < 1 or a.prefill < 1:
         ap.error("--new >= 2, --rounds >= 1, --prefill >= 1")
@@ -86,19 +104,22 @@ def main():
     model = AutoModelForCausalLM.from_config(cfg, attn_implementation="decode_layers").to(getattr(torch, a.dtype))
     model.eval()
     ids = torch.randint(1, a.vocab, (1, a.prefill), generator=torch.Generator().manual_seed(1))
-    per_call = {name: [] for name in VARIANTS}
-    per_token = {name: [] for name in VARIANTS}
+    variants = VARIANTS if a.kv_cache == "float" else QUANTIZED_VARIANTS
+    per_call = {name: [] for name in variants}
+    per_token = {name: [] for name in variants}
 
     def one(name):
-        current["fn"] = VARIANTS[name]
+        current["fn"] = variants[name]
         calls.clear()
         clock = StepClock()
+        cache = {} if a.kv_cache == "float" else {
+            sht._CACHE_KWARG: sht.QuantizedCache(config=model.config, format=a.kv_cache)}
         with torch.no_grad():
             model.generate(ids, max_new_tokens=a.new, min_new_tokens=a.new, do_sample=False, pad_token_id=0,
-                           logits_processor=[clock])
+                           logits_processor=[clock], **cache)
         return statistics.median(calls), (clock.times[-1] - clock.times[0]) / (a.new - 1)
 
-    names = list(VARIANTS)
+    names = list(variants)
     for name in names:  # warm-up
         one(name)
     for r in range(a.rounds):
@@ -106,7 +127,8 @@ def main():
             call, token = one(name)
             per_call[name].append(call)
             per_token[name].append(token)
-    print(f"Llama-shaped, {a.layers} layers, width {a.width}, {a.heads}/{a.kv_heads} heads, {a.dtype}, prefill "
+    print(f"Llama-shaped, {a.layers} layers, width {a.width}, {a.heads}/{a.kv_heads} heads, {a.dtype}, "
+          f"{'DynamicCache' if a.kv_cache == 'float' else a.kv_cache + ' QuantizedCache'}, prefill "
           f"{a.prefill}, {a.new} new tokens, "
           f"{torch.get_num_threads()} threads, isa {sht._api.active_isa()}; medians of {a.rounds} alternating rounds")
     print()

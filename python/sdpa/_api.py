@@ -6,6 +6,7 @@ sdpa._ops, imported then (torch is importable: q is a tensor). _core imports nei
 
 from __future__ import annotations
 
+import functools
 import json
 
 from . import _core, _ext
@@ -365,6 +366,19 @@ def quantize_kv(x, format="int8"):
     return QuantizedKV(codes, scales, format)
 
 
+# The options the extension's forward_kvcache calls take (the rest of _options' arguments are passed apart)
+_KVCACHE_ARGS = ("scale", "softcap", "causal", "window_left", "window_right", "threads", "kernel")
+
+
+@functools.lru_cache(maxsize=1024)
+def _kvcache_options(scale, causal: bool, window, softcap) -> dict:
+    """The forward_kvcache calls' options for a model layer's call (no sinks, no threads), checked once per distinct
+    set as _core._scalar_options checks the forward's: a decoding step's calls then parse nothing. Shared: copy
+    before changing it. window must be hashable (a tuple), else TypeError: the caller's full path checks it."""
+    opts = _core._scalar_options(scale, "bottom-right" if causal else None, window, softcap)
+    return {name: opts[name] for name in _KVCACHE_ARGS}
+
+
 def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens, block_table=None, causal=False,
                            window=None, softcap=None, sinks=None, scale=None, threads=None, return_lse=False):
     """Attention over a KV cache (FlashAttention's flash_attn_with_kvcache): decoding and chunked prefill.
@@ -436,8 +450,7 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens
                     caller="attention_with_kvcache")
     out = _empty(kind, (B, Nq, Hq, written["v_cache"][0].shape[3]), q.dtype)
     lse = _empty(kind, (B, Hq, Nq)) if return_lse else None
-    args = {name: opts[name] for name in ("scale", "softcap", "causal", "window_left", "window_right", "threads",
-                                          "kernel")}
+    args = {name: opts[name] for name in _KVCACHE_ARGS}
     qx, kc, vc, sl, bt, kx, vx, ox, lx, sx = _fast_args(kind, q, written["k_cache"][0], written["v_cache"][0], seqlens,
                                                         table, k, v, out, lse, opts["sinks"])
     if quantized:

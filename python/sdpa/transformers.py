@@ -218,9 +218,10 @@ def _replace_full_layers(cache, make) -> None:
 def _quantized_attention(module, layer, query, attention_mask, dropout, scaling, sliding_window, softcap,
                          causal_model, sinks, kwargs):
     """attention_forward over a QuantizedLayer: its codes and scales handed to the kernel where they lie
-    (attention_with_kvcache over the layer's L tokens, bottom-right causal for a chunk). A boolean mask that
-    hides keys (a padded batch) cannot be said by lengths alone: the layer's values are then dequantized into
-    a float copy and the usual route runs it with the mask."""
+    (attention_with_kvcache over the layer's L tokens, bottom-right causal for a chunk), the step's new tokens
+    quantized into the cache by the same call. A boolean mask that hides keys (a padded batch) cannot be said by
+    lengths alone: the layer's values are then dequantized into a float copy and the usual route runs it with
+    the mask."""
     if dropout or (_torch.is_grad_enabled() and query.requires_grad):
         raise ValueError(f"QuantizedCache: inference only (no dropout, no gradient); call the model under "
                          f"torch.no_grad() with {NAME!r}, or use a float cache to train")
@@ -239,17 +240,47 @@ def _quantized_attention(module, layer, query, attention_mask, dropout, scaling,
         return attention_forward(module, query, keys, values, attention_mask, dropout, scaling, sliding_window,
                                  softcap, causal_model, **kwargs)
     window = None if sliding_window is None else (sliding_window - 1, 0)
-    k_cache, v_cache = layer.caches()
-    try:
-        out = _api.attention_with_kvcache(query.transpose(1, 2), k_cache, v_cache, cache_seqlens=length,
-                                          causal=causal, window=window, softcap=softcap, sinks=sinks, scale=scaling)
-    except (TypeError, ValueError) as e:
-        raise _core.renamed(e, _NAMES) from None
+    out = _quantized_inference(layer, query, sinks, scaling, causal, window, softcap)
+    if out is None:
+        k_cache, v_cache = layer.caches()
+        held, k_new, v_new = layer._take_pending()
+        try:
+            out = _api.attention_with_kvcache(query.transpose(1, 2), k_cache, v_cache, k_new, v_new,
+                                              cache_seqlens=held, causal=causal, window=window, softcap=softcap,
+                                              sinks=sinks, scale=scaling)
+        except (TypeError, ValueError) as e:
+            raise _core.renamed(e, _NAMES) from None
+        layer._appended()
     return out, None
 
 
+def _quantized_inference(layer, query, sinks, scaling, causal, window, softcap):
+    """The call of a decoding step or a chunk over a QuantizedLayer, as _inference is the float caches': the
+    options checked once and cached (_api._kvcache_options), the layer's codes and scales as views made when
+    its buffers were, and the step's new tokens appended by the kernel's own call (no quantize_kv of their own):
+    attention_with_kvcache's extension call with nothing checked in Python. None where it does not apply
+    (tracing, a hook wrapping the tensors) or the call fails (the library checks everything before it writes
+    the cache): _quantized_attention's full call then runs it, or names the error."""
+    try:
+        if _core._torch_route(query, sinks) != "direct":
+            return None
+        opts = _api._kvcache_options(scaling, causal, window, softcap)
+        held, k_new, v_new = layer._take_pending()
+        kc, ks, vc, vs = layer._kernel_views
+        B, Hq, Nq, _ = query.shape
+        out = _torch.empty((B, Nq, Hq, vc.shape[3]), dtype=query.dtype)
+        seqlens = _torch.full((B,), held, dtype=_torch.int32)
+        args = _core._fast_args("torch", query.transpose(1, 2), kc, vc, ks, vs, seqlens, k_new, v_new, out, sinks)
+        _api._ext.forward_kvcache_quantized(*args[:5], layer.format, args[5], None, *args[6:9], None, sinks=args[9],
+                                            **opts)
+    except (TypeError, ValueError, BufferError, RuntimeError):
+        return None
+    layer._appended()
+    return out
+
+
 class QuantizedLayer(DynamicLayer):
-    """A cache layer stored in 8 bits: keys and values quantized as they arrive (sdpa.quantize_kv's format:
+    """A cache layer stored in 8 bits: keys and values quantized (sdpa.quantize_kv's format:
     "int8" or "fp8_e4m3", one float32 scale per token and kv head) into buffers [B, Hkv, capacity, D] with room
     to grow (min_room, growth as GrowingLayer's), and read by the 'exact_cpu' backend where they lie: the
     kernel converts the codes as it reads them (in registers when decoding, a key tile at a time for a chunk),
@@ -258,8 +289,13 @@ class QuantizedLayer(DynamicLayer):
 
     update() returns stand-ins for the keys and values: tensors on the meta device (no data) of the shape
     and dtype the float cache would return, which 'exact_cpu' recognises; any other attention backend fails
-    on them loudly rather than reading wrong numbers. crop, reorder_cache (beam search), batch_select_indices
-    and batch_repeat_interleave act on the codes and scales."""
+    on them loudly rather than reading wrong numbers. The new tokens wait, unquantized, for the attention call
+    that follows update() in every transformers layer: 'exact_cpu' hands them to the kernel, which quantizes
+    them into the cache as it attends (FlashAttention's k, v arguments; one call instead of a quantize_kv per
+    tensor, ~40 us a layer and step, docs/python.md). Anything else that reads the layer (dequantized, caches,
+    a second update, crop, reorder_cache, batch_select_indices, batch_repeat_interleave) quantizes them first,
+    with the same codes (one row quantizer in the library); a NaN or an infinity among them is refused there,
+    with sdpa.Error, and stays waiting."""
 
     def __init__(self, format: str = "int8", growth: float = 0.25, min_room: int = 256, **kwargs):
         super().__init__(**kwargs)
@@ -269,7 +305,9 @@ class QuantizedLayer(DynamicLayer):
             raise ValueError(f"growth, min_room: need growth > 0 and min_room >= 1, got {growth}, {min_room}")
         self.format, self.growth, self.min_room = format, growth, int(min_room)
         self._buffers = None  # (k codes, k scales, v codes, v scales): [B, Hkv, capacity, D] uint8, [B, Hkv, cap]
-        self._length = 0
+        self._kernel_views = None  # the buffers as the kernel takes them: codes [B, capacity, Hkv, D], scales
+        self._length = 0  # tokens quantized into the buffers
+        self._pending = None  # (keys, values) [B, Hkv, n, D] of the last update, not yet quantized
 
     @property
     def nbytes(self) -> int:
@@ -277,13 +315,21 @@ class QuantizedLayer(DynamicLayer):
         return 0 if self._buffers is None else sum(b.numel() * b.element_size() for b in self._buffers)
 
     def get_seq_length(self) -> int:
-        return self._length if self.is_initialized else 0
+        if not self.is_initialized:
+            return 0
+        return self._length + (0 if self._pending is None else self._pending[0].shape[2])
+
+    def _set_buffers(self, buffers) -> None:
+        self._buffers = buffers
+        kc, ks, vc, vs = buffers
+        self._kernel_views = (kc.transpose(1, 2), ks, vc.transpose(1, 2), vs)
 
     def _stand_ins(self):
         kc, _, vc, _ = self._buffers
         B, H, _, Dk = kc.shape
-        self.keys = _torch.empty((B, H, self._length, Dk), dtype=self._dtype, device="meta")
-        self.values = _torch.empty((B, H, self._length, vc.shape[3]), dtype=self._dtype, device="meta")
+        n = self.get_seq_length()
+        self.keys = _torch.empty((B, H, n, Dk), dtype=self._dtype, device="meta")
+        self.values = _torch.empty((B, H, n, vc.shape[3]), dtype=self._dtype, device="meta")
         self.keys._sdpa_quantized = self.values._sdpa_quantized = self
 
     def update(self, key_states, value_states, *args, **kwargs):
@@ -291,6 +337,7 @@ class QuantizedLayer(DynamicLayer):
             self.lazy_initialization(key_states, value_states)
         if key_states.device.type != "cpu":
             raise TypeError(f"QuantizedCache: keys on {key_states.device}; the 'exact_cpu' backend's caches are CPU")
+        self._flush()
         self._dtype = key_states.dtype
         B, H, n, Dk = key_states.shape
         Dv = value_states.shape[3]
@@ -307,25 +354,50 @@ class QuantizedLayer(DynamicLayer):
             if buffers is not None:
                 for old, new in zip(buffers, grown):
                     new[:, :, :self._length].copy_(old[:, :, :self._length])
-            self._buffers = buffers = grown
-        with _torch.no_grad():
-            for x, codes, scales in ((key_states, buffers[0], buffers[1]), (value_states, buffers[2], buffers[3])):
-                q = _api.quantize_kv(x.transpose(1, 2), self.format)  # codes [B, n, H, D], scales [B, H, n]
-                codes[:, :, self._length:need].copy_(q.codes.transpose(1, 2))
-                scales[:, :, self._length:need].copy_(q.scales)
-        self._length = need
+            self._set_buffers(grown)
+        self._pending = (key_states.detach(), value_states.detach())
         self._stand_ins()
         return self.keys, self.values
 
+    def _take_pending(self):
+        """(tokens held in the buffers, the waiting keys and values as the kernel takes new tokens, [B, n, Hkv, D],
+        or None, None): for a call that appends them, which then calls _appended()."""
+        if self._pending is None:
+            return self._length, None, None
+        k, v = self._pending
+        return self._length, k.transpose(1, 2), v.transpose(1, 2)
+
+    def _appended(self) -> None:
+        """The waiting tokens are in the buffers (a kernel call appended them)."""
+        if self._pending is not None:
+            self._length += self._pending[0].shape[2]
+            self._pending = None
+
+    def _flush(self) -> None:
+        """The waiting tokens quantized into the buffers (sdpa.quantize_kv: the row quantizer the kernel's append
+        uses, so the same codes)."""
+        if self._pending is None:
+            return
+        _, k_new, v_new = self._take_pending()
+        kc, ks, vc, vs = self._kernel_views
+        end = self._length + k_new.shape[1]
+        with _torch.no_grad():
+            for x, codes, scales in ((k_new, kc, ks), (v_new, vc, vs)):
+                q = _api.quantize_kv(x, self.format)  # codes [B, n, H, D], scales [B, H, n]
+                codes[:, self._length:end].copy_(q.codes)
+                scales[:, :, self._length:end].copy_(q.scales)
+        self._appended()
+
     def caches(self):
         """(k_cache, v_cache): sdpa.QuantizedKV views [B, capacity, Hkv, D] of the buffers, as
-        attention_with_kvcache takes them (positions beyond get_seq_length() unread)."""
-        kc, ks, vc, vs = self._buffers
-        return (_api.QuantizedKV(kc.transpose(1, 2), ks, self.format),
-                _api.QuantizedKV(vc.transpose(1, 2), vs, self.format))
+        attention_with_kvcache takes them (positions beyond the tokens held unread). The waiting tokens are not
+        in them: _take_pending() says which they are."""
+        kc, ks, vc, vs = self._kernel_views
+        return _api.QuantizedKV(kc, ks, self.format), _api.QuantizedKV(vc, vs, self.format)
 
     def dequantized(self, dtype=None):
         """The layer's keys and values as float tensors [B, Hkv, L, D] (dtype: the model's by default)."""
+        self._flush()
         L = self._length
         k_cache, v_cache = self.caches()
         out = []
@@ -335,13 +407,15 @@ class QuantizedLayer(DynamicLayer):
         return tuple(out)
 
     def _select(self, pick) -> None:
+        self._flush()
         if self._buffers is not None and self._length:
-            self._buffers = tuple(pick(b) for b in self._buffers)
+            self._set_buffers(tuple(pick(b) for b in self._buffers))
             self._stand_ins()
 
     def crop(self, tokens_to_remove: int) -> None:
         if tokens_to_remove > 0:
             raise ValueError(f"crop: a negative count of tokens to remove, got {tokens_to_remove}")
+        self._flush()
         if tokens_to_remove and self.is_initialized:
             self._length = max(0, self._length + tokens_to_remove)
             self._stand_ins()
@@ -357,7 +431,8 @@ class QuantizedLayer(DynamicLayer):
 
     def reset(self) -> None:
         super().reset()
-        self._buffers, self._length = None, 0
+        self._buffers = self._kernel_views = self._pending = None
+        self._length = 0
 
 
 class QuantizedCache(DynamicCache):
@@ -394,7 +469,8 @@ def cache_nbytes(cache) -> int:
     return total
 
 
-_NAMES = (("dropout_p:", "dropout:"), ("sinks:", "s_aux:"), ("q:", "query:"), ("k:", "key:"), ("v:", "value:"), ("mask:", "attention_mask:"), ("keep:", "attention_mask:"))
+_NAMES = (("dropout_p:", "dropout:"), ("sinks:", "s_aux:"), ("q:", "query:"), ("k:", "key:"), ("v:", "value:"),
+          ("k_new:", "key:"), ("v_new:", "value:"), ("mask:", "attention_mask:"), ("keep:", "attention_mask:"))
 
 
 AttentionInterface.register(NAME, attention_forward)

@@ -136,7 +136,7 @@ void check_codes(const QuantizedKvCache& c, const Layout& g, const View4<const T
           for (i64 e = 0; e < x.shape[3]; ++e)
             if (!std::isfinite(static_cast<float>(x(b, t, h, e))))
               fail(std::string(name) + ": element [" + str(b) + ", " + str(t) + ", " + str(h) + ", " + str(e) +
-                   "] is " + std::to_string(static_cast<float>(x(b, t, h, e))) + "; a " + kv_quant_name(c.quant) +
+                   "] is " + std::to_string(static_cast<float>(x(b, t, h, e))) + "; an " + kv_quant_name(c.quant) +
                    " cache has no code for a NaN or an infinity");
 }
 

@@ -527,23 +527,24 @@ def test_quantized_cache_attends_to_its_dequantized_values(fmt):
     ours, eager, gold = _models("llama-gqa")
     ids = _ids(13, 2, 17)
     calls, got, smax = [], [], []
-    kv = sht._api.attention_with_kvcache
+    route = sht._quantized_inference
 
-    def counted(*a, **k):
-        calls.append(a[0].shape[1])
-        return kv(*a, **k)
+    def counted(layer, query, *a):
+        out = route(layer, query, *a)
+        calls.append(query.shape[2] if out is not None else None)  # None: the route declined
+        return out
 
     steps = ((0, 12), (12, 13), (13, 16))  # a prefill, one token, then a chunk of three
     with torch.no_grad():
         cache = sht.QuantizedCache(config=ours.config, format=fmt, min_room=2)
-        sht._api.attention_with_kvcache = counted
+        sht._quantized_inference = counted
         try:
             for lo, hi in steps:
                 with SmaxSpy() as spy:
                     got.append(ours(ids[:, lo:hi], use_cache=True, **{sht._CACHE_KWARG: cache}).logits)
                 smax.append(spy.smax)
         finally:
-            sht._api.attention_with_kvcache = kv
+            sht._quantized_inference = route
         e_cache, g_cache = _substituted_cache(cache), _substituted_cache(cache)
         for (lo, hi), logits, s in zip(steps, got, smax):
             want = eager(ids[:, lo:hi], use_cache=True, **{sht._CACHE_KWARG: e_cache}).logits
@@ -557,6 +558,54 @@ def test_quantized_cache_attends_to_its_dequantized_values(fmt):
     floats = 2 * 16 * sum(4 * b.shape[0] * b.shape[1] * b.shape[3] for layer in cache.layers
                           for b in layer._buffers[::2])
     assert cache.nbytes < floats  # codes + scales at capacity, against fp32 keys and values at length 16
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("fmt", ["int8", "fp8_e4m3"])
+def test_quantized_inference_route_gives_the_full_routes_bits(fmt, dtype):
+    """A QuantizedLayer's new tokens wait for the attention call, whose kernel quantizes them into the cache:
+    on the cached route (_quantized_inference) and on the full one (attention_with_kvcache) the same outputs and
+    the same codes and scales, and those codes are quantize_kv's (a layer that quantizes at every update);
+    a prefill chunk, two decoding steps and a chunk with sinks, a window and soft-cap."""
+    g = torch.Generator().manual_seed(5)
+    layers = [sht.QuantizedLayer(fmt, min_room=4) for _ in range(3)]  # cached route, full route, quantize_kv
+    route, taken = sht._quantized_inference, []
+    steps = ((9, {}), (1, {}), (1, {"scaling": 0.3}),
+             (3, {"s_aux": torch.tensor([0.5, -1.0, 2.0, 0.0, 1.0, -0.5]), "sliding_window": 6, "softcap": 2.5}))
+    with torch.no_grad():
+        for n, kw in steps:
+            q = torch.randn(2, n, 6, 16, generator=g).to(dtype).transpose(1, 2)  # a projection's view
+            k, v = (torch.randn(2, 2, n, 16, generator=g).to(dtype) for _ in range(2))
+            outs = []
+            for i, layer in enumerate(layers):
+                keys, values = layer.update(k, v)
+                if i == 2:
+                    layer.dequantized()  # quantized here, by quantize_kv
+                sht._quantized_inference = route if i == 0 else (lambda *a: None)
+                try:
+                    out, _ = sht.attention_forward(_Layer(), q, keys, values, None, **kw)
+                finally:
+                    sht._quantized_inference = route
+                outs.append(out)
+                assert layer.get_seq_length() == layers[0].get_seq_length() and layer._pending is None
+            taken.append(route(layers[0], q, None, None, False, None, None) is not None)  # nothing waits: reads
+            assert outs[0].is_contiguous() and outs[0].shape == (2, n, 6, 16) and outs[0].dtype == dtype
+            assert torch.equal(outs[0], outs[1]) and torch.equal(outs[0], outs[2])
+    assert all(taken)
+    for a, b in ((layers[0], layers[1]), (layers[0], layers[2])):
+        for x, y in zip(a._buffers, b._buffers):
+            assert torch.equal(x[:, :, :a.get_seq_length()], y[:, :, :b.get_seq_length()])
+    # a NaN among the new tokens: refused by the call that would quantize it, naming the argument; it stays
+    # waiting (never written as a finite code), and a read of the layer refuses it too
+    layer = layers[0]
+    bad = torch.zeros(2, 2, 1, 16, dtype=dtype)
+    bad[1, 0, 0, 3] = float("nan")
+    keys, values = layer.update(bad, torch.zeros_like(bad))
+    with torch.no_grad(), pytest.raises(sht._api._ext.Error, match="^key: .*nan"):
+        sht.attention_forward(_Layer(), torch.zeros(2, 6, 1, 16, dtype=dtype), keys, values, None)
+    with pytest.raises(sht._api._ext.Error, match="nan"):
+        layer.dequantized()
+    assert layer._length == 14 and layer.get_seq_length() == 15
 
 
 @pytest.mark.parametrize("name", ["llama-gqa", "qwen2-window", "gpt-oss-sinks"])
