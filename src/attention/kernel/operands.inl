@@ -106,11 +106,13 @@ inline void widen_codes(KvCodes::Kind kind, const std::uint8_t* bytes, i64 n, fl
 
 // The same as bf16 values, each the code's value (no scale): exact, since an int8 code has at most 7
 // significant bits and an e4m3 one 4, in bf16's range. The 16-bit engine's products read them so
-// (kv_bf16_rows) and take the scales apart (cache_scales). One pass of integer operations the
-// compiler vectorises: int8 through its float's high half; e4m3's exponent rebiased (7 → 127) and
-// its subnormals (m · 2^-9) through a float, the NaN bytes (never written) read as 480 as the
-// other loops read them. Through widen_codes and the bf16 converter (two passes over a float
-// buffer) the engine's fp8 chunks ran 24 % over the bf16 cache's, int8's 12 % (Zen 4).
+// (kv_bf16_rows) and take the scales apart (cache_scales). int8: one pass of integer operations the
+// compiler vectorises (each code through its float's high half). e4m3: the decoding loop's own
+// widening (decode::Ops::load: ~4 operations a vector, subnormals and the never-written NaN bytes
+// read as every loop reads them) into a float chunk, then its high halves; a one-pass select by
+// masks between the rebiased exponent and a subnormal's float (~15 operations a vector, kept where
+// there is no Ops: the scalar build, which has no engine) ran the engine's fp8 chunks 14-16 % over
+// its int8 ones, the two loads 2-4 % (Zen 4, docs/performance.md, "A chunk over an 8-bit cache").
 inline void widen_codes_bf16(KvCodes::Kind kind, const std::uint8_t* bytes, i64 n, bf16* dst) {
   if (kind == KvCodes::Kind::int8) {
     for (i64 d = 0; d < n; ++d) {
@@ -119,6 +121,24 @@ inline void widen_codes_bf16(KvCodes::Kind kind, const std::uint8_t* bytes, i64 
     }
     return;
   }
+#ifdef SDPA_FUSED_DECODE
+  // e4m3 as the decoding loop reads it (decode::Ops: the byte in an fp16's bits, widened by the
+  // ISA's fp16 conversion: value × 2^-8, exact, subnormals included), × 256 (exact), into a float
+  // chunk whose high halves are the bf16 values (4 significant bits: exact).
+  constexpr i64 kChunk = 64;
+  static_assert(kChunk % W == 0);
+  float buf[kChunk];
+  const R unit = Vec::set1(256.0f);
+  for (i64 d0 = 0; d0 < n; d0 += kChunk) {
+    const i64 m = imin(kChunk, n - d0);
+    const auto* codes = reinterpret_cast<const E4M3Code*>(bytes + d0);
+    i64 d = 0;
+    for (; d + W <= m; d += W) Vec::store(buf + d, Vec::mul(decode::Ops::load(codes + d), unit));
+    for (; d < m; ++d) buf[d] = decode::Ops::to_float(codes[d]) * 256.0f;
+    for (d = 0; d < m; ++d)
+      dst[d0 + d].bits = static_cast<std::uint16_t>(__builtin_bit_cast(std::uint32_t, buf[d]) >> 16);
+  }
+#else
   for (i64 d = 0; d < n; ++d) {  // a select by masks, not ?: (which GCC 12 leaves unvectorised)
     const std::uint32_t b = bytes[d], e = (b >> 3) & 0xFu, m = b & 7u;
     const std::uint32_t normal = ((e + 120u) << 7) | (m << 4);
@@ -127,6 +147,7 @@ inline void widen_codes_bf16(KvCodes::Kind kind, const std::uint8_t* bytes, i64 
     const std::uint32_t is_normal = 0u - static_cast<std::uint32_t>(e != 0);
     dst[d].bits = static_cast<std::uint16_t>(((b & 0x80u) << 8) | (normal & is_normal) | (subnormal & ~is_normal));
   }
+#endif
 }
 
 // Row j of kv head (b, g) of a cache's K (key) or V: the element offset of its first value, and
