@@ -111,8 +111,9 @@ inline void widen_codes(KvCodes::Kind kind, const std::uint8_t* bytes, i64 n, fl
 // widening (decode::Ops::load: ~4 operations a vector, subnormals and the never-written NaN bytes
 // read as every loop reads them) into a float chunk, then its high halves; a one-pass select by
 // masks between the rebiased exponent and a subnormal's float (~15 operations a vector, kept where
-// there is no Ops: the scalar build, which has no engine) ran the engine's fp8 chunks 14-16 % over
-// its int8 ones, the two loads 2-4 % (Zen 4, docs/performance.md, "A chunk over an 8-bit cache").
+// there is no Ops: the scalar build, which has no engine) ran the engine's fp8 chunks 16-18 % over
+// its int8 ones, the two loads 0-3 % (Zen 4; docs/performance.md,
+// "Chunked prefill over an 8-bit KV cache").
 inline void widen_codes_bf16(KvCodes::Kind kind, const std::uint8_t* bytes, i64 n, bf16* dst) {
   if (kind == KvCodes::Kind::int8) {
     for (i64 d = 0; d < n; ++d) {
