@@ -2,7 +2,9 @@
 // 0x7F and 0xFF NaN, never written), one fp32 scale per row; quantize_kv and dequantize_kv.
 #include "attention/quantize.hpp"
 
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <string>
 
 namespace sdpa {
@@ -12,40 +14,61 @@ float code_max(KvQuant q) { return q == KvQuant::int8 ? 127.0f : 448.0f; }
 
 namespace {
 
-std::uint8_t encode_e4m3(double v) {
+// v rounded to the nearest integer, ties to even, for |v| < 2^51 (the encoders round at most 512):
+// adding 1.5 · 2^52 leaves the sum no fraction bits, so the adder rounds it in the default
+// rounding mode, as std::nearbyint would. Here without a libm call: baseline x86-64 has no
+// roundsd, and with nearbyint, frexp, ldexp, fmin and fmax called per element, quantizing a
+// 4096-token chunk's K and V (4 heads of 64) took 9.2 ns an int8 element and 16.8 an e4m3 one;
+// without them 3.1 and 7.3 (Zen 4, `sdpa.quantize_kv`; the same codes for every double up to 512).
+inline double round_even(double v) {
+  constexpr double kShift = 0x1.8p52;
+  return (v + kShift) - kShift;
+}
+
+inline std::uint8_t encode_e4m3(double v) {
   const std::uint8_t sign = v < 0 ? 0x80 : 0;
   const double a = std::fabs(v);
   if (a == 0.0) return 0;
-  int e = 0;
-  std::frexp(a, &e);  // a = f · 2^e, f in [0.5, 1): a in [2^(e-1), 2^e)
-  int E = e - 1;
+  // a = 1.f · 2^E with f the 52 fraction bits (a double subnormal reads as E = -1023: below 2^-6 too)
+  const auto bits = std::bit_cast<std::uint64_t>(a);
+  int E = static_cast<int>(bits >> 52) - 1023;
   if (E < -6) {  // below the smallest normal, 2^-6: subnormal steps of 2^-9 (8 steps round up to 2^-6's code)
-    const auto m = static_cast<std::uint8_t>(std::nearbyint(a * 512.0));
+    const auto m = static_cast<std::uint8_t>(round_even(a * 512.0));
     return m == 0 ? 0 : static_cast<std::uint8_t>(sign | m);  // zero as +0, whatever its sign
   }
-  double m = std::nearbyint((std::ldexp(a, -E) - 1.0) * 8.0);  // 0..8, ties to even
-  if (m == 8.0) m = 0.0, ++E;
-  if (E > 8 || (E == 8 && m > 6.0)) return static_cast<std::uint8_t>(sign | 0x7E);  // 448, the largest
-  return static_cast<std::uint8_t>(sign | ((E + 7) << 3) | static_cast<int>(m));
+  // The mantissa's 3 bits: f's top 3, rounded by its other 49 (0..8, ties to even)
+  const std::uint64_t f = bits & ((std::uint64_t{1} << 52) - 1), rest = f & ((std::uint64_t{1} << 49) - 1);
+  constexpr std::uint64_t kHalf = std::uint64_t{1} << 48;
+  int m = static_cast<int>(f >> 49);
+  m += static_cast<int>(rest > kHalf) | (static_cast<int>(rest == kHalf) & m & 1);  // no branch: random data
+  if (m == 8) m = 0, ++E;
+  if (E > 8 || (E == 8 && m > 6)) return static_cast<std::uint8_t>(sign | 0x7E);  // 448, the largest
+  return static_cast<std::uint8_t>(sign | ((E + 7) << 3) | m);
+}
+
+inline std::uint8_t encode_int8(double v) {
+  const double r = round_even(v);
+  return static_cast<std::uint8_t>(static_cast<std::int8_t>(r > 127.0 ? 127.0 : r < -127.0 ? -127.0 : r));
 }
 
 }  // namespace
 
-std::uint8_t encode(KvQuant q, double v) {
-  if (q == KvQuant::fp8_e4m3) return encode_e4m3(v);
-  const double r = std::nearbyint(v);
-  return static_cast<std::uint8_t>(static_cast<std::int8_t>(r > 127.0 ? 127.0 : r < -127.0 ? -127.0 : r));
-}
+std::uint8_t encode(KvQuant q, double v) { return q == KvQuant::fp8_e4m3 ? encode_e4m3(v) : encode_int8(v); }
 
+// The finite rows only (callers check): the comparisons below are fmax's and fmin's for them.
 float quantize_row(KvQuant q, const float* x, i64 n, i64 stride, std::uint8_t* codes, i64 code_stride) {
   float absmax = 0.0f;
-  for (i64 i = 0; i < n; ++i) absmax = std::fmax(absmax, std::fabs(x[i * stride]));
+  for (i64 i = 0; i < n; ++i) {
+    const float a = std::fabs(x[i * stride]);
+    absmax = a > absmax ? a : absmax;
+  }
   const float top = code_max(q), scale = absmax / top;
+  const double hi = top;
   for (i64 i = 0; i < n; ++i) {
     // x / scale in double, then clamped: absmax / scale may land a rounding above the largest code.
     double v = scale == 0.0f ? 0.0 : static_cast<double>(x[i * stride]) / static_cast<double>(scale);
-    v = std::fmax(-static_cast<double>(top), std::fmin(static_cast<double>(top), v));
-    codes[i * code_stride] = encode(q, v);
+    v = v > hi ? hi : v < -hi ? -hi : v;
+    codes[i * code_stride] = q == KvQuant::fp8_e4m3 ? encode_e4m3(v) : encode_int8(v);
   }
   return scale;
 }

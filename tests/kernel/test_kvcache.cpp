@@ -585,7 +585,8 @@ TEST(KvCache, BadArgumentsAreRefusedBeforeAnythingIsWritten) {
 // Quantized caches (QuantizedKvCache): int8 and fp8 e4m3 codes, one scale per position and kv head.
 
 // Every finite e4m3 byte decodes to a value that encodes back to it, and a value halfway between
-// two neighbours goes to the one with the even mantissa (round to nearest, ties to even).
+// two neighbours goes to the one with the even mantissa (round to nearest, ties to even); int8 codes
+// likewise, halfway between two integers to the even one.
 TEST(KvQuant, E4M3RoundTripsEveryFiniteCodeAndTiesGoToEven) {
   for (int c = 0; c < 256; ++c) {
     if ((c & 0x7F) == 0x7F) continue;  // NaN, never written
@@ -599,8 +600,14 @@ TEST(KvQuant, E4M3RoundTripsEveryFiniteCodeAndTiesGoToEven) {
   }
   EXPECT_EQ(detail::e4m3_value(0x7E), 448.0f);
   EXPECT_EQ(detail::e4m3_value(0x01), 0x1p-9f);
-  for (int c = -127; c <= 127; ++c)
+  for (int c = -127; c <= 127; ++c) {
     EXPECT_EQ(detail::code_value(KvQuant::int8, detail::encode(KvQuant::int8, c)), static_cast<float>(c));
+    if (c < 127) {  // halfway to the next integer: the even one
+      const int even = c % 2 == 0 ? c : c + 1;
+      EXPECT_EQ(detail::code_value(KvQuant::int8, detail::encode(KvQuant::int8, c + 0.5)), static_cast<float>(even))
+          << c;
+    }
+  }
 }
 
 // The per-element error bound of a format (docs/contract.md, "Quantized KV caches"): int8 half a
