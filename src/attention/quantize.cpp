@@ -64,12 +64,20 @@ float quantize_row(KvQuant q, const float* x, i64 n, i64 stride, std::uint8_t* c
   }
   const float top = code_max(q), scale = absmax / top;
   const double hi = top;
-  for (i64 i = 0; i < n; ++i) {
-    // x / scale in double, then clamped: absmax / scale may land a rounding above the largest code.
-    double v = scale == 0.0f ? 0.0 : static_cast<double>(x[i * stride]) / static_cast<double>(scale);
-    v = v > hi ? hi : v < -hi ? -hi : v;
-    codes[i * code_stride] = q == KvQuant::fp8_e4m3 ? encode_e4m3(v) : encode_int8(v);
-  }
+  // The format chosen once a row, the encoder inlined into its loop (through the out-of-line
+  // encode(), a call an element, the row took ~15 % longer).
+  const auto encode_all = [&](auto encode_one) {
+    for (i64 i = 0; i < n; ++i) {
+      // x / scale in double, then clamped: absmax / scale may land a rounding above the largest code.
+      double v = scale == 0.0f ? 0.0 : static_cast<double>(x[i * stride]) / static_cast<double>(scale);
+      v = v > hi ? hi : v < -hi ? -hi : v;
+      codes[i * code_stride] = encode_one(v);
+    }
+  };
+  if (q == KvQuant::fp8_e4m3)
+    encode_all([](double v) { return encode_e4m3(v); });
+  else
+    encode_all([](double v) { return encode_int8(v); });
   return scale;
 }
 
