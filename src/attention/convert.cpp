@@ -1,6 +1,7 @@
 // convert.cpp — the scalar conversions, the dtype facts and the dispatch of the bulk ones.
 #include "attention/convert.hpp"
 
+#include "attention/quantize.hpp"
 #include "common/per_isa.hpp"
 
 #include <cmath>
@@ -18,7 +19,7 @@ void narrow(const float* src, H* dst, i64 n) {
   for (i64 i = 0; i < n; ++i) dst[i] = H(src[i]);
 }
 
-constexpr ConvertKernels kScalar{widen<bf16>, widen<fp16>, narrow<bf16>, narrow<fp16>};
+constexpr ConvertKernels kScalar{widen<bf16>, widen<fp16>, narrow<bf16>, narrow<fp16>, quantize_row_scalar};
 
 }  // namespace
 

@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "attention/convert.hpp"
+#include "attention/quantize.hpp"
 
 namespace sdpa::detail::neon {
 #include "attention/half_neon.hpp"
@@ -15,6 +16,7 @@ struct HalfVec {
   static void widen(const fp16* src, float* dst) { vst1q_f32(dst, load4_fp16(src)); }
   static void narrow(const float* src, bf16* dst) { store4_bf16(dst, vld1q_f32(src)); }
   static void narrow(const float* src, fp16* dst) { store4_fp16(dst, vld1q_f32(src)); }
+  static constexpr auto quantize_row = &quantize_row_scalar;  // no vector 8-bit encoder on Arm yet
 };
 
 #include "attention/convert_kernel.inl"

@@ -2,6 +2,7 @@
 // path at one vector length: included by fast_sve256.cpp and fast_sve512.cpp after they set
 // SDPA_SVE_BITS (common/sve_width.hpp), each compiled with its -msve-vector-bits.
 #include "attention/convert.hpp"
+#include "attention/quantize.hpp"
 #include "attention/isa_sve.hpp"  // kIsa, Vec and the features of this path
 
 namespace sdpa::detail::SDPA_SVE_NAMESPACE {
@@ -13,6 +14,7 @@ struct HalfVec {  // convert_kernel.inl's vector: half_sve.hpp's loads and store
   static void widen(const fp16* src, float* dst) { Vec::store(dst, load_fp16(all_lanes(), src)); }
   static void narrow(const float* src, bf16* dst) { store_bf16(dst, Vec::load(src)); }
   static void narrow(const float* src, fp16* dst) { store_fp16(dst, Vec::load(src)); }
+  static constexpr auto quantize_row = &quantize_row_scalar;  // no vector 8-bit encoder on Arm yet
 };
 
 #include "attention/convert_kernel.inl"

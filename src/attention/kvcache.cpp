@@ -130,14 +130,7 @@ void check_codes(const QuantizedKvCache& c, const Layout& g, const View4<const T
   }
   if (k_new.data == nullptr) return;
   for (const auto& [name, x] : {std::pair{"k_new", k_new}, std::pair{"v_new", v_new}})
-    for (i64 b = 0; b < x.shape[0]; ++b)
-      for (i64 t = 0; t < x.shape[1]; ++t)
-        for (i64 h = 0; h < x.shape[2]; ++h)
-          for (i64 e = 0; e < x.shape[3]; ++e)
-            if (!std::isfinite(static_cast<float>(x(b, t, h, e))))
-              fail(std::string(name) + ": element [" + str(b) + ", " + str(t) + ", " + str(h) + ", " + str(e) +
-                   "] is " + std::to_string(static_cast<float>(x(b, t, h, e))) + "; an " + kv_quant_name(c.quant) +
-                   " cache has no code for a NaN or an infinity");
+    detail::require_finite(x, name, std::string("an ") + kv_quant_name(c.quant) + " cache");
 }
 
 // Every check of a call, before anything is written. C: KvCache<T> or QuantizedKvCache.
@@ -266,7 +259,7 @@ Layout check_call(const View4<const T>& q, const C& c, const View4<const T>& k_n
 
 // Writes k_new and v_new into their positions (the checks done).
 template <class T>
-void append(const KvCache<T>& c, const View4<const T>& k_new, const View4<const T>& v_new, const Layout& g) {
+void append(const KvCache<T>& c, const View4<const T>& k_new, const View4<const T>& v_new, const Layout& g, Isa) {
   for (i64 b = 0; b < g.B; ++b)
     for (i64 t = 0; t < g.Nnew; ++t) {
       const auto [blk, row] = g.where(c, b, g.held[static_cast<std::size_t>(b)] + t);
@@ -280,13 +273,14 @@ void append(const KvCache<T>& c, const View4<const T>& k_new, const View4<const 
 // Quantizes k_new and v_new into their positions (the checks done: every value finite), each row
 // with its scale.
 template <class T>
-void append(const QuantizedKvCache& c, const View4<const T>& k_new, const View4<const T>& v_new, const Layout& g) {
+void append(const QuantizedKvCache& c, const View4<const T>& k_new, const View4<const T>& v_new, const Layout& g,
+            Isa isa) {
   std::vector<float> row(static_cast<std::size_t>(std::max(g.Dk, g.Dv)));
   const auto put = [&](const View4<const T>& x, const View4<std::uint8_t>& codes, const View3<float>& scales, i64 b,
                        i64 t, i64 h, i64 blk, i64 r) {
     const i64 D = x.shape[3];
     for (i64 e = 0; e < D; ++e) row[static_cast<std::size_t>(e)] = static_cast<float>(x(b, t, h, e));
-    scales(blk, h, r) = detail::quantize_row(c.quant, row.data(), D, 1, &codes(blk, r, h, 0), codes.stride[3]);
+    scales(blk, h, r) = detail::quantize_row(c.quant, row.data(), D, 1, &codes(blk, r, h, 0), codes.stride[3], isa);
   };
   for (i64 b = 0; b < g.B; ++b)
     for (i64 t = 0; t < g.Nnew; ++t) {
@@ -421,7 +415,7 @@ template <class T, class C>
 void forward_kvcache_as(View4<const T> q, const C& c, View4<const T> k_new, View4<const T> v_new, View4<T> out,
                         View3<float> lse, const Options& opt) {
   const Layout g = check_call<T>(q, c, k_new, v_new, out, lse, opt);
-  append(c, k_new, v_new, g);
+  append(c, k_new, v_new, g, opt.isa);
 
   const bool want_lse = lse.data != nullptr;
   const auto length = [&](i64 b) { return g.held[static_cast<std::size_t>(b)] + g.Nnew; };

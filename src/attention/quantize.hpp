@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "attention/problem.hpp"
 #include "sdpa/kvcache.hpp"
@@ -21,8 +22,24 @@ inline float code_value(KvQuant q, std::uint8_t c) {
 }
 
 /// n finite floats x[i·stride] into codes[i·code_stride]; returns the row's scale, max|x| /
-/// code_max (0 for an all-zero row, whose codes are 0).
-float quantize_row(KvQuant q, const float* x, i64 n, i64 stride, std::uint8_t* codes, i64 code_stride);
+/// code_max (0 for an all-zero row, whose codes are 0). A contiguous row takes the ISA's vector
+/// encoder (convert.hpp's ConvertKernels::quantize_row), which writes the same codes.
+float quantize_row(KvQuant q, const float* x, i64 n, i64 stride, std::uint8_t* codes, i64 code_stride,
+                   Isa isa = Isa::automatic);
+
+/// The scalar encoder of a row whose scale is known: codes[i·code_stride] = the code of
+/// x[i·stride] / scale (in double), clamped to ±code_max, rounded as encode() does. The vector
+/// encoders' tails and their reference.
+void encode_row(KvQuant q, const float* x, i64 n, i64 stride, float scale, std::uint8_t* codes, i64 code_stride);
+
+/// quantize_row for a contiguous row, scalar: ConvertKernels::quantize_row where no vector one is.
+float quantize_row_scalar(KvQuant q, const float* x, i64 n, std::uint8_t* codes);
+
+/// Refuses x ([A, R, H, D]) unless every value is finite, before anything is written: the error
+/// names `name`'s first non-finite element, [a, r, h, d], and says that `holder` ("int8", "an
+/// int8 cache") has no code for it. For float, bf16 and fp16.
+template <class T>
+void require_finite(const View4<const T>& x, const char* name, const std::string& holder);
 
 /// KvCodes' kind for a format.
 inline KvCodes::Kind codes_kind(KvQuant q) {

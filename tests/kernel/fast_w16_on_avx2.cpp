@@ -9,6 +9,7 @@
 #include <type_traits>  // std::integral_constant: a chunk's vector count as a type
 
 #include "attention/fast.hpp"
+#include "attention/quantize.hpp"
 
 #define SDPA_FUSED_DECODE 1  // kernel/forward.inl sends decoding items to decode::forward, as on AVX-512
 
@@ -155,6 +156,7 @@ struct HalfVec {
   static void widen(const fp16* src, float* dst) { Vec::store(dst, load16_fp16(src)); }
   static void narrow(const float* src, bf16* dst) { store16_bf16(dst, Vec::load(src)); }
   static void narrow(const float* src, fp16* dst) { store16_fp16(dst, Vec::load(src)); }
+  static constexpr auto quantize_row = &quantize_row_scalar;  // the vector 8-bit encoders are tested per ISA
 };
 #include "attention/convert_kernel.inl"
 }  // namespace sdpa::detail::w16

@@ -8,10 +8,12 @@
 #include <cmath>
 #include <cstring>
 #include <cstdio>
+#include <limits>
 #include <numeric>
 #include <ostream>
 #include <string>
 
+#include "attention/convert.hpp"
 #include "attention/fast.hpp"
 #include "attention/quantize.hpp"
 
@@ -608,6 +610,61 @@ TEST(KvQuant, E4M3RoundTripsEveryFiniteCodeAndTiesGoToEven) {
           << c;
     }
   }
+}
+
+// Each ISA's row encoder (ConvertKernels::quantize_row: AVX-512's and AVX2's in double lanes)
+// writes the scalar's codes and scale: rows of every length to 70 (vector body and scalar tail),
+// rows whose scale is a power of two so that values land exactly on each format's ties and one
+// float either side of them, e4m3's subnormal steps, zeros of both signs, float subnormals beside
+// the largest floats, and random rows at scales from 2^-140 to 2^120.
+TEST(KvQuant, EveryIsasRowEncoderWritesTheScalarsCodes) {
+  std::vector<std::vector<float>> rows;
+  for (int k : {-20, 0, 7}) {
+    std::vector<float> ties{127.0f}, e4m3_ties{448.0f};
+    for (int c = -127; c < 127; ++c) ties.push_back(static_cast<float>(c) + 0.5f);
+    for (int c = 0; c < 0x7E; ++c) {  // halfway between codes c and c + 1, both signs
+      const float mid =
+          (detail::e4m3_value(static_cast<std::uint8_t>(c)) + detail::e4m3_value(static_cast<std::uint8_t>(c + 1))) / 2;
+      e4m3_ties.insert(e4m3_ties.end(), {mid, -mid});
+    }
+    for (auto* row : {&ties, &e4m3_ties}) {
+      const std::size_t n = row->size();
+      for (std::size_t i = 1; i < n; ++i) {  // a float either side of each tie
+        const float x = (*row)[i];
+        row->insert(row->end(), {std::nextafter(x, 1e9f), std::nextafter(x, -1e9f)});
+      }
+      for (float& x : *row) x = std::ldexp(x, k);
+      rows.push_back(*row);
+    }
+  }
+  rows.push_back({0.0f, -0.0f, 0.0f});
+  std::vector<float> wide{std::numeric_limits<float>::max(), -0x1p-149f, 0x1p-126f, -0.0f, 1.0f};
+  wide.resize(40, 0x1p-140f);
+  rows.push_back(wide);
+  std::mt19937_64 rng(5);
+  for (int n = 1; n <= 70; ++n) {
+    std::vector<float> row(static_cast<std::size_t>(n));
+    fill_normal(row, rng);
+    for (float& x : row) x = std::ldexp(x, static_cast<int>(rng() % 261) - 140);  // exponents mixed within a row
+    rows.push_back(row);
+    fill_normal(row, rng);
+    for (float& x : row) x = std::ldexp(x, n % 3 == 0 ? -130 : n % 3 == 1 ? 0 : 120);
+    rows.push_back(row);
+  }
+  for (KvQuant q : {KvQuant::int8, KvQuant::fp8_e4m3})
+    for (Isa isa : runnable_isas()) {
+      SCOPED_TRACE(std::string(kv_quant_name(q)) + " on " + isa_name(isa));
+      for (std::size_t r = 0; r < rows.size(); ++r) {
+        const auto& x = rows[r];
+        const i64 n = static_cast<i64>(x.size());
+        std::vector<std::uint8_t> want(x.size()), got(x.size(), 0xAA);
+        const float want_scale = detail::quantize_row_scalar(q, x.data(), n, want.data());
+        const float got_scale = detail::convert_kernels(isa).quantize_row(q, x.data(), n, got.data());
+        ASSERT_EQ(std::bit_cast<std::uint32_t>(got_scale), std::bit_cast<std::uint32_t>(want_scale)) << "row " << r;
+        for (std::size_t i = 0; i < x.size(); ++i)
+          ASSERT_EQ(int{got[i]}, int{want[i]}) << "row " << r << ", element " << i << ": " << x[i];
+      }
+    }
 }
 
 // The per-element error bound of a format (docs/contract.md, "Quantized KV caches"): int8 half a
