@@ -453,9 +453,16 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens
     args = {name: opts[name] for name in _KVCACHE_ARGS}
     qx, kc, vc, sl, bt, kx, vx, ox, lx, sx = _fast_args(kind, q, written["k_cache"][0], written["v_cache"][0], seqlens,
                                                         table, k, v, out, lse, opts["sinks"])
-    if quantized:
-        ks, vs = _fast_args(kind, k_cache.scales, v_cache.scales)
-        _ext.forward_kvcache_quantized(qx, kc, vc, ks, vs, k_cache.format, sl, bt, kx, vx, ox, lx, sinks=sx, **args)
-    else:
-        _ext.forward_kvcache(qx, kc, vc, sl, bt, kx, vx, ox, lx, sinks=sx, **args)
+    try:
+        if quantized:
+            ks, vs = _fast_args(kind, k_cache.scales, v_cache.scales)
+            _ext.forward_kvcache_quantized(qx, kc, vc, ks, vs, k_cache.format, sl, bt, kx, vx, ox, lx, sinks=sx,
+                                           **args)
+        else:
+            _ext.forward_kvcache(qx, kc, vc, sl, bt, kx, vx, ox, lx, sinks=sx, **args)
+    except (TypeError, ValueError) as e:
+        raise _core.renamed(e, _KVCACHE_NAMES) from None
     return (out, lse) if return_lse else out
+
+
+_KVCACHE_NAMES = (("k_new:", "k:"), ("v_new:", "v:"))  # the library's names of the new tokens, and ours

@@ -21,6 +21,7 @@ passed by the caller is added to the scores, as in eager.
 
 from __future__ import annotations
 
+import re
 from typing import Optional
 
 from . import torch as _st  # registers the custom ops; says how to install torch if missing
@@ -112,7 +113,7 @@ def attention_forward(module, query, key, value, attention_mask: Optional["_torc
         out = _api.attention(query, key, value, scale=scaling, causal=causal, window=window, softcap=softcap,
                              mask=mask, sinks=sinks, dropout_p=dropout)
     except (TypeError, ValueError) as e:
-        raise _core.renamed(e, _NAMES) from None
+        raise _renamed(e) from None
     return out.transpose(1, 2), None
 
 
@@ -249,7 +250,7 @@ def _quantized_attention(module, layer, query, attention_mask, dropout, scaling,
                                               cache_seqlens=held, causal=causal, window=window, softcap=softcap,
                                               sinks=sinks, scale=scaling)
         except (TypeError, ValueError) as e:
-            raise _core.renamed(e, _NAMES) from None
+            raise _renamed(e) from None
         layer._appended()
     return out, None
 
@@ -382,8 +383,11 @@ class QuantizedLayer(DynamicLayer):
         kc, ks, vc, vs = self._kernel_views
         end = self._length + k_new.shape[1]
         with _torch.no_grad():
-            for x, codes, scales in ((k_new, kc, ks), (v_new, vc, vs)):
-                q = _api.quantize_kv(x, self.format)  # codes [B, n, H, D], scales [B, H, n]
+            for name, x, codes, scales in (("key:", k_new, kc, ks), ("value:", v_new, vc, vs)):
+                try:
+                    q = _api.quantize_kv(x, self.format)  # codes [B, n, H, D], scales [B, H, n]
+                except (TypeError, ValueError) as e:
+                    raise _renamed(e, (("x:", name),)) from None
                 codes[:, self._length:end].copy_(q.codes)
                 scales[:, :, self._length:end].copy_(q.scales)
         self._appended()
@@ -471,6 +475,18 @@ def cache_nbytes(cache) -> int:
 
 _NAMES = (("dropout_p:", "dropout:"), ("sinks:", "s_aux:"), ("q:", "query:"), ("k:", "key:"), ("v:", "value:"),
           ("k_new:", "key:"), ("v_new:", "value:"), ("mask:", "attention_mask:"), ("keep:", "attention_mask:"))
+_ELEMENT = re.compile(r"^(key|value): element \[(\d+), (\d+), (\d+), (\d+)\]")
+
+
+def _renamed(error: Exception, names=_NAMES) -> Exception:
+    """_core.renamed in transformers' terms, an element's index included: the library names an element of the
+    [B, N, H, D] view it reads, where transformers' key and value are [B, H, N, D]."""
+    error = _core.renamed(error, names)
+    found = _ELEMENT.match(str(error))
+    if found is None:
+        return error
+    b, n, h, d = found.group(2, 3, 4, 5)
+    return type(error)(f"{found[1]}: element [{b}, {h}, {n}, {d}]" + str(error)[found.end():])
 
 
 AttentionInterface.register(NAME, attention_forward)
