@@ -23,6 +23,9 @@ struct ConvertKernels {
 
 const ConvertKernels& convert_kernels(Isa isa);  // scalar, avx2 or avx512
 
+/// ConvertKernels::quantize_row of the neon and sve paths (convert_neon.cpp; aarch64 builds).
+float quantize_row_neon(KvQuant q, const float* x, i64 n, std::uint8_t* codes);
+
 /// vcvtneps2bf16 (AVX512_BF16): round to nearest even but subnormals in and out flushed to
 /// zero. Compiled everywhere; runs only where avx512bf16_supported().
 void float_to_bf16_avx512bf16(const float* src, bf16* dst, i64 n);

@@ -14,7 +14,7 @@ struct HalfVec {  // convert_kernel.inl's vector: half_sve.hpp's loads and store
   static void widen(const fp16* src, float* dst) { Vec::store(dst, load_fp16(all_lanes(), src)); }
   static void narrow(const float* src, bf16* dst) { store_bf16(dst, Vec::load(src)); }
   static void narrow(const float* src, fp16* dst) { store_fp16(dst, Vec::load(src)); }
-  static constexpr auto quantize_row = &quantize_row_scalar;  // no vector 8-bit encoder on Arm yet
+  static constexpr auto quantize_row = &quantize_row_neon;  // every SVE CPU has NEON: its encoder
 };
 
 #include "attention/convert_kernel.inl"
