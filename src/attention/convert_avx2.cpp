@@ -3,7 +3,6 @@
 // (src/CMakeLists.txt).
 #include <immintrin.h>
 
-#include <cmath>
 #include <cstdint>
 
 #include "attention/convert.hpp"
@@ -55,27 +54,18 @@ i64 encode16s(const float* x, i64 n, float scale, std::uint8_t* codes) {
   return i;
 }
 
-// quantize_row_scalar's codes and scale: its max (exact, any order), its division, its encoder for
-// the last n mod 16 values.
 float quantize_row16(KvQuant q, const float* x, i64 n, std::uint8_t* codes) {
-  const __m256 magnitude = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
-  __m256 most = _mm256_setzero_ps();
-  i64 i = 0;
-  for (; i + 8 <= n; i += 8) most = _mm256_max_ps(most, _mm256_and_ps(_mm256_loadu_ps(x + i), magnitude));
-  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(most), _mm256_extractf128_ps(most, 1));
-  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-  float absmax = _mm_cvtss_f32(_mm_max_ss(m4, _mm_shuffle_ps(m4, m4, 1)));
-  for (; i < n; ++i) {
-    const float a = std::fabs(x[i]);
-    absmax = a > absmax ? a : absmax;
-  }
-  const float scale = absmax / code_max(q);
-  i = 0;
-  if (scale != 0.0f)
-    i = q == KvQuant::int8 ? encode16s<KvQuant::int8>(x, n, scale, codes)
-                           : encode16s<KvQuant::fp8_e4m3>(x, n, scale, codes);
-  encode_row(q, x + i, n - i, 1, scale, codes + i, 1);
-  return scale;
+  const auto vector_max = [&](i64& i) {
+    const __m256 magnitude = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+    __m256 most = _mm256_setzero_ps();
+    for (i = 0; i + 8 <= n; i += 8) most = _mm256_max_ps(most, _mm256_and_ps(_mm256_loadu_ps(x + i), magnitude));
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(most), _mm256_extractf128_ps(most, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    return _mm_cvtss_f32(_mm_max_ss(m4, _mm_shuffle_ps(m4, m4, 1)));
+  };
+  return quantize_row_with(q, x, n, codes, vector_max, [&](auto format, float scale) {
+    return encode16s<decltype(format)::value>(x, n, scale, codes);
+  });
 }
 
 }  // namespace

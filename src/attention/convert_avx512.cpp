@@ -1,7 +1,6 @@
 // convert_avx512.cpp — bulk bf16/fp16 conversion for the avx512 path: convert_kernel.inl on
 // the 16-lane helpers of half_avx512.hpp, and the 8-bit KV encoder, compiled with the ISA's
 // flags (src/CMakeLists.txt).
-#include <cmath>
 #include <cstdint>
 
 #include "attention/convert.hpp"
@@ -50,24 +49,15 @@ i64 encode16s(const float* x, i64 n, float scale, std::uint8_t* codes) {
   return i;
 }
 
-// quantize_row_scalar's codes and scale: its max (exact, any order), its division, its encoder for
-// the last n mod 16 values.
 float quantize_row16(KvQuant q, const float* x, i64 n, std::uint8_t* codes) {
-  __m512 most = _mm512_setzero_ps();
-  i64 i = 0;
-  for (; i + 16 <= n; i += 16) most = _mm512_max_ps(most, _mm512_abs_ps(_mm512_loadu_ps(x + i)));
-  float absmax = _mm512_reduce_max_ps(most);
-  for (; i < n; ++i) {
-    const float a = std::fabs(x[i]);
-    absmax = a > absmax ? a : absmax;
-  }
-  const float scale = absmax / code_max(q);
-  i = 0;
-  if (scale != 0.0f)
-    i = q == KvQuant::int8 ? encode16s<KvQuant::int8>(x, n, scale, codes)
-                           : encode16s<KvQuant::fp8_e4m3>(x, n, scale, codes);
-  encode_row(q, x + i, n - i, 1, scale, codes + i, 1);
-  return scale;
+  const auto vector_max = [&](i64& i) {
+    __m512 most = _mm512_setzero_ps();
+    for (i = 0; i + 16 <= n; i += 16) most = _mm512_max_ps(most, _mm512_abs_ps(_mm512_loadu_ps(x + i)));
+    return _mm512_reduce_max_ps(most);
+  };
+  return quantize_row_with(q, x, n, codes, vector_max, [&](auto format, float scale) {
+    return encode16s<decltype(format)::value>(x, n, scale, codes);
+  });
 }
 
 }  // namespace

@@ -3,7 +3,6 @@
 // (aarch64 builds).
 #include <arm_neon.h>
 
-#include <cmath>
 #include <cstdint>
 
 #include "attention/convert.hpp"
@@ -57,24 +56,15 @@ i64 encode8s(const float* x, i64 n, float scale, std::uint8_t* codes) {
 }  // namespace sdpa::detail::neon
 
 namespace sdpa::detail {
-// quantize_row_scalar's codes and scale: its max (exact, any order), its division, its encoder for
-// the last n mod 8 values.
 float quantize_row_neon(KvQuant q, const float* x, i64 n, std::uint8_t* codes) {
-  float32x4_t most = vdupq_n_f32(0.0f);
-  i64 i = 0;
-  for (; i + 4 <= n; i += 4) most = vmaxq_f32(most, vabsq_f32(vld1q_f32(x + i)));
-  float absmax = vmaxvq_f32(most);
-  for (; i < n; ++i) {
-    const float a = std::fabs(x[i]);
-    absmax = a > absmax ? a : absmax;
-  }
-  const float scale = absmax / code_max(q);
-  i = 0;
-  if (scale != 0.0f)
-    i = q == KvQuant::int8 ? neon::encode8s<KvQuant::int8>(x, n, scale, codes)
-                           : neon::encode8s<KvQuant::fp8_e4m3>(x, n, scale, codes);
-  encode_row(q, x + i, n - i, 1, scale, codes + i, 1);
-  return scale;
+  const auto vector_max = [&](i64& i) {
+    float32x4_t most = vdupq_n_f32(0.0f);
+    for (i = 0; i + 4 <= n; i += 4) most = vmaxq_f32(most, vabsq_f32(vld1q_f32(x + i)));
+    return vmaxvq_f32(most);
+  };
+  return quantize_row_with(q, x, n, codes, vector_max, [&](auto format, float scale) {
+    return neon::encode8s<decltype(format)::value>(x, n, scale, codes);
+  });
 }
 }  // namespace sdpa::detail
 

@@ -2,8 +2,10 @@
 // quantize_kv and the KV cache's append write, and the values the kernel reads back.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "attention/problem.hpp"
 #include "sdpa/kvcache.hpp"
@@ -34,6 +36,28 @@ void encode_row(KvQuant q, const float* x, i64 n, i64 stride, float scale, std::
 
 /// quantize_row for a contiguous row, scalar: ConvertKernels::quantize_row where no vector one is.
 float quantize_row_scalar(KvQuant q, const float* x, i64 n, std::uint8_t* codes);
+
+/// An ISA's ConvertKernels::quantize_row from its vector pieces, with quantize_row_scalar's codes
+/// and scale: vector_max(i) returns the max of |x| over a prefix whose length it writes to i (the
+/// max is exact in any order), vector_codes(format, scale) encodes a prefix (format: a
+/// std::integral_constant of the KvQuant) and returns its length; the rest as the scalar does.
+template <class VectorMax, class VectorCodes>
+float quantize_row_with(KvQuant q, const float* x, i64 n, std::uint8_t* codes, VectorMax vector_max,
+                        VectorCodes vector_codes) {
+  i64 i = 0;
+  float absmax = vector_max(i);
+  for (; i < n; ++i) {
+    const float a = std::fabs(x[i]);
+    absmax = a > absmax ? a : absmax;
+  }
+  const float scale = absmax / code_max(q);
+  i64 done = 0;
+  if (scale != 0.0f)
+    done = q == KvQuant::int8 ? vector_codes(std::integral_constant<KvQuant, KvQuant::int8>{}, scale)
+                              : vector_codes(std::integral_constant<KvQuant, KvQuant::fp8_e4m3>{}, scale);
+  encode_row(q, x + done, n - done, 1, scale, codes + done, 1);
+  return scale;
+}
 
 /// Refuses x ([A, R, H, D]) unless every value is finite, before anything is written: the error
 /// names `name`'s first non-finite element, [a, r, h, d], and says that `holder` ("int8", "an
