@@ -1,6 +1,7 @@
 // convert.hpp — bulk bf16/fp16 <-> float conversion and the 8-bit KV encoder, one table per
-// ISA (like fast.hpp), behind sdpa::to_float / sdpa::from_float and quantize.hpp's quantize_row. The per-ISA vector helpers themselves are in
-// half_<isa>.hpp, for the kernel to include as it includes simd_<isa>.hpp.
+// ISA (like fast.hpp), behind sdpa::to_float / sdpa::from_float and quantize.hpp's
+// quantize_row. The per-ISA vector helpers themselves are in half_<isa>.hpp, for the kernel to
+// include as it includes simd_<isa>.hpp.
 #pragma once
 
 #include "attention/problem.hpp"

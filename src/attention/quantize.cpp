@@ -108,7 +108,8 @@ bool finite(T v) {
 }
 
 // Whether a row of n values at stride 1 is all finite; for float from the exponent's bits, a
-// loop that vectorizes (`finite` and `&=` per element does not: 0.8 ns an element).
+// loop that vectorizes (`finite` and `&=` per element does not: with it, sdpa.quantize_kv of
+// float rows took 1.20 ns an element, with this 0.75; Zen 4).
 template <class T>
 bool all_finite(const T* row, i64 n) {
   if constexpr (std::is_same_v<T, float>) {
