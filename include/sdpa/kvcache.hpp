@@ -78,7 +78,10 @@ struct QuantizedKvCache {
 /// Quantizes x (A, R, H, D) row by row (one row: the D elements of one (a, r, h)) into codes
 /// (A, R, H, D) and scales (A, H, R): the layout of a cache's rows and their scales. A NaN or
 /// infinity in x throws sdpa::Error before anything is written. An all-zero row gets scale 0.
+/// bf16 and fp16 rows get the codes of their (exact) float values, without a float copy of x.
 void quantize_kv(View4<const float> x, KvQuant quant, View4<std::uint8_t> codes, View3<float> scales);
+void quantize_kv(View4<const bf16> x, KvQuant quant, View4<std::uint8_t> codes, View3<float> scales);
+void quantize_kv(View4<const fp16> x, KvQuant quant, View4<std::uint8_t> codes, View3<float> scales);
 /// code × scale, the values a quantized cache's attention reads: x (A, R, H, D) from codes
 /// (A, R, H, D) and scales (A, H, R).
 void dequantize_kv(View4<const std::uint8_t> codes, View3<const float> scales, KvQuant quant, View4<float> x);

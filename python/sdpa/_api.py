@@ -348,16 +348,20 @@ def quantize_kv(x, format="int8"):
     if kind == "numpy" and not isinstance(x, _core.np.ndarray):
         raise TypeError(f"x: expected a NumPy array or a PyTorch CPU tensor, got {type(x).__name__}")
     _check_rank("x", x, 4)
+    # float32, bfloat16 and float16 are read as they are, in any strides (the kernel widens a row at a time);
+    # another float dtype (float64) through a float32 copy
     if kind == "torch":
         t = _core._torch_module()
         if not x.is_floating_point() or x.device.type != "cpu":
             raise TypeError(f"x: expected a floating-point CPU tensor, got {x.dtype} on {x.device}")
-        xf = x.detach().to(t.float32).contiguous()
+        xf = x.detach()
+        if xf.dtype not in (t.float32, t.bfloat16, t.float16):
+            xf = xf.to(t.float32)
         codes = t.empty(tuple(x.shape), dtype=t.uint8)
     else:
         if x.dtype.kind != "f":
             raise TypeError(f"x: expected a floating-point array, got dtype {x.dtype}")
-        xf = _core.np.ascontiguousarray(x, dtype=_core.np.float32)
+        xf = x if x.dtype in (_core.np.float32, _core.np.float16) else x.astype(_core.np.float32)
         codes = _core.np.empty(x.shape, dtype=_core.np.uint8)
     A, R, H, _ = x.shape
     scales = _empty(kind, (A, H, R))

@@ -334,10 +334,15 @@ using CodesIn4 = nb::ndarray<const std::uint8_t, nb::ndim<4>, cpu>;
 
 sdpa::KvQuant kv_quant_of(const std::string& format) { return sdpa::parse_kv_quant(format, "format"); }
 
-void quantize_kv(In4 x, Codes4 codes, Out3 scales, const std::string& format) {
+// x float32, bfloat16 or float16: a 16-bit x is read as it is (no float32 copy).
+void quantize_kv(AnyIn4 x, Codes4 codes, Out3 scales, const std::string& format) {
   const sdpa::KvQuant q = kv_quant_of(format);
+  const sdpa::Dtype t = dtype_of({{"x", x.dtype()}});
   nb::gil_scoped_release unlocked;
-  sdpa::quantize_kv(view_of<const float, 4>(x), q, view_of<std::uint8_t, 4>(codes), view_of<float, 3>(scales));
+  with_element_type(t, [&](auto element) {
+    using T = decltype(element);
+    sdpa::quantize_kv(view_of<const T, 4>(x), q, view_of<std::uint8_t, 4>(codes), view_of<float, 3>(scales));
+  });
 }
 
 void dequantize_kv(CodesIn4 codes, In3 scales, const std::string& format, Out4 x) {
@@ -583,7 +588,8 @@ NB_MODULE(_ext, m) {
         "sdpa::forward_kvcache: k, v (unless None) appended into the caches in place, then out (and lse) written.");
   m.def("quantize_kv", &quantize_kv, nb::arg("x").noconvert(), nb::arg("codes").noconvert(),
         nb::arg("scales").noconvert(), nb::arg("format"),
-        "sdpa::quantize_kv: x (A, R, H, D) float32 into codes (A, R, H, D) uint8 and scales (A, H, R) float32.");
+        "sdpa::quantize_kv: x (A, R, H, D) float32, bfloat16 or float16 into codes (A, R, H, D) uint8 and scales "
+        "(A, H, R) float32.");
   m.def("dequantize_kv", &dequantize_kv, nb::arg("codes").noconvert(), nb::arg("scales").noconvert(), nb::arg("format"),
         nb::arg("x").noconvert(), "sdpa::dequantize_kv: code × scale into x (A, R, H, D) float32.");
   m.def("forward_kvcache_quantized", &forward_kvcache_quantized, nb::arg("q").noconvert(),

@@ -275,12 +275,12 @@ void append(const KvCache<T>& c, const View4<const T>& k_new, const View4<const 
 template <class T>
 void append(const QuantizedKvCache& c, const View4<const T>& k_new, const View4<const T>& v_new, const Layout& g,
             Isa isa) {
-  std::vector<float> row(static_cast<std::size_t>(std::max(g.Dk, g.Dv)));
+  detail::RowBuffer row(std::max(g.Dk, g.Dv));
+  const detail::ConvertKernels& convert = detail::convert_kernels(isa);
   const auto put = [&](const View4<const T>& x, const View4<std::uint8_t>& codes, const View3<float>& scales, i64 b,
                        i64 t, i64 h, i64 blk, i64 r) {
-    const i64 D = x.shape[3];
-    for (i64 e = 0; e < D; ++e) row[static_cast<std::size_t>(e)] = static_cast<float>(x(b, t, h, e));
-    scales(blk, h, r) = detail::quantize_row(c.quant, row.data(), D, 1, &codes(blk, r, h, 0), codes.stride[3], isa);
+    scales(blk, h, r) = detail::quantize_row(c.quant, &x(b, t, h, 0), x.shape[3], x.stride[3], &codes(blk, r, h, 0),
+                                             codes.stride[3], row.data(), convert);
   };
   for (i64 b = 0; b < g.B; ++b)
     for (i64 t = 0; t < g.Nnew; ++t) {

@@ -716,6 +716,77 @@ TEST(KvQuant, RowsRoundTripWithinHalfAStepAndNonFiniteIsRefused) {
   }
 }
 
+// A bf16 or fp16 row gets the codes and scale of its float values (widening is exact), read where
+// it lies: quantize_row on every ISA for rows and codes at any stride, and quantize_kv on a
+// strided 16-bit view (a cache laid out [A, H, R, D] seen as [A, R, H, D]) against the same values
+// contiguous in float; a NaN in a 16-bit view is refused with its element named, nothing written.
+template <class T>
+void expect_rows_quantized_as_their_floats() {
+  std::mt19937_64 rng(11);
+  for (KvQuant q : {KvQuant::int8, KvQuant::fp8_e4m3})
+    for (Isa isa : runnable_isas())
+      for (i64 n : {1, 7, 40, 64, 67})
+        for (i64 stride : {1, 3})
+          for (i64 code_stride : {1, 2}) {
+            SCOPED_TRACE(std::string(kv_quant_name(q)) + " on " + isa_name(isa) + ", n " + std::to_string(n) +
+                         ", strides " + std::to_string(stride) + ", " + std::to_string(code_stride));
+            std::vector<float> f(static_cast<std::size_t>(n * stride));
+            fill_normal(f, rng);
+            const std::vector<T> x = as<T>(f);
+            std::vector<float> wide(static_cast<std::size_t>(n)), row(static_cast<std::size_t>(n), kNaN);
+            for (i64 i = 0; i < n; ++i)
+              wide[static_cast<std::size_t>(i)] = static_cast<float>(x[static_cast<std::size_t>(i * stride)]);
+            std::vector<std::uint8_t> want(static_cast<std::size_t>(n)),
+                got(static_cast<std::size_t>(n * code_stride), 0xAA);
+            const float want_scale = detail::quantize_row_scalar(q, wide.data(), n, want.data());
+            const float got_scale = detail::quantize_row(q, x.data(), n, stride, got.data(), code_stride, row.data(),
+                                                         detail::convert_kernels(isa));
+            ASSERT_EQ(std::bit_cast<std::uint32_t>(got_scale), std::bit_cast<std::uint32_t>(want_scale));
+            for (i64 i = 0; i < n; ++i) {
+              ASSERT_EQ(int{got[static_cast<std::size_t>(i * code_stride)]}, int{want[static_cast<std::size_t>(i)]})
+                  << i;
+              if (code_stride == 2) ASSERT_EQ(int{got[static_cast<std::size_t>(i * 2 + 1)]}, 0xAA) << i;
+            }
+          }
+  constexpr i64 A = 2, R = 5, H = 3, D = 40;
+  std::vector<float> f(static_cast<std::size_t>(A * H * R * D));
+  fill_normal(f, rng);
+  const std::vector<T> x = as<T>(f);  // laid out (A, H, R, D)
+  std::vector<float> wide(x.size());  // the same values laid out (A, R, H, D)
+  for (i64 a = 0; a < A; ++a)
+    for (i64 h = 0; h < H; ++h)
+      for (i64 r = 0; r < R; ++r)
+        for (i64 d = 0; d < D; ++d)
+          wide[static_cast<std::size_t>(((a * R + r) * H + h) * D + d)] =
+              static_cast<float>(x[static_cast<std::size_t>(((a * H + h) * R + r) * D + d)]);
+  View4<const T> view{x.data(), {A, R, H, D}, {H * R * D, D, R * D, 1}};
+  for (KvQuant q : {KvQuant::int8, KvQuant::fp8_e4m3}) {
+    SCOPED_TRACE(kv_quant_name(q));
+    std::vector<std::uint8_t> want(x.size()), got(x.size());
+    std::vector<float> want_scales(static_cast<std::size_t>(A * H * R)), got_scales(want_scales.size());
+    quantize_kv(contiguous(static_cast<const float*>(wide.data()), {A, R, H, D}), q,
+                contiguous(want.data(), {A, R, H, D}), contiguous(want_scales.data(), {A, H, R}));
+    quantize_kv(view, q, contiguous(got.data(), {A, R, H, D}), contiguous(got_scales.data(), {A, H, R}));
+    EXPECT_EQ(got, want);
+    EXPECT_EQ(got_scales, want_scales);
+    std::vector<T> bad = x;
+    bad[static_cast<std::size_t>(((1 * H + 2) * R + 3) * D + 4)] = T(kNaN);  // element [1, 3, 2, 4] of the view
+    const View4<const T> bad_view{bad.data(), view.shape, view.stride};
+    try {
+      quantize_kv(bad_view, q, contiguous(got.data(), {A, R, H, D}), contiguous(got_scales.data(), {A, H, R}));
+      ADD_FAILURE() << "a NaN was quantized";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("x: element [1, 3, 2, 4] is nan"), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(got, want);
+    EXPECT_EQ(got_scales, want_scales);
+  }
+}
+
+TEST(KvQuant, Bf16RowsGetTheCodesOfTheirFloatValuesInAnyStrides) { expect_rows_quantized_as_their_floats<bf16>(); }
+TEST(KvQuant, Fp16RowsGetTheCodesOfTheirFloatValuesInAnyStrides) { expect_rows_quantized_as_their_floats<fp16>(); }
+TEST(KvQuant, FloatRowsGetTheSameCodesInAnyStrides) { expect_rows_quantized_as_their_floats<float>(); }
+
 // A quantized copy of a case's cache and its new tokens: the codes and scales the call starts from,
 // and each sequence's keys and values as the call must read them (dequantized).
 struct QuantData {

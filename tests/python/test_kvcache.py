@@ -185,6 +185,30 @@ def test_quantize_kv_round_trips_within_half_a_step(fmt):
 
 
 @pytest.mark.parametrize("fmt", ["int8", "fp8_e4m3"])
+def test_quantize_kv_reads_16_bit_and_strided_input_as_its_float_values(fmt):
+    """bfloat16 and float16 rows (torch, NumPy float16), any strides, get the codes and scales of their float32
+    values: the kernel widens them a row at a time (exactly) instead of a float32 copy of x; float64 goes
+    through float32 as before. A NaN in a bfloat16 view is named by its index in the view."""
+    torch = pytest.importorskip("torch")
+    x = torch.randn(2, 3, 9, 64, generator=torch.Generator().manual_seed(4)).transpose(1, 2)  # [A, R, H, D], strided
+    for dt in (torch.bfloat16, torch.float16, torch.float32, torch.float64):
+        xs = x.to(dt)
+        want = sdpa.quantize_kv(xs.float().contiguous(), fmt)
+        for view in (xs, xs.contiguous()):
+            got = sdpa.quantize_kv(view, fmt)
+            assert torch.equal(got.codes, want.codes) and torch.equal(got.scales, want.scales), (dt, view.stride())
+    xn = x.numpy().astype(np.float16)
+    want = sdpa.quantize_kv(xn.astype(np.float32), fmt)
+    got = sdpa.quantize_kv(xn, fmt)
+    np.testing.assert_array_equal(got.codes, want.codes)
+    np.testing.assert_array_equal(got.scales, want.scales)
+    bad = x.to(torch.bfloat16)
+    bad[1, 4, 2, 5] = float("nan")
+    with pytest.raises(sdpa.Error, match=r"x: element \[1, 4, 2, 5\] is nan"):
+        sdpa.quantize_kv(bad, fmt)
+
+
+@pytest.mark.parametrize("fmt", ["int8", "fp8_e4m3"])
 @pytest.mark.parametrize("paged", [False, True], ids=["contiguous", "paged"])
 @pytest.mark.parametrize("nq,causal", [(1, False), (3, True)], ids=["decode", "chunk_causal"])
 def test_quantized_cache_is_the_attention_of_its_dequantized_values(fmt, paged, nq, causal):
