@@ -357,12 +357,14 @@ class OperandPack {
   OperandPack() = default;
   OperandPack(const OperandPack&) = delete;
   OperandPack& operator=(const OperandPack&) = delete;
-  void pack(const FastKernels& kern, const Problem& p, Tensors& t, PackedOperand which, i64 items_per_head,
-            int workers) {
-    const PackLayout layout = kern.forward_pack_layout(p, which);
+  // limit: the bytes it may take (a KV-cache call's sequences share one strided_copy_limit_bytes()).
+  void pack(const FastKernels& kern, const Problem& p, Tensors& t, PackedOperand which, i64 items_per_head, int workers,
+            i64 limit = strided_copy_limit_bytes()) {
+    const PackLayout layout = kern.forward_pack_layout(p, t, which);
     if (layout.per_head == 0 || items_per_head < layout.min_items) return;
     const i64 heads = p.B * p.Hkv, bytes = heads * layout.per_head * 2;
-    if (bytes > strided_copy_limit_bytes()) return;
+    if (bytes > limit) return;
+    bytes_ = bytes;
     block_ = PooledBlock(bytes);
     std::byte* const data = block_.data();
     const i64 tiles = ceil_div(p.Nk, kTileCols);
@@ -379,8 +381,10 @@ class OperandPack {
     packed_ = true;
   }
   bool packed() const { return packed_; }
+  i64 bytes() const { return bytes_; }
 
  private:
+  i64 bytes_ = 0;
   PooledBlock block_;
   std::vector<std::uint8_t> finite_;
   bool packed_ = false;
@@ -843,6 +847,22 @@ void forward_cache_sequences(const std::vector<CacheSequence>& seqs, const Optio
   }
   std::stable_sort(items.begin(), items.end(), [](const Item& a, const Item& b) { return a.cost > b.cost; });
   const int workers = workers_for(opt, static_cast<i64>(items.size()));
+  // A sequence whose lane tiles are many (a chunk of prefill) has its V, and an 8-bit cache's K,
+  // packed once as run_forward packs a call's (OperandPack; the same bits as per tile): each lane
+  // tile would otherwise transpose the same V and widen the same codes again.
+  std::vector<Tensors> tensors;
+  tensors.reserve(seqs.size());
+  for (const CacheSequence& seq : seqs) tensors.push_back(seq.t);
+  // All of them within the one cap on a call's copies, first come first packed.
+  std::vector<OperandPack> packs(2 * seqs.size());
+  i64 packed_operands = 0, packed_bytes = 0;
+  for (std::size_t s = 0; s < 2 * seqs.size(); ++s) {
+    const PackedOperand which = s % 2 == 0 ? PackedOperand::v : PackedOperand::k;
+    packs[s].pack(kern, seqs[s / 2].p, tensors[s / 2], which, parts[s / 2].lane_tiles, workers,
+                  strided_copy_limit_bytes() - packed_bytes);
+    packed_operands += packs[s].packed() ? 1 : 0;
+    packed_bytes += packs[s].bytes();
+  }
   const ScratchBlocks blocks(workers, scratch);
   std::vector<std::array<i64, 4>> loops(static_cast<std::size_t>(workers));  // [worker][ForwardLoop]
   parallel_items(static_cast<i64>(items.size()), workers, blocks, [&](i64 x, WorkerScratch sc) {
@@ -856,7 +876,7 @@ void forward_cache_sequences(const std::vector<CacheSequence>& seqs, const Optio
       const i64 base = it.split * seq.p.Hkv + it.g;
       fi.part_out = pt.out.data() + base * pt.lanes * seq.p.Dv, fi.part_lse = pt.lse.data() + base * pt.lanes;
     }
-    const ForwardLoop loop = kern.forward_item(seq.p, seq.t, fi, sc);
+    const ForwardLoop loop = kern.forward_item(seq.p, tensors[it.seq], fi, sc);
     loops[static_cast<std::size_t>(omp_get_thread_num())][static_cast<std::size_t>(loop)] += it.heads;
   });
   std::vector<std::pair<std::size_t, i64>> rows;  // (sequence, row) of every split sequence
@@ -874,6 +894,7 @@ void forward_cache_sequences(const std::vector<CacheSequence>& seqs, const Optio
     plan_forward(*plan, opt, kern, seqs.front().p.dtype, workers, most_splits, loops);
     plan->heads_per_item = most_heads;
     plan->sequences = static_cast<i64>(seqs.size());
+    plan->packed_operands = packed_operands;
   }
 }
 }  // namespace detail

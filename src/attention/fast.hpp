@@ -110,7 +110,7 @@ struct FastKernels {
   // per (b, kv head) this kernel reads (per_head 0: none, for this problem), and the packing
   // of key tile [j0, j0 + kTileCols) of (b, g) into its head's block; returns whether its
   // values are all finite. api.cpp allocates the buffer and runs the packing over all workers.
-  PackLayout (*forward_pack_layout)(const Problem&, PackedOperand which);
+  PackLayout (*forward_pack_layout)(const Problem&, const Tensors&, PackedOperand which);
   bool (*forward_pack_tile)(const Problem&, const Tensors&, PackedOperand which, i64 b, i64 g, i64 j0, void* head,
                             i64 ld, void* scratch);
   // The most query lanes per kv head (group·Nq) for which forward_item reads a paged cache

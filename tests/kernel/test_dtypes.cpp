@@ -298,18 +298,6 @@ bool same_bits(const std::vector<T>& dense, const View4<T>& view) {
   return true;
 }
 
-// Lowers the strided copies' memory cap (api.cpp, TightCopies) for one scope.
-class CopyLimit {
- public:
-  explicit CopyLimit(i64 bytes) : saved_(detail::strided_copy_limit_bytes()) { detail::set_strided_copy_limit_bytes(bytes); }
-  ~CopyLimit() { detail::set_strided_copy_limit_bytes(saved_); }
-  CopyLimit(const CopyLimit&) = delete;
-  CopyLimit& operator=(const CopyLimit&) = delete;
-
- private:
-  i64 saved_;
-};
-
 // copy_limit: the cap on the strided copies' bytes for the strided calls, -1 for the default.
 // Under any cap the bits are the contiguous call's; the copy counter shows what was copied.
 template <class T>

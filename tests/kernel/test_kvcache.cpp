@@ -1097,6 +1097,59 @@ INSTANTIATE_TEST_SUITE_P(Formats, QuantizedKvCacheBits,
                                            QuantBitsCase{KvQuant::fp8_e4m3, 20, 2, true}),
                          [](const ::testing::TestParamInfo<QuantBitsCase>& i) { return quant_bits_id(i.param); });
 
+// A chunk of prefill (many lane tiles a sequence) over a bf16 cache has its V packed once per
+// sequence, and over an 8-bit cache under bf16 queries its K's codes too (api.cpp's
+// forward_cache_sequences, OperandPack), wherever the 16-bit engine takes bf16: the same bits as
+// the per-tile packing that a zero copy cap leaves, contiguous and paged, at 1 and 2 threads; and
+// under a cap that holds some of the sequences' packings and not all (the call's one cap).
+TEST(QuantizedKvCache, ChunksPackedOncePerSequenceGiveThePerTileBits) {
+  CacheCase c;
+  c.held = {0, 40, 300, 70};
+  c.Nq = 48, c.Nnew = 48, c.Hq = 8, c.Hkv = 2, c.Dk = 64, c.Dv = 40, c.cap = 400;  // 4·48 lanes: 3 tiles
+  c.opt.causal = Causal::bottom_right;
+  for (bool paged : {false, true}) {
+    CacheCase pc = c;
+    pc.paged = paged, pc.block = 64;
+    const CacheData d(pc, Dtype::bf16, 41);
+    for (const char* cache : {"bf16", "int8", "fp8_e4m3"}) {
+      const bool quantized = std::string(cache) != "bf16";
+      const KvQuant quant = std::string(cache) == "int8" ? KvQuant::int8 : KvQuant::fp8_e4m3;
+      SCOPED_TRACE(std::string(cache) + (paged ? " paged" : " contiguous"));
+      for_each_variant(c.opt, [&](const KernelVariant& kv, Options o) {
+        const bool engine = detail::engine_takes(kv.engine(), Dtype::bf16);
+        for (int threads : {1, 2}) {
+          o.threads = threads;
+          std::vector<std::uint8_t> out[3];
+          std::vector<float> lse[3];
+          for (int capped : {0, 1, 2}) {  // no cap, 0, one between
+            const CopyLimit limit(capped == 0 ? detail::strided_copy_limit_bytes() : capped == 1 ? 0 : 120000);
+            Plan plan;
+            o.plan = &plan;
+            if (quantized) {
+              const QuantData qd(pc, d, quant);
+              const QuantRun<bf16> r = run_quantized<bf16>(pc, d, qd, quant, o);
+              out[capped] = bytes_of(r.out), lse[capped] = r.lse;
+            } else {
+              const CacheRun<bf16> r = run<bf16>(pc, d, o);
+              out[capped] = bytes_of(r.out), lse[capped] = r.lse;
+            }
+            o.plan = nullptr;
+            const i64 all = engine ? (quantized ? 2 : 1) * c.B() : 0;
+            if (capped == 2 && engine)
+              EXPECT_TRUE(plan.packed_operands > 0 && plan.packed_operands < all) << plan.summary();
+            else
+              EXPECT_EQ(plan.packed_operands, capped == 0 ? all : 0) << plan.summary();
+          }
+          for (int capped : {1, 2}) {
+            EXPECT_EQ(out[0], out[capped]) << threads << " threads, cap " << capped;
+            EXPECT_EQ(lse[0], lse[capped]) << threads << " threads, cap " << capped;
+          }
+        }
+      });
+    }
+  }
+}
+
 // Against the fp64 attention of the float cache (before quantization): within the bound the contract
 // derives from the quantization step. Per query row, with δk_j the per-element bound of key j's
 // error, ε = β · max_j Σ_d |q_d| δk_jd bounds every score's error, so each weight moves by at most a

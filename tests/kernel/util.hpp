@@ -286,6 +286,20 @@ void for_each_variant(const Options& base, Body body) {
   }
 }
 
+// Lowers the strided copies' memory cap and so the operand packings' (api.cpp, TightCopies and OperandPack) for one scope.
+class CopyLimit {
+ public:
+  explicit CopyLimit(i64 bytes) : saved_(detail::strided_copy_limit_bytes()) {
+    detail::set_strided_copy_limit_bytes(bytes);
+  }
+  ~CopyLimit() { detail::set_strided_copy_limit_bytes(saved_); }
+  CopyLimit(const CopyLimit&) = delete;
+  CopyLimit& operator=(const CopyLimit&) = delete;
+
+ private:
+  i64 saved_;
+};
+
 // A test parameterised by the kernel variant: the variant's scope for the test's body.
 class VariantTest : public ::testing::TestWithParam<KernelVariant> {
  protected:

@@ -83,8 +83,9 @@ inline bool pack_vt_tile(const Problem& p, const Tensors& t, i64 b, i64 g, i64 j
 // Scratch per worker: rows16 (kTileCols × Dv) and VT16 (dvp × kTileCols), as pack_vt_tile takes them.
 // fp16's K split into (hi, hi, lo) chunks (Tensors::k_packed): the A operand of Sᵀ = K·Qᵀ as
 // forward_tiled_engine16 splits it per key tile, rows of terms·dk32 (its row stride there too),
-// round_up(Nk, 16) rows per (b, g), zero past Nk. bf16's K is read in place. Scratch:
-// rows16 (kTileCols × Dk), for rows that are not unit stride.
+// round_up(Nk, 16) rows per (b, g), zero past Nk; an 8-bit cache's K under bf16 queries
+// likewise, its codes' values widened to bf16 once for the call instead of once per lane tile.
+// bf16's K is read in place. Scratch: rows16 (kTileCols × Dk), for rows that are not unit stride.
 // Packed once per call from two items a head for bf16, from kSplitMinItems for fp16: its split
 // triples the bytes every item then reads back (K's and V's three terms), where an item that
 // splits its own tiles reads the fp16 rows once. A driver switching the two call by call (Xeon,
@@ -93,11 +94,12 @@ inline bool pack_vt_tile(const Problem& p, const Tensors& t, i64 b, i64 g, i64 j
 // and 10-15 % ahead from 8.
 constexpr i64 kSplitMinItems = 16;
 template <Engine16 E>
-PackLayout forward_pack_layout_on(const Problem& p, PackedOperand which) {
-  if (!engine_takes(E, p.dtype)) return {};
+PackLayout forward_pack_layout_on(const Problem& p, const Tensors& t, PackedOperand which) {
+  const bool codes = t.codes.kind != KvCodes::Kind::none;
+  if (!engine_takes(E, p.dtype) || (codes && p.dtype != Dtype::bf16)) return {};  // forward_item's engine_reads
   const i64 terms = Engine16Pack(p).terms, min_items = terms > 1 ? kSplitMinItems : PackLayout{}.min_items;
   if (which == PackedOperand::k) {
-    if (terms == 1) return {};
+    if (terms == 1 && !codes) return {};  // bf16 keys are read in place
     const i64 ld = terms * round_up(p.Dk, 32);
     return {ld, round_up(p.Nk, 16) * ld, kTileCols * p.Dk, min_items};
   }
@@ -113,10 +115,22 @@ inline bool split_k_tile(const Problem& p, const Tensors& t, i64 b, i64 g, i64 j
   return engine16::split_rows_fp16(reinterpret_cast<const fp16*>(x.data), x.ld, bc, p.Dk, round_up(bc, 16),
                               round_up(p.Dk, 32), k_rows, ld);
 }
+// Key tile [j0, j0 + kTileCols) of an 8-bit cache's K as bf16 code values (exact; the scales
+// apart, as forward_tiled_engine16 applies them), zero-padded as its per-tile copy pads them, into
+// k_rows (row stride ld). Finite: every code's value is (the per-tile path reads them so too).
+inline bool codes_k_tile(const Problem& p, const Tensors& t, i64 b, i64 g, i64 j0, bf16* k_rows, i64 ld, bf16* rows16) {
+  const i64 bc = imin(kTileCols, p.Nk - j0);
+  const Bf16Rows x = kv_bf16_rows(t, /*key=*/true, b, g, j0, bc, p.Dk, rows16);
+  engine16::copy_rows_padded(x.data, x.ld, bc, p.Dk, round_up(bc, 16), round_up(p.Dk, 32), k_rows, ld);
+  return true;
+}
 bool forward_pack_tile_engine16(const Problem& p, const Tensors& t, PackedOperand which, i64 b, i64 g, i64 j0, void* head,
                            i64 ld, void* scratch) {
   bf16* rows16 = static_cast<bf16*>(scratch);
-  if (which == PackedOperand::k) return split_k_tile(p, t, b, g, j0, static_cast<bf16*>(head) + j0 * ld, ld, rows16);
+  bf16* const k_rows = static_cast<bf16*>(head) + j0 * ld;
+  if (which == PackedOperand::k && t.codes.kind != KvCodes::Kind::none)
+    return codes_k_tile(p, t, b, g, j0, k_rows, ld, rows16);
+  if (which == PackedOperand::k) return split_k_tile(p, t, b, g, j0, k_rows, ld, rows16);
   return pack_vt_tile(p, t, b, g, j0, static_cast<bf16*>(head) + Engine16Pack(p).terms * j0, ld, rows16,
                       rows16 + kTileCols * p.Dv);
 }

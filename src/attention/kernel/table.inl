@@ -8,7 +8,7 @@ void tanh_n(const float* x, float* y, i64 n) {
   for (i64 i = 0; i < n; i += W) Vec::store(y + i, Vec::tanh(Vec::load(x + i)));
 }
 
-PackLayout no_pack(const Problem&, PackedOperand) { return {}; }
+PackLayout no_pack(const Problem&, const Tensors&, PackedOperand) { return {}; }
 
 const FastKernels& table() {
   static const FastKernels k{Engine16::widened,
