@@ -341,7 +341,7 @@ class TightCopies {
     i64 at;        // bytes into the buffer
   };
   std::vector<Copy> views_;
-  i64 bytes_ = 0;
+  i64 bytes_ = 0;  // of the packed operand, 0 until it is packed
   const i64 limit_ = strided_copy_limit_bytes();
   PooledBlock block_;
 };
@@ -378,16 +378,14 @@ class OperandPack {
                                  scratch.data() + omp_get_thread_num() * layout.scratch);
     }
     (which == PackedOperand::k ? t.k_packed : t.v_packed) = {data, layout.ld, layout.per_head, tiles, finite_.data()};
-    packed_ = true;
   }
-  bool packed() const { return packed_; }
+  bool packed() const { return bytes_ > 0; }
   i64 bytes() const { return bytes_; }
 
  private:
-  i64 bytes_ = 0;
+  i64 bytes_ = 0;  // of the packed operand, 0 until it is packed
   PooledBlock block_;
   std::vector<std::uint8_t> finite_;
-  bool packed_ = false;
 };
 
 // ∂L/∂sinks (merge.hpp's sink_grad per head, rows b-major): the keys' gradients need nothing

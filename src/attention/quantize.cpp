@@ -9,7 +9,6 @@
 #include <cstdint>
 #include <string>
 #include <type_traits>
-#include <vector>
 
 namespace sdpa {
 namespace detail {
@@ -78,10 +77,17 @@ void encode_row(KvQuant q, const float* x, i64 n, float scale, std::uint8_t* cod
     encode_all([](double v) { return encode_int8(v); });
 }
 
-float quantize_row_scalar(KvQuant q, const float* x, i64 n, std::uint8_t* codes) {
+namespace {
+// A contiguous row's scale and codes (at code_stride) by the scalar encoder.
+float scalar_row(KvQuant q, const float* x, i64 n, std::uint8_t* codes, i64 code_stride) {
   const float scale = max_abs(x, 0, n, 0.0f) / code_max(q);
-  encode_row(q, x, n, scale, codes, 1);
+  encode_row(q, x, n, scale, codes, code_stride);
   return scale;
+}
+}  // namespace
+
+float quantize_row_scalar(KvQuant q, const float* x, i64 n, std::uint8_t* codes) {
+  return scalar_row(q, x, n, codes, 1);
 }
 
 namespace {
@@ -104,9 +110,7 @@ float quantize_row(KvQuant q, const T* x, i64 n, i64 stride, std::uint8_t* codes
     if (stride == 1) values = x;
   if (values == row) widen_row(x, n, stride, row, convert);
   if (code_stride == 1) return convert.quantize_row(q, values, n, codes);
-  const float scale = max_abs(values, 0, n, 0.0f) / code_max(q);
-  encode_row(q, values, n, scale, codes, code_stride);
-  return scale;
+  return scalar_row(q, values, n, codes, code_stride);
 }
 
 template float quantize_row(KvQuant, const float*, i64, i64, std::uint8_t*, i64, float*, const ConvertKernels&);
