@@ -151,6 +151,10 @@ nlohmann::ordered_json json_row(const bench::SuiteResult& res, const bench::KvCa
           {"read_seconds_median", r.read.median_seconds},
           {"read_gbs", r.read_gbytes_per_s()},
           {"fraction_of_read", r.fraction_of_read()},
+          {"flops", r.flops},
+          {"gflops", r.gflops()},
+          {"peak_gflops", or_null(r.peak_gflops)},
+          {"fraction_of_peak", or_null(r.fraction_of_peak())},
           {"tokens_per_s", r.tokens_per_s()},
           {"one_at_a_time_seconds_median", r.apart.median_seconds},
           {"speedup_vs_one_at_a_time", r.batching_speedup()},
@@ -264,18 +268,23 @@ void print_table(const Args& a, const bench::SuiteResult& res) {
           return o.tokens_per_s();
       return 0.0;
     };
-    fmt::print("\n{:<40} {:<28} {:>10} {:>10} {:>9} {:>10} {:>9} {:>12}\n", "KV cache (decoding step; chunk)", "shape",
-               "ms", "GB/s", "% read", "tokens/s", "x bf16", "/ contiguous");
+    fmt::print("\n{:<40} {:<28} {:>10} {:>10} {:>9} {:>9} {:>10} {:>9} {:>12}\n", "KV cache (decoding step; chunk)",
+               "shape", "ms", "GB/s", "% read", "% peak", "tokens/s", "x bf16", "/ contiguous");
     for (const auto& r : res.kvcache) {
       const double b = bf16_of(r);
-      fmt::print("{:<40} {:<28} {:>10.3f} {:>10.1f} {:>8.1f}% {:>10.1f} {:>9} {:>12}\n", r.pass_name(), r.label(),
-                 1e3 * r.sdpa.median_seconds, r.gbytes_per_s(), 100 * r.fraction_of_read(), r.tokens_per_s(),
+      fmt::print("{:<40} {:<28} {:>10.3f} {:>10.1f} {:>8.1f}% {:>8.1f}% {:>10.1f} {:>9} {:>12}\n", r.pass_name(),
+                 r.label(), 1e3 * r.sdpa.median_seconds, r.gbytes_per_s(), 100 * r.fraction_of_read(),
+                 100 * r.fraction_of_peak(), r.tokens_per_s(),
                  b > 0 ? fmt::format("x{:.2f}", r.tokens_per_s() / b) : std::string("-"),
                  r.over_contiguous() > 0 ? fmt::format("{:.3f}", r.over_contiguous()) : std::string("-"));
     }
     fmt::print(
         "% read: the call's bytes per second over a plain read of the same bytes (codes and scales for int8 and "
-        "fp8), medians of alternating runs, {} threads; tokens/s: queries answered (a chunk: 64 a sequence, "
+        "fp8), medians of alternating runs, {} threads; % peak: the call's FLOPs (every query head's products, "
+        "QK^T and PV) per second over the fp32 FMA peak on as many threads measured in this run, which an 8-bit "
+        "or bf16 cache's widened elements also run on in a decoding step (a chunk with bf16 queries runs on the 16-bit "
+        "engine where the CPU has one, whose products are denser, and may read above 100 %); tokens/s: queries "
+        "answered (a chunk: 64 a sequence, "
         "bottom-right causal); / contiguous: a paged sequence's time over the same sequence's in a contiguous "
         "cache of the same format and order, medians of alternating runs\n",
         res.kvcache.front().threads);

@@ -186,6 +186,9 @@ template <class Setup>
 void run_row(KvCacheRow& r, const TimerRule& rule, const Options& opt) {
   Setup s(r);
   r.bytes = s.bytes;
+  r.flops = 0;
+  for (std::int32_t L : s.pool.seqlens)
+    r.flops += bench::flops({1, r.Hq, r.Hkv, r.Nq, L, r.D, r.D}, opt.causal, Pass::forward);
   std::tie(r.sdpa, r.read) = time_alternating(
       rule, [&] { s.call(r, opt); },
       [&] { peak::read_seconds(s.spans.data(), static_cast<int>(s.spans.size()), r.threads); });
@@ -220,6 +223,8 @@ double KvCacheRow::read_gbytes_per_s() const {
 double KvCacheRow::fraction_of_read() const {
   return sdpa.median_seconds > 0 && read.median_seconds > 0 ? read.median_seconds / sdpa.median_seconds : 0.0;
 }
+double KvCacheRow::gflops() const { return sdpa.median_seconds > 0 ? flops / sdpa.median_seconds / 1e9 : 0.0; }
+double KvCacheRow::fraction_of_peak() const { return peak_gflops > 0 ? gflops() / peak_gflops : 0.0; }
 double KvCacheRow::tokens_per_s() const {
   return sdpa.median_seconds > 0 ? static_cast<double>(batch() * Nq) / sdpa.median_seconds : 0.0;
 }

@@ -48,10 +48,18 @@ struct KvCacheRow {
   // call over a contiguous cache of the same format and order, built beside it.
   Timing paged, contiguous;
   double bytes = 0;   // K and V (codes and scales) of the Nk keys
+  // The call's FLOPs by flops.hpp's count (every query head's products over the keys its causal
+  // mask keeps), and the fp32 FMA peak on `threads` threads measured in the same run: decoding
+  // over an 8-bit or bf16 cache widens each element to fp32 and runs the fp32 FMAs of an fp32
+  // cache, so the peak bounds how far fewer bytes can take it.
+  double flops = 0;
+  double peak_gflops = 0;
 
   double gbytes_per_s() const;       // bytes / the call's median
   double read_gbytes_per_s() const;  // bytes / the read's median
   double fraction_of_read() const;   // the call's bytes per second over the read's
+  double gflops() const;             // flops / the call's median
+  double fraction_of_peak() const;   // gflops over peak_gflops (0: not measured)
   double tokens_per_s() const;       // batch() · Nq / the call's median: the queries it answered
   double batching_speedup() const;   // apart's median over together's (0: not a batch)
   double over_contiguous() const;    // paged's median over contiguous's (0: not a paged sequence)
@@ -70,7 +78,7 @@ struct KvCacheRow {
 std::vector<KvCacheRow> default_kvcache(int threads);
 /// 64 lengths from 16 to 32768, log-spaced, multiples of 16 (about 287 thousand keys in all).
 std::vector<i64> mixed_lengths();
-/// Times `row`; fills sdpa, read and bytes (and together and apart for a batch, paged and contiguous
+/// Times `row`; fills sdpa, read, bytes and flops (and together and apart for a batch, paged and contiguous
 /// for a paged sequence).
 void run_kvcache(KvCacheRow& row, const TimerRule& rule, Isa isa);
 

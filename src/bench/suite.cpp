@@ -267,10 +267,13 @@ SuiteResult run_suite(const SuiteOptions& o) {
       res.peaks.measure_read(c.threads);
     }
   }
-  for (const VarlenRow& v : o.varlen)
-    if (!res.peaks.fma_gflops.count(v.threads)) {
-      say(fmt::format("measuring the FMA peak ({} threads)", v.threads));
-      res.peaks.measure_fma(v.threads);
+  std::vector<int> row_threads;  // the varlen and KV-cache rows' thread counts: their FMA peaks
+  for (const VarlenRow& v : o.varlen) row_threads.push_back(v.threads);
+  for (const KvCacheRow& r : o.kvcache) row_threads.push_back(r.threads);
+  for (int t : row_threads)
+    if (!res.peaks.fma_gflops.count(t)) {
+      say(fmt::format("measuring the FMA peak ({} threads)", t));
+      res.peaks.measure_fma(t);
     }
 
   const std::size_t n = o.cases.size();
@@ -329,6 +332,7 @@ SuiteResult run_suite(const SuiteOptions& o) {
     if (decoding(r.c)) r.bandwidth_gbs = res.peaks.read(r.c.threads);
   }
   for (VarlenRow& v : res.varlen) v.peak_gflops = res.peaks.fma(v.threads);
+  for (KvCacheRow& r : res.kvcache) r.peak_gflops = res.peaks.fma(r.threads);
   return res;
 }
 

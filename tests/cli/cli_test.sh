@@ -470,6 +470,12 @@ for r in rows:
     assert (r["time_over_contiguous"] is not None) == paged and (r["contiguous_seconds_median"] is not None) == paged, r
     if paged:
         assert abs(r["time_over_contiguous"] * r["contiguous_seconds_median"] / r["paged_seconds_median"] - 1) < 1e-9, r
+    # the FLOPs flops.hpp counts: QK^T and PV for each of the 32 query heads over the keys the mask keeps (a
+    # chunk's bottom-right causal triangle by its area), against the fp32 FMA peak measured in the run
+    pairs = 128 if r["seq_q"] == 1 else 64 * 128 - 64 * 64 / 2
+    assert r["flops"] == 4 * 32 * 128 * pairs, r
+    assert abs(r["gflops"] * 1e9 * r["seconds_median"] / r["flops"] - 1) < 1e-9, r
+    assert r["peak_gflops"] > 0 and abs(r["fraction_of_peak"] * r["peak_gflops"] / r["gflops"] - 1) < 1e-9, r
 # the bytes a step reads: K and V in 4 or 2 bytes, or 1 byte and a 4-byte scale per row of 128
 want = [2 * 128 * 8 * 128 * n for n in (4, 2)] + [2 * 128 * 8 * (128 + 4)] * 2
 assert [r["bytes"] for r in rows if r["block_size"] is None and r["seq_q"] == 1] == want, rows
