@@ -17,17 +17,22 @@ inline Bf16Rows bf16_rows(const InView& x, i64 b, i64 g, i64 j0, i64 n, i64 D, b
     for (i64 d = 0; d < D; ++d) buf[c * D + d] = bits[off(x, b, g, j0 + c, d)];
   return {buf, D};
 }
+// Rows [j0, j0 + n) of a quantized cache's K (key) or V (Tensors::codes) as their codes' values in
+// bf16 (widen_codes_bf16: exact), D elements each, into out (row stride ldo); the scales are left to
+// the loop (cache_scales).
+inline void widen_code_rows(const Tensors& t, bool key, i64 b, i64 g, i64 j0, i64 n, i64 D, bf16* out, i64 ldo) {
+  const auto* codes = static_cast<const std::uint8_t*>((key ? t.k : t.v).bits);
+  for (i64 c = 0; c < n; ++c)
+    widen_codes_bf16(t.codes.kind, codes + cache_row(t, key, b, g, j0 + c).at, D, out + c * ldo);
+}
 // ... and of a KV cache's K (key) or V: a paged cache's rows (Tensors::pages) found through the
 // block table, in place where the n rows lie in one block, else gathered into buf (row stride D),
 // so the engine loop reads a paged cache's blocks where they lie, as the tiled loop does. A
-// quantized cache's rows (Tensors::codes) are its codes widened into buf (widen_codes_bf16: the
-// codes' values, exact), their scales left to the loop (cache_scales).
+// quantized cache's rows (Tensors::codes) are its codes widened into buf (widen_code_rows).
 inline Bf16Rows kv_bf16_rows(const Tensors& t, bool key, i64 b, i64 g, i64 j0, i64 n, i64 D, bf16* buf) {
   const InView& x = key ? t.k : t.v;
   if (t.codes.kind != KvCodes::Kind::none) {
-    for (i64 c = 0; c < n; ++c)
-      widen_codes_bf16(t.codes.kind, static_cast<const std::uint8_t*>(x.bits) + cache_row(t, key, b, g, j0 + c).at, D,
-                       buf + c * D);
+    widen_code_rows(t, key, b, g, j0, n, D, buf, D);
     return {buf, D};
   }
   if (t.pages.table == nullptr) return bf16_rows(x, b, g, j0, n, D, buf);
