@@ -341,7 +341,7 @@ class TightCopies {
     i64 at;        // bytes into the buffer
   };
   std::vector<Copy> views_;
-  i64 bytes_ = 0;  // of the packed operand, 0 until it is packed
+  i64 bytes_ = 0;  // of the copies taken so far (their total, under limit_)
   const i64 limit_ = strided_copy_limit_bytes();
   PooledBlock block_;
 };

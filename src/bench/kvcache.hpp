@@ -3,12 +3,13 @@
 // 16 or 64 positions, scattered; each head's rows back to back, or tokens before heads), in fp32,
 // bf16, int8 or fp8 e4m3 (sdpa::forward_kvcache), timed alternately with a plain read of the bytes
 // that layout must read (codes and scales for the 8-bit formats): decoding is a read of the cache,
-// so its time is judged as a fraction of that read (and its FLOPs against the FMA peak: a
-// cache whose elements are widened to fp32 runs the fp32 cache's FMAs). A paged sequence is also timed alternately with
-// the same sequence in a contiguous cache, so that what the blocks cost is one ratio under one load. And a chunk of prefill (64 queries, bottom-right
-// causal: 256 query lanes per kv head, the tiled loop, or the 16-bit engine's for bf16 queries)
-// over the same caches, where the 8-bit formats' codes are widened a key tile at a time: its time
-// beside the float caches', with fp32 queries and with bf16 ones.
+// so its time is judged as a fraction of that read (and its FLOPs against the FMA peak: a cache
+// whose elements are widened to fp32 runs the fp32 cache's FMAs). A paged sequence is also timed
+// alternately with the same sequence in a contiguous cache, so that what the blocks cost is one
+// ratio under one load. And a chunk of prefill (64 queries, bottom-right causal: 256 query lanes
+// per kv head, the tiled loop, or the 16-bit engine's for bf16 queries) over the same caches, where
+// the 8-bit formats' codes are widened a key tile at a time: its time beside the float caches', with
+// fp32 queries and with bf16 ones.
 #pragma once
 
 #include <string>

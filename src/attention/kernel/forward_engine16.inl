@@ -122,9 +122,9 @@ inline bool split_k_tile(const Problem& p, const Tensors& t, i64 b, i64 g, i64 j
 // 64 bf16 queries over 4096 keys, 32 / 8 heads of 128, went 1.055 → 1.029 on Zen 4).
 // Finite: every code's value is (the per-tile path reads them so too).
 inline bool codes_k_tile(const Problem& p, const Tensors& t, i64 b, i64 g, i64 j0, bf16* k_rows, i64 ld) {
-  const i64 bc = imin(kTileCols, p.Nk - j0), Dk = p.Dk, dk32 = round_up(Dk, 32);
+  const i64 bc = imin(kTileCols, p.Nk - j0), bc16 = round_up(bc, 16), Dk = p.Dk, dk32 = round_up(Dk, 32);
   widen_code_rows(t, /*key=*/true, b, g, j0, bc, Dk, k_rows, ld);
-  for (i64 c = 0; c < round_up(bc, 16); ++c) {  // the padding: past Dk, and whole rows past bc
+  for (i64 c = 0; c < bc16; ++c) {  // the padding: past Dk, and whole rows past bc
     const i64 d0 = c < bc ? Dk : 0;
     __builtin_memset(k_rows + c * ld + d0, 0, static_cast<std::size_t>(dk32 - d0) * sizeof(bf16));
   }
