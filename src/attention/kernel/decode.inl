@@ -116,11 +116,11 @@ static_assert(kKeys == 2 * kRun && kRun % W == 0, "a tile is two runs, each whol
 // reference argument GCC kept it in memory, one load-FMA-store chain through all NL·CV
 // outputs.) The keys go KB at a time, one score vector's worth, so each weight's place in
 // P is a constant offset from the block's vector (computing c / KB, c % KB per key was a
-// quarter of the loop's instructions); the sum order over keys is unchanged. When PF, pf
-// holds the V rows to prefetch, laid out as V: a vector's worth with each key's loads,
-// spread through the loop (a template flag too: no null test per key). TWO: the keys from kRun on
-// are V2's rows (pf2's to prefetch), a paged tile's second block, in the same pass and sum order.
-template <int NL, int CV, bool PART, bool PF, bool TWO, class E>
+// quarter of the loop's instructions); the sum order over keys is unchanged. pf holds the V
+// rows to prefetch, laid out as V: a vector's worth with each key's loads, spread through the
+// loop. TWO: the keys from kRun on are V2's rows (pf2's to prefetch), a paged tile's second
+// block, in the same pass and sum order. PART is taken with CV = 1 alone (pv_tile).
+template <int NL, int CV, bool PART, bool TWO, class E>
 inline R pv_chunk(const E* V, i64 ldv, i64 bc, const float* P, const float* al, const float* Oo, float* On, i64 ldo,
                   i64 e0, Mask last, const E* pf, const E* V2, const E* pf2) {
   constexpr int KB = kKeysPerLane<NL>;
@@ -137,11 +137,9 @@ inline R pv_chunk(const E* V, i64 ldv, i64 bc, const float* P, const float* al, 
     SDPA_UNROLL
     for (int v = 0; v < CV; ++v)
       vv[v] = Ops::pin(PART && v == CV - 1 ? Ops::load_part(vr + v * W, last) : Ops::load(vr + v * W));
-    if constexpr (PF) {
-      SDPA_UNROLL
-      for (int v = 0; v < CV; ++v)  // bytes: one prefetch per line
-        if (sizeof(E) > 1 || (e0 + v * W) % 64 == 0) __builtin_prefetch(pr + v * W, 0, 2);
-    }
+    SDPA_UNROLL
+    for (int v = 0; v < CV; ++v)  // bytes: one prefetch per line
+      if (sizeof(E) > 1 || (e0 + v * W) % 64 == 0) __builtin_prefetch(pr + v * W, 0, 2);
     SDPA_UNROLL
     for (int l = 0; l < NL; ++l) {
       const R pv = Vec::set1(pc[l * KB]);
@@ -150,22 +148,22 @@ inline R pv_chunk(const E* V, i64 ldv, i64 bc, const float* P, const float* al, 
     }
   };
   const E* vr = V + e0;
-  const E* pr = PF ? pf + e0 : nullptr;
+  const E* pr = pf + e0;
   const float* pb = P;
   i64 c = 0;
   auto blocks_to = [&](i64 end) {  // the keys up to end, KB at a time
-    for (; c + KB <= end; c += KB, vr += KB * ldv, pr += PF ? KB * ldv : 0, pb += W) {
+    for (; c + KB <= end; c += KB, vr += KB * ldv, pr += KB * ldv, pb += W) {
       SDPA_UNROLL
-      for (int cc = 0; cc < KB; ++cc) key(vr + cc * ldv, PF ? pr + cc * ldv : nullptr, pb + cc);
+      for (int cc = 0; cc < KB; ++cc) key(vr + cc * ldv, pr + cc * ldv, pb + cc);
     }
   };
   if constexpr (TWO) {  // kRun is whole score vectors: the second run starts a block
     blocks_to(kRun);
-    vr = V2 + e0, pr = PF ? pf2 + e0 : nullptr;
+    vr = V2 + e0, pr = pf2 + e0;
   }
   blocks_to(bc);
   for (i64 cc = 0; c + cc < bc; ++cc)  // the last keys, fewer than KB
-    key(vr + cc * ldv, PF ? pr + cc * ldv : nullptr, pb + cc);  // (no offset on a null pr: undefined)
+    key(vr + cc * ldv, pr + cc * ldv, pb + cc);
   const R zero = Vec::zero();
   R chk[CV];
   SDPA_UNROLL
@@ -206,54 +204,53 @@ inline void pv_skip_zero(const E* V, i64 ldv, i64 bc, i64 Dv, const float* P, co
 // at most half of them for one lane so its V vectors fit too; two lanes take Ops::kPvTwoLaneVectors
 // (their 2·8 accumulators and 8 V vectors were too many on AVX-512), or kPvTwoLaneCodeVectors over an
 // 8-bit cache's codes (where a chunk of 4 cost a second pass over the weights). pf: the V rows to prefetch
-// (null: none). TWO: the keys from kRun on (bc > kRun) are V2's rows (pf2's to prefetch).
+// (null: none ahead, and the chunks prefetch the rows they read, already on their way: one instruction
+// a vector, where a prefetch-free copy of every chunk doubled the decoding loop's code and compile time).
+// TWO: the keys from kRun on (bc > kRun) are V2's rows (pf2's to prefetch). A head dimension that is not
+// whole vectors takes its last, partial vector in a pass of its own, so the masked load is one chunk's,
+// not every chunk width's; each output's sum over the keys is the same either way.
 template <int NL, class E, bool TWO = false>
 inline void pv_tile(const E* V, i64 ldv, i64 bc, i64 Dv, const float* P, const float* al, const float* Oo, float* On,
                     i64 ldo, const E* pf, const E* V2 = nullptr, const E* pf2 = nullptr) {
   constexpr int CVMAX = NL == 1   ? Ops::kPvAccumulators / 2
                         : NL == 2 ? (kIsCode<E> ? Ops::kPvTwoLaneCodeVectors : Ops::kPvTwoLaneVectors)
                                   : Ops::kPvAccumulators / NL;
-  const i64 nvec = (Dv + W - 1) / W;
-  const Mask tail = Dv % W == 0 ? Ops::full_mask() : Ops::part_mask(Dv % W);
+  if (pf == nullptr) pf = V, pf2 = V2;
+  const i64 nvec = Dv / W;  // whole vectors
   R chk = Vec::zero();
-  auto chunk = [&](auto cv, i64 e0, bool part) {  // cv: the vector count, as a type
+  auto chunk = [&](auto cv, i64 e0) {  // cv: the vector count, as a type
     constexpr int CV = decltype(cv)::value;
-    R x;
-    if (pf != nullptr)
-      x = part ? pv_chunk<NL, CV, true, true, TWO, E>(V, ldv, bc, P, al, Oo, On, ldo, e0, tail, pf, V2, pf2)
-               : pv_chunk<NL, CV, false, true, TWO, E>(V, ldv, bc, P, al, Oo, On, ldo, e0, tail, pf, V2, pf2);
-    else
-      x = part ? pv_chunk<NL, CV, true, false, TWO, E>(V, ldv, bc, P, al, Oo, On, ldo, e0, tail, pf, V2, pf2)
-               : pv_chunk<NL, CV, false, false, TWO, E>(V, ldv, bc, P, al, Oo, On, ldo, e0, tail, pf, V2, pf2);
-    chk = Vec::add(chk, x);
+    chk = Vec::add(chk,
+                   pv_chunk<NL, CV, false, TWO, E>(V, ldv, bc, P, al, Oo, On, ldo, e0, Ops::full_mask(), pf, V2, pf2));
   };
-  const bool part_tail = Dv % W != 0;
   i64 v0 = 0;
-  for (; v0 + CVMAX <= nvec; v0 += CVMAX)
-    chunk(std::integral_constant<int, CVMAX>{}, v0 * W, part_tail && v0 + CVMAX == nvec);
+  for (; v0 + CVMAX <= nvec; v0 += CVMAX) chunk(std::integral_constant<int, CVMAX>{}, v0 * W);
   const i64 e0 = v0 * W;
-  switch (nvec - v0) {  // the remaining vectors (fewer than CVMAX), the last under the tail mask
-    case 1: chunk(std::integral_constant<int, 1>{}, e0, part_tail); break;
+  switch (nvec - v0) {  // the remaining whole vectors (fewer than CVMAX)
+    case 1: chunk(std::integral_constant<int, 1>{}, e0); break;
     case 2:
-      if constexpr (CVMAX > 2) chunk(std::integral_constant<int, 2>{}, e0, part_tail);
+      if constexpr (CVMAX > 2) chunk(std::integral_constant<int, 2>{}, e0);
       break;
     case 3:
-      if constexpr (CVMAX > 3) chunk(std::integral_constant<int, 3>{}, e0, part_tail);
+      if constexpr (CVMAX > 3) chunk(std::integral_constant<int, 3>{}, e0);
       break;
     case 4:
-      if constexpr (CVMAX > 4) chunk(std::integral_constant<int, 4>{}, e0, part_tail);
+      if constexpr (CVMAX > 4) chunk(std::integral_constant<int, 4>{}, e0);
       break;
     case 5:
-      if constexpr (CVMAX > 5) chunk(std::integral_constant<int, 5>{}, e0, part_tail);
+      if constexpr (CVMAX > 5) chunk(std::integral_constant<int, 5>{}, e0);
       break;
     case 6:
-      if constexpr (CVMAX > 6) chunk(std::integral_constant<int, 6>{}, e0, part_tail);
+      if constexpr (CVMAX > 6) chunk(std::integral_constant<int, 6>{}, e0);
       break;
     case 7:
-      if constexpr (CVMAX > 7) chunk(std::integral_constant<int, 7>{}, e0, part_tail);
+      if constexpr (CVMAX > 7) chunk(std::integral_constant<int, 7>{}, e0);
       break;
     default: break;
   }
+  if (Dv % W != 0)
+    chk = Vec::add(chk, pv_chunk<NL, 1, true, TWO, E>(V, ldv, bc, P, al, Oo, On, ldo, nvec * W, Ops::part_mask(Dv % W),
+                                                      pf, V2, pf2));
   static_assert(CVMAX <= 8);
   if (Ops::any_nan(chk)) {
     if constexpr (TWO) {  // the runs one after the other, the second's rescale 1: the same sum order
