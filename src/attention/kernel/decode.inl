@@ -218,11 +218,12 @@ inline void pv_tile(const E* V, i64 ldv, i64 bc, i64 Dv, const float* P, const f
   if (pf == nullptr) pf = V, pf2 = V2;
   const i64 nvec = Dv / W;  // whole vectors
   R chk = Vec::zero();
-  auto chunk = [&](auto cv, i64 e0) {  // cv: the vector count, as a type
-    constexpr int CV = decltype(cv)::value;
-    chk = Vec::add(chk,
-                   pv_chunk<NL, CV, false, TWO, E>(V, ldv, bc, P, al, Oo, On, ldo, e0, Ops::full_mask(), pf, V2, pf2));
+  // cv: the vector count, as a type; part: whether the last vector is partial (loaded under m), as a type.
+  auto masked_chunk = [&](auto cv, i64 e0, auto part, Mask m) {
+    chk = Vec::add(chk, pv_chunk<NL, decltype(cv)::value, decltype(part)::value, TWO, E>(V, ldv, bc, P, al, Oo, On, ldo,
+                                                                                         e0, m, pf, V2, pf2));
   };
+  auto chunk = [&](auto cv, i64 e0) { masked_chunk(cv, e0, std::false_type{}, Ops::full_mask()); };
   i64 v0 = 0;
   for (; v0 + CVMAX <= nvec; v0 += CVMAX) chunk(std::integral_constant<int, CVMAX>{}, v0 * W);
   const i64 e0 = v0 * W;
@@ -248,9 +249,7 @@ inline void pv_tile(const E* V, i64 ldv, i64 bc, i64 Dv, const float* P, const f
       break;
     default: break;
   }
-  if (Dv % W != 0)
-    chk = Vec::add(chk, pv_chunk<NL, 1, true, TWO, E>(V, ldv, bc, P, al, Oo, On, ldo, nvec * W, Ops::part_mask(Dv % W),
-                                                      pf, V2, pf2));
+  if (Dv % W != 0) masked_chunk(std::integral_constant<int, 1>{}, nvec * W, std::true_type{}, Ops::part_mask(Dv % W));
   static_assert(CVMAX <= 8);
   if (Ops::any_nan(chk)) {
     if constexpr (TWO) {  // the runs one after the other, the second's rescale 1: the same sum order
