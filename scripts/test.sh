@@ -68,13 +68,8 @@ stage "ASan + UBSan build"
 # Without the kernel tests' W = 16 build on AVX2 (SDPA_TEST_W16_ON_AVX2), the longest file to
 # compile (232 s), which runs the AVX-512 path's logic where the CPU has no AVX-512: the Release
 # stage runs it; here the CPU's own paths run. Nor the micro-benchmarks (bench/), which no test runs.
-# On a CPU without AVX-512 the AVX-512 path is compiled at -O0 (SDPA_UNOPTIMIZED_ISAS): its tests
-# skip it there, so the sanitized build checks only that it compiles (its kernel file alone on AMD
-# Zen 1: 57 s at -O0, 205 s at -O1). The Release build's CLI answers by the library's own rule.
-unrun_isas=""
-SDPA_ISA=avx512 build/bin/sdpa --version > /dev/null 2>&1 || unrun_isas=avx512
 bash scripts/build.sh build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g -DNDEBUG" \
-  -DSDPA_SANITIZE=address,undefined -DSDPA_TEST_W16_ON_AVX2=OFF -DSDPA_BUILD_BENCH=OFF "-DSDPA_UNOPTIMIZED_ISAS=$unrun_isas"
+  -DSDPA_SANITIZE=address,undefined -DSDPA_TEST_W16_ON_AVX2=OFF -DSDPA_BUILD_BENCH=OFF
 stage "ASan + UBSan tests"
 # LeakSanitizer's stop-the-world tracer crashes now and then at a process's exit ("Tracer caught
 # signal 11 ... LeakSanitizer has encountered a fatal error"; google/sanitizers#1353), seen here in
@@ -124,10 +119,8 @@ stage "aarch64: cross build, kernel tests under QEMU"
 # thread-count decoding tests, 16-bit decoding, the conversions, the 8-bit codes, dropout's
 # Philox bits, and the projections' GEMM and GELU.
 mkdir -p build-arm64
-# The 256-bit SVE build, which neither run below reaches, is compiled at -O0 (SDPA_UNOPTIMIZED_ISAS).
 cmake -S . -B build-arm64 -G Ninja --toolchain cmake/aarch64-linux-gnu.cmake -DCMAKE_BUILD_TYPE=Release \
-  -DSDPA_BUILD_APPS=OFF -DSDPA_UNOPTIMIZED_ISAS=sve256 > build-arm64/configure.log 2>&1 ||
-  { cat build-arm64/configure.log; exit 1; }
+  -DSDPA_BUILD_APPS=OFF > build-arm64/configure.log 2>&1 || { cat build-arm64/configure.log; exit 1; }
 cmake --build build-arm64 -j "$jobs" --target sdpa_kernel_tests sdpa_nn_tests
 (cd build-arm64 && QEMU_CPU=max,sve=off SDPA_TEST_ISAS=neon ctest --output-on-failure -j "$jobs" \
   -R '^kernel\.|^nn\.(LinearIsa|threads)\.' -E "$big_kernel_cases")
