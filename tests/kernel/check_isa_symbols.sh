@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Fails if an ISA translation unit defines a weak symbol outside its own namespace:
 # the attention kernel's fast_<isa>.cpp.o outside sdpa::detail::<isa>, the projections'
-# linear_<isa>.cpp.o outside sdpa::nn::<isa>, convert_<isa>.cpp.o outside sdpa::detail::<isa>,
-# engine16.cpp.o (the 16-bit engines) outside sdpa::detail::engine16, and the kernel tests'
-# fast_w16_on_avx2.cpp.o outside sdpa::detail::w16.
+# linear_<isa>.cpp.o outside sdpa::nn::<isa>, convert_<isa>.cpp.o outside sdpa::detail::<isa>
+# (convert_avx512bf16.cpp.o: sdpa::detail::avx512bf16, where it has none), the 16-bit engines
+# (x86-64's engine16.cpp.o, aarch64's engine16_neon.cpp.o) outside sdpa::detail::engine16, and
+# the kernel tests' fast_w16_on_avx2.cpp.o outside sdpa::detail::w16.
 # Arguments: the object files of the libraries that hold them (';'-separated ok); every one
-# of the build's 9 (x86-64: scalar, avx2, avx512 and engine16; aarch64: scalar, neon, sve256,
-# sve512) must be among them; other objects are skipped. NM: the nm that reads them (a cross
-# build's own).
+# of the build's 10 (x86-64: scalar, avx2, avx512, avx512bf16 and engine16; aarch64: scalar,
+# neon, sve256, sve512 and engine16) must be among them; other objects are skipped. NM: the nm
+# that reads them (a cross build's own).
 set -euo pipefail
 status=0 checked=0 extra=""
 for obj in $(echo "$*" | tr ';' ' '); do
@@ -15,15 +16,17 @@ for obj in $(echo "$*" | tr ';' ' '); do
     fast_scalar.cpp.o | fast_avx2.cpp.o | fast_avx512.cpp.o) space=detail ;;
     fast_neon.cpp.o | fast_sve256.cpp.o | fast_sve512.cpp.o) space=detail ;;  # sve: with its conversions
     convert_avx2.cpp.o | convert_avx512.cpp.o | convert_neon.cpp.o) space=detail ;;  # the bf16/fp16 helpers
+    convert_avx512bf16.cpp.o) space=detail ;;
     linear_scalar.cpp.o | linear_avx2.cpp.o | linear_avx512.cpp.o) space=nn ;;
     linear_neon.cpp.o | linear_sve256.cpp.o | linear_sve512.cpp.o) space=nn ;;
-    engine16.cpp.o) space=detail ;;
+    engine16.cpp.o | engine16_neon.cpp.o) space=detail ;;
     fast_w16_on_avx2.cpp.o) space=detail ;;  # test-only: checked, not counted among the 9
     *) continue ;;
   esac
   isa=$(basename "$obj" .cpp.o); isa=${isa#*_}
   case "$isa" in
     w16_on_avx2) isa=w16 extra=" (and the tests' W = 16 object)" ;;
+    neon) [ "$(basename "$obj")" = engine16_neon.cpp.o ] && isa=engine16; checked=$((checked + 1)) ;;
     *) checked=$((checked + 1)) ;;
   esac
   # DW.ref.__gxx_personality_v0: a weak pointer to the C++ exception personality routine
@@ -37,6 +40,6 @@ for obj in $(echo "$*" | tr ';' ' '); do
     echo "$obj: weak symbols outside sdpa::${space}::${isa}:"; echo "$leaks"; status=1
   fi
 done
-[ "$checked" -eq 9 ] || { echo "expected 9 ISA objects, found $checked"; exit 1; }
-[ "$status" -eq 0 ] && echo "9 ISA objects${extra} checked, no shared inline code"
+[ "$checked" -eq 10 ] || { echo "expected 10 ISA objects, found $checked"; exit 1; }
+[ "$status" -eq 0 ] && echo "10 ISA objects${extra} checked, no shared inline code"
 exit $status
