@@ -60,6 +60,17 @@ stage "Release build"
 stage "Release tests"
 (cd build && ctest --output-on-failure -j "$jobs")
 
+stage "Debug build: the ISA objects share no inline code"
+# A user's Debug build compiles the ISA files at SDPA_ISA_DEBUG_OPT (-O1) and the rest at -O0
+# (src/CMakeLists.txt): the same check as kernel.isa_objects_share_no_inline_code, over the two
+# libraries' objects, that no ISA object exports an inline function another path could link to.
+mkdir -p build-debug
+"${with_ccache[@]}" cmake -S . -B build-debug -G Ninja -DCMAKE_BUILD_TYPE=Debug -DSDPA_BUILD_TESTS=OFF \
+  -DSDPA_BUILD_APPS=OFF -DSDPA_BUILD_BENCH=OFF -DSDPA_BUILD_PYTHON=OFF > build-debug/configure.log 2>&1 ||
+  { cat build-debug/configure.log; exit 1; }
+"${with_ccache[@]}" cmake --build build-debug -j "$jobs" --target sdpa sdpa_nn
+bash tests/kernel/check_isa_symbols.sh "$(find build-debug/src -name '*.cpp.o' | tr '\n' ';')"
+
 stage "ASan + UBSan build"
 # At -O1 (with -g for the reports' line numbers): the sanitizers' checks turn the kernels'
 # inlined loops into very large functions, on which GCC's -O2 passes took 718 s for
