@@ -47,7 +47,7 @@ def full_route(module, query, key, value, mask, **kw):
 
 
 def quantized_first(module, query, key, value, mask, **kw):
-    key._sdpa_quantized._flush()  # the new tokens quantized apart (sdpa.quantize_kv), before the call
+    key._sdpa_quantized.flush()  # the new tokens quantized apart (sdpa.quantize_kv), before the call
     return full_route(module, query, key, value, mask, **kw)
 
 

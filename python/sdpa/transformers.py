@@ -294,7 +294,7 @@ class QuantizedLayer(DynamicLayer):
     that follows update() in every transformers layer: 'exact_cpu' hands them to the kernel, which quantizes
     them into the cache as it attends (FlashAttention's k, v arguments; one call instead of a quantize_kv per
     tensor, ~40 us a layer and step, docs/python.md). Anything else that reads the layer (dequantized, caches,
-    a second update, crop, reorder_cache, batch_select_indices, batch_repeat_interleave) quantizes them first,
+    a second update, crop, reorder_cache, batch_select_indices, batch_repeat_interleave, flush) quantizes them first,
     with the same codes (one row quantizer in the library); a NaN or an infinity among them is refused there,
     with sdpa.Error, and stays waiting."""
 
@@ -338,7 +338,7 @@ class QuantizedLayer(DynamicLayer):
             self.lazy_initialization(key_states, value_states)
         if key_states.device.type != "cpu":
             raise TypeError(f"QuantizedCache: keys on {key_states.device}; the 'exact_cpu' backend's caches are CPU")
-        self._flush()
+        self.flush()
         self._dtype = key_states.dtype
         B, H, n, Dk = key_states.shape
         Dv = value_states.shape[3]
@@ -374,9 +374,10 @@ class QuantizedLayer(DynamicLayer):
             self._length += self._pending[0].shape[2]
             self._pending = None
 
-    def _flush(self) -> None:
-        """The waiting tokens quantized into the buffers (sdpa.quantize_kv: the row quantizer the kernel's append
-        uses, so the same codes)."""
+    def flush(self) -> None:
+        """Quantizes the waiting tokens into the buffers now (sdpa.quantize_kv: the row quantizer the kernel's
+        append uses, so the same codes), for a caller that reads caches() itself; a NaN or an infinity among them
+        raises sdpa.Error, and they stay waiting."""
         if self._pending is None:
             return
         _, k_new, v_new = self._take_pending()
@@ -395,13 +396,13 @@ class QuantizedLayer(DynamicLayer):
     def caches(self):
         """(k_cache, v_cache): sdpa.QuantizedKV views [B, capacity, Hkv, D] of the buffers, as
         attention_with_kvcache takes them (positions beyond the tokens held unread). The waiting tokens are not
-        in them: _take_pending() says which they are."""
+        in them (flush() puts them there; _take_pending() says which they are)."""
         kc, ks, vc, vs = self._kernel_views
         return _api.QuantizedKV(kc, ks, self.format), _api.QuantizedKV(vc, vs, self.format)
 
     def dequantized(self, dtype=None):
         """The layer's keys and values as float tensors [B, Hkv, L, D] (dtype: the model's by default)."""
-        self._flush()
+        self.flush()
         L = self._length
         k_cache, v_cache = self.caches()
         out = []
@@ -411,7 +412,7 @@ class QuantizedLayer(DynamicLayer):
         return tuple(out)
 
     def _select(self, pick) -> None:
-        self._flush()
+        self.flush()
         if self._buffers is not None and self._length:
             self._set_buffers(tuple(pick(b) for b in self._buffers))
             self._stand_ins()
@@ -419,7 +420,7 @@ class QuantizedLayer(DynamicLayer):
     def crop(self, tokens_to_remove: int) -> None:
         if tokens_to_remove > 0:
             raise ValueError(f"crop: a negative count of tokens to remove, got {tokens_to_remove}")
-        self._flush()
+        self.flush()
         if tokens_to_remove and self.is_initialized:
             self._length = max(0, self._length + tokens_to_remove)
             self._stand_ins()

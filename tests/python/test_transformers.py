@@ -580,7 +580,7 @@ def test_quantized_inference_route_gives_the_full_routes_bits(fmt, dtype):
             for i, layer in enumerate(layers):
                 keys, values = layer.update(k, v)
                 if i == 2:
-                    layer.dequantized()  # quantized here, by quantize_kv
+                    layer.flush()  # quantized here, by quantize_kv
                 sht._quantized_inference = route if i == 0 else (lambda *a: None)
                 try:
                     out, _ = sht.attention_forward(_Layer(), q, keys, values, None, **kw)
@@ -603,8 +603,9 @@ def test_quantized_inference_route_gives_the_full_routes_bits(fmt, dtype):
     keys, values = layer.update(bad, torch.zeros_like(bad))
     with torch.no_grad(), pytest.raises(sht._api._ext.Error, match=r"^key: element \[1, 1, 0, 3\] is nan"):
         sht.attention_forward(_Layer(), torch.zeros(2, 6, 1, 16, dtype=dtype), keys, values, None)
-    with pytest.raises(sht._api._ext.Error, match=r"^key: element \[1, 1, 0, 3\] is nan"):
-        layer.dequantized()
+    for read in (layer.dequantized, layer.flush):
+        with pytest.raises(sht._api._ext.Error, match=r"^key: element \[1, 1, 0, 3\] is nan"):
+            read()
     assert layer._length == 14 and layer.get_seq_length() == 15
 
 
