@@ -12,6 +12,8 @@
 // result does not depend on how items are spread over threads.
 #pragma once
 
+#include <type_traits>  // std::integral_constant: a block count as a type (kernel/common.inl)
+#include <utility>      // std::integer_sequence (kernel/common.inl, with_count)
 #include <vector>
 
 #include "attention/engine16.hpp"

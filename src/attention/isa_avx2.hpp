@@ -9,8 +9,6 @@
 
 #include <immintrin.h>
 
-#include <type_traits>  // std::integral_constant: a chunk's vector count as a type
-
 #include "attention/fast.hpp"
 
 namespace sdpa::detail::avx2 {

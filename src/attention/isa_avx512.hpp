@@ -8,8 +8,6 @@
 #define SDPA_FUSED_DECODE 1  // kernel/forward.inl sends decoding items to decode::forward
 #define SDPA_ENGINE16 1      // and the 16-bit engines' tables, table_on<E> (engine16.hpp)
 
-#include <type_traits>  // std::integral_constant: a chunk's vector count as a type
-
 #include "attention/engine16.hpp"
 #include "attention/fast.hpp"
 #include "common/avx512_intrinsics.hpp"

@@ -10,7 +10,6 @@
 #include <arm_neon.h>
 
 #include <cstdint>
-#include <type_traits>  // std::integral_constant: a chunk's vector count as a type
 
 #include "attention/fast.hpp"
 

@@ -15,7 +15,6 @@
 #include <arm_sve.h>
 
 #include <cstdint>
-#include <type_traits>  // std::integral_constant: a chunk's vector count as a type
 
 #include "attention/fast.hpp"
 #include "common/sve_width.hpp"  // SDPA_SVE_NAMESPACE

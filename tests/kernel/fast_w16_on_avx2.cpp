@@ -6,7 +6,6 @@
 #include <immintrin.h>
 
 #include <cstdint>
-#include <type_traits>  // std::integral_constant: a chunk's vector count as a type
 
 #include "attention/fast.hpp"
 #include "attention/quantize.hpp"

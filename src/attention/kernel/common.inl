@@ -24,6 +24,18 @@ inline i64 imax(i64 a, i64 b) { return a > b ? a : b; }
 inline i64 round_up(i64 x, i64 m) { return (x + m - 1) / m * m; }
 inline bool is_finite(float x) { return x - x == 0.0f; }  // false for ±inf and NaN
 
+// f(std::integral_constant<int, n>{}) for a run-time n in [1, N], nothing for another n: the
+// remainder of a loop over compile-time blocks (a chunk's vectors, a GEMM block's rows or
+// vectors, a few-lane block), each count its own instantiation of f.
+template <class F, int... C>
+inline void with_count_of(i64 n, F& f, std::integer_sequence<int, C...>) {
+  (void)((n == C + 1 && (f(std::integral_constant<int, C + 1>{}), true)) || ...);
+}
+template <int N, class F>
+inline void with_count(i64 n, F&& f) {
+  with_count_of(n, f, std::make_integer_sequence<int, N>{});
+}
+
 // Element offsets of a (B, H, N, D) view and of a (B, H, N) one, const or not.
 template <class T>
 inline i64 off(const View4<T>& v, i64 a, i64 b, i64 c, i64 d) {

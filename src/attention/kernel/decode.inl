@@ -227,30 +227,8 @@ inline void pv_tile(const E* V, i64 ldv, i64 bc, i64 Dv, const float* P, const f
   i64 v0 = 0;
   for (; v0 + CVMAX <= nvec; v0 += CVMAX) chunk(std::integral_constant<int, CVMAX>{}, v0 * W);
   const i64 e0 = v0 * W;
-  switch (nvec - v0) {  // the remaining whole vectors (fewer than CVMAX)
-    case 1: chunk(std::integral_constant<int, 1>{}, e0); break;
-    case 2:
-      if constexpr (CVMAX > 2) chunk(std::integral_constant<int, 2>{}, e0);
-      break;
-    case 3:
-      if constexpr (CVMAX > 3) chunk(std::integral_constant<int, 3>{}, e0);
-      break;
-    case 4:
-      if constexpr (CVMAX > 4) chunk(std::integral_constant<int, 4>{}, e0);
-      break;
-    case 5:
-      if constexpr (CVMAX > 5) chunk(std::integral_constant<int, 5>{}, e0);
-      break;
-    case 6:
-      if constexpr (CVMAX > 6) chunk(std::integral_constant<int, 6>{}, e0);
-      break;
-    case 7:
-      if constexpr (CVMAX > 7) chunk(std::integral_constant<int, 7>{}, e0);
-      break;
-    default: break;
-  }
+  with_count<CVMAX - 1>(nvec - v0, [&](auto cv) { chunk(cv, e0); });  // the remaining whole vectors
   if (Dv % W != 0) masked_chunk(std::integral_constant<int, 1>{}, nvec * W, std::true_type{}, Ops::part_mask(Dv % W));
-  static_assert(CVMAX <= 8);
   if (Ops::any_nan(chk)) {
     if constexpr (TWO) {  // the runs one after the other, the second's rescale 1: the same sum order
       constexpr int KB = kKeysPerLane<NL>;

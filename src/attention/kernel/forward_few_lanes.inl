@@ -64,12 +64,9 @@ inline void scores_few_lanes(const float* K, i64 ldk, i64 bc, i64 Dk, const floa
   i64 r = 0;
   for (; r + kScoreLanes <= n; r += kScoreLanes)
     scores_lane_block<kScoreLanes>(K, ldk, bc, dk_vec, Dk, Q_rows + r * ldq, ldq, ST + r, np);
-  switch (n - r) {
-    case 1: scores_lane_block<1>(K, ldk, bc, dk_vec, Dk, Q_rows + r * ldq, ldq, ST + r, np); break;
-    case 2: scores_lane_block<2>(K, ldk, bc, dk_vec, Dk, Q_rows + r * ldq, ldq, ST + r, np); break;
-    case 3: scores_lane_block<3>(K, ldk, bc, dk_vec, Dk, Q_rows + r * ldq, ldq, ST + r, np); break;
-    default: break;
-  }
+  with_count<kScoreLanes - 1>(n - r, [&](auto nl) {  // the lanes left, fewer than a block's
+    scores_lane_block<decltype(nl)::value>(K, ldk, bc, dk_vec, Dk, Q_rows + r * ldq, ldq, ST + r, np);
+  });
   for (i64 c = 0; c < bc; ++c)
     for (i64 x = n; x < np; ++x) ST[c * np + x] = 0.0f;
 }

@@ -49,20 +49,7 @@ inline void gemm_block(i64 K, const float* A, i64 ars, i64 acs, BRows B, float* 
 
 template <int MR, bool ACC, class BRows>
 inline void gemm_rows(i64 nv, i64 K, const float* A, i64 ars, i64 acs, BRows B, float* C, i64 ldc) {
-  static_assert(Vec::NV <= 4, "extend the switch below");
-  switch (nv) {
-    case 1: gemm_block<MR, 1, ACC>(K, A, ars, acs, B, C, ldc); break;
-    case 2:
-      if constexpr (Vec::NV >= 2) gemm_block<MR, 2, ACC>(K, A, ars, acs, B, C, ldc);
-      break;
-    case 3:
-      if constexpr (Vec::NV >= 3) gemm_block<MR, 3, ACC>(K, A, ars, acs, B, C, ldc);
-      break;
-    case 4:
-      if constexpr (Vec::NV >= 4) gemm_block<MR, 4, ACC>(K, A, ars, acs, B, C, ldc);
-      break;
-    default: break;
-  }
+  with_count<Vec::NV>(nv, [&](auto nvc) { gemm_block<MR, decltype(nvc)::value, ACC>(K, A, ars, acs, B, C, ldc); });
 }
 
 // SKIP_ZERO: terms with A = 0 are skipped, so a zero weight never multiplies an
@@ -91,19 +78,9 @@ void gemm_on(i64 M, i64 N, i64 K, const float* A, i64 ars, i64 acs, BRows B, flo
       gemm_rows<MR, ACC>(nv, K, A + m0 * ars, ars, acs, B.from_col(n0), C + m0 * ldc + n0, ldc);
     const float* a = A + m0 * ars;
     float* c = C + m0 * ldc + n0;
-    static_assert(MR <= 6, "extend the switch below");
-    switch (M - m0) {
-      case 1: gemm_rows<1, ACC>(nv, K, a, ars, acs, B.from_col(n0), c, ldc); break;
-      case 2: gemm_rows<2, ACC>(nv, K, a, ars, acs, B.from_col(n0), c, ldc); break;
-      case 3: gemm_rows<3, ACC>(nv, K, a, ars, acs, B.from_col(n0), c, ldc); break;
-      case 4:
-        if constexpr (MR > 4) gemm_rows<4, ACC>(nv, K, a, ars, acs, B.from_col(n0), c, ldc);
-        break;
-      case 5:
-        if constexpr (MR > 5) gemm_rows<5, ACC>(nv, K, a, ars, acs, B.from_col(n0), c, ldc);
-        break;
-      default: break;
-    }
+    with_count<MR - 1>(M - m0, [&](auto mr) {  // the rows left, fewer than a block's
+      gemm_rows<decltype(mr)::value, ACC>(nv, K, a, ars, acs, B.from_col(n0), c, ldc);
+    });
   }
 }
 
