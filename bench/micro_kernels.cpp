@@ -95,9 +95,7 @@ void Backward(benchmark::State& st) {
 void Exp(benchmark::State& st) {
   const sdpa::Isa isa = isa_arg(st.range(0));
   if (!sdpa::isa_supported(isa)) return st.SkipWithError("this CPU cannot run this ISA");
-  const auto& kern = isa == sdpa::Isa::avx512 ? sdpa::detail::fast_kernels_avx512()
-                     : isa == sdpa::Isa::avx2 ? sdpa::detail::fast_kernels_avx2()
-                                              : sdpa::detail::fast_kernels_scalar();
+  const auto& kern = sdpa::detail::fast_kernels(isa);
   constexpr int kCalls = 256;
   auto x = normal(4096, 5);
   std::vector<float> y(x.size());
