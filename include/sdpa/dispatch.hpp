@@ -18,7 +18,8 @@ namespace sdpa {
 /// Instruction set of the fast kernels. `automatic` is resolved once per process:
 /// the SDPA_ISA environment variable (scalar | avx2 | avx512 | neon | sve) if set, else the
 /// best the CPU supports. Forcing an ISA the CPU lacks throws sdpa::Error. avx2 and avx512 are
-/// x86-64's paths, neon (AdvSIMD) and sve aarch64's; a build holds its own architecture's only.
+/// x86-64's paths, neon (AdvSIMD) and sve aarch64's; a build holds its own architecture's only
+/// (and an x86-64 build configured with SDPA_AVX512=OFF no avx512).
 /// sve runs at the CPU's vector length, 256 or 512 bits (one build of the kernel for each).
 enum class Isa { automatic, scalar, avx2, avx512, neon, sve };
 
@@ -29,7 +30,8 @@ enum class Isa { automatic, scalar, avx2, avx512, neon, sve };
 ///            fp16 widened
 enum class Engine16 { widened, amx, dot };
 
-/// What the dispatch reads of a CPU.
+/// What the dispatch reads of a CPU. In a build without the avx512 path (SDPA_AVX512=OFF) the
+/// CPU's avx512, avx512_bf16 and amx_bf16 read false: the features a path of the build can use.
 struct CpuFeatures {
   bool avx2 = false;         // AVX2, FMA and F16C: the avx2 path's extensions
   bool avx512 = false;       // AVX-512 F, DQ, BW and VL on top of those: the avx512 path's

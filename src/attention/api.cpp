@@ -46,7 +46,7 @@ void set_kernels_for_tests(const FastKernels* kernels) { kernels_for_tests.store
 const FastKernels& fast_kernels(Isa isa) {
   static const PerIsa<const FastKernels& (*)()> set{fast_kernels_scalar,
                                                     SDPA_X86_ENTRY(fast_kernels_avx2),
-                                                    SDPA_X86_ENTRY(fast_kernels_avx512),
+                                                    SDPA_AVX512_ENTRY(fast_kernels_avx512),
                                                     SDPA_ARM_ENTRY(fast_kernels_neon),
                                                     SDPA_ARM_ENTRY(fast_kernels_sve256),
                                                     SDPA_ARM_ENTRY(fast_kernels_sve512)};
@@ -57,7 +57,7 @@ const FastKernels& kernels_for(const Options& opt) {
   if (const FastKernels* k = kernels_for_tests.load(std::memory_order_relaxed)) return *k;
   const FastKernels& widening = fast_kernels(opt.isa);
   // The avx512 (neon) path's table is the one of the engine the dispatch chose.
-#if defined(__x86_64__)
+#if defined(__x86_64__) && !defined(SDPA_NO_AVX512)
   if (&widening == &fast_kernels_avx512()) {
     switch (engine_for(Isa::avx512)) {
       case Engine16::amx: return fast_kernels_avx512_amx();

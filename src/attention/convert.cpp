@@ -33,7 +33,7 @@ const ConvertKernels& convert_kernels(Isa isa) {
   // Accessors, not their tables: an ISA's code runs only once that ISA is chosen.
   static const PerIsa<const ConvertKernels& (*)()> set{[]() -> const ConvertKernels& { return kScalar; },
                                                        SDPA_X86_ENTRY(convert_kernels_avx2),
-                                                       SDPA_X86_ENTRY(convert_kernels_avx512),
+                                                       SDPA_AVX512_ENTRY(convert_kernels_avx512),
                                                        SDPA_ARM_ENTRY(convert_kernels_neon),
                                                        SDPA_ARM_ENTRY(convert_kernels_sve256),
                                                        SDPA_ARM_ENTRY(convert_kernels_sve512)};

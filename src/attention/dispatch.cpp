@@ -43,6 +43,11 @@ constexpr const char* kNoVectorPath = " (no AdvSIMD)";
 #else
 constexpr const char* kNoVectorPath = " (the scalar path: no vector path is built for this CPU)";
 #endif
+#if defined(SDPA_NO_AVX512)
+constexpr const char* kNoAvx512 = "no AVX-512 path in this build (the SDPA_AVX512 option left it out)";
+#else
+constexpr const char* kNoAvx512 = "no AVX-512 on this CPU";
+#endif
 
 CpuFeatures detect() {
   CpuFeatures f;
@@ -55,6 +60,11 @@ CpuFeatures detect() {
   f.avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
   f.avx512 = f.avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
              __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
+#if defined(SDPA_NO_AVX512)
+  // This build left out the AVX-512 path and its engines (CMake's SDPA_AVX512): the features
+  // below are what a path of this build can use, so to the dispatch the CPU has none of theirs.
+  f.avx512 = false;
+#endif
   f.avx512_bf16 = f.avx512 && __builtin_cpu_supports("avx512bf16");
   // CPUID leaf 7 EDX: bit 22 AMX-BF16, bit 24 AMX-TILE (GCC 12's __builtin_cpu_supports does
   // not know them). The tile loops also use vcvtneps2bf16 (AVX512_BF16).
@@ -120,7 +130,7 @@ Dispatch select_dispatch(const CpuFeatures& cpu, const DispatchSettings& setting
                               : "; SVE at " + std::to_string(cpu.sve_bits) + " bits has no build (256 and 512 do)";
     d.isa_reason = std::string("the widest path this CPU has") +
                    (cpu.avx512 ? " (AVX-512 F, DQ, BW, VL)"
-                    : cpu.avx2 ? " (AVX2, FMA, F16C; no AVX-512)"
+                    : cpu.avx2 ? std::string(" (AVX2, FMA, F16C; ") + kNoAvx512 + ")"
                     : sve ? " (SVE at " + std::to_string(cpu.sve_bits) + " bits: " + std::to_string(cpu.sve_bits / 32) +
                                 " floats a register)"
                     : cpu.neon ? " (AdvSIMD: 4 floats a register" + sve_note + ")"
@@ -145,7 +155,7 @@ Dispatch select_dispatch(const CpuFeatures& cpu, const DispatchSettings& setting
                                         "widening on an Arm CPU): 16-bit operands are widened";
     }
   } else if (!cpu.avx512) {
-    d.engine_reason = "no AVX-512 on this CPU: 16-bit operands are widened to fp32";
+    d.engine_reason = std::string(kNoAvx512) + ": 16-bit operands are widened to fp32";
   } else if (cpu.amx_bf16 && amx != "0") {
     d.engine = Engine16::amx;
     d.engine_reason = "the CPU has AMX-BF16 and Linux granted the tile state (SDPA_AMX=0 widens)";

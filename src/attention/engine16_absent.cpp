@@ -1,6 +1,7 @@
 // engine16_absent.cpp — engine16.hpp where its engines are not built: AMX tiles on every
-// non-x86 build, and on a build that is neither x86-64 nor aarch64 the dot engine and the
-// packings too (aarch64 has them in engine16_neon.cpp).
+// build without engine16.cpp (aarch64, other CPUs, and x86-64 without its AVX-512 path:
+// SDPA_AVX512=OFF), and, except on aarch64 (engine16_neon.cpp), the dot engine and the
+// packings too.
 //
 // The kernel's loops are one template over the table's engine; the widened instantiation
 // still names the engines' functions on branches that run only when a call's items take an

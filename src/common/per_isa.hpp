@@ -22,6 +22,14 @@ namespace sdpa {
 #define SDPA_X86_ENTRY(...) \
   {}
 #endif
+// SDPA_AVX512_ENTRY: an entry of the avx512 path, whose translation units a build with
+// SDPA_AVX512=OFF leaves out (it defines SDPA_NO_AVX512); isa_supported() is then false for it.
+#if defined(__x86_64__) && !defined(SDPA_NO_AVX512)
+#define SDPA_AVX512_ENTRY(...) __VA_ARGS__
+#else
+#define SDPA_AVX512_ENTRY(...) \
+  {}
+#endif
 #if defined(__aarch64__)
 #define SDPA_ARM_ENTRY(...) __VA_ARGS__
 #else

@@ -16,7 +16,7 @@ namespace sdpa::nn {
 GemmF32 gemm_f32(Isa isa) {
   static const PerIsa<GemmF32> set{gemm_f32_scalar,
                                    SDPA_X86_ENTRY(gemm_f32_avx2),
-                                   SDPA_X86_ENTRY(gemm_f32_avx512),
+                                   SDPA_AVX512_ENTRY(gemm_f32_avx512),
                                    SDPA_ARM_ENTRY(gemm_f32_neon),
                                    SDPA_ARM_ENTRY(gemm_f32_sve256),
                                    SDPA_ARM_ENTRY(gemm_f32_sve512)};
@@ -37,7 +37,7 @@ void gelu_backward_f32_sve512(float* dx, const float* dout, const float* x, i64 
 GeluF32 gelu_f32(Isa isa) {
   static const PerIsa<GeluF32> set{{nullptr, nullptr},  // the scalar path's GELU is the layer's own loop
                                    SDPA_X86_ENTRY({gelu_forward_f32_avx2, gelu_backward_f32_avx2}),
-                                   SDPA_X86_ENTRY({gelu_forward_f32_avx512, gelu_backward_f32_avx512}),
+                                   SDPA_AVX512_ENTRY({gelu_forward_f32_avx512, gelu_backward_f32_avx512}),
                                    SDPA_ARM_ENTRY({gelu_forward_f32_neon, gelu_backward_f32_neon}),
                                    SDPA_ARM_ENTRY({gelu_forward_f32_sve256, gelu_backward_f32_sve256}),
                                    SDPA_ARM_ENTRY({gelu_forward_f32_sve512, gelu_backward_f32_sve512})};

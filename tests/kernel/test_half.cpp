@@ -188,7 +188,7 @@ TEST(Half, BulkConversionsMatchScalarOnEveryIsa) {
   }
 }
 
-#if defined(__x86_64__)
+#if defined(__x86_64__) && !defined(SDPA_NO_AVX512)
 // vcvtneps2bf16 agrees with bf16::from_float except that it flushes subnormals.
 TEST(Half, Avx512Bf16InstructionRoundsLikeTheType) {
   if (!detail::avx512bf16_supported()) GTEST_SKIP() << "this CPU has no AVX512_BF16: compiled, not run here";

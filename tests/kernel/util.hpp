@@ -236,7 +236,7 @@ struct KernelVariant {
 inline std::vector<KernelVariant> kernel_variants() {
   std::vector<KernelVariant> out;
   for (Isa isa : runnable_isas()) {
-#if defined(__x86_64__)
+#if defined(__x86_64__) && !defined(SDPA_NO_AVX512)
     if (isa == Isa::avx512 && (cpu_features().amx_bf16 || cpu_features().avx512_bf16)) {
       // Every AVX-512 table this CPU runs, whatever SDPA_AMX and SDPA_BF16_DOT say: 16-bit
       // widened to fp32, on AMX tiles, and on vdpbf16ps (a CPU with AMX has AVX512_BF16 too).
