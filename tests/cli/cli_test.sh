@@ -8,8 +8,8 @@ cd "$work"
 
 fail() { echo "FAIL: $*"; exit 1; }
 # The CPU's flags as this build's paths can use them: a build without the AVX-512 path
-# (SDPA_AVX512=OFF; CMake passes SDPA_BUILD_AVX512=0) counts the AVX-512 and AMX extensions
-# as absent, as its dispatch does. The cases below read them from here.
+# (SDPA_AVX512 OFF, or HOST on a CPU without it; CMake then passes SDPA_BUILD_AVX512=0) counts
+# the AVX-512 and AMX extensions as absent, as its dispatch does. The cases below read them here.
 cpu_flags=" $(grep -m1 '^flags' /proc/cpuinfo | cut -d: -f2) "
 [ "${SDPA_BUILD_AVX512:-1}" = 1 ] || cpu_flags=$(echo "$cpu_flags" | tr ' ' '\n' | grep -v -e '^avx512' -e '^amx' | tr '\n' ' ')
 export SDPA_TEST_CPU_FLAGS=$cpu_flags
