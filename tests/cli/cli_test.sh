@@ -74,6 +74,10 @@ PY
     rc=0; "$sdpa" > /dev/null 2>&1 || rc=$?; [ "$rc" -eq 2 ] || fail "no subcommand should exit 2, got $rc"
     rc=0; "$sdpa" attention --bogus 2> /dev/null || rc=$?; [ "$rc" -eq 2 ] || fail "unknown option should exit 2, got $rc"
     echo "ok: help, version, usage errors" ;;
+  docs_options)
+    # The options README.md and docs/ show for each subcommand are the ones its --help lists.
+    here=$(dirname "${BASH_SOURCE[0]}")
+    /usr/bin/python3 "$here/docs_options.py" "$here/../.." "$sdpa" ;;
   ranks)
     for shape in "33 16" "3 33 16" "2 3 33 16"; do
       "$tool" make q.npy f32 1 $shape; "$tool" make k.npy f32 2 $shape; "$tool" make v.npy f32 3 $shape

@@ -1,0 +1,84 @@
+"""docs_options.py ROOT SDPA — every `sdpa SUBCOMMAND ... --option` that README.md and docs/*.md show
+is an option that subcommand's --help lists, so the docs cannot drift from the command line.
+
+What counts as a use: a code span or a code-block line where `sdpa` (alone or as a path's last part,
+build/bin/sdpa) is followed by one of the subcommands `sdpa --help` lists (and, for a subcommand that has
+its own, one of those: `sdpa lab variance`); the options are the --words after it up to the end of that
+shell command (a pipe, ;, && or ||). The subcommands and their options are read from the binary's help,
+never listed here. Run by tests/cli/cli_test.sh (case docs_options) with Debian's /usr/bin/python3.
+"""
+import pathlib
+import re
+import subprocess
+import sys
+
+
+def help_text(sdpa: str, words: list) -> str:
+    run = subprocess.run([sdpa, *words, "--help"], capture_output=True, text=True)
+    if run.returncode != 0:
+        sys.exit(f"FAIL: {' '.join(['sdpa', *words, '--help'])} exited {run.returncode}: {run.stderr.strip()}")
+    return run.stdout
+
+
+def subcommands(text: str) -> list:
+    """The names under a help text's "Subcommands:" heading (CLI11's layout: two spaces, the name, its text)."""
+    _, _, tail = text.partition("\nSubcommands:\n")
+    return re.findall(r"^  ([a-z][a-z0-9-]*)\s", tail, flags=re.M)
+
+
+def options(text: str) -> set:
+    return set(re.findall(r"(?<![\w-])(--[a-z0-9][a-z0-9-]*)", text))
+
+
+def code_pieces(text: str) -> list:
+    """Inline code spans, and every line of fenced code blocks."""
+    pieces, fenced = [], False
+    for line in text.splitlines():
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+        elif fenced:
+            pieces.append(line)
+    return pieces + re.findall(r"`([^`\n]+)`", text)
+
+
+def main() -> None:
+    root, sdpa = pathlib.Path(sys.argv[1]), sys.argv[2]
+    top = subcommands(help_text(sdpa, []))
+    if len(top) < 2:
+        sys.exit(f"FAIL: sdpa --help lists {top}: expected its subcommands")
+    allowed = {}  # (sub,) or (sub, subsub) -> its options
+    for sub in top:
+        text = help_text(sdpa, [sub])
+        allowed[(sub,)] = options(text)
+        for inner in subcommands(text):
+            allowed[(sub, inner)] = options(help_text(sdpa, [sub, inner])) | allowed[(sub,)]
+    use = re.compile(r"(?:^|[\s/])sdpa\s+(" + "|".join(map(re.escape, top)) + r")\b(.*)")
+    files = [root / "README.md"] + sorted((root / "docs").glob("*.md"))
+    uses, unknown = 0, []
+    for path in files:
+        for piece in code_pieces(path.read_text(encoding="utf-8")):
+            for command in re.split(r"\|\||&&|;|\|", piece):
+                m = use.search(command)
+                if not m:
+                    continue
+                sub, rest = m.group(1), m.group(2)
+                key = (sub,)
+                inner = re.match(r"\s+([a-z][a-z0-9-]*)", rest)
+                if inner and (sub, inner.group(1)) in allowed:
+                    key = (sub, inner.group(1))
+                for flag in re.findall(r"(?<![\w-])(--[a-z0-9][a-z0-9-]*)", rest):
+                    uses += 1
+                    if flag not in allowed[key]:
+                        unknown.append(f"{path.relative_to(root)}: `sdpa {' '.join(key)}` has no {flag}: "
+                                       f"{command.strip()[:120]}")
+    if uses < 20:
+        sys.exit(f"FAIL: only {uses} option uses found in {len(files)} files: the scan no longer reads the docs")
+    for line in sorted(set(unknown)):
+        print(f"FAIL: {line}")
+    if unknown:
+        sys.exit(1)
+    print(f"ok: {uses} option uses of {len(top)} subcommands in {len(files)} files, each in its --help")
+
+
+if __name__ == "__main__":
+    main()
