@@ -31,14 +31,19 @@ def options(text: str) -> set:
 
 
 def code_pieces(text: str) -> list:
-    """Inline code spans, and every line of fenced code blocks."""
-    pieces, fenced = [], False
+    """Every line of fenced code blocks, and the inline code spans of the rest (a span may run over a line
+    break, as Markdown allows, but not past a paragraph's end)."""
+    pieces, prose, fenced = [], [], False
     for line in text.splitlines():
         if line.lstrip().startswith("```"):
             fenced = not fenced
         elif fenced:
             pieces.append(line)
-    return pieces + re.findall(r"`([^`\n]+)`", text)
+        else:
+            prose.append(line)
+    for paragraph in re.split(r"\n\s*\n", "\n".join(prose)):
+        pieces += [span.replace("\n", " ") for span in re.findall(r"`([^`]+)`", paragraph)]
+    return pieces
 
 
 def main() -> None:
