@@ -1,12 +1,16 @@
 """docs_options.py ROOT SDPA — every `sdpa SUBCOMMAND ... --option` that README.md and docs/*.md show
-is an option that subcommand's --help lists, so the docs cannot drift from the command line.
+is an option that subcommand's --help lists, and every `bench/NAME.py ... --option` (or examples/) one
+that script's argparse defines, so the docs cannot drift from the command lines.
 
 What counts as a use: a code span or a code-block line where `sdpa` (alone or as a path's last part,
 build/bin/sdpa) is followed by one of the subcommands `sdpa --help` lists (and, for a subcommand that has
 its own, one of those: `sdpa lab variance`); the options are the --words after it up to the end of that
 shell command (a pipe, ;, && or ||). The subcommands and their options are read from the binary's help,
-never listed here. Run by tests/cli/cli_test.sh (case docs_options) with Debian's /usr/bin/python3.
+never listed here. A script's options are read from its source without running it (they import torch):
+the string arguments of its add_argument calls, and those of the sibling modules it imports (bench/hf_llama.py's
+shape options). Run by tests/cli/cli_test.sh (case docs_options) with Debian's /usr/bin/python3.
 """
+import ast
 import pathlib
 import re
 import subprocess
@@ -28,6 +32,24 @@ def subcommands(text: str) -> list:
 
 def options(text: str) -> set:
     return set(re.findall(r"(?<![\w-])(--[a-z0-9][a-z0-9-]*)", text))
+
+
+def script_options(path: pathlib.Path, seen=None) -> set:
+    """The --options of a script's add_argument calls, and of the sibling modules it imports."""
+    seen = set() if seen is None else seen
+    if path in seen or not path.is_file():
+        return set()
+    seen.add(path)
+    found = {"--help"}
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "add_argument":
+            found |= {a.value for a in node.args if isinstance(a, ast.Constant) and str(a.value).startswith("--")}
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names = [node.module] if isinstance(node, ast.ImportFrom) and node.module else \
+                    [a.name for a in getattr(node, "names", [])]
+            for name in names:
+                found |= script_options(path.with_name(f"{name}.py"), seen)
+    return found
 
 
 def code_pieces(text: str) -> list:
@@ -58,11 +80,26 @@ def main() -> None:
         for inner in subcommands(text):
             allowed[(sub, inner)] = options(help_text(sdpa, [sub, inner])) | allowed[(sub,)]
     use = re.compile(r"(?:^|[\s/])sdpa\s+(" + "|".join(map(re.escape, top)) + r")\b(.*)")
+    # Lower-case names only: bench/NAME.py in prose is a placeholder, not a script.
+    script_use = re.compile(r"(?:^|[\s/])((?:bench|examples)/[a-z0-9_]+\.py)\b(.*)")
+    scripts = {}  # path -> its options
     files = [root / "README.md"] + sorted((root / "docs").glob("*.md"))
     uses, unknown = 0, []
     for path in files:
         for piece in code_pieces(path.read_text(encoding="utf-8")):
             for command in re.split(r"\|\||&&|;|\|", piece):
+                m = script_use.search(command)
+                if m:
+                    script = m.group(1)
+                    if script not in scripts:
+                        if not (root / script).is_file():
+                            unknown.append(f"{path.relative_to(root)}: no file {script}: {command.strip()[:120]}")
+                        scripts[script] = script_options(root / script)
+                    for flag in re.findall(r"(?<![\w-])(--[a-z0-9][a-z0-9-]*)", m.group(2)):
+                        uses += 1
+                        if flag not in scripts[script]:
+                            unknown.append(f"{path.relative_to(root)}: {script} has no {flag}: {command.strip()[:120]}")
+                    continue
                 m = use.search(command)
                 if not m:
                     continue
@@ -82,7 +119,8 @@ def main() -> None:
         print(f"FAIL: {line}")
     if unknown:
         sys.exit(1)
-    print(f"ok: {uses} option uses of {len(top)} subcommands in {len(files)} files, each in its --help")
+    print(f"ok: {uses} option uses of {len(top)} subcommands and {len(scripts)} scripts in {len(files)} files, "
+          f"each one they define")
 
 
 if __name__ == "__main__":
