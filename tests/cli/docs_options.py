@@ -2,13 +2,14 @@
 is an option that subcommand's --help lists, and every `bench/NAME.py ... --option` (or examples/) one
 that script's argparse defines, so the docs cannot drift from the command lines.
 
-What counts as a use: a code span or a code-block line where `sdpa` (alone or as a path's last part,
-build/bin/sdpa) is followed by one of the subcommands `sdpa --help` lists (and, for a subcommand that has
-its own, one of those: `sdpa lab variance`); the options are the --words after it up to the end of that
-shell command (a pipe, ;, && or ||). The subcommands and their options are read from the binary's help,
-never listed here. A script's options are read from its source without running it (they import torch):
-the string arguments of its add_argument calls, and those of the sibling modules it imports (bench/hf_llama.py's
-shape options). Run by tests/cli/cli_test.sh (case docs_options) with Debian's /usr/bin/python3.
+What counts as a use: a code span or a code-block command where `sdpa` (alone or as a path's last
+part, build/bin/sdpa) is followed by one of the subcommands `sdpa --help` lists (and, for a subcommand
+that has its own, one of those: `sdpa lab variance`); the options are the --words after it up to the end
+of that shell command (a pipe, ;, && or || between spaces). The subcommands and their options are read
+from the binary's help, never listed here. A script's options are read from its source without running
+it (they import torch): the string arguments of its add_argument calls, and those of the sibling modules
+it imports (bench/hf_llama.py's shape options). Run by tests/cli/cli_test.sh (case docs_options) with
+Debian's /usr/bin/python3.
 """
 import ast
 import pathlib
@@ -53,14 +54,21 @@ def script_options(path: pathlib.Path, seen=None) -> set:
 
 
 def code_pieces(text: str) -> list:
-    """Every line of fenced code blocks, and the inline code spans of the rest (a span may run over a line
-    break, as Markdown allows, but not past a paragraph's end)."""
-    pieces, prose, fenced = [], [], False
+    """Every command of fenced code blocks, and the inline code spans of the rest (a span may run over a line
+    break, as Markdown allows, but not past a paragraph's end). In a block, a line ending in a backslash, or an
+    indented line that opens with an option or a bracket (a usage synopsis: `sdpa attention --q Q.npy` then
+    `               [--scale BETA]`), continues the command above it."""
+    pieces, prose, fenced, joined = [], [], False, False
     for line in text.splitlines():
         if line.lstrip().startswith("```"):
-            fenced = not fenced
+            fenced, joined = not fenced, False
         elif fenced:
-            pieces.append(line)
+            continues = joined or (line[:1].isspace() and line.lstrip()[:1] in ("[", "-"))
+            if continues and pieces:
+                pieces[-1] += " " + line.strip()
+            else:
+                pieces.append(line)
+            joined = line.rstrip().endswith("\\")
         else:
             prose.append(line)
     for paragraph in re.split(r"\n\s*\n", "\n".join(prose)):
@@ -87,7 +95,8 @@ def main() -> None:
     uses, unknown = 0, []
     for path in files:
         for piece in code_pieces(path.read_text(encoding="utf-8")):
-            for command in re.split(r"\|\||&&|;|\|", piece):
+            # Shell separators stand between spaces; a synopsis's a|b (no spaces) is a choice within one command.
+            for command in re.split(r"\s(?:\|\||&&|\|)\s|;\s", piece):
                 m = script_use.search(command)
                 if m:
                     script = m.group(1)
