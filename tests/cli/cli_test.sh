@@ -75,7 +75,7 @@ PY
     rc=0; "$sdpa" attention --bogus 2> /dev/null || rc=$?; [ "$rc" -eq 2 ] || fail "unknown option should exit 2, got $rc"
     echo "ok: help, version, usage errors" ;;
   docs_options)
-    # The options README.md and docs/ show for each subcommand are the ones its --help lists.
+    # The options README.md and docs/ show for each subcommand (and bench/ script) are ones it defines.
     here=$(dirname "${BASH_SOURCE[0]}")
     /usr/bin/python3 "$here/docs_options.py" "$here/../.." "$sdpa" ;;
   ranks)

@@ -17,6 +17,8 @@ import re
 import subprocess
 import sys
 
+OPTION = re.compile(r"(?<![\w-])(--[a-z0-9][a-z0-9-]*)")  # a long option, not the tail of a longer word
+
 
 def help_text(sdpa: str, words: list) -> str:
     run = subprocess.run([sdpa, *words, "--help"], capture_output=True, text=True)
@@ -32,7 +34,7 @@ def subcommands(text: str) -> list:
 
 
 def options(text: str) -> set:
-    return set(re.findall(r"(?<![\w-])(--[a-z0-9][a-z0-9-]*)", text))
+    return set(OPTION.findall(text))
 
 
 def script_options(path: pathlib.Path, seen=None) -> set:
@@ -104,7 +106,7 @@ def main() -> None:
                         if not (root / script).is_file():
                             unknown.append(f"{path.relative_to(root)}: no file {script}: {command.strip()[:120]}")
                         scripts[script] = script_options(root / script)
-                    for flag in re.findall(r"(?<![\w-])(--[a-z0-9][a-z0-9-]*)", m.group(2)):
+                    for flag in OPTION.findall(m.group(2)):
                         uses += 1
                         if flag not in scripts[script]:
                             unknown.append(f"{path.relative_to(root)}: {script} has no {flag}: {command.strip()[:120]}")
@@ -117,7 +119,7 @@ def main() -> None:
                 inner = re.match(r"\s+([a-z][a-z0-9-]*)", rest)
                 if inner and (sub, inner.group(1)) in allowed:
                     key = (sub, inner.group(1))
-                for flag in re.findall(r"(?<![\w-])(--[a-z0-9][a-z0-9-]*)", rest):
+                for flag in OPTION.findall(rest):
                     uses += 1
                     if flag not in allowed[key]:
                         unknown.append(f"{path.relative_to(root)}: `sdpa {' '.join(key)}` has no {flag}: "
