@@ -66,10 +66,8 @@ def test_every_name_in_the_table_is_in_the_package():
                 continue  # a value such as `"exact_cpu"`
             dotted, args = m.group(1), m.group(2)
             if module is None and not dotted.startswith(("sdpa.", "torch.ops.sdpa.")):
-                continue
+                continue  # before the cell's first name of the package: not one
             if "." not in dotted:
-                if module is None:
-                    continue
                 dotted = f"{module}.{dotted}"
             elif module is None:
                 module = dotted.rsplit(".", 1)[0]
