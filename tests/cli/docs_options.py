@@ -100,30 +100,27 @@ def main() -> None:
             # Shell separators stand between spaces; a synopsis's a|b (no spaces) is a choice within one command.
             for command in re.split(r"\s(?:\|\||&&|\|)\s|;\s", piece):
                 m = script_use.search(command)
-                if m:
-                    script = m.group(1)
+                if m:  # a script: its argparse options
+                    script, rest = m.groups()
                     if script not in scripts:
                         if not (root / script).is_file():
                             unknown.append(f"{path.relative_to(root)}: no file {script}: {command.strip()[:120]}")
                         scripts[script] = script_options(root / script)
-                    for flag in OPTION.findall(m.group(2)):
-                        uses += 1
-                        if flag not in scripts[script]:
-                            unknown.append(f"{path.relative_to(root)}: {script} has no {flag}: {command.strip()[:120]}")
-                    continue
-                m = use.search(command)
-                if not m:
-                    continue
-                sub, rest = m.group(1), m.group(2)
-                key = (sub,)
-                inner = re.match(r"\s+([a-z][a-z0-9-]*)", rest)
-                if inner and (sub, inner.group(1)) in allowed:
-                    key = (sub, inner.group(1))
+                    what, defined = script, scripts[script]
+                else:  # a subcommand (or a nested one): its --help's options
+                    m = use.search(command)
+                    if not m:
+                        continue
+                    sub, rest = m.groups()
+                    key = (sub,)
+                    inner = re.match(r"\s+([a-z][a-z0-9-]*)", rest)
+                    if inner and (sub, inner.group(1)) in allowed:
+                        key = (sub, inner.group(1))
+                    what, defined = f"`sdpa {' '.join(key)}`", allowed[key]
                 for flag in OPTION.findall(rest):
                     uses += 1
-                    if flag not in allowed[key]:
-                        unknown.append(f"{path.relative_to(root)}: `sdpa {' '.join(key)}` has no {flag}: "
-                                       f"{command.strip()[:120]}")
+                    if flag not in defined:
+                        unknown.append(f"{path.relative_to(root)}: {what} has no {flag}: {command.strip()[:120]}")
     if uses < 20:
         sys.exit(f"FAIL: only {uses} option uses found in {len(files)} files: the scan no longer reads the docs")
     for line in sorted(set(unknown)):
