@@ -4,7 +4,8 @@
     model = AutoModelForCausalLM.from_config(cfg, attn_implementation=sdpa.transformers.NAME)
 
 Importing this module registers `attention_forward` with transformers' AttentionInterface
-and transformers' own boolean mask builder (`masking_utils.sdpa_mask`) with
+and `build_mask` (transformers' own boolean mask builder, `masking_utils.sdpa_mask`, but for
+the causal and sliding-window patterns it hands over as `PatternMask`) with
 AttentionMaskInterface, both under NAME = "exact_cpu". The name holds no "sdpa" on
 purpose: transformers takes any such name for PyTorch's SDPA and refuses it for models
 PyTorch's SDPA cannot serve (Gemma2's soft-capping among them).
@@ -15,12 +16,17 @@ contract is the one transformers keeps for its `sdpa` backend: a boolean [B, 1, 
 mask (True takes part; padding, sliding windows and the KV cache's bottom-right causal
 alignment all folded in by transformers), or None where the mask would be plain causal —
 then causal is top-left for Nq > 1 (a prefill from an empty cache, where top-left is
-bottom-right) and absent for one query (decoding sees every cached key). A float mask
-passed by the caller is added to the scores, as in eager.
+bottom-right) and absent for one query (decoding sees every cached key). Where
+transformers would form a causal or sliding-window mask without padding (a sliding layer
+past its window, a chunk over a cache), `build_mask` returns a PatternMask instead, which
+the backend reads as the kernel's causal and window options: the [B, 1, Nq, Nk] booleans
+(1 GiB at 32k tokens) are never formed. A float mask passed by the caller is added to the
+scores, as in eager.
 """
 
 from __future__ import annotations
 
+import inspect
 import re
 from typing import Optional
 
@@ -61,7 +67,138 @@ _CACHE_KWARG = "cache" if _version_tuple(_transformers.__version__) >= (5, 24, 0
 
 from transformers import AttentionInterface, AttentionMaskInterface, DynamicCache  # noqa: E402
 from transformers.cache_utils import DynamicLayer  # noqa: E402
-from transformers.masking_utils import sdpa_mask as _sdpa_mask  # noqa: E402
+from transformers.masking_utils import (and_masks as _and_masks, causal_mask_function as _causal,  # noqa: E402
+                                        sdpa_mask as _sdpa_mask, sliding_window_overlay as _sliding_overlay)
+from torch.utils._pytree import tree_map as _tree_map  # noqa: E402
+
+try:  # transformers' own test for "the mask is plain causal": where it holds, build_mask returns None as sdpa_mask
+    from transformers.masking_utils import _ignore_causal_mask_sdpa
+    if tuple(inspect.signature(_ignore_causal_mask_sdpa).parameters) != (
+            "padding_mask", "q_length", "kv_length", "q_offset", "kv_offset", "local_attention_size"):
+        _ignore_causal_mask_sdpa = None  # pragma: no cover - another release's arguments: not called blind
+except ImportError:  # pragma: no cover - without it a PatternMask stands there, which the backend reads the same way
+    _ignore_causal_mask_sdpa = None
+
+
+class PatternMask(_torch.Tensor):
+    """transformers' boolean mask [B, 1, Nq, Nk] of a causal pattern, with or without a sliding window, and no
+    padding, held as the pattern: query row i (position q_offset + i) sees key j (position kv_offset + j) iff
+    kv_offset + j <= q_offset + i and, with a window W, kv_offset + j > q_offset + i - W (transformers'
+    causal_mask_function and sliding_window_overlay). attention_forward reads it as the kernel's causal and
+    window options (kernel_options), so the booleans are never formed; anything else that touches it (a model
+    slicing it, another backend, printing) gets the boolean tensor, formed on first use and kept (dense())."""
+
+    __torch_function__ = _torch._C._disabled_torch_function_impl  # ops reach __torch_dispatch__ as plain ones
+
+    @staticmethod
+    def __new__(cls, batch: int, q_length: int, kv_length: int, q_offset: int, kv_offset: int,
+                window: Optional[int], device="cpu"):
+        self = _torch.Tensor._make_wrapper_subclass(cls, (batch, 1, q_length, kv_length), dtype=_torch.bool,
+                                                    device=device)
+        self.q_offset, self.kv_offset, self.window = q_offset, kv_offset, window
+        self._dense = None
+        return self
+
+    def dense(self) -> "_torch.Tensor":
+        """The boolean tensor, as sdpa_mask forms it (stride 0 over the batch)."""
+        if self._dense is None:
+            batch, _, q_length, kv_length = self.shape
+            q = (_torch.arange(q_length, device=self.device) + self.q_offset)[:, None]
+            kv = (_torch.arange(kv_length, device=self.device) + self.kv_offset)[None, :]
+            seen = kv <= q
+            if self.window is not None:
+                seen &= kv > q - self.window
+            self._dense = seen.expand(batch, 1, q_length, kv_length)
+        return self._dense
+
+    def kernel_options(self, nq: int, nk: int):
+        """(causal, window) for a call of nq queries over the first nk keys, or None where the kernel's
+        alignments cannot say the pattern (its diagonal is neither top-left nor bottom-right: dense() then)."""
+        if nq != self.shape[2] or nk > self.shape[3]:
+            return None
+        diagonal = self.q_offset - self.kv_offset  # row i sees keys j <= i + diagonal
+        causal = "bottom-right" if diagonal == nk - nq else "top-left" if diagonal == 0 else None
+        if causal is None:
+            return None
+        return causal, None if self.window is None else (self.window - 1, 0)
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        def formed(x):
+            return x.dense() if isinstance(x, PatternMask) else x
+        return func(*_tree_map(formed, args), **_tree_map(formed, kwargs or {}))
+
+    def __repr__(self):
+        return (f"PatternMask(shape={tuple(self.shape)}, q_offset={self.q_offset}, kv_offset={self.kv_offset}, "
+                f"window={self.window})")
+
+
+def _closure(fn) -> dict:
+    return dict(zip(fn.__code__.co_freevars, (cell.cell_contents for cell in fn.__closure__ or ())))
+
+
+_AND_CODE = _and_masks(_causal).__code__
+_SLIDING_CODE = _sliding_overlay(1).__code__
+_NO_WINDOW = 0
+
+
+def _pattern_window(mask_function):
+    """_NO_WINDOW for transformers' causal mask function, W for its sliding-window causal one
+    (and_masks(sliding_window_overlay(W), causal_mask_function)), None for anything else."""
+    if mask_function is _causal:
+        return _NO_WINDOW
+    if getattr(mask_function, "__code__", None) is not _AND_CODE:
+        return None
+    parts = _closure(mask_function).get("mask_functions", ())
+    if len(parts) != 2 or parts[1] is not _causal or getattr(parts[0], "__code__", None) is not _SLIDING_CODE:
+        return None
+    window = _closure(parts[0]).get("sliding_window")
+    return window if type(window) is int and window >= 1 else None
+
+
+def _is_pattern(mask_function, window, q_length, q_offset, kv_offset, kv_length) -> bool:
+    """Whether mask_function gives the pattern on a few rows (the first and last query's, and with a window two
+    whose window edge falls inside the keys): a check of what _pattern_window read from its closures against what
+    it computes, in case a transformers release changes a function's meaning."""
+    rows = [q_offset, q_offset + q_length - 1] + ([kv_offset + window - 1, kv_offset + window] if window else [])
+    q = _torch.tensor(rows, dtype=_torch.long)[:, None]
+    kv = _torch.arange(kv_length)[None, :] + kv_offset
+    want = kv <= q
+    if window:
+        want &= kv > q - window
+    zero = _torch.zeros((), dtype=_torch.long)
+    got = mask_function(zero, zero, q, kv)
+    return got.shape == want.shape and bool((got == want).all())
+
+
+def build_mask(batch_size: int, q_length: int, kv_length: int, q_offset=0, kv_offset=0,
+               mask_function=_causal, attention_mask=None, local_size=None, allow_is_causal_skip: bool = True,
+               use_vmap: bool = False, device="cpu", **kwargs):
+    """The mask function registered for NAME: transformers' sdpa_mask (same arguments, same result), except
+    that a causal or sliding-window causal mask without padding is returned as a PatternMask rather than
+    formed (None stays None where sdpa_mask gives None). Anything else (padding, packed sequences, a model's
+    own mask functions, tracing) is sdpa_mask's."""
+    def formed():
+        return _sdpa_mask(batch_size=batch_size, q_length=q_length, kv_length=kv_length, q_offset=q_offset,
+                          kv_offset=kv_offset, mask_function=mask_function, attention_mask=attention_mask,
+                          local_size=local_size, allow_is_causal_skip=allow_is_causal_skip, use_vmap=use_vmap,
+                          device=device, **kwargs)
+
+    window = _pattern_window(mask_function)
+    if (window is None or use_vmap or type(q_offset) is not int or type(kv_offset) is not int
+            or _torch.compiler.is_compiling() or _torch.jit.is_tracing()):
+        return formed()
+    if attention_mask is not None:  # a padding mask [B, positions]: the pattern only where it hides no key
+        if attention_mask.ndim != 2 or attention_mask.shape[-1] < kv_offset + kv_length:
+            return formed()  # (sdpa_mask pads a short one with zeros: keys hidden)
+        if not bool(attention_mask[:, kv_offset:kv_offset + kv_length].all()):
+            return formed()
+    if allow_is_causal_skip and _ignore_causal_mask_sdpa is not None and _ignore_causal_mask_sdpa(
+            attention_mask, q_length, kv_length, q_offset, kv_offset, local_size):
+        return None
+    if not _is_pattern(mask_function, window, q_length, q_offset, kv_offset, kv_length):
+        return formed()
+    return PatternMask(batch_size, q_length, kv_length, q_offset, kv_offset, window or None, device)
 
 
 def attention_forward(module, query, key, value, attention_mask: Optional["_torch.Tensor"], dropout: float = 0.0,
@@ -95,12 +232,18 @@ def attention_forward(module, query, key, value, attention_mask: Optional["_torc
     causal = None
     window = None
     mask = attention_mask
+    if isinstance(mask, PatternMask):
+        pattern = mask.kernel_options(nq, nk)
+        if pattern is not None:
+            (causal, window), mask = pattern, None
+        else:
+            mask = mask.dense()
     if mask is not None:
         if mask.ndim != 4:
             raise ValueError(f"attention_mask: expected the 4D [B, 1|H, Nq, Nk] mask transformers builds, got shape "
                              f"{tuple(mask.shape)}")
         mask = mask[:, :, :, :nk]  # a static cache's mask may be longer than the keys given
-    elif causal_model and nq > 1:
+    elif causal is None and causal_model and nq > 1:
         # transformers drops the mask only where top-left is the right alignment (see the module doc)
         causal = "top-left"
         if sliding_window is not None:
@@ -229,6 +372,8 @@ def _quantized_attention(module, layer, query, attention_mask, dropout, scaling,
     length, nq = layer.get_seq_length(), query.shape[2]
     causal = bool(causal_model and nq > 1)
     mask = attention_mask
+    if isinstance(mask, PatternMask) and mask.kernel_options(nq, length) == ("bottom-right", None):
+        mask = None  # what the lengths and `causal` say (for one query: every key)
     if mask is not None and mask.dtype == _torch.bool and mask.ndim == 4:
         # transformers' mask for a chunk over the cache is bottom-right causal (or all True for one query):
         # what the lengths and `causal` say already
@@ -491,7 +636,7 @@ def _renamed(error: Exception, names=_NAMES) -> Exception:
 
 
 AttentionInterface.register(NAME, attention_forward)
-AttentionMaskInterface.register(NAME, _sdpa_mask)
+AttentionMaskInterface.register(NAME, build_mask)
 
-__all__ = ["NAME", "MIN_TRANSFORMERS", "attention_forward", "GrowingCache", "GrowingLayer", "QuantizedCache",
-           "QuantizedLayer", "cache_nbytes"]
+__all__ = ["NAME", "MIN_TRANSFORMERS", "attention_forward", "build_mask", "PatternMask", "GrowingCache", "GrowingLayer",
+           "QuantizedCache", "QuantizedLayer", "cache_nbytes"]

@@ -272,6 +272,100 @@ def test_inference_route_gives_the_full_routes_bits(dtype):
     assert taken and q.grad is not None
 
 
+FORMED = "exact_cpu_formed"  # the backend with transformers' sdpa_mask: every mask formed as booleans
+transformers.AttentionInterface.register(FORMED, sht.attention_forward)
+transformers.AttentionMaskInterface.register(FORMED, transformers.masking_utils.sdpa_mask)
+
+
+def test_build_mask_is_sdpa_mask():
+    """build_mask gives sdpa_mask's result (None where it gives None, the same booleans) over causal and sliding
+    patterns, offsets, padding and the skip flag; a PatternMask exactly where the pattern holds with no padding."""
+    from transformers.masking_utils import causal_mask_function, sliding_window_causal_mask_function, sdpa_mask
+    patterns = 0
+    for nq, kv_length, q_offset, kv_offset in [(7, 7, 0, 0), (5, 12, 7, 0), (1, 10, 9, 0), (4, 9, 10, 5),
+                                               (1, 6, 30, 25), (3, 40, 0, 0)]:
+        for window in (None, 3, 6, 64):
+            for padding in (None, "ones", "left"):
+                for skip in (True, False):
+                    attention_mask = None
+                    if padding is not None:
+                        attention_mask = torch.ones(2, kv_offset + kv_length, dtype=torch.long)
+                        if padding == "left":
+                            attention_mask[1, :kv_offset + 2] = 0
+                    kw = dict(batch_size=2, q_length=nq, kv_length=kv_length, q_offset=q_offset, kv_offset=kv_offset,
+                              mask_function=(causal_mask_function if window is None
+                                             else sliding_window_causal_mask_function(window)),
+                              attention_mask=attention_mask, local_size=window, allow_is_causal_skip=skip)
+                    want, got = sdpa_mask(**kw), sht.build_mask(**kw)
+                    where = f"{kw}"
+                    if want is None:  # (a release whose skip test build_mask cannot call gets a PatternMask)
+                        assert got is None or sht._ignore_causal_mask_sdpa is None, where
+                        continue
+                    assert isinstance(got, sht.PatternMask) == (padding != "left"), where
+                    patterns += isinstance(got, sht.PatternMask)
+                    assert got.shape == want.shape and torch.equal(got, want), where
+                    assert torch.equal(got[:, :, :, :3], want[:, :, :, :3])  # any op sees the booleans
+    assert patterns > 20
+    # a mask function of the model's own (here: causal with a changed meaning) is never taken for the pattern
+    odd = lambda b, h, q, kv: kv < q  # noqa: E731
+    kw = dict(batch_size=1, q_length=4, kv_length=4, mask_function=odd, allow_is_causal_skip=False)
+    assert not isinstance(sht.build_mask(**kw), sht.PatternMask)
+    assert torch.equal(sht.build_mask(**kw), sdpa_mask(**kw))
+
+
+@pytest.mark.parametrize("name", ["qwen2-window", "gemma2-softcap-window", "gpt-oss-sinks", "llama-gqa"])
+def test_pattern_masks_give_the_formed_masks_bits(name):
+    """A prompt past the window and a chunk over the cache: the sliding layers (and the chunk's causal mask) reach
+    the backend as PatternMask, read as the kernel's window and causal options without forming the booleans,
+    with the bits the formed masks give; greedy tokens too."""
+    ours, _, _ = _models(name)
+    formed = AutoModelForCausalLM.from_config(copy.deepcopy(CONFIGS[name]()), attn_implementation=FORMED).eval()
+    formed.load_state_dict(ours.state_dict())
+    seen = []
+    orig = sht.attention_forward
+
+    def spy(module, q, k, v, mask, *args, **kw):
+        if isinstance(mask, sht.PatternMask):
+            seen.append(mask)
+        return orig(module, q, k, v, mask, *args, **kw)
+
+    transformers.AttentionInterface.register(sht.NAME, spy)
+    try:
+        ids = _ids(11, 1, 20)
+        with torch.no_grad():
+            assert torch.equal(ours(ids).logits, formed(ids).logits)
+            got, want = (DynamicCache(config=m.config) for m in (ours, formed))
+            for m, cache in ((ours, got), (formed, want)):
+                m(ids[:, :11], use_cache=True, **{sht._CACHE_KWARG: cache})
+            assert torch.equal(ours(ids[:, 11:], use_cache=True, **{sht._CACHE_KWARG: got}).logits,
+                               formed(ids[:, 11:], use_cache=True, **{sht._CACHE_KWARG: want}).logits)
+            kw = dict(max_new_tokens=12, do_sample=False, pad_token_id=0)
+            assert torch.equal(ours.generate(ids[:, :9], **kw), formed.generate(ids[:, :9], **kw))
+    finally:
+        transformers.AttentionInterface.register(sht.NAME, orig)
+    assert seen and all(m._dense is None for m in seen)
+    if name != "llama-gqa":
+        assert any(m.window is not None for m in seen)
+
+
+def test_pattern_mask_window_without_the_sliding_window_argument():
+    """A model that passes its sliding layers' mask but not `sliding_window` still gets the window: it is the
+    PatternMask's own. Same bits as the formed mask."""
+    from transformers.masking_utils import sliding_window_causal_mask_function
+    g = torch.Generator().manual_seed(5)
+    q = torch.randn(1, 4, 16, 8, generator=g)
+    k, v = torch.randn(1, 2, 16, 8, generator=g), torch.randn(1, 2, 16, 8, generator=g)
+    mask = sht.build_mask(batch_size=1, q_length=16, kv_length=16, mask_function=sliding_window_causal_mask_function(5),
+                          local_size=5)
+    assert isinstance(mask, sht.PatternMask) and mask.kernel_options(16, 16) == ("bottom-right", (4, 0))
+    with torch.no_grad():
+        got, _ = sht.attention_forward(_Layer(), q, k, v, mask)
+        want, _ = sht.attention_forward(_Layer(), q, k, v, mask.dense().clone())
+        full, _ = sht.attention_forward(_Layer(), q, k, v, None)  # causal alone: not the same
+    assert mask._dense is not None  # formed by the second call only
+    assert torch.equal(got, want) and not torch.equal(got, full)
+
+
 def test_set_attn_implementation_and_errors():
     ours, eager, _ = _models("llama-gqa")
     eager.set_attn_implementation(sht.NAME)
