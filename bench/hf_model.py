@@ -29,6 +29,10 @@ so an 8-bit cache holds the codes of the same keys and values), its first step t
 prefill columns print nan. Every run then decodes from the same keys and values, and a run at a long context costs
 its decoding, not a prefill of minutes. --no-warmup skips each run's untimed first go.
 
+--window W gives every layer a sliding window of W tokens (Mistral's config, the same model otherwise): each
+backend gets its own mask builder, sdpa's passing the window to the kernel as an option (sdpa.transformers.build_mask)
+where transformers forms it as booleans for PyTorch's SDPA.
+
 --batch B > 1 runs a padded batch: sequence b holds prefill - b·prefill/(2B) tokens, left-padded to --prefill (as a
 tokenizer pads for generation), so transformers passes both backends its 4-d boolean mask (causal ∧ key padding)
 on every call, prefill and decoding, instead of None.
@@ -50,7 +54,8 @@ from transformers.masking_utils import sdpa_mask
 
 from hf_llama import CACHE_KWARG, StepClock, add_shape_args, check_positive, check_shape_args, llama_config, use_threads
 
-BACKENDS = {"sdpa": sht.attention_forward, "torch": sdpa_attention_forward}
+# each backend with the mask builder its users get: sdpa's hands causal and sliding-window masks over as patterns
+BACKENDS = {"sdpa": (sht.attention_forward, sht.build_mask), "torch": (sdpa_attention_forward, sdpa_mask)}
 FORMATS = ("float", "int8", "fp8_e4m3")
 
 
@@ -58,11 +63,11 @@ class Timed:
     """An attention function that adds its wall time to .prefill_s or, for a call with one query row (query
     (B, H, 1, D)), appends it to .decode_calls; registered under its own name."""
 
-    def __init__(self, name, fn):
+    def __init__(self, name, fn, mask_fn):
         self.name, self.fn = name, fn
         self.reset()
         AttentionInterface.register(name, self)
-        AttentionMaskInterface.register(name, sdpa_mask)  # both backends take transformers' sdpa masks
+        AttentionMaskInterface.register(name, mask_fn)
 
     def reset(self):
         self.prefill_s, self.decode_calls = 0.0, []
@@ -89,7 +94,7 @@ def cache_formats(text):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add_shape_args(ap)
+    add_shape_args(ap, window=True)
     ap.add_argument("--prefill", type=int, default=1024)
     ap.add_argument("--new", type=int, default=128)
     ap.add_argument("--rounds", type=int, default=3)
@@ -119,7 +124,7 @@ def main():
     cfg = llama_config(a, a.prefill + a.new)
     dtype = getattr(torch, a.dtype)
     torch.manual_seed(0)
-    timed = {backend: Timed(f"bench_{backend}", fn) for backend, fn in BACKENDS.items()}
+    timed = {backend: Timed(f"bench_{backend}", *fns) for backend, fns in BACKENDS.items()}
     models = {}
     for backend, t in timed.items():
         m = AutoModelForCausalLM.from_config(copy.deepcopy(cfg), attn_implementation=t.name).to(dtype).eval()
@@ -196,8 +201,9 @@ def main():
             one(label)
 
     med = {label: {k: statistics.median(v) if v else float("nan") for k, v in f.items()} for label, f in figures.items()}
-    print(f"Llama-shaped, random weights: {a.layers} layers, width {a.width}, {a.heads} heads / {a.kv_heads} kv "
-          f"heads (head dim {a.width // a.heads}), vocab {a.vocab}; prefill {a.prefill} tokens"
+    window = f", sliding window {a.window} on every layer" if a.window else ""
+    print(f"Llama-shaped{window}, random weights: {a.layers} layers, width {a.width}, {a.heads} heads / "
+          f"{a.kv_heads} kv heads (head dim {a.width // a.heads}), vocab {a.vocab}; prefill {a.prefill} tokens"
           f"{' (shared, untimed)' if a.decode_only else ''}, then {a.new} greedy tokens; batch {a.batch}"
           f"{' (left-padded, uneven)' if a.batch > 1 else ''}, {a.dtype}, {threads} threads; isa "
           f"{sht._api.active_isa()}; median of {a.rounds} alternating rounds")

@@ -440,6 +440,35 @@ def test_hf_model_bench_decode_only_decodes_what_a_full_prefill_does(tmp_path):
     assert all(len(full["runs"][label]["prefill_s"]) == 1 for label in full["runs"])
 
 
+def test_sliding_window_benches_run(tmp_path):
+    """bench/hf_masks.py (a sliding-window model's prefill, build_mask against sdpa_mask) runs and finds the same
+    logits bits; bench/hf_model.py --window runs its sliding model on both backends to the same greedy tokens."""
+    import json
+    import pathlib
+    import subprocess
+    import sys
+    bench = pathlib.Path(__file__).resolve().parents[2] / "bench"
+
+    def run(script, *args):
+        return subprocess.run([sys.executable, str(bench / script), *args], capture_output=True, text=True,
+                              timeout=300)
+
+    shape = ["--layers", "2", "--width", "96", "--heads", "6", "--kv-heads", "2", "--vocab", "200", "--window", "8"]
+    res = run("hf_masks.py", *shape, "--prefill", "40", "--rounds", "1")
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "same logits, bit for bit: True" in res.stdout, res.stdout
+    res = run("hf_masks.py", "--window", "0")
+    assert res.returncode == 2 and "--window: must be >= 1, got 0" in res.stderr, res.stderr
+    out = tmp_path / "figures.json"
+    res = run("hf_model.py", *shape, "--prefill", "20", "--new", "16", "--rounds", "1", "--no-warmup", "--json",
+              str(out))
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "sliding window 8 on every layer" in res.stdout
+    tokens = json.loads(out.read_text())["tokens"]
+    ours = tokens["sdpa, GrowingCache"]
+    assert len(ours) == 16 and ours == tokens["torch sdpa, DynamicCache"]
+
+
 def test_lazy_attributes_are_their_own_modules():
     # `sdpa.transformers` and `sdpa.torch` load on first attribute access (sdpa/__init__.py);
     # each name must give its own module, not another's.
