@@ -635,8 +635,21 @@ def _renamed(error: Exception, names=_NAMES) -> Exception:
     return type(error)(f"{found[1]}: element [{b}, {h}, {n}, {d}]" + str(error)[found.end():])
 
 
+# build_mask takes sdpa_mask's arguments as transformers names them from 5.4 (q_length, q_offset); a release whose
+# sdpa_mask takes others (cache_position: 4.53 to 5.3) gets its own sdpa_mask registered, every mask formed as before
+_MASK_ARGS = ("batch_size", "q_length", "kv_length", "q_offset", "kv_offset", "mask_function", "attention_mask",
+              "local_size", "allow_is_causal_skip", "use_vmap", "device")
+
+
+def _forwards_to(mask_builder) -> bool:
+    """Whether build_mask's arguments are all mask_builder's (transformers' sdpa_mask of this release)."""
+    return set(_MASK_ARGS) <= set(inspect.signature(mask_builder).parameters)
+
+
+_PATTERNS = _forwards_to(_sdpa_mask)
+
 AttentionInterface.register(NAME, attention_forward)
-AttentionMaskInterface.register(NAME, build_mask)
+AttentionMaskInterface.register(NAME, build_mask if _PATTERNS else _sdpa_mask)
 
 __all__ = ["NAME", "MIN_TRANSFORMERS", "attention_forward", "build_mask", "PatternMask", "GrowingCache", "GrowingLayer",
            "QuantizedCache", "QuantizedLayer", "cache_nbytes"]

@@ -280,7 +280,15 @@ transformers.AttentionMaskInterface.register(FORMED, transformers.masking_utils.
 def test_build_mask_is_sdpa_mask():
     """build_mask gives sdpa_mask's result (None where it gives None, the same booleans) over causal and sliding
     patterns, offsets, padding and the skip flag; a PatternMask exactly where the pattern holds with no padding."""
+    import inspect
     from transformers.masking_utils import causal_mask_function, sliding_window_causal_mask_function, sdpa_mask
+    assert sht._PATTERNS, "this transformers' sdpa_mask takes other arguments: exact_cpu registered sdpa_mask itself"
+    assert tuple(inspect.signature(sht.build_mask).parameters)[:len(sht._MASK_ARGS)] == sht._MASK_ARGS
+
+    def sdpa_mask_of_5_3(batch_size, cache_position, kv_length, kv_offset=0, mask_function=None, attention_mask=None,
+                         local_size=None, allow_is_causal_skip=True, allow_torch_fix=True, **kwargs):
+        pass  # the signature of transformers 4.53 to 5.3's sdpa_mask: build_mask is not registered over it
+    assert not sht._forwards_to(sdpa_mask_of_5_3)
     patterns = 0
     for nq, kv_length, q_offset, kv_offset in [(7, 7, 0, 0), (5, 12, 7, 0), (1, 10, 9, 0), (4, 9, 10, 5),
                                                (1, 6, 30, 25), (3, 40, 0, 0)]:
