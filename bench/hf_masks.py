@@ -56,6 +56,9 @@ def main():
     a = ap.parse_args()
     check_shape_args(ap, a)
     check_positive(ap, a, "prefill", "rounds", "window")
+    if not sht._PATTERNS:
+        ap.error(f"transformers {sht._transformers.__version__}: its sdpa_mask takes other arguments than "
+                 f"build_mask's, so the backend forms every mask (nothing to compare)")
     threads = use_threads(a.threads)
 
     AttentionInterface.register(NAME, sht.attention_forward)

@@ -55,7 +55,7 @@ from transformers.masking_utils import sdpa_mask
 from hf_llama import CACHE_KWARG, StepClock, add_shape_args, check_positive, check_shape_args, llama_config, use_threads
 
 # each backend with the mask builder its users get: sdpa's hands causal and sliding-window masks over as patterns
-BACKENDS = {"sdpa": (sht.attention_forward, sht.build_mask), "torch": (sdpa_attention_forward, sdpa_mask)}
+BACKENDS = {"sdpa": (sht.attention_forward, sht._MASK_BUILDER), "torch": (sdpa_attention_forward, sdpa_mask)}
 FORMATS = ("float", "int8", "fp8_e4m3")
 
 
