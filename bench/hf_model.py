@@ -34,8 +34,9 @@ backend gets its own mask builder, sdpa's passing the window to the kernel as an
 where transformers forms it as booleans for PyTorch's SDPA.
 
 --batch B > 1 runs a padded batch: sequence b holds prefill - b·prefill/(2B) tokens, left-padded to --prefill (as a
-tokenizer pads for generation), so transformers passes both backends its 4-d boolean mask (causal ∧ key padding)
-on every call, prefill and decoding, instead of None.
+tokenizer pads for generation), so transformers passes torch's backend its 4-d boolean mask (causal ∧ key padding)
+on every call, prefill and decoding, instead of None, and sdpa's the same mask as a pattern (build_mask: causal and
+window as options, the padding as [B, 1, 1, Nk]).
 """
 
 import argparse

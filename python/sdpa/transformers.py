@@ -17,11 +17,11 @@ mask (True takes part; padding, sliding windows and the KV cache's bottom-right 
 alignment all folded in by transformers), or None where the mask would be plain causal —
 then causal is top-left for Nq > 1 (a prefill from an empty cache, where top-left is
 bottom-right) and absent for one query (decoding sees every cached key). Where
-transformers would form a causal or sliding-window mask without padding (a sliding layer
-past its window, a chunk over a cache), `build_mask` returns a PatternMask instead, which
-the backend reads as the kernel's causal and window options: the [B, 1, Nq, Nk] booleans
-(1 GiB at 32k tokens) are never formed. A float mask passed by the caller is added to the
-scores, as in eager.
+transformers would form a causal or sliding-window mask (a sliding layer past its window,
+a chunk over a cache, a padded batch), `build_mask` returns a PatternMask instead, which
+the backend reads as the kernel's causal and window options and a [B, 1, 1, Nk] key-padding
+mask: the [B, 1, Nq, Nk] booleans (1 GiB a sequence at 32k tokens) are never formed. A
+float mask passed by the caller is added to the scores, as in eager.
 """
 
 from __future__ import annotations
@@ -81,21 +81,22 @@ except ImportError:  # pragma: no cover - without it a PatternMask stands there,
 
 
 class PatternMask(_torch.Tensor):
-    """transformers' boolean mask [B, 1, Nq, Nk] of a causal pattern, with or without a sliding window, and no
-    padding, held as the pattern: query row i (position q_offset + i) sees key j (position kv_offset + j) iff
-    kv_offset + j <= q_offset + i and, with a window W, kv_offset + j > q_offset + i - W (transformers'
-    causal_mask_function and sliding_window_overlay). attention_forward reads it as the kernel's causal and
-    window options (kernel_options), so the booleans are never formed; anything else that touches it (a model
+    """transformers' boolean mask [B, 1, Nq, Nk] of a causal pattern, with or without a sliding window and key
+    padding, held as the pattern: query row i (position q_offset + i) of sequence b sees key j (position
+    kv_offset + j) iff kv_offset + j <= q_offset + i, with a window W also kv_offset + j > q_offset + i - W
+    (transformers' causal_mask_function and sliding_window_overlay), and with padding [B, Nk] (bool) also
+    padding[b, j]. attention_forward reads it as the kernel's causal and window options and a [B, 1, 1, Nk]
+    keep mask (kernel_options), so the booleans are never formed; anything else that touches it (a model
     slicing it, another backend, printing) gets the boolean tensor, formed on first use and kept (dense())."""
 
     __torch_function__ = _torch._C._disabled_torch_function_impl  # ops reach __torch_dispatch__ as plain ones
 
     @staticmethod
     def __new__(cls, batch: int, q_length: int, kv_length: int, q_offset: int, kv_offset: int,
-                window: Optional[int], device="cpu"):
+                window: Optional[int], padding: Optional["_torch.Tensor"] = None, device="cpu"):
         self = _torch.Tensor._make_wrapper_subclass(cls, (batch, 1, q_length, kv_length), dtype=_torch.bool,
                                                     device=device)
-        self.q_offset, self.kv_offset, self.window = q_offset, kv_offset, window
+        self.q_offset, self.kv_offset, self.window, self.padding = q_offset, kv_offset, window, padding
         self._dense = None
         return self
 
@@ -108,19 +109,22 @@ class PatternMask(_torch.Tensor):
             seen = kv <= q
             if self.window is not None:
                 seen &= kv > q - self.window
-            self._dense = seen.expand(batch, 1, q_length, kv_length)
+            seen = seen.expand(batch, 1, q_length, kv_length)
+            self._dense = seen if self.padding is None else seen & self.padding[:, None, None, :]
         return self._dense
 
     def kernel_options(self, nq: int, nk: int):
-        """(causal, window) for a call of nq queries over the first nk keys, or None where the kernel's
-        alignments cannot say the pattern (its diagonal is neither top-left nor bottom-right: dense() then)."""
+        """(causal, window, keep) for a call of nq queries over the first nk keys, keep the key padding
+        [B, 1, 1, nk] or None; or None where the kernel's alignments cannot say the pattern (its diagonal is
+        neither top-left nor bottom-right: dense() then)."""
         if nq != self.shape[2] or nk > self.shape[3]:
             return None
         diagonal = self.q_offset - self.kv_offset  # row i sees keys j <= i + diagonal
         causal = "bottom-right" if diagonal == nk - nq else "top-left" if diagonal == 0 else None
         if causal is None:
             return None
-        return causal, None if self.window is None else (self.window - 1, 0)
+        keep = None if self.padding is None else self.padding[:, None, None, :nk]
+        return causal, None if self.window is None else (self.window - 1, 0), keep
 
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
@@ -130,7 +134,7 @@ class PatternMask(_torch.Tensor):
 
     def __repr__(self):
         return (f"PatternMask(shape={tuple(self.shape)}, q_offset={self.q_offset}, kv_offset={self.kv_offset}, "
-                f"window={self.window})")
+                f"window={self.window}, padding={'None' if self.padding is None else 'a [B, Nk] mask'})")
 
 
 def _closure(fn) -> dict:
@@ -175,8 +179,8 @@ def build_mask(batch_size: int, q_length: int, kv_length: int, q_offset=0, kv_of
                mask_function=_causal, attention_mask=None, local_size=None, allow_is_causal_skip: bool = True,
                use_vmap: bool = False, device="cpu", **kwargs):
     """The mask function registered for NAME: transformers' sdpa_mask (same arguments, same result), except
-    that a causal or sliding-window causal mask without padding is returned as a PatternMask rather than
-    formed (None stays None where sdpa_mask gives None). Anything else (padding, packed sequences, a model's
+    that a causal or sliding-window causal mask, with or without key padding, is returned as a PatternMask
+    rather than formed (None stays None where sdpa_mask gives None). Anything else (packed sequences, a model's
     own mask functions, tracing) is sdpa_mask's."""
     def formed():
         return _sdpa_mask(batch_size=batch_size, q_length=q_length, kv_length=kv_length, q_offset=q_offset,
@@ -188,17 +192,22 @@ def build_mask(batch_size: int, q_length: int, kv_length: int, q_offset=0, kv_of
     if (window is None or use_vmap or type(q_offset) is not int or type(kv_offset) is not int
             or _torch.compiler.is_compiling() or _torch.jit.is_tracing()):
         return formed()
-    if attention_mask is not None:  # a padding mask [B, positions]: the pattern only where it hides no key
-        if attention_mask.ndim != 2 or attention_mask.shape[-1] < kv_offset + kv_length:
-            return formed()  # (sdpa_mask pads a short one with zeros: keys hidden)
-        if not bool(attention_mask[:, kv_offset:kv_offset + kv_length].all()):
+    padding = None
+    if attention_mask is not None:  # a padding mask [B, positions], read as sdpa_mask reads it (nonzero: a key)
+        if attention_mask.ndim != 2 or attention_mask.shape[0] != batch_size:
             return formed()
+        padding = attention_mask[:, kv_offset:kv_offset + kv_length].bool()
+        if padding.shape[1] < kv_length:  # sdpa_mask pads a short one with zeros: those keys hidden
+            padding = _torch.nn.functional.pad(padding, (0, kv_length - padding.shape[1]))
+    # (transformers' test reads the padding as sdpa_mask hands it over: ones count, beside a prefill's q_length)
     if allow_is_causal_skip and _ignore_causal_mask_sdpa is not None and _ignore_causal_mask_sdpa(
-            attention_mask, q_length, kv_length, q_offset, kv_offset, local_size):
+            padding, q_length, kv_length, q_offset, kv_offset, local_size):
         return None
+    if padding is not None and bool(padding.all()):
+        padding = None
     if not _is_pattern(mask_function, window, q_length, q_offset, kv_offset, kv_length):
         return formed()
-    return PatternMask(batch_size, q_length, kv_length, q_offset, kv_offset, window or None, device)
+    return PatternMask(batch_size, q_length, kv_length, q_offset, kv_offset, window or None, padding, device)
 
 
 def attention_forward(module, query, key, value, attention_mask: Optional["_torch.Tensor"], dropout: float = 0.0,
@@ -234,10 +243,9 @@ def attention_forward(module, query, key, value, attention_mask: Optional["_torc
     mask = attention_mask
     if isinstance(mask, PatternMask):
         pattern = mask.kernel_options(nq, nk)
+        mask = mask.dense() if pattern is None else pattern[2]  # the key padding, or None
         if pattern is not None:
-            (causal, window), mask = pattern, None
-        else:
-            mask = mask.dense()
+            causal, window = pattern[:2]
     if mask is not None:
         if mask.ndim != 4:
             raise ValueError(f"attention_mask: expected the 4D [B, 1|H, Nq, Nk] mask transformers builds, got shape "
@@ -372,7 +380,7 @@ def _quantized_attention(module, layer, query, attention_mask, dropout, scaling,
     length, nq = layer.get_seq_length(), query.shape[2]
     causal = bool(causal_model and nq > 1)
     mask = attention_mask
-    if isinstance(mask, PatternMask) and mask.kernel_options(nq, length) == ("bottom-right", None):
+    if isinstance(mask, PatternMask) and mask.kernel_options(nq, length) == ("bottom-right", None, None):
         mask = None  # what the lengths and `causal` say (for one query: every key)
     if mask is not None and mask.dtype == _torch.bool and mask.ndim == 4:
         # transformers' mask for a chunk over the cache is bottom-right causal (or all True for one query):

@@ -279,7 +279,7 @@ transformers.AttentionMaskInterface.register(FORMED, transformers.masking_utils.
 
 def test_build_mask_is_sdpa_mask():
     """build_mask gives sdpa_mask's result (None where it gives None, the same booleans) over causal and sliding
-    patterns, offsets, padding and the skip flag; a PatternMask exactly where the pattern holds with no padding."""
+    patterns, offsets, key padding (a short padding mask too) and the skip flag, as a PatternMask."""
     import inspect
     from transformers.masking_utils import causal_mask_function, sliding_window_causal_mask_function, sdpa_mask
     assert sht._PATTERNS, "this transformers' sdpa_mask takes other arguments: exact_cpu registered sdpa_mask itself"
@@ -293,11 +293,12 @@ def test_build_mask_is_sdpa_mask():
     for nq, kv_length, q_offset, kv_offset in [(7, 7, 0, 0), (5, 12, 7, 0), (1, 10, 9, 0), (4, 9, 10, 5),
                                                (1, 6, 30, 25), (3, 40, 0, 0)]:
         for window in (None, 3, 6, 64):
-            for padding in (None, "ones", "left"):
+            for padding in (None, "ones", "left", "short"):
                 for skip in (True, False):
                     attention_mask = None
                     if padding is not None:
-                        attention_mask = torch.ones(2, kv_offset + kv_length, dtype=torch.long)
+                        attention_mask = torch.ones(2, kv_offset + kv_length - (padding == "short"),
+                                                    dtype=torch.long)
                         if padding == "left":
                             attention_mask[1, :kv_offset + 2] = 0
                     kw = dict(batch_size=2, q_length=nq, kv_length=kv_length, q_offset=q_offset, kv_offset=kv_offset,
@@ -309,11 +310,12 @@ def test_build_mask_is_sdpa_mask():
                     if want is None:  # (a release whose skip test build_mask cannot call gets a PatternMask)
                         assert got is None or sht._ignore_causal_mask_sdpa is None, where
                         continue
-                    assert isinstance(got, sht.PatternMask) == (padding != "left"), where
-                    patterns += isinstance(got, sht.PatternMask)
+                    assert isinstance(got, sht.PatternMask), where
+                    assert (got.padding is None) == (padding in (None, "ones")), where
+                    patterns += 1
                     assert got.shape == want.shape and torch.equal(got, want), where
                     assert torch.equal(got[:, :, :, :3], want[:, :, :, :3])  # any op sees the booleans
-    assert patterns > 20
+    assert patterns > 80
     # a mask function of the model's own (here: causal with a changed meaning) is never taken for the pattern
     odd = lambda b, h, q, kv: kv < q  # noqa: E731
     kw = dict(batch_size=1, q_length=4, kv_length=4, mask_function=odd, allow_is_causal_skip=False)
@@ -349,9 +351,19 @@ def test_pattern_masks_give_the_formed_masks_bits(name):
                                formed(ids[:, 11:], use_cache=True, **{sht._CACHE_KWARG: want}).logits)
             kw = dict(max_new_tokens=12, do_sample=False, pad_token_id=0)
             assert torch.equal(ours.generate(ids[:, :9], **kw), formed.generate(ids[:, :9], **kw))
+            # a left-padded batch: the key padding reaches the kernel as [B, 1, 1, Nk] beside the window
+            batch = _ids(12, 2, 20)
+            attn = torch.ones_like(batch)
+            attn[1, :7], batch[1, :7] = 0, 0
+            pos = (attn.cumsum(-1) - 1).clamp(min=0)
+            assert torch.equal(ours(batch, attention_mask=attn, position_ids=pos).logits,
+                               formed(batch, attention_mask=attn, position_ids=pos).logits)
+            kw["attention_mask"] = attn
+            assert torch.equal(ours.generate(batch, **kw), formed.generate(batch, **kw))
     finally:
         transformers.AttentionInterface.register(sht.NAME, orig)
     assert seen and all(m._dense is None for m in seen)
+    assert any(m.padding is not None for m in seen)
     if name != "llama-gqa":
         assert any(m.window is not None for m in seen)
 
@@ -365,7 +377,7 @@ def test_pattern_mask_window_without_the_sliding_window_argument():
     k, v = torch.randn(1, 2, 16, 8, generator=g), torch.randn(1, 2, 16, 8, generator=g)
     mask = sht.build_mask(batch_size=1, q_length=16, kv_length=16, mask_function=sliding_window_causal_mask_function(5),
                           local_size=5)
-    assert isinstance(mask, sht.PatternMask) and mask.kernel_options(16, 16) == ("bottom-right", (4, 0))
+    assert isinstance(mask, sht.PatternMask) and mask.kernel_options(16, 16) == ("bottom-right", (4, 0), None)
     with torch.no_grad():
         got, _ = sht.attention_forward(_Layer(), q, k, v, mask)
         want, _ = sht.attention_forward(_Layer(), q, k, v, mask.dense().clone())
