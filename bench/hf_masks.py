@@ -3,10 +3,13 @@ attention, handed either sdpa.transformers.build_mask's PatternMask (the window 
 formed) or transformers' masking_utils.sdpa_mask (the [B, 1, N, N] booleans formed, then read by the kernel).
 
     flock /tmp/sdpa-cpu.lock .venv/bin/python bench/hf_masks.py [--prefill 16384 --window 1024 --layers 2
-                                                                 --rounds 3 --threads 2]
+                                                                 --rounds 3 --threads 2 --encoder]
 
 The model is bench/hf_llama.py's with a sliding window on every layer (Mistral's config); one forward over
---prefill tokens without a cache, the logits of the last position only. The two mask builders are timed
+--prefill tokens without a cache, the logits of the last position only. With --encoder it is a ModernBERT of the
+same width, heads and layers instead (no kv heads: every head its own), every layer local: each token sees the
+--window tokens on either side (ModernBERT's local_attention = 2 × window; its MLP 1.5 × the width), the
+last hidden state of one forward. The two mask builders are timed
 alternately (A B, then B A, ...) on the same model after one untimed forward, medians over --rounds. Each
 forward's peak resident memory above its start is read from /proc/self/status (VmHWM, reset before the forward
 through /proc/self/clear_refs; Linux only, else nan). The script says whether the two give the same logits, bit
@@ -21,12 +24,15 @@ import time
 
 import torch
 import sdpa.transformers as sht
-from transformers import AttentionInterface, AttentionMaskInterface, AutoModelForCausalLM
+from transformers import AttentionInterface, AttentionMaskInterface, AutoModel, AutoModelForCausalLM, ModernBertConfig
 from transformers.masking_utils import sdpa_mask
 
 from hf_llama import add_shape_args, check_positive, check_shape_args, llama_config, use_threads
 
-BUILDERS = {"build_mask (PatternMask)": sht.build_mask, "sdpa_mask (booleans)": sdpa_mask}
+# route name -> (attention function, mask builder), registered together under NAME before each forward
+ROUTES = {"build_mask (PatternMask)": (sht.attention_forward, sht.build_mask),
+          "sdpa_mask (booleans)": (sht.attention_forward, sdpa_mask)}
+TORCH_ROUTE = "torch sdpa (booleans)"  # with --torch: transformers' own "sdpa" backend, PyTorch's kernel
 NAME = "bench_masks"
 
 
@@ -53,6 +59,12 @@ def main():
     ap.add_argument("--prefill", type=int, default=16384)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=0, help="0: torch's default")
+    ap.add_argument("--encoder", action="store_true",
+                    help="a ModernBERT encoder whose every layer sees --window tokens on either side (bidirectional "
+                         "masks), instead of the causal decoder")
+    ap.add_argument("--torch", action="store_true",
+                    help="also time transformers' own sdpa backend (PyTorch's SDPA over sdpa_mask's booleans) in the "
+                         "same rounds, and compare its output with sdpa's")
     a = ap.parse_args()
     check_shape_args(ap, a)
     check_positive(ap, a, "prefill", "rounds", "window")
@@ -61,21 +73,38 @@ def main():
                  f"build_mask's, so the backend forms every mask (nothing to compare)")
     threads = use_threads(a.threads)
 
+    routes = dict(ROUTES)
+    if a.torch:
+        from transformers.integrations.sdpa_attention import sdpa_attention_forward
+        routes[TORCH_ROUTE] = (sdpa_attention_forward, sdpa_mask)
     AttentionInterface.register(NAME, sht.attention_forward)
     torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(llama_config(a, a.prefill), attn_implementation=NAME).eval()
+    if a.encoder:
+        config = ModernBertConfig(vocab_size=a.vocab, hidden_size=a.width, intermediate_size=3 * a.width // 2,
+                                  num_hidden_layers=a.layers, num_attention_heads=a.heads,
+                                  local_attention=2 * a.window, layer_types=["sliding_attention"] * a.layers,
+                                  max_position_embeddings=a.prefill, pad_token_id=0, bos_token_id=None,
+                                  eos_token_id=None, cls_token_id=None, sep_token_id=None)
+        model = AutoModel.from_config(config, attn_implementation=NAME).eval()
+    else:
+        model = AutoModelForCausalLM.from_config(llama_config(a, a.prefill), attn_implementation=NAME).eval()
     ids = torch.randint(1, a.vocab, (1, a.prefill), generator=torch.Generator().manual_seed(1))
 
-    def forward(builder):
-        AttentionMaskInterface.register(NAME, BUILDERS[builder])
+    def forward(route):
+        attention, builder = routes[route]
+        AttentionInterface.register(NAME, attention)
+        AttentionMaskInterface.register(NAME, builder)
         _reset_peak()
         start_mib = _status_mib("VmRSS")
         start = time.perf_counter()
         with torch.no_grad():
-            logits = model(ids, use_cache=False, logits_to_keep=1).logits
-        return time.perf_counter() - start, _status_mib("VmHWM") - start_mib, logits
+            if a.encoder:
+                out = model(ids).last_hidden_state
+            else:
+                out = model(ids, use_cache=False, logits_to_keep=1).logits
+        return time.perf_counter() - start, _status_mib("VmHWM") - start_mib, out
 
-    names = list(BUILDERS)
+    names = list(routes)
     seconds, peak, logits = ({n: [] for n in names} for _ in range(3))
     print(f"untimed forward ({a.prefill} tokens)...", flush=True)
     forward(names[0])
@@ -87,19 +116,31 @@ def main():
             logits[n] = out
         print(f"  round {r + 1} of {a.rounds}: " + ", ".join(f"{n} {seconds[n][-1]:.2f} s" for n in names), flush=True)
 
-    print(f"\nprefill {a.prefill} tokens, sliding window {a.window} on every layer; {a.layers} layers, width "
-          f"{a.width}, {a.heads} heads / {a.kv_heads} kv heads; float32, {threads} threads; isa {sht._api.active_isa()}; median "
-          f"of {a.rounds} alternating rounds\n")
-    print("| mask builder | forward s | peak memory above the start, MiB |")
+    if a.encoder:
+        shape = (f"a ModernBERT encoder, {a.window} tokens on either side on every layer; {a.layers} layers, width "
+                 f"{a.width}, {a.heads} heads")
+    else:
+        shape = (f"sliding window {a.window} on every layer; {a.layers} layers, width {a.width}, {a.heads} heads / "
+                 f"{a.kv_heads} kv heads")
+    print(f"\nprefill {a.prefill} tokens, {shape}; float32, {threads} threads; isa {sht._api.active_isa()}; "
+          f"median of {a.rounds} alternating rounds\n")
+    print("| attention, mask | forward s | peak memory above the start, MiB |")
     print("|---|---|---|")
     for n in names:
         print(f"| {n} | {statistics.median(seconds[n]):.3f} | {statistics.median(peak[n]):.0f} |")
-    ours, theirs = names
-    ratios = [b / o for o, b in zip(seconds[ours], seconds[theirs])]
-    print(f"\n{theirs} / {ours}: forward {statistics.median(seconds[theirs]) / statistics.median(seconds[ours]):.3f}x "
-          f"(per round {min(ratios):.3f}-{max(ratios):.3f}x); the booleans' own size "
-          f"{a.prefill * a.prefill / 2**20:.0f} MiB; same logits, bit for bit: "
-          f"{torch.equal(logits[ours], logits[theirs])}")
+    what = "hidden states" if a.encoder else "logits"
+    ours, theirs = names[:2]
+
+    def ratio(other):
+        ratios = [b / o for o, b in zip(seconds[ours], seconds[other])]
+        median = statistics.median(seconds[other]) / statistics.median(seconds[ours])
+        return f"{other} / {ours}: forward {median:.3f}x (per round {min(ratios):.3f}-{max(ratios):.3f}x)"
+    print(f"\n{ratio(theirs)}; the booleans' own size {a.prefill * a.prefill / 2**20:.0f} MiB; same {what}, bit for "
+          f"bit: {torch.equal(logits[ours], logits[theirs])}")
+    if a.torch:
+        gap = (logits[TORCH_ROUTE] - logits[ours]).abs().max().item() / logits[ours].abs().max().item()
+        print(f"{ratio(TORCH_ROUTE)}; largest {what} difference over the largest {what}: {gap:.2e} (two exact "
+              f"kernels' float32 rounding)")
     print(f"load average (1 min) {os.getloadavg()[0]:.2f} after the rounds (above the thread count: other work shared "
           f"the cores)")
 

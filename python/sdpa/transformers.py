@@ -71,32 +71,54 @@ from transformers.masking_utils import (and_masks as _and_masks, causal_mask_fun
                                         sdpa_mask as _sdpa_mask, sliding_window_overlay as _sliding_overlay)
 from torch.utils._pytree import tree_map as _tree_map  # noqa: E402
 
-try:  # transformers' own test for "the mask is plain causal": where it holds, build_mask returns None as sdpa_mask
-    from transformers.masking_utils import _ignore_causal_mask_sdpa
-    if tuple(inspect.signature(_ignore_causal_mask_sdpa).parameters) != (
-            "padding_mask", "q_length", "kv_length", "q_offset", "kv_offset", "local_attention_size"):
-        _ignore_causal_mask_sdpa = None  # pragma: no cover - another release's arguments: not called blind
-except ImportError:  # pragma: no cover - without it a PatternMask stands there, which the backend reads the same way
-    _ignore_causal_mask_sdpa = None
+
+def _skip_test(name, arguments):
+    """transformers' own test, by name, for "sdpa_mask returns None here" (a plain causal or bidirectional mask,
+    which PyTorch's SDPA says by is_causal or nothing): build_mask returns None where it holds, as sdpa_mask
+    does. None where the release lacks it or names other arguments (not called blind: a PatternMask stands
+    there, which the backend reads the same way)."""
+    import transformers.masking_utils as mu
+    test = getattr(mu, name, None)
+    if test is None or tuple(inspect.signature(test).parameters) != arguments:
+        return None  # pragma: no cover - another release
+    return test
+
+
+_ignore_causal_mask_sdpa = _skip_test("_ignore_causal_mask_sdpa", (
+    "padding_mask", "q_length", "kv_length", "q_offset", "kv_offset", "local_attention_size"))
+_ignore_bidirectional_mask_sdpa = _skip_test("_ignore_bidirectional_mask_sdpa", (
+    "padding_mask", "kv_length", "local_attention_size"))
+
+
+def _seen(q, kv, causal: bool, window: Optional[int]):
+    """Whether position kv is seen from position q (broadcast tensors) in one of the patterns PatternMask holds:
+    transformers' causal_mask_function (kv <= q) with sliding_window_overlay (kv > q - window), or its
+    bidirectional_mask_function (every key) with sliding_window_bidirectional_overlay (|q - kv| <= window)."""
+    seen = kv <= q if causal else _torch.ones(_torch.broadcast_shapes(q.shape, kv.shape), dtype=_torch.bool)
+    if window is not None:
+        seen &= kv > q - window if causal else (q - kv).abs() <= window
+    return seen
 
 
 class PatternMask(_torch.Tensor):
-    """transformers' boolean mask [B, 1, Nq, Nk] of a causal pattern, with or without a sliding window and key
-    padding, held as the pattern: query row i (position q_offset + i) of sequence b sees key j (position
-    kv_offset + j) iff kv_offset + j <= q_offset + i, with a window W also kv_offset + j > q_offset + i - W
-    (transformers' causal_mask_function and sliding_window_overlay), and with padding [B, Nk] (bool) also
-    padding[b, j]. attention_forward reads it as the kernel's causal and window options and a [B, 1, 1, Nk]
-    keep mask (kernel_options), so the booleans are never formed; anything else that touches it (a model
-    slicing it, another backend, printing) gets the boolean tensor, formed on first use and kept (dense())."""
+    """transformers' boolean mask [B, 1, Nq, Nk] of a causal or bidirectional pattern, with or without a sliding
+    window and key padding, held as the pattern: query row i (position q_offset + i) of sequence b sees key j
+    (position kv_offset + j) as _seen says (causal: kv_offset + j <= q_offset + i, and with a window W also
+    kv_offset + j > q_offset + i - W; bidirectional: every key, and with a window W those within W positions on
+    either side), and with padding [B, Nk] (bool) also where padding[b, j]. attention_forward reads it as the
+    kernel's causal and window options and a [B, 1, 1, Nk] keep mask (kernel_options), so the booleans are
+    never formed; anything else that touches it (a model slicing it, another backend, printing) gets the
+    boolean tensor, formed on first use and kept (dense())."""
 
     __torch_function__ = _torch._C._disabled_torch_function_impl  # ops reach __torch_dispatch__ as plain ones
 
     @staticmethod
     def __new__(cls, batch: int, q_length: int, kv_length: int, q_offset: int, kv_offset: int,
-                window: Optional[int], padding: Optional["_torch.Tensor"] = None, device="cpu"):
+                window: Optional[int], padding: Optional["_torch.Tensor"] = None, device="cpu", causal: bool = True):
         self = _torch.Tensor._make_wrapper_subclass(cls, (batch, 1, q_length, kv_length), dtype=_torch.bool,
                                                     device=device)
         self.q_offset, self.kv_offset, self.window, self.padding = q_offset, kv_offset, window, padding
+        self.causal = causal
         self._dense = None
         return self
 
@@ -106,24 +128,26 @@ class PatternMask(_torch.Tensor):
             batch, _, q_length, kv_length = self.shape
             q = (_torch.arange(q_length, device=self.device) + self.q_offset)[:, None]
             kv = (_torch.arange(kv_length, device=self.device) + self.kv_offset)[None, :]
-            seen = kv <= q
-            if self.window is not None:
-                seen &= kv > q - self.window
-            seen = seen.expand(batch, 1, q_length, kv_length)
+            seen = _seen(q, kv, self.causal, self.window).expand(batch, 1, q_length, kv_length)
             self._dense = seen if self.padding is None else seen & self.padding[:, None, None, :]
         return self._dense
 
     def kernel_options(self, nq: int, nk: int):
         """(causal, window, keep) for a call of nq queries over the first nk keys, keep the key padding
         [B, 1, 1, nk] or None; or None where the kernel's alignments cannot say the pattern (its diagonal is
-        neither top-left nor bottom-right: dense() then)."""
+        neither top-left nor bottom-right for a causal one, not bottom-right for a bidirectional window, which the
+        kernel centres there: dense() then)."""
         if nq != self.shape[2] or nk > self.shape[3]:
             return None
-        diagonal = self.q_offset - self.kv_offset  # row i sees keys j <= i + diagonal
+        diagonal = self.q_offset - self.kv_offset  # row i's own position is key i + diagonal
+        keep = None if self.padding is None else self.padding[:, None, None, :nk]
+        if not self.causal:
+            if self.window is not None and diagonal != nk - nq:
+                return None
+            return None, None if self.window is None else (self.window, self.window), keep
         causal = "bottom-right" if diagonal == nk - nq else "top-left" if diagonal == 0 else None
         if causal is None:
             return None
-        keep = None if self.padding is None else self.padding[:, None, None, :nk]
         return causal, None if self.window is None else (self.window - 1, 0), keep
 
     @classmethod
@@ -133,65 +157,85 @@ class PatternMask(_torch.Tensor):
         return func(*_tree_map(formed, args), **_tree_map(formed, kwargs or {}))
 
     def __repr__(self):
-        return (f"PatternMask(shape={tuple(self.shape)}, q_offset={self.q_offset}, kv_offset={self.kv_offset}, "
-                f"window={self.window}, padding={'None' if self.padding is None else 'a [B, Nk] mask'})")
+        return (f"PatternMask(shape={tuple(self.shape)}, causal={self.causal}, q_offset={self.q_offset}, "
+                f"kv_offset={self.kv_offset}, window={self.window}, "
+                f"padding={'None' if self.padding is None else 'a [B, Nk] mask'})")
 
 
 def _closure(fn) -> dict:
     return dict(zip(fn.__code__.co_freevars, (cell.cell_contents for cell in fn.__closure__ or ())))
 
 
+def _overlay_code(name):
+    """The code object of masking_utils' window overlay `name` (None where the release lacks it)."""
+    import transformers.masking_utils as mu
+    overlay = getattr(mu, name, None)
+    return None if overlay is None else overlay(1).__code__
+
+
 _AND_CODE = _and_masks(_causal).__code__
-_SLIDING_CODE = _sliding_overlay(1).__code__
-_NO_WINDOW = 0
+_bidirectional = getattr(_transformers.masking_utils, "bidirectional_mask_function", None)
+# (base mask function, the window overlay's code that may be and-ed on top of it): causal, then bidirectional
+_BASES = ((_causal, True, _sliding_overlay(1).__code__),
+          (_bidirectional, False, _overlay_code("sliding_window_bidirectional_overlay")))
 
 
-def _pattern_window(mask_function):
-    """_NO_WINDOW for transformers' causal mask function, W for its sliding-window causal one
-    (and_masks(sliding_window_overlay(W), causal_mask_function)), None for anything else."""
-    if mask_function is _causal:
-        return _NO_WINDOW
+def _pattern(mask_function):
+    """(causal, window) for transformers' causal or bidirectional mask function, window None, or either and-ed
+    with its sliding-window overlay (and_masks(sliding_window_overlay(W), causal_mask_function), as
+    sliding_window_causal_mask_function builds it; and_masks(sliding_window_bidirectional_overlay(W),
+    bidirectional_mask_function)), window W; None for anything else."""
+    for base, causal, overlay in _BASES:
+        if base is not None and mask_function is base:
+            return causal, None
     if getattr(mask_function, "__code__", None) is not _AND_CODE:
         return None
     parts = _closure(mask_function).get("mask_functions", ())
-    if len(parts) != 2 or parts[1] is not _causal or getattr(parts[0], "__code__", None) is not _SLIDING_CODE:
-        return None
-    window = _closure(parts[0]).get("sliding_window")
-    return window if type(window) is int and window >= 1 else None
+    for base, causal, overlay in _BASES:
+        if (base is not None and len(parts) == 2 and parts[1] is base and overlay is not None
+                and getattr(parts[0], "__code__", None) is overlay):
+            window = _closure(parts[0]).get("sliding_window")
+            return (causal, window) if type(window) is int and window >= 1 else None
+    return None
 
 
-def _is_pattern(mask_function, window, q_length, q_offset, kv_offset, kv_length) -> bool:
-    """Whether mask_function gives the pattern on a few rows (the first and last query's, and with a window two
-    whose window edge falls inside the keys): a check of what _pattern_window read from its closures against what
-    it computes, in case a transformers release changes a function's meaning."""
-    rows = [q_offset, q_offset + q_length - 1] + ([kv_offset + window - 1, kv_offset + window] if window else [])
+def _is_pattern(mask_function, causal, window, q_length, q_offset, kv_offset, kv_length) -> bool:
+    """Whether mask_function gives the pattern on a few rows (the first and last query's, and with a window those
+    whose window edge falls inside the keys): a check of what _pattern read from its closures against what it
+    computes, in case a transformers release changes a function's meaning."""
+    rows = [q_offset, q_offset + q_length - 1]
+    if window:
+        rows += [kv_offset + window - 1, kv_offset + window] if causal else [kv_offset, kv_offset + window + 1]
     q = _torch.tensor(rows, dtype=_torch.long)[:, None]
     kv = _torch.arange(kv_length)[None, :] + kv_offset
-    want = kv <= q
-    if window:
-        want &= kv > q - window
+    want = _seen(q, kv, causal, window)
     zero = _torch.zeros((), dtype=_torch.long)
-    got = mask_function(zero, zero, q, kv)
-    return got.shape == want.shape and bool((got == want).all())
+    got = mask_function(zero, zero, q, kv)  # broadcast over the keys where it ignores them (bidirectional)
+    try:
+        return _torch.broadcast_shapes(got.shape, want.shape) == want.shape and bool((got == want).all())
+    except RuntimeError:  # shapes that do not broadcast: not the pattern
+        return False
 
 
 def build_mask(batch_size: int, q_length: int, kv_length: int, q_offset=0, kv_offset=0,
                mask_function=_causal, attention_mask=None, local_size=None, allow_is_causal_skip: bool = True,
-               use_vmap: bool = False, device="cpu", **kwargs):
+               allow_is_bidirectional_skip: bool = False, use_vmap: bool = False, device="cpu", **kwargs):
     """The mask function registered for NAME: transformers' sdpa_mask (same arguments, same result), except
-    that a causal or sliding-window causal mask, with or without key padding, is returned as a PatternMask
-    rather than formed (None stays None where sdpa_mask gives None). Anything else (packed sequences, a model's
-    own mask functions, tracing) is sdpa_mask's."""
+    that a causal or bidirectional mask, with or without a sliding window and key padding, is returned as a
+    PatternMask rather than formed (None stays None where sdpa_mask gives None). Anything else (packed
+    sequences, a model's own mask functions, tracing) is sdpa_mask's."""
     def formed():
         return _sdpa_mask(batch_size=batch_size, q_length=q_length, kv_length=kv_length, q_offset=q_offset,
                           kv_offset=kv_offset, mask_function=mask_function, attention_mask=attention_mask,
-                          local_size=local_size, allow_is_causal_skip=allow_is_causal_skip, use_vmap=use_vmap,
+                          local_size=local_size, allow_is_causal_skip=allow_is_causal_skip,
+                          allow_is_bidirectional_skip=allow_is_bidirectional_skip, use_vmap=use_vmap,
                           device=device, **kwargs)
 
-    window = _pattern_window(mask_function)
-    if (window is None or use_vmap or type(q_offset) is not int or type(kv_offset) is not int
+    pattern = _pattern(mask_function)
+    if (pattern is None or use_vmap or type(q_offset) is not int or type(kv_offset) is not int
             or _torch.compiler.is_compiling() or _torch.jit.is_tracing()):
         return formed()
+    causal, window = pattern
     padding = None
     if attention_mask is not None:  # a padding mask [B, positions], read as sdpa_mask reads it (nonzero: a key)
         if attention_mask.ndim != 2 or attention_mask.shape[0] != batch_size:
@@ -199,15 +243,19 @@ def build_mask(batch_size: int, q_length: int, kv_length: int, q_offset=0, kv_of
         padding = attention_mask[:, kv_offset:kv_offset + kv_length].bool()
         if padding.shape[1] < kv_length:  # sdpa_mask pads a short one with zeros: those keys hidden
             padding = _torch.nn.functional.pad(padding, (0, kv_length - padding.shape[1]))
-    # (transformers' test reads the padding as sdpa_mask hands it over: ones count, beside a prefill's q_length)
+    # (transformers' tests read the padding as sdpa_mask hands it over: ones count, beside a prefill's q_length;
+    # sdpa_mask asks them in this order whatever the mask function)
     if allow_is_causal_skip and _ignore_causal_mask_sdpa is not None and _ignore_causal_mask_sdpa(
             padding, q_length, kv_length, q_offset, kv_offset, local_size):
         return None
+    if allow_is_bidirectional_skip and _ignore_bidirectional_mask_sdpa is not None and _ignore_bidirectional_mask_sdpa(
+            padding, kv_length, local_size):
+        return None
     if padding is not None and bool(padding.all()):
         padding = None
-    if not _is_pattern(mask_function, window, q_length, q_offset, kv_offset, kv_length):
+    if not _is_pattern(mask_function, causal, window, q_length, q_offset, kv_offset, kv_length):
         return formed()
-    return PatternMask(batch_size, q_length, kv_length, q_offset, kv_offset, window or None, padding, device)
+    return PatternMask(batch_size, q_length, kv_length, q_offset, kv_offset, window, padding, device, causal)
 
 
 def attention_forward(module, query, key, value, attention_mask: Optional["_torch.Tensor"], dropout: float = 0.0,
@@ -241,6 +289,7 @@ def attention_forward(module, query, key, value, attention_mask: Optional["_torc
     causal = None
     window = None
     mask = attention_mask
+    pattern = None
     if isinstance(mask, PatternMask):
         pattern = mask.kernel_options(nq, nk)
         mask = mask.dense() if pattern is None else pattern[2]  # the key padding, or None
@@ -251,7 +300,7 @@ def attention_forward(module, query, key, value, attention_mask: Optional["_torc
             raise ValueError(f"attention_mask: expected the 4D [B, 1|H, Nq, Nk] mask transformers builds, got shape "
                              f"{tuple(mask.shape)}")
         mask = mask[:, :, :, :nk]  # a static cache's mask may be longer than the keys given
-    elif causal is None and causal_model and nq > 1:
+    elif pattern is None and causal_model and nq > 1:
         # transformers drops the mask only where top-left is the right alignment (see the module doc)
         causal = "top-left"
         if sliding_window is not None:
@@ -646,7 +695,7 @@ def _renamed(error: Exception, names=_NAMES) -> Exception:
 # build_mask takes sdpa_mask's arguments as transformers names them from 5.4 (q_length, q_offset); a release whose
 # sdpa_mask takes others (cache_position: 4.53 to 5.3) gets its own sdpa_mask registered, every mask formed as before
 _MASK_ARGS = ("batch_size", "q_length", "kv_length", "q_offset", "kv_offset", "mask_function", "attention_mask",
-              "local_size", "allow_is_causal_skip", "use_vmap", "device")
+              "local_size", "allow_is_causal_skip", "allow_is_bidirectional_skip", "use_vmap", "device")
 
 
 def _forwards_to(mask_builder) -> bool:

@@ -24,7 +24,7 @@ transformers = pytest.importorskip(
 import sdpa.transformers as sht  # noqa: E402
 from npref import EPS32, assert_within  # noqa: E402
 from transformers import (AutoModel, AutoModelForCausalLM, BertConfig, DynamicCache, Gemma2Config,  # noqa: E402
-                          GPT2Config, GptOssConfig, LlamaConfig, Qwen2Config)
+                          GPT2Config, GptOssConfig, LlamaConfig, ModernBertConfig, Qwen2Config)
 from transformers.cache_utils import DynamicLayer  # noqa: E402
 
 VOCAB = 96
@@ -323,6 +323,99 @@ def test_build_mask_is_sdpa_mask():
     assert torch.equal(sht.build_mask(**kw), sdpa_mask(**kw))
 
 
+def test_build_mask_is_sdpa_mask_bidirectional():
+    """The same for an encoder's masks: bidirectional, and bidirectional with a sliding window (|q - kv| <= W,
+    ModernBERT's local layers), with transformers' arguments for them (no causal skip; the bidirectional skip,
+    local_size the window), over offsets and key padding; the kernel options say the window about the
+    bottom-right diagonal alone, dense() elsewhere."""
+    from transformers.masking_utils import bidirectional_mask_function, sliding_window_bidirectional_mask_function
+    assert sht._ignore_bidirectional_mask_sdpa is not None
+    patterns = windows = 0
+    for nq, kv_length, q_offset, kv_offset in [(7, 7, 0, 0), (16, 16, 0, 0), (5, 12, 7, 0), (4, 9, 10, 5),
+                                               (3, 40, 0, 0)]:
+        for window in (None, 2, 5, 64):
+            for padding in (None, "ones", "left", "right", "short"):
+                for skip in (True, False):
+                    attention_mask = None
+                    if padding is not None:
+                        attention_mask = torch.ones(2, kv_offset + kv_length - (padding == "short"),
+                                                    dtype=torch.long)
+                        if padding == "left":
+                            attention_mask[1, :kv_offset + 2] = 0
+                        elif padding == "right":
+                            attention_mask[0, kv_offset + kv_length - 3:] = 0
+                    kw = dict(batch_size=2, q_length=nq, kv_length=kv_length, q_offset=q_offset, kv_offset=kv_offset,
+                              mask_function=(bidirectional_mask_function if window is None
+                                             else sliding_window_bidirectional_mask_function(window)),
+                              attention_mask=attention_mask, local_size=window, allow_is_causal_skip=False,
+                              allow_is_bidirectional_skip=skip)
+                    want, got = transformers.masking_utils.sdpa_mask(**kw), sht.build_mask(**kw)
+                    where = f"{kw}"
+                    if want is None:
+                        assert got is None, where
+                        continue
+                    assert isinstance(got, sht.PatternMask) and not got.causal, where
+                    assert (got.padding is None) == (padding in (None, "ones")), where
+                    patterns += 1
+                    options = got.kernel_options(nq, kv_length)
+                    if window is not None and q_offset - kv_offset != kv_length - nq:
+                        assert options is None, where  # the kernel centres a window on the bottom-right diagonal
+                    else:
+                        assert options[:2] == (None, None if window is None else (window, window)), where
+                        windows += window is not None
+                    assert got.shape == want.shape and torch.equal(got, want), where
+    assert patterns > 60 and windows > 20
+
+
+def _modernbert(attn_implementation):
+    """A two-layer ModernBERT whose first layer is local (bidirectional window of 4 each side) and second global;
+    its dropouts off. Built from the same seed each time: the same weights."""
+    cfg = ModernBertConfig(vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                           num_attention_heads=4, local_attention=8,
+                           layer_types=["sliding_attention", "full_attention"],
+                           pad_token_id=0, bos_token_id=1, eos_token_id=2, cls_token_id=1, sep_token_id=2,
+                           max_position_embeddings=128)
+    torch.manual_seed(0)
+    return AutoModel.from_config(cfg, attn_implementation=attn_implementation).eval()
+
+
+def test_encoder_pattern_masks():
+    """ModernBERT over a right-padded batch longer than its local window: the local layer's mask reaches the backend
+    as a bidirectional PatternMask read as the kernel's window (4, 4) and the key padding, the global layer's as the
+    padding alone; the same bits as the formed masks, and within the rule against eager (the oracle each sequence
+    alone in float64)."""
+    ours, formed, eager = (_modernbert(a) for a in (sht.NAME, FORMED, "eager"))
+    gold = _modernbert("eager").double()
+    ids = _ids(13, 2, 24)
+    attn = torch.ones_like(ids)
+    attn[1, 15:], ids[1, 15:] = 0, 0
+    keep = attn.bool()
+    seen = []
+    orig = sht.attention_forward
+
+    def spy(module, q, k, v, mask, *args, **kw):
+        if isinstance(mask, sht.PatternMask):
+            seen.append((mask, mask.kernel_options(q.shape[2], k.shape[2])))
+        return orig(module, q, k, v, mask, *args, **kw)
+
+    transformers.AttentionInterface.register(sht.NAME, spy)
+    try:
+        with torch.no_grad(), SmaxSpy() as spy_smax:
+            got = ours(ids, attention_mask=attn).last_hidden_state
+    finally:
+        transformers.AttentionInterface.register(sht.NAME, orig)
+    with torch.no_grad():
+        assert torch.equal(got, formed(ids, attention_mask=attn).last_hidden_state)
+        want = eager(ids, attention_mask=attn).last_hidden_state
+        oracle = torch.cat([gold(ids[b][keep[b]][None]).last_hidden_state[0] for b in range(2)])
+    _check("hidden states", got[keep], want[keep], oracle, spy_smax.smax)
+    options = sorted(((o[0], o[1]) for _, o in seen), key=str)  # one call a layer
+    assert options == [(None, (4, 4)), (None, None)], options
+    assert all(m._dense is None and m.padding is not None for m, _ in seen)
+    with torch.no_grad():  # no padding: the global layer's mask is skipped (None), the local one stays a pattern
+        assert torch.equal(ours(ids[:1]).last_hidden_state, formed(ids[:1]).last_hidden_state)
+
+
 @pytest.mark.parametrize("name", ["qwen2-window", "gemma2-softcap-window", "gpt-oss-sinks", "llama-gqa"])
 def test_pattern_masks_give_the_formed_masks_bits(name):
     """A prompt past the window and a chunk over the cache: the sliding layers (and the chunk's causal mask) reach
@@ -384,6 +477,23 @@ def test_pattern_mask_window_without_the_sliding_window_argument():
         full, _ = sht.attention_forward(_Layer(), q, k, v, None)  # causal alone: not the same
     assert mask._dense is not None  # formed by the second call only
     assert torch.equal(got, want) and not torch.equal(got, full)
+
+
+def test_bidirectional_pattern_mask_on_a_causal_module():
+    """A bidirectional mask that hides nothing, handed to a module that calls itself causal: the mask says every key
+    is seen (as the formed all-True mask does), so no causal option is added."""
+    from transformers.masking_utils import bidirectional_mask_function
+    g = torch.Generator().manual_seed(6)
+    q = torch.randn(1, 4, 12, 8, generator=g)
+    k, v = torch.randn(1, 2, 12, 8, generator=g), torch.randn(1, 2, 12, 8, generator=g)
+    mask = sht.build_mask(batch_size=1, q_length=12, kv_length=12, mask_function=bidirectional_mask_function,
+                          allow_is_causal_skip=False, allow_is_bidirectional_skip=False)
+    assert isinstance(mask, sht.PatternMask) and mask.kernel_options(12, 12) == (None, None, None)
+    with torch.no_grad():
+        got, _ = sht.attention_forward(_Layer(), q, k, v, mask)
+        want, _ = sht.attention_forward(_Layer(), q, k, v, mask.dense().clone())
+        causal, _ = sht.attention_forward(_Layer(), q, k, v, None)
+    assert torch.equal(got, want) and not torch.equal(got, causal)
 
 
 def test_set_attn_implementation_and_errors():
@@ -461,8 +571,9 @@ def test_hf_model_bench_decode_only_decodes_what_a_full_prefill_does(tmp_path):
 
 
 def test_sliding_window_benches_run(tmp_path):
-    """bench/hf_masks.py (a sliding-window model's prefill, build_mask against sdpa_mask) runs and finds the same
-    logits bits; bench/hf_model.py --window runs its sliding model on both backends to the same greedy tokens."""
+    """bench/hf_masks.py (a sliding-window model's prefill, build_mask against sdpa_mask; a decoder, then an
+    encoder beside PyTorch's SDPA) runs and finds the same bits; bench/hf_model.py --window runs its sliding model
+    on both backends to the same greedy tokens."""
     import json
     import pathlib
     import subprocess
@@ -477,6 +588,12 @@ def test_sliding_window_benches_run(tmp_path):
     res = run("hf_masks.py", *shape, "--prefill", "40", "--rounds", "1")
     assert res.returncode == 0, res.stderr[-3000:]
     assert "same logits, bit for bit: True" in res.stdout, res.stdout
+    res = run("hf_masks.py", *shape, "--prefill", "40", "--rounds", "1", "--encoder", "--torch")
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "a ModernBERT encoder, 8 tokens on either side" in res.stdout, res.stdout
+    assert "same hidden states, bit for bit: True" in res.stdout, res.stdout
+    gap = float(res.stdout.split("largest hidden states difference over the largest hidden states: ")[1].split()[0])
+    assert gap < 1e-5, res.stdout  # PyTorch's kernel on the same booleans: float32 rounding apart
     res = run("hf_masks.py", "--window", "0")
     assert res.returncode == 2 and "--window: must be >= 1, got 0" in res.stderr, res.stderr
     out = tmp_path / "figures.json"
