@@ -69,6 +69,7 @@ from transformers import AttentionInterface, AttentionMaskInterface, DynamicCach
 from transformers.cache_utils import DynamicLayer  # noqa: E402
 from transformers.masking_utils import (and_masks as _and_masks, causal_mask_function as _causal,  # noqa: E402
                                         sdpa_mask as _sdpa_mask, sliding_window_overlay as _sliding_overlay)
+import transformers.masking_utils as _masking  # noqa: E402
 from torch.utils._pytree import tree_map as _tree_map  # noqa: E402
 
 
@@ -77,8 +78,7 @@ def _skip_test(name, arguments):
     which PyTorch's SDPA says by is_causal or nothing): build_mask returns None where it holds, as sdpa_mask
     does. None where the release lacks it or names other arguments (not called blind: a PatternMask stands
     there, which the backend reads the same way)."""
-    import transformers.masking_utils as mu
-    test = getattr(mu, name, None)
+    test = getattr(_masking, name, None)
     if test is None or tuple(inspect.signature(test).parameters) != arguments:
         return None  # pragma: no cover - another release
     return test
@@ -166,18 +166,12 @@ def _closure(fn) -> dict:
     return dict(zip(fn.__code__.co_freevars, (cell.cell_contents for cell in fn.__closure__ or ())))
 
 
-def _overlay_code(name):
-    """The code object of masking_utils' window overlay `name` (None where the release lacks it)."""
-    import transformers.masking_utils as mu
-    overlay = getattr(mu, name, None)
-    return None if overlay is None else overlay(1).__code__
-
-
 _AND_CODE = _and_masks(_causal).__code__
-_bidirectional = getattr(_transformers.masking_utils, "bidirectional_mask_function", None)
-# (base mask function, the window overlay's code that may be and-ed on top of it): causal, then bidirectional
+_bidirectional_overlay = getattr(_masking, "sliding_window_bidirectional_overlay", None)  # (absent: None)
+# (base mask function, whether it is causal, the code of the window overlay that may be and-ed on top of it)
 _BASES = ((_causal, True, _sliding_overlay(1).__code__),
-          (_bidirectional, False, _overlay_code("sliding_window_bidirectional_overlay")))
+          (getattr(_masking, "bidirectional_mask_function", None), False,
+           None if _bidirectional_overlay is None else _bidirectional_overlay(1).__code__))
 
 
 def _pattern(mask_function):
