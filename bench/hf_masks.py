@@ -3,13 +3,15 @@ attention, handed either sdpa.transformers.build_mask's PatternMask (the window 
 formed) or transformers' masking_utils.sdpa_mask (the [B, 1, N, N] booleans formed, then read by the kernel).
 
     flock /tmp/sdpa-cpu.lock .venv/bin/python bench/hf_masks.py [--prefill 16384 --window 1024 --layers 2
-                                                                 --rounds 3 --threads 2 --encoder]
+                                                                 --rounds 3 --threads 2 --encoder --batch 4
+                                                                 --torch]
 
 The model is bench/hf_llama.py's with a sliding window on every layer (Mistral's config); one forward over
 --prefill tokens without a cache, the logits of the last position only. With --encoder it is a ModernBERT of the
 same width, heads and layers instead (no kv heads: every head its own), every layer local: each token sees the
 --window tokens on either side (ModernBERT's local_attention = 2 × window; its MLP 1.5 × the width), the
-last hidden state of one forward. The two mask builders are timed
+last hidden state of one forward. --batch B makes it a padded batch (sequence b with b·N/(2B) pad positions), so
+the masks carry key padding; --torch adds transformers' own sdpa backend to the rounds. The routes are timed
 alternately (A B, then B A, ...) on the same model after one untimed forward, medians over --rounds. Each
 forward's peak resident memory above its start is read from /proc/self/status (VmHWM, reset before the forward
 through /proc/self/clear_refs; Linux only, else nan). The script says whether the two give the same logits, bit
@@ -58,6 +60,9 @@ def main():
     ap.set_defaults(layers=2, window=1024)
     ap.add_argument("--prefill", type=int, default=16384)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--batch", type=int, default=1,
+                    help="sequences in the forward; above 1 a padded batch: sequence b has b·prefill/(2·batch) pad "
+                         "positions (left for the decoder, right for the encoder), so the masks carry key padding")
     ap.add_argument("--threads", type=int, default=0, help="0: torch's default")
     ap.add_argument("--encoder", action="store_true",
                     help="a ModernBERT encoder whose every layer sees --window tokens on either side (bidirectional "
@@ -67,7 +72,7 @@ def main():
                          "same rounds, and compare its output with sdpa's")
     a = ap.parse_args()
     check_shape_args(ap, a)
-    check_positive(ap, a, "prefill", "rounds", "window")
+    check_positive(ap, a, "prefill", "rounds", "window", "batch")
     if not sht._PATTERNS:
         ap.error(f"transformers {sht._transformers.__version__}: its sdpa_mask takes other arguments than "
                  f"build_mask's, so the backend forms every mask (nothing to compare)")
@@ -88,7 +93,17 @@ def main():
         model = AutoModel.from_config(config, attn_implementation=NAME).eval()
     else:
         model = AutoModelForCausalLM.from_config(llama_config(a, a.prefill), attn_implementation=NAME).eval()
-    ids = torch.randint(1, a.vocab, (1, a.prefill), generator=torch.Generator().manual_seed(1))
+    ids = torch.randint(1, a.vocab, (a.batch, a.prefill), generator=torch.Generator().manual_seed(1))
+    # a padded batch: sequence b has b·N/(2B) pad positions, on the left for the decoder (positions count real
+    # tokens, as generate() sets them), on the right for the encoder; batch 1 has none
+    attention_mask = torch.ones_like(ids)
+    for b in range(a.batch):
+        pad = b * a.prefill // (2 * a.batch)
+        if pad:
+            (attention_mask[b, a.prefill - pad:] if a.encoder else attention_mask[b, :pad]).zero_()
+    inputs = dict(attention_mask=attention_mask) if a.batch > 1 else {}
+    if a.batch > 1 and not a.encoder:
+        inputs["position_ids"] = (attention_mask.cumsum(-1) - 1).clamp(min=0)
 
     def forward(route):
         attention, builder = routes[route]
@@ -99,9 +114,9 @@ def main():
         start = time.perf_counter()
         with torch.no_grad():
             if a.encoder:
-                out = model(ids).last_hidden_state
+                out = model(ids, **inputs).last_hidden_state
             else:
-                out = model(ids, use_cache=False, logits_to_keep=1).logits
+                out = model(ids, use_cache=False, logits_to_keep=1, **inputs).logits
         return time.perf_counter() - start, _status_mib("VmHWM") - start_mib, out
 
     names = list(routes)
@@ -122,7 +137,8 @@ def main():
     else:
         shape = (f"sliding window {a.window} on every layer; {a.layers} layers, width {a.width}, {a.heads} heads / "
                  f"{a.kv_heads} kv heads")
-    print(f"\nprefill {a.prefill} tokens, {shape}; float32, {threads} threads; isa {sht._api.active_isa()}; "
+    padded = f", a padded batch of {a.batch}" if a.batch > 1 else ""
+    print(f"\nprefill {a.prefill} tokens{padded}, {shape}; float32, {threads} threads; isa {sht._api.active_isa()}; "
           f"median of {a.rounds} alternating rounds\n")
     print("| attention, mask | forward s | peak memory above the start, MiB |")
     print("|---|---|---|")
@@ -135,7 +151,8 @@ def main():
         ratios = [b / o for o, b in zip(seconds[ours], seconds[other])]
         median = statistics.median(seconds[other]) / statistics.median(seconds[ours])
         return f"{other} / {ours}: forward {median:.3f}x (per round {min(ratios):.3f}-{max(ratios):.3f}x)"
-    print(f"\n{ratio(theirs)}; the booleans' own size {a.prefill * a.prefill / 2**20:.0f} MiB; same {what}, bit for "
+    formed = (a.batch if a.batch > 1 else 1) * a.prefill * a.prefill  # padding makes them one per sequence
+    print(f"\n{ratio(theirs)}; the booleans' own size {formed / 2**20:.0f} MiB; same {what}, bit for "
           f"bit: {torch.equal(logits[ours], logits[theirs])}")
     if a.torch:
         gap = (logits[TORCH_ROUTE] - logits[ours]).abs().max().item() / logits[ours].abs().max().item()

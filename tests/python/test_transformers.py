@@ -585,12 +585,13 @@ def test_sliding_window_benches_run(tmp_path):
                               timeout=300)
 
     shape = ["--layers", "2", "--width", "96", "--heads", "6", "--kv-heads", "2", "--vocab", "200", "--window", "8"]
-    res = run("hf_masks.py", *shape, "--prefill", "40", "--rounds", "1")
+    res = run("hf_masks.py", *shape, "--prefill", "40", "--rounds", "1", "--batch", "2")
     assert res.returncode == 0, res.stderr[-3000:]
+    assert "a padded batch of 2, sliding window 8" in res.stdout, res.stdout
     assert "same logits, bit for bit: True" in res.stdout, res.stdout
-    res = run("hf_masks.py", *shape, "--prefill", "40", "--rounds", "1", "--encoder", "--torch")
+    res = run("hf_masks.py", *shape, "--prefill", "40", "--rounds", "1", "--encoder", "--torch", "--batch", "2")
     assert res.returncode == 0, res.stderr[-3000:]
-    assert "a ModernBERT encoder, 8 tokens on either side" in res.stdout, res.stdout
+    assert "a padded batch of 2, a ModernBERT encoder, 8 tokens on either side" in res.stdout, res.stdout
     assert "same hidden states, bit for bit: True" in res.stdout, res.stdout
     gap = float(res.stdout.split("largest hidden states difference over the largest hidden states: ")[1].split()[0])
     assert gap < 1e-5, res.stdout  # PyTorch's kernel on the same booleans: float32 rounding apart
