@@ -277,6 +277,20 @@ transformers.AttentionInterface.register(FORMED, sht.attention_forward)
 transformers.AttentionMaskInterface.register(FORMED, transformers.masking_utils.sdpa_mask)
 
 
+def _padding_mask(kind, kv_offset, kv_length):
+    """A 2D padding mask [2, kv_offset + kv_length] as transformers hands it to a mask builder: None; "ones" (no
+    pad); "left" (the second sequence's positions up to kv_offset + 2 hidden); "right" (the first sequence's last
+    3); "short" (one position shorter than the keys: sdpa_mask pads it with zeros)."""
+    if kind is None:
+        return None
+    mask = torch.ones(2, kv_offset + kv_length - (kind == "short"), dtype=torch.long)
+    if kind == "left":
+        mask[1, :kv_offset + 2] = 0
+    elif kind == "right":
+        mask[0, kv_offset + kv_length - 3:] = 0
+    return mask
+
+
 def test_build_mask_is_sdpa_mask():
     """build_mask gives sdpa_mask's result (None where it gives None, the same booleans) over causal and sliding
     patterns, offsets, key padding (a short padding mask too) and the skip flag, as a PatternMask."""
@@ -295,12 +309,7 @@ def test_build_mask_is_sdpa_mask():
         for window in (None, 3, 6, 64):
             for padding in (None, "ones", "left", "short"):
                 for skip in (True, False):
-                    attention_mask = None
-                    if padding is not None:
-                        attention_mask = torch.ones(2, kv_offset + kv_length - (padding == "short"),
-                                                    dtype=torch.long)
-                        if padding == "left":
-                            attention_mask[1, :kv_offset + 2] = 0
+                    attention_mask = _padding_mask(padding, kv_offset, kv_length)
                     kw = dict(batch_size=2, q_length=nq, kv_length=kv_length, q_offset=q_offset, kv_offset=kv_offset,
                               mask_function=(causal_mask_function if window is None
                                              else sliding_window_causal_mask_function(window)),
@@ -336,14 +345,7 @@ def test_build_mask_is_sdpa_mask_bidirectional():
         for window in (None, 2, 5, 64):
             for padding in (None, "ones", "left", "right", "short"):
                 for skip in (True, False):
-                    attention_mask = None
-                    if padding is not None:
-                        attention_mask = torch.ones(2, kv_offset + kv_length - (padding == "short"),
-                                                    dtype=torch.long)
-                        if padding == "left":
-                            attention_mask[1, :kv_offset + 2] = 0
-                        elif padding == "right":
-                            attention_mask[0, kv_offset + kv_length - 3:] = 0
+                    attention_mask = _padding_mask(padding, kv_offset, kv_length)
                     kw = dict(batch_size=2, q_length=nq, kv_length=kv_length, q_offset=q_offset, kv_offset=kv_offset,
                               mask_function=(bidirectional_mask_function if window is None
                                              else sliding_window_bidirectional_mask_function(window)),
