@@ -34,7 +34,7 @@ from transformers import AttentionInterface, AttentionMaskInterface, AutoModelFo
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import sdpa_mask
 
-from hf_llama import StepClock, add_shape_args, check_shape_args, llama_config
+from hf_llama import StepClock, add_shape_args, check_shape_args, llama_config, use_threads
 
 
 def full_route(module, query, key, value, mask, **kw):
@@ -82,10 +82,12 @@ def main():
     ap.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
     ap.add_argument("--kv-cache", choices=("float", "int8", "fp8_e4m3"), default="float",
                     help="float: transformers' DynamicCache; 8-bit: sdpa.transformers.QuantizedCache")
+    ap.add_argument("--threads", type=int, default=0, help="0: torch's default")
     a = ap.parse_args()
     if a.new < 2 or a.rounds < 1 or a.prefill < 1:
         ap.error("--new >= 2, --rounds >= 1, --prefill >= 1")
     check_shape_args(ap, a)
+    use_threads(a.threads)
     current = {"fn": None}
     calls = []
 

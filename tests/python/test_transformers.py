@@ -609,6 +609,23 @@ def test_sliding_window_benches_run(tmp_path):
     assert len(ours) == 16 and ours == tokens["torch sdpa, DynamicCache"]
 
 
+def test_decode_layers_bench_runs():
+    """bench/decode_layers.py (a decoding call split into its layers) runs on a tiny model at the thread count asked,
+    and times each of its four variants."""
+    import pathlib
+    import subprocess
+    import sys
+    script = pathlib.Path(__file__).resolve().parents[2] / "bench" / "decode_layers.py"
+    res = subprocess.run([sys.executable, str(script), "--layers", "2", "--width", "96", "--heads", "6", "--kv-heads",
+                          "2", "--vocab", "200", "--prefill", "20", "--new", "4", "--rounds", "1", "--threads", "1"],
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert ", 1 threads, isa " in res.stdout, res.stdout
+    rows = [line for line in res.stdout.splitlines() if line.startswith("| ") and not line.startswith("| variant")]
+    assert [r.split(" | ")[0][2:] for r in rows] == ["torch sdpa", "sdpa full", "sdpa inference", "kernel alone"]
+    assert all(float(r.split(" | ")[1]) > 0 for r in rows), rows
+
+
 def test_lazy_attributes_are_their_own_modules():
     # `sdpa.transformers` and `sdpa.torch` load on first attribute access (sdpa/__init__.py);
     # each name must give its own module, not another's.
