@@ -626,6 +626,24 @@ def test_decode_layers_bench_runs():
     assert all(float(r.split(" | ")[1]) > 0 for r in rows), rows
 
 
+def test_hf_requests_bench_runs():
+    """bench/hf_requests.py (many requests in one batch against one at a time) runs on three short requests, and
+    every way gives each request the greedy tokens it gets alone."""
+    import pathlib
+    import re
+    import subprocess
+    import sys
+    script = pathlib.Path(__file__).resolve().parents[2] / "bench" / "hf_requests.py"
+    res = subprocess.run([sys.executable, str(script), "--requests", "3", "--min-prompt", "4", "--max-prompt", "9",
+                          "--new", "3", "--rounds", "1", "--threads", "1"], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    agree = re.findall(r"^\| (sdpa, one batch|sdpa, one at a time|torch sdpa, one batch) \|.* (\d+) of (\d+) \|$",
+                       res.stdout, re.M)
+    ways = ["sdpa, one batch", "sdpa, one at a time", "torch sdpa, one batch"]
+    assert [way for way, _, _ in agree] == ways, res.stdout
+    assert all(got == total == "9" for _, got, total in agree), agree
+
+
 def test_lazy_attributes_are_their_own_modules():
     # `sdpa.transformers` and `sdpa.torch` load on first attribute access (sdpa/__init__.py);
     # each name must give its own module, not another's.
