@@ -14,7 +14,7 @@ last hidden state of one forward. --batch B makes it a padded batch (sequence b 
 the masks carry key padding; --torch adds transformers' own sdpa backend to the rounds. The routes are timed
 alternately (A B, then B A, ...) on the same model after one untimed forward, medians over --rounds. Each
 forward's peak resident memory above its start is read from /proc/self/status (VmHWM, reset before the forward
-through /proc/self/clear_refs; Linux only, else nan). The script says whether the two give the same logits, bit
+through /proc/self/clear_refs; Linux only, else nan). The script says whether the two give the same outputs, bit
 for bit (they should: the kernel's explicit masks give the bits of the structure they hold).
 """
 
@@ -120,7 +120,7 @@ def main():
         return time.perf_counter() - start, _status_mib("VmHWM") - start_mib, out
 
     names = list(routes)
-    seconds, peak, logits = ({n: [] for n in names} for _ in range(3))
+    seconds, peak, outputs = ({n: [] for n in names} for _ in range(3))
     print(f"untimed forward ({a.prefill} tokens)...", flush=True)
     forward(names[0])
     for r in range(a.rounds):
@@ -128,7 +128,7 @@ def main():
             s, p, out = forward(n)
             seconds[n].append(s)
             peak[n].append(p)
-            logits[n] = out
+            outputs[n] = out
         print(f"  round {r + 1} of {a.rounds}: " + ", ".join(f"{n} {seconds[n][-1]:.2f} s" for n in names), flush=True)
 
     if a.encoder:
@@ -153,9 +153,9 @@ def main():
         return f"{other} / {ours}: forward {median:.3f}x (per round {min(ratios):.3f}-{max(ratios):.3f}x)"
     formed = (a.batch if a.batch > 1 else 1) * a.prefill * a.prefill  # padding makes them one per sequence
     print(f"\n{ratio(theirs)}; the booleans' own size {formed / 2**20:.0f} MiB; same {what}, bit for "
-          f"bit: {torch.equal(logits[ours], logits[theirs])}")
+          f"bit: {torch.equal(outputs[ours], outputs[theirs])}")
     if a.torch:
-        gap = (logits[TORCH_ROUTE] - logits[ours]).abs().max().item() / logits[ours].abs().max().item()
+        gap = (outputs[TORCH_ROUTE] - outputs[ours]).abs().max().item() / outputs[ours].abs().max().item()
         print(f"{ratio(TORCH_ROUTE)}; largest {what} difference over the largest {what}: {gap:.2e} (two exact "
               f"kernels' float32 rounding)")
     print(f"load average (1 min) {os.getloadavg()[0]:.2f} after the rounds (above the thread count: other work shared "

@@ -520,13 +520,19 @@ def test_set_attn_implementation_and_errors():
     sht._check_version("5.0.0.dev0")
 
 
-def test_example_hf_generate_runs():
-    """examples/hf_generate.py (the README's example) runs as shipped."""
+def _run_script(path, *args):
+    """Runs the repository's script at `path` (relative to the root, e.g. "bench/hf_model.py") with this Python;
+    returns the CompletedProcess (text output captured)."""
     import pathlib
     import subprocess
     import sys
-    script = pathlib.Path(__file__).resolve().parents[2] / "examples" / "hf_generate.py"
-    res = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    script = pathlib.Path(__file__).resolve().parents[2] / path
+    return subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, timeout=300)
+
+
+def test_example_hf_generate_runs():
+    """examples/hf_generate.py (the README's example) runs as shipped."""
+    res = _run_script("examples/hf_generate.py")
     assert res.returncode == 0, res.stderr[-3000:]
     last = res.stdout.strip().splitlines()[-1]
     assert last.startswith(f"attention: {sht.NAME} | generated: [") and last.count(",") == 31
@@ -534,11 +540,7 @@ def test_example_hf_generate_runs():
 
 def test_example_gpt_oss_sinks_runs():
     """examples/gpt_oss_sinks.py runs as shipped: sdpa's tokens are eager's, and the sinks get a gradient."""
-    import pathlib
-    import subprocess
-    import sys
-    script = pathlib.Path(__file__).resolve().parents[2] / "examples" / "gpt_oss_sinks.py"
-    res = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    res = _run_script("examples/gpt_oss_sinks.py")
     assert res.returncode == 0, res.stderr[-3000:]
     last = res.stdout.strip().splitlines()[-1]
     assert last.startswith("same tokens: True | layer 0 sinks' gradient: ")
@@ -551,17 +553,13 @@ def test_hf_model_bench_decode_only_decodes_what_a_full_prefill_does(tmp_path):
     that cache in the run's cache type: on a left-padded batch each run's greedy tokens are those of the runs that
     prefill themselves (same positions, same keys and values), for the float and int8 caches and torch's."""
     import json
-    import pathlib
-    import subprocess
-    import sys
-    script = pathlib.Path(__file__).resolve().parents[2] / "bench" / "hf_model.py"
     figures = {}
     for mode in ("full", "decode-only"):
         out = tmp_path / f"{mode}.json"
-        cmd = [sys.executable, str(script), "--layers", "2", "--width", "96", "--heads", "6", "--kv-heads", "2",
-               "--vocab", "200", "--prefill", "40", "--new", "6", "--rounds", "1", "--batch", "2", "--no-warmup",
-               "--kv-cache", "float,int8", "--json", str(out)] + (["--decode-only"] if mode == "decode-only" else [])
-        res = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        args = ["--layers", "2", "--width", "96", "--heads", "6", "--kv-heads", "2", "--vocab", "200", "--prefill",
+                "40", "--new", "6", "--rounds", "1", "--batch", "2", "--no-warmup", "--kv-cache", "float,int8",
+                "--json", str(out)] + (["--decode-only"] if mode == "decode-only" else [])
+        res = _run_script("bench/hf_model.py", *args)
         assert res.returncode == 0, res.stderr[-3000:]
         figures[mode] = json.loads(out.read_text())
     full, shared = figures["full"], figures["decode-only"]
@@ -577,14 +575,9 @@ def test_sliding_window_benches_run(tmp_path):
     encoder beside PyTorch's SDPA) runs and finds the same bits; bench/hf_model.py --window runs its sliding model
     on both backends to the same greedy tokens."""
     import json
-    import pathlib
-    import subprocess
-    import sys
-    bench = pathlib.Path(__file__).resolve().parents[2] / "bench"
 
     def run(script, *args):
-        return subprocess.run([sys.executable, str(bench / script), *args], capture_output=True, text=True,
-                              timeout=300)
+        return _run_script(f"bench/{script}", *args)
 
     shape = ["--layers", "2", "--width", "96", "--heads", "6", "--kv-heads", "2", "--vocab", "200", "--window", "8"]
     res = run("hf_masks.py", *shape, "--prefill", "40", "--rounds", "1", "--batch", "2")
@@ -612,13 +605,8 @@ def test_sliding_window_benches_run(tmp_path):
 def test_decode_layers_bench_runs():
     """bench/decode_layers.py (a decoding call split into its layers) runs on a tiny model at the thread count asked,
     and times each of its four variants."""
-    import pathlib
-    import subprocess
-    import sys
-    script = pathlib.Path(__file__).resolve().parents[2] / "bench" / "decode_layers.py"
-    res = subprocess.run([sys.executable, str(script), "--layers", "2", "--width", "96", "--heads", "6", "--kv-heads",
-                          "2", "--vocab", "200", "--prefill", "20", "--new", "4", "--rounds", "1", "--threads", "1"],
-                         capture_output=True, text=True, timeout=300)
+    res = _run_script("bench/decode_layers.py", "--layers", "2", "--width", "96", "--heads", "6", "--kv-heads", "2",
+                      "--vocab", "200", "--prefill", "20", "--new", "4", "--rounds", "1", "--threads", "1")
     assert res.returncode == 0, res.stderr[-3000:]
     assert ", 1 threads, isa " in res.stdout, res.stdout
     rows = [line for line in res.stdout.splitlines() if line.startswith("| ") and not line.startswith("| variant")]
@@ -629,13 +617,9 @@ def test_decode_layers_bench_runs():
 def test_hf_requests_bench_runs():
     """bench/hf_requests.py (many requests in one batch against one at a time) runs on three short requests, and
     every way gives each request the greedy tokens it gets alone."""
-    import pathlib
     import re
-    import subprocess
-    import sys
-    script = pathlib.Path(__file__).resolve().parents[2] / "bench" / "hf_requests.py"
-    res = subprocess.run([sys.executable, str(script), "--requests", "3", "--min-prompt", "4", "--max-prompt", "9",
-                          "--new", "3", "--rounds", "1", "--threads", "1"], capture_output=True, text=True, timeout=300)
+    res = _run_script("bench/hf_requests.py", "--requests", "3", "--min-prompt", "4", "--max-prompt", "9", "--new", "3",
+                      "--rounds", "1", "--threads", "1")
     assert res.returncode == 0, res.stderr[-3000:]
     agree = re.findall(r"^\| (sdpa, one batch|sdpa, one at a time|torch sdpa, one batch) \|.* (\d+) of (\d+) \|$",
                        res.stdout, re.M)
