@@ -18,9 +18,10 @@ alignment all folded in by transformers), or None where the mask would be plain 
 then causal is top-left for Nq > 1 (a prefill from an empty cache, where top-left is
 bottom-right) and absent for one query (decoding sees every cached key). Where
 transformers would form a causal or sliding-window mask (a sliding layer past its window,
-a chunk over a cache, a padded batch), `build_mask` returns a PatternMask instead, which
-the backend reads as the kernel's causal and window options and a [B, 1, 1, Nk] key-padding
-mask: the [B, 1, Nq, Nk] booleans (1 GiB a sequence at 32k tokens) are never formed. A
+a chunk over a cache, a padded batch; Llama 4's chunked layers), `build_mask` returns a
+PatternMask instead, which the backend reads as the kernel's causal and window options and
+a [B, 1, 1, Nk] key-padding mask (with chunks, one call for each chunk the queries touch):
+the [B, 1, Nq, Nk] booleans (1 GiB a sequence at 32k tokens) are never formed. A
 float mask passed by the caller is added to the scores, as in eager.
 """
 
@@ -90,23 +91,27 @@ _ignore_bidirectional_mask_sdpa = _skip_test("_ignore_bidirectional_mask_sdpa", 
     "padding_mask", "kv_length", "local_attention_size"))
 
 
-def _seen(q, kv, causal: bool, window: Optional[int]):
+def _seen(q, kv, causal: bool, window: Optional[int], chunk: Optional[int] = None):
     """Whether position kv is seen from position q (broadcast tensors) in one of the patterns PatternMask holds:
-    transformers' causal_mask_function (kv <= q) with sliding_window_overlay (kv > q - window), or its
-    bidirectional_mask_function (every key) with sliding_window_bidirectional_overlay (|q - kv| <= window)."""
+    transformers' causal_mask_function (kv <= q) with sliding_window_overlay (kv > q - window) or chunked_overlay
+    without left padding (kv // chunk == q // chunk: Llama 4's chunked layers), or its bidirectional_mask_function
+    (every key) with sliding_window_bidirectional_overlay (|q - kv| <= window)."""
     seen = kv <= q if causal else _torch.ones(_torch.broadcast_shapes(q.shape, kv.shape), dtype=_torch.bool)
     if window is not None:
         seen &= kv > q - window if causal else (q - kv).abs() <= window
+    if chunk is not None:
+        seen &= kv // chunk == q // chunk
     return seen
 
 
 class PatternMask(_torch.Tensor):
     """transformers' boolean mask [B, 1, Nq, Nk] of a causal or bidirectional pattern, with or without a sliding
-    window and key padding, held as the pattern: query row i (position q_offset + i) of sequence b sees key j
-    (position kv_offset + j) as _seen says (causal: kv_offset + j <= q_offset + i, and with a window W also
-    kv_offset + j > q_offset + i - W; bidirectional: every key, and with a window W those within W positions on
-    either side), and with padding [B, Nk] (bool) also where padding[b, j]. attention_forward reads it as the
-    kernel's causal and window options and a [B, 1, 1, Nk] keep mask (kernel_options), so the booleans are
+    window or chunks and key padding, held as the pattern: query row i (position q_offset + i) of sequence b sees
+    key j (position kv_offset + j) as _seen says (causal: kv_offset + j <= q_offset + i, and with a window W also
+    kv_offset + j > q_offset + i - W, with chunks of C also the same chunk of C positions; bidirectional: every
+    key, and with a window W those within W positions on either side), and with padding [B, Nk] (bool) also where
+    padding[b, j]. attention_forward reads it as the kernel's causal and window options and a [B, 1, 1, Nk] keep
+    mask, one call for each chunk the queries touch over that chunk's keys (pieces), so the booleans are
     never formed; anything else that touches it (a model slicing it, another backend, printing) gets the
     boolean tensor, formed on first use and kept (dense())."""
 
@@ -114,11 +119,12 @@ class PatternMask(_torch.Tensor):
 
     @staticmethod
     def __new__(cls, batch: int, q_length: int, kv_length: int, q_offset: int, kv_offset: int,
-                window: Optional[int], padding: Optional["_torch.Tensor"] = None, device="cpu", causal: bool = True):
+                window: Optional[int], padding: Optional["_torch.Tensor"] = None, device="cpu", causal: bool = True,
+                chunk: Optional[int] = None):
         self = _torch.Tensor._make_wrapper_subclass(cls, (batch, 1, q_length, kv_length), dtype=_torch.bool,
                                                     device=device)
         self.q_offset, self.kv_offset, self.window, self.padding = q_offset, kv_offset, window, padding
-        self.causal = causal
+        self.causal, self.chunk = causal, chunk
         self._dense = None
         return self
 
@@ -128,7 +134,7 @@ class PatternMask(_torch.Tensor):
             batch, _, q_length, kv_length = self.shape
             q = (_torch.arange(q_length, device=self.device) + self.q_offset)[:, None]
             kv = (_torch.arange(kv_length, device=self.device) + self.kv_offset)[None, :]
-            seen = _seen(q, kv, self.causal, self.window).expand(batch, 1, q_length, kv_length)
+            seen = _seen(q, kv, self.causal, self.window, self.chunk).expand(batch, 1, q_length, kv_length)
             self._dense = seen if self.padding is None else seen & self.padding[:, None, None, :]
         return self._dense
 
@@ -136,8 +142,8 @@ class PatternMask(_torch.Tensor):
         """(causal, window, keep) for a call of nq queries over the first nk keys, keep the key padding
         [B, 1, 1, nk] or None; or None where the kernel's alignments cannot say the pattern (its diagonal is
         neither top-left nor bottom-right for a causal one, not bottom-right for a bidirectional window, which the
-        kernel centres there: dense() then)."""
-        if nq != self.shape[2] or nk > self.shape[3]:
+        kernel centres there; chunks, which are pieces: dense() then)."""
+        if nq != self.shape[2] or nk > self.shape[3] or self.chunk is not None:
             return None
         diagonal = self.q_offset - self.kv_offset  # row i's own position is key i + diagonal
         keep = None if self.padding is None else self.padding[:, None, None, :nk]
@@ -150,6 +156,31 @@ class PatternMask(_torch.Tensor):
             return None
         return causal, None if self.window is None else (self.window - 1, 0), keep
 
+    def pieces(self, nq: int, nk: int):
+        """[(rows, keys, causal, window, keep)]: the kernel calls that give the pattern for nq queries over the first
+        nk keys, each of the query rows `rows` (a slice) over the keys `keys` with those options: one call over
+        every row and key (kernel_options), or with chunks one call for each chunk the queries touch, its rows over
+        that chunk's keys up to its last row's position, bottom-right causal. None where no such calls say it
+        (kernel_options' cases; a chunk's row before the first key present or past the last): dense() then."""
+        if self.chunk is None:
+            options = self.kernel_options(nq, nk)
+            return None if options is None else [(slice(None), slice(None), *options)]
+        if nq != self.shape[2] or nk > self.shape[3] or not self.causal or self.window is not None:
+            return None
+        chunk, first, last = self.chunk, self.q_offset, self.q_offset + nq - 1  # positions of the rows
+        if last >= self.kv_offset + nk:
+            return None
+        calls = []
+        for start in range(first // chunk * chunk, last + 1, chunk):  # each chunk's first position
+            row0, row1 = max(first, start), min(last, start + chunk - 1)
+            key0 = max(self.kv_offset, start)
+            if row0 < key0:
+                return None
+            keys = slice(key0 - self.kv_offset, row1 + 1 - self.kv_offset)
+            keep = None if self.padding is None else self.padding[:, None, None, keys]
+            calls.append((slice(row0 - first, row1 + 1 - first), keys, "bottom-right", None, keep))
+        return calls
+
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
         def formed(x):
@@ -158,7 +189,7 @@ class PatternMask(_torch.Tensor):
 
     def __repr__(self):
         return (f"PatternMask(shape={tuple(self.shape)}, causal={self.causal}, q_offset={self.q_offset}, "
-                f"kv_offset={self.kv_offset}, window={self.window}, "
+                f"kv_offset={self.kv_offset}, window={self.window}, chunk={self.chunk}, "
                 f"padding={'None' if self.padding is None else 'a [B, Nk] mask'})")
 
 
@@ -174,35 +205,57 @@ _BASES = ((_causal, True, _sliding_overlay(1).__code__),
            None if _bidirectional_overlay is None else _bidirectional_overlay(1).__code__))
 
 
+_chunked_overlay = getattr(_masking, "chunked_overlay", None)
+_CHUNKED_CODE = None if _chunked_overlay is None else _chunked_overlay(1, None).__code__
+
+
+def _size(value) -> Optional[int]:
+    """A window's or a chunk's size read from an overlay's closure: a positive int, else None."""
+    return value if type(value) is int and value >= 1 else None
+
+
 def _pattern(mask_function):
-    """(causal, window) for transformers' causal or bidirectional mask function, window None, or either and-ed
-    with its sliding-window overlay (and_masks(sliding_window_overlay(W), causal_mask_function), as
+    """(causal, window, chunk) for transformers' causal or bidirectional mask function, window and chunk None;
+    either and-ed with its sliding-window overlay (and_masks(sliding_window_overlay(W), causal_mask_function), as
     sliding_window_causal_mask_function builds it; and_masks(sliding_window_bidirectional_overlay(W),
-    bidirectional_mask_function)), window W; None for anything else."""
+    bidirectional_mask_function)), window W; the causal one and-ed with chunked_overlay(C, left_padding) whose
+    left padding is all zeros (chunked_causal_mask_function, Llama 4's chunked layers), chunk C; None for anything
+    else (a left-padded batch's chunks start at each sequence's own first token: formed)."""
     for base, causal, overlay in _BASES:
         if base is not None and mask_function is base:
-            return causal, None
+            return causal, None, None
     if getattr(mask_function, "__code__", None) is not _AND_CODE:
         return None
     parts = _closure(mask_function).get("mask_functions", ())
+    if len(parts) != 2:
+        return None
+    overlay_code = getattr(parts[0], "__code__", None)
     for base, causal, overlay in _BASES:
-        if (base is not None and len(parts) == 2 and parts[1] is base and overlay is not None
-                and getattr(parts[0], "__code__", None) is overlay):
-            window = _closure(parts[0]).get("sliding_window")
-            return (causal, window) if type(window) is int and window >= 1 else None
+        if base is not None and parts[1] is base and overlay is not None and overlay_code is overlay:
+            window = _size(_closure(parts[0]).get("sliding_window"))
+            return None if window is None else (causal, window, None)
+    if parts[1] is _causal and overlay_code is not None and overlay_code is _CHUNKED_CODE:
+        closure = _closure(parts[0])
+        chunk, left_padding = _size(closure.get("chunk_size")), closure.get("left_padding")
+        if chunk is not None and isinstance(left_padding, _torch.Tensor) and not bool(left_padding.any()):
+            return True, None, chunk
     return None
 
 
-def _is_pattern(mask_function, causal, window, q_length, q_offset, kv_offset, kv_length) -> bool:
-    """Whether mask_function gives the pattern on a few rows (the first and last query's, and with a window those
-    whose window edge falls inside the keys): a check of what _pattern read from its closures against what it
-    computes, in case a transformers release changes a function's meaning."""
+def _is_pattern(mask_function, causal, window, chunk, q_length, q_offset, kv_offset, kv_length) -> bool:
+    """Whether mask_function gives the pattern on a few rows (the first and last query's, with a window those
+    whose window edge falls inside the keys, with chunks the two about the first chunk edge among the keys): a
+    check of what _pattern read from its closures against what it computes, in case a transformers release
+    changes a function's meaning."""
     rows = [q_offset, q_offset + q_length - 1]
     if window:
         rows += [kv_offset + window - 1, kv_offset + window] if causal else [kv_offset, kv_offset + window + 1]
+    if chunk:
+        edge = (kv_offset // chunk + 1) * chunk
+        rows += [edge - 1, edge]
     q = _torch.tensor(rows, dtype=_torch.long)[:, None]
     kv = _torch.arange(kv_length)[None, :] + kv_offset
-    want = _seen(q, kv, causal, window)
+    want = _seen(q, kv, causal, window, chunk)
     zero = _torch.zeros((), dtype=_torch.long)
     got = mask_function(zero, zero, q, kv)  # broadcast over the keys where it ignores them (bidirectional)
     try:
@@ -229,7 +282,7 @@ def build_mask(batch_size: int, q_length: int, kv_length: int, q_offset=0, kv_of
     if (pattern is None or use_vmap or type(q_offset) is not int or type(kv_offset) is not int
             or _torch.compiler.is_compiling() or _torch.jit.is_tracing()):
         return formed()
-    causal, window = pattern
+    causal, window, chunk = pattern
     padding = None
     if attention_mask is not None:  # a padding mask [B, positions], read as sdpa_mask reads it (nonzero: a key)
         if attention_mask.ndim != 2 or attention_mask.shape[0] != batch_size:
@@ -247,9 +300,9 @@ def build_mask(batch_size: int, q_length: int, kv_length: int, q_offset=0, kv_of
         return None
     if padding is not None and bool(padding.all()):
         padding = None
-    if not _is_pattern(mask_function, causal, window, q_length, q_offset, kv_offset, kv_length):
+    if not _is_pattern(mask_function, causal, window, chunk, q_length, q_offset, kv_offset, kv_length):
         return formed()
-    return PatternMask(batch_size, q_length, kv_length, q_offset, kv_offset, window, padding, device, causal)
+    return PatternMask(batch_size, q_length, kv_length, q_offset, kv_offset, window, padding, device, causal, chunk)
 
 
 def attention_forward(module, query, key, value, attention_mask: Optional["_torch.Tensor"], dropout: float = 0.0,
@@ -280,35 +333,46 @@ def attention_forward(module, query, key, value, attention_mask: Optional["_torc
         return _quantized_attention(module, layer, query, attention_mask, dropout, scaling, sliding_window, softcap,
                                     causal_model, sinks, kwargs)
     nq, nk = query.shape[2], key.shape[2]
-    causal = None
-    window = None
     mask = attention_mask
-    pattern = None
     if isinstance(mask, PatternMask):
-        pattern = mask.kernel_options(nq, nk)
-        mask = mask.dense() if pattern is None else pattern[2]  # the key padding, or None
-        if pattern is not None:
-            causal, window = pattern[:2]
+        calls = mask.pieces(nq, nk)
+        if calls is not None:  # the pattern as options, without its booleans (a call for each chunk with chunks)
+            outs = [_attend(_rows(query, rows), _rows(key, keys), _rows(value, keys), keep, sinks, scaling, causal,
+                            window, softcap, dropout) for rows, keys, causal, window, keep in calls]
+            return (outs[0] if len(outs) == 1 else _torch.cat(outs, dim=1)), None
+        mask = mask.dense()
+    causal = window = None
     if mask is not None:
         if mask.ndim != 4:
             raise ValueError(f"attention_mask: expected the 4D [B, 1|H, Nq, Nk] mask transformers builds, got shape "
                              f"{tuple(mask.shape)}")
         mask = mask[:, :, :, :nk]  # a static cache's mask may be longer than the keys given
-    elif pattern is None and causal_model and nq > 1:
+    elif causal_model and nq > 1:
         # transformers drops the mask only where top-left is the right alignment (see the module doc)
         causal = "top-left"
         if sliding_window is not None:
             window = (sliding_window - 1, 0)  # transformers: key visible iff q_idx - kv_idx < sliding_window
+    return _attend(query, key, value, mask, sinks, scaling, causal, window, softcap, dropout), None
+
+
+def _rows(x, rows: slice):
+    """x (B, H, N, D) at the positions `rows` (a view; x itself for all of them)."""
+    return x if rows == slice(None) else x[:, :, rows]
+
+
+def _attend(query, key, value, mask, sinks, scaling, causal, window, softcap, dropout):
+    """One kernel call of attention_forward: (B, Nq, Hq, Dv), by the inference route where it applies, else by
+    sdpa.attention (autograd, dropout, a float mask), whose errors are named in transformers' terms."""
     if not dropout:
         out = _inference(query, key, value, mask, sinks, scaling, causal, window, softcap)
         if out is not None:
-            return out, None
+            return out
     try:
         out = _api.attention(query, key, value, scale=scaling, causal=causal, window=window, softcap=softcap,
                              mask=mask, sinks=sinks, dropout_p=dropout)
     except (TypeError, ValueError) as e:
         raise _renamed(e) from None
-    return out.transpose(1, 2), None
+    return out.transpose(1, 2)
 
 
 def _inference(query, key, value, mask, sinks, scaling, causal, window, softcap):

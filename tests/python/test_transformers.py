@@ -24,7 +24,7 @@ transformers = pytest.importorskip(
 import sdpa.transformers as sht  # noqa: E402
 from npref import EPS32, assert_within  # noqa: E402
 from transformers import (AutoModel, AutoModelForCausalLM, BertConfig, DynamicCache, Gemma2Config,  # noqa: E402
-                          GPT2Config, GptOssConfig, LlamaConfig, ModernBertConfig, Qwen2Config)
+                          GPT2Config, GptOssConfig, Llama4TextConfig, LlamaConfig, ModernBertConfig, Qwen2Config)
 from transformers.cache_utils import DynamicLayer  # noqa: E402
 
 VOCAB = 96
@@ -55,6 +55,10 @@ CONFIGS = {
         vocab_size=VOCAB, hidden_size=64, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
         num_key_value_heads=2, head_dim=16, num_local_experts=2, num_experts_per_tok=2, sliding_window=6,
         layer_types=["sliding_attention", "full_attention"], max_position_embeddings=128)),
+    # Llama 4: a chunked layer (chunks of 8 positions, RoPE) then a full one (no RoPE); no MoE layer (a step of 4)
+    "llama4-chunked": lambda: Llama4TextConfig(**SMALL, intermediate_size_mlp=128, num_key_value_heads=2, head_dim=16,
+                                               attention_chunk_size=8, no_rope_layer_interval=2,
+                                               interleave_moe_layer_step=4, max_position_embeddings=128),
 }
 DECODERS = list(CONFIGS)
 
@@ -134,7 +138,7 @@ def test_logits_against_eager(name):
     assert spy.smax > 0  # the backend did run
 
 
-@pytest.mark.parametrize("name", ["llama-gqa", "qwen2-window", "gemma2-softcap-window"])
+@pytest.mark.parametrize("name", ["llama-gqa", "qwen2-window", "gemma2-softcap-window", "llama4-chunked"])
 def test_chunked_prefill_with_cache(name):
     """A prompt fed in two chunks through the KV cache (the second chunk's queries are bottom-right aligned
     against all keys so far, and the window slides across the chunk boundary) gives the one-pass logits."""
@@ -142,8 +146,8 @@ def test_chunked_prefill_with_cache(name):
     ids = _ids(2, 1, 20)
     with torch.no_grad(), SmaxSpy() as spy:
         cache = DynamicCache(config=ours.config)
-        ours(ids[:, :11], past_key_values=cache, use_cache=True)
-        second = ours(ids[:, 11:], past_key_values=cache, use_cache=True).logits
+        ours(ids[:, :11], use_cache=True, **{sht._CACHE_KWARG: cache})
+        second = ours(ids[:, 11:], use_cache=True, **{sht._CACHE_KWARG: cache}).logits
     with torch.no_grad():
         _check("logits (second chunk)", second, eager(ids).logits[:, 11:], gold(ids).logits[:, 11:], spy.smax)
 
@@ -160,7 +164,7 @@ def test_greedy_generate_equals_eager(name):
     assert torch.equal(got, want)
 
 
-@pytest.mark.parametrize("name", ["llama-gqa", "qwen2-window", "gemma2-softcap-window"])
+@pytest.mark.parametrize("name", ["llama-gqa", "qwen2-window", "gemma2-softcap-window", "llama4-chunked"])
 def test_left_padded_batch(name):
     """Two prompts of 13 and 7 tokens, the shorter left-padded: logits on real tokens and greedy tokens
     as eager's. The oracle is each prompt alone in float64 (eager in float64 turns the padded rows into
@@ -461,6 +465,100 @@ def test_pattern_masks_give_the_formed_masks_bits(name):
     assert any(m.padding is not None for m in seen)
     if name != "llama-gqa":
         assert any(m.window is not None for m in seen)
+
+
+def _attended(mask, nq, nk):
+    """The booleans [B, 1, nq, nk] that the kernel calls of mask.pieces(nq, nk) attend with: each call's rows over
+    its keys, bottom-right causal, and its key padding; nothing outside the calls."""
+    seen = torch.zeros(mask.shape[0], 1, nq, nk, dtype=torch.bool)
+    rows_taken = torch.zeros(nq, dtype=torch.bool)
+    for rows, keys, causal, window, keep in mask.pieces(nq, nk):
+        assert causal == "bottom-right" and window is None
+        r, k = torch.arange(nq)[rows], torch.arange(nk)[keys]
+        assert not rows_taken[r].any()  # each row in one call
+        rows_taken[r] = True
+        block = torch.ones(len(r), len(k), dtype=torch.bool).tril(len(k) - len(r))
+        seen[:, :, r[0]:r[-1] + 1, k[0]:k[-1] + 1] = block if keep is None else block & keep
+    assert rows_taken.all()
+    return seen
+
+
+def test_build_mask_is_sdpa_mask_chunked():
+    """Llama 4's chunked layers: build_mask gives sdpa_mask's result for chunked_causal_mask_function over a prefill
+    across chunks, chunks over the sliding cache, decoding steps at and past a chunk's edge, chunk sizes 8 and 3, key
+    padding and the skip flag: a PatternMask where no sequence is left-padded (a left-padded one's chunks start at
+    its first token: formed), whose kernel calls (pieces) attend with exactly its booleans."""
+    from transformers.masking_utils import chunked_causal_mask_function, sdpa_mask
+    patterns = several = 0
+    for nq, kv_length, q_offset, kv_offset in [(20, 20, 0, 0), (9, 16, 11, 4), (5, 12, 7, 0), (1, 8, 15, 8),
+                                               (1, 8, 16, 9), (1, 5, 4, 0), (3, 40, 0, 0), (4, 6, 5, 7), (2, 4, 5, 0)]:
+        for chunk in (8, 3):
+            for padding in (None, "ones", "left", "right", "short"):
+                for skip in (True, False):
+                    attention_mask = _padding_mask(padding, kv_offset, kv_length)
+                    left = (torch.zeros(2, dtype=torch.long) if attention_mask is None
+                            else (attention_mask.cumsum(-1) == 0).sum(-1))  # as create_chunked_causal_mask counts
+                    kw = dict(batch_size=2, q_length=nq, kv_length=kv_length, q_offset=q_offset, kv_offset=kv_offset,
+                              mask_function=chunked_causal_mask_function(chunk, left), attention_mask=attention_mask,
+                              local_size=chunk, allow_is_causal_skip=skip)
+                    want, got = sdpa_mask(**kw), sht.build_mask(**kw)
+                    where = f"{kw}"
+                    if want is None:
+                        assert got is None, where
+                        continue
+                    assert got.shape == want.shape and torch.equal(got, want), where
+                    assert isinstance(got, sht.PatternMask) == (padding != "left"), where
+                    if padding == "left":
+                        continue
+                    patterns += 1
+                    got = sht.build_mask(**kw)  # not yet formed
+                    assert got.chunk == chunk and got.kernel_options(nq, kv_length) is None, where
+                    if q_offset < kv_offset or q_offset + nq > kv_offset + kv_length:  # rows before the first
+                        # key or past the last: no calls say them (dense())
+                        assert got.pieces(nq, kv_length) is None, where
+                        continue
+                    several += len(got.pieces(nq, kv_length)) > 1
+                    assert torch.equal(_attended(got, nq, kv_length), want), where
+                    assert got._dense is None, where
+    assert patterns > 80 and several > 30
+
+
+def test_chunked_layers_as_pattern_masks():
+    """Llama 4 through exact_cpu: its chunked layer's masks reach the backend as PatternMasks, never formed, over a
+    prompt across three chunks, a second chunk over the sliding cache and greedy decoding; a call for each chunk
+    the queries touch, a decoding step's over its own chunk's keys alone (at most 8 of the cache's); logits within
+    the rule against the float64 oracle, and eager's greedy tokens."""
+    ours, eager, gold = _models("llama4-chunked")
+    seen = []
+    orig = sht.attention_forward
+
+    def spy(module, q, k, v, mask, *args, **kw):
+        if isinstance(mask, sht.PatternMask) and mask.chunk is not None:
+            seen.append((mask, mask.pieces(q.shape[2], k.shape[2])))
+        return orig(module, q, k, v, mask, *args, **kw)
+
+    ids = _ids(12, 1, 20)
+    kw = dict(max_new_tokens=24, do_sample=False, pad_token_id=0)
+    transformers.AttentionInterface.register(sht.NAME, spy)
+    try:
+        with torch.no_grad(), SmaxSpy() as smax:
+            got = ours(ids).logits
+            cache = DynamicCache(config=ours.config)
+            ours(ids[:, :11], use_cache=True, **{sht._CACHE_KWARG: cache})
+            second = ours(ids[:, 11:], use_cache=True, **{sht._CACHE_KWARG: cache}).logits
+            tokens = ours.generate(ids[:, :9], **kw)
+    finally:
+        transformers.AttentionInterface.register(sht.NAME, orig)
+    with torch.no_grad():
+        _check("logits", got, eager(ids).logits, gold(ids).logits, smax.smax)
+        _check("logits (second chunk)", second, eager(ids).logits[:, 11:], gold(ids).logits[:, 11:], smax.smax)
+        assert torch.equal(tokens, eager.generate(ids[:, :9], **kw))
+    assert all(m._dense is None for m, _ in seen)
+    calls = [len(pieces) for _, pieces in seen]
+    assert calls[:3] == [3, 2, 2], calls  # 20 tokens; 11 (positions 0-10); 9 more (11-19) over the cache
+    steps = [pieces for m, pieces in seen if m.shape[2] == 1]
+    assert len(steps) >= 20 and all(len(p) == 1 and p[0][1].stop - p[0][1].start <= 8 for p in steps)
+    assert any(p[0][1].stop - p[0][1].start < 8 for p in steps)  # a step early in its chunk reads fewer
 
 
 def test_pattern_mask_window_without_the_sliding_window_argument():
