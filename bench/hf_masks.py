@@ -4,18 +4,22 @@ formed) or transformers' masking_utils.sdpa_mask (the [B, 1, N, N] booleans form
 
     flock /tmp/sdpa-cpu.lock .venv/bin/python bench/hf_masks.py [--prefill 16384 --window 1024 --layers 2
                                                                  --rounds 3 --threads 2 --encoder --batch 4
-                                                                 --torch]
+                                                                 --torch --chunked]
 
 The model is bench/hf_llama.py's with a sliding window on every layer (Mistral's config); one forward over
 --prefill tokens without a cache, the logits of the last position only. With --encoder it is a ModernBERT of the
 same width, heads and layers instead (no kv heads: every head its own), every layer local: each token sees the
 --window tokens on either side (ModernBERT's local_attention = 2 × window; its MLP 1.5 × the width), the
-last hidden state of one forward. --batch B makes it a padded batch (sequence b with b·N/(2B) pad positions), so
-the masks carry key padding; --torch adds transformers' own sdpa backend to the rounds. The routes are timed
-alternately (A B, then B A, ...) on the same model after one untimed forward, medians over --rounds. Each
+last hidden state of one forward. With --chunked it is a Llama 4 text model of the same shape whose every layer is
+chunked (Llama 4's chunked layers: a token sees the tokens before it in its own chunk of --window positions; RoPE
+on every layer, no mixture of experts), which build_mask says as one kernel call a chunk. --batch B makes it a
+padded batch (sequence b with b·N/(2B) pad positions), so the masks carry key padding; --torch adds transformers'
+own sdpa backend to the rounds. The routes are timed alternately (A B, then B A, ...) on the same model after one
+untimed forward, medians over --rounds. Each
 forward's peak resident memory above its start is read from /proc/self/status (VmHWM, reset before the forward
 through /proc/self/clear_refs; Linux only, else nan). The script says whether the two give the same outputs, bit
-for bit (they should: the kernel's explicit masks give the bits of the structure they hold).
+for bit (they should: the kernel's explicit masks give the bits of the structure they hold; chunks are the
+exception, their calls tiling each chunk's keys from its own start, so it says how far apart they are).
 """
 
 import argparse
@@ -26,7 +30,8 @@ import time
 
 import torch
 import sdpa.transformers as sht
-from transformers import AttentionInterface, AttentionMaskInterface, AutoModel, AutoModelForCausalLM, ModernBertConfig
+from transformers import (AttentionInterface, AttentionMaskInterface, AutoModel, AutoModelForCausalLM,
+                          Llama4TextConfig, ModernBertConfig)
 from transformers.masking_utils import sdpa_mask
 
 from hf_llama import add_shape_args, check_positive, check_shape_args, llama_config, use_threads
@@ -70,7 +75,15 @@ def main():
     ap.add_argument("--torch", action="store_true",
                     help="also time transformers' own sdpa backend (PyTorch's SDPA over sdpa_mask's booleans) in the "
                          "same rounds, and compare its output with sdpa's")
+    ap.add_argument("--chunked", action="store_true",
+                    help="a Llama 4 text model whose every layer is chunked (chunks of --window positions) instead of "
+                         "the sliding-window decoder")
     a = ap.parse_args()
+    if a.chunked and a.encoder:
+        ap.error("--chunked and --encoder: one model at a time")
+    if a.chunked and a.batch > 1:
+        ap.error("--chunked with --batch above 1: left padding starts each sequence's chunks at its own first token, "
+                 "which transformers' mask says per sequence, so both routes would form the booleans")
     check_shape_args(ap, a)
     check_positive(ap, a, "prefill", "rounds", "window", "batch")
     if not sht._PATTERNS:
@@ -91,6 +104,15 @@ def main():
                                   max_position_embeddings=a.prefill, pad_token_id=0, bos_token_id=None,
                                   eos_token_id=None, cls_token_id=None, sep_token_id=None)
         model = AutoModel.from_config(config, attn_implementation=NAME).eval()
+    elif a.chunked:
+        shape = llama_config(a, a.prefill).to_dict()
+        config = Llama4TextConfig(**{k: shape[k] for k in (
+            "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+            "max_position_embeddings", "eos_token_id", "bos_token_id")},
+            intermediate_size_mlp=shape["intermediate_size"], attention_chunk_size=a.window,
+            no_rope_layers=[1] * a.layers, layer_types=["chunked_attention"] * a.layers,
+            interleave_moe_layer_step=a.layers + 1, pad_token_id=None)
+        model = AutoModelForCausalLM.from_config(config, attn_implementation=NAME).eval()
     else:
         model = AutoModelForCausalLM.from_config(llama_config(a, a.prefill), attn_implementation=NAME).eval()
     ids = torch.randint(1, a.vocab, (a.batch, a.prefill), generator=torch.Generator().manual_seed(1))
@@ -135,7 +157,8 @@ def main():
         shape = (f"a ModernBERT encoder, {a.window} tokens on either side on every layer; {a.layers} layers, width "
                  f"{a.width}, {a.heads} heads")
     else:
-        shape = (f"sliding window {a.window} on every layer; {a.layers} layers, width {a.width}, {a.heads} heads / "
+        pattern = f"chunks of {a.window} (Llama 4)" if a.chunked else f"sliding window {a.window}"
+        shape = (f"{pattern} on every layer; {a.layers} layers, width {a.width}, {a.heads} heads / "
                  f"{a.kv_heads} kv heads")
     padded = f", a padded batch of {a.batch}" if a.batch > 1 else ""
     print(f"\nprefill {a.prefill} tokens{padded}, {shape}; float32, {threads} threads; isa {sht._api.active_isa()}; "
@@ -152,12 +175,15 @@ def main():
         median = statistics.median(seconds[other]) / statistics.median(seconds[ours])
         return f"{other} / {ours}: forward {median:.3f}x (per round {min(ratios):.3f}-{max(ratios):.3f}x)"
     formed = (a.batch if a.batch > 1 else 1) * a.prefill * a.prefill  # padding makes them one per sequence
-    print(f"\n{ratio(theirs)}; the booleans' own size {formed / 2**20:.0f} MiB; same {what}, bit for "
-          f"bit: {torch.equal(outputs[ours], outputs[theirs])}")
+
+    def gap(other):
+        return (outputs[other] - outputs[ours]).abs().max().item() / outputs[ours].abs().max().item()
+    same = (f"largest {what} difference over the largest {what}: {gap(theirs):.2e}" if a.chunked
+            else f"same {what}, bit for bit: {torch.equal(outputs[ours], outputs[theirs])}")
+    print(f"\n{ratio(theirs)}; the booleans' own size {formed / 2**20:.0f} MiB; {same}")
     if a.torch:
-        gap = (outputs[TORCH_ROUTE] - outputs[ours]).abs().max().item() / outputs[ours].abs().max().item()
-        print(f"{ratio(TORCH_ROUTE)}; largest {what} difference over the largest {what}: {gap:.2e} (two exact "
-              f"kernels' float32 rounding)")
+        print(f"{ratio(TORCH_ROUTE)}; largest {what} difference over the largest {what}: {gap(TORCH_ROUTE):.2e} "
+              f"(two exact kernels' float32 rounding)")
     print(f"load average (1 min) {os.getloadavg()[0]:.2f} after the rounds (above the thread count: other work shared "
           f"the cores)")
 

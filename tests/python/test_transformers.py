@@ -670,7 +670,8 @@ def test_hf_model_bench_decode_only_decodes_what_a_full_prefill_does(tmp_path):
 
 def test_sliding_window_benches_run(tmp_path):
     """bench/hf_masks.py (a sliding-window model's prefill, build_mask against sdpa_mask; a decoder, then an
-    encoder beside PyTorch's SDPA) runs and finds the same bits; bench/hf_model.py --window runs its sliding model
+    encoder beside PyTorch's SDPA, then Llama 4's chunks) runs and finds the same bits (chunks: within float32's
+    rounding); bench/hf_model.py --window runs its sliding model
     on both backends to the same greedy tokens."""
     import json
 
@@ -688,8 +689,16 @@ def test_sliding_window_benches_run(tmp_path):
     assert "same hidden states, bit for bit: True" in res.stdout, res.stdout
     gap = float(res.stdout.split("largest hidden states difference over the largest hidden states: ")[1].split()[0])
     assert gap < 1e-5, res.stdout  # PyTorch's kernel on the same booleans: float32 rounding apart
+    res = run("hf_masks.py", *shape, "--prefill", "40", "--rounds", "1", "--chunked", "--torch")
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "chunks of 8 (Llama 4) on every layer" in res.stdout, res.stdout
+    for other in ("sdpa_mask (booleans)", "torch sdpa (booleans)"):  # a call a chunk: rounding apart at most
+        line = next(x for x in res.stdout.splitlines() if x.startswith(other + " / "))
+        assert float(line.split("largest logits difference over the largest logits: ")[1].split()[0]) < 1e-5, line
     res = run("hf_masks.py", "--window", "0")
     assert res.returncode == 2 and "--window: must be >= 1, got 0" in res.stderr, res.stderr
+    res = run("hf_masks.py", "--chunked", "--batch", "2")
+    assert res.returncode == 2 and "--chunked with --batch above 1" in res.stderr, res.stderr
     out = tmp_path / "figures.json"
     res = run("hf_model.py", *shape, "--prefill", "20", "--new", "16", "--rounds", "1", "--no-warmup", "--json",
               str(out))
