@@ -9,6 +9,8 @@ from transformers import LlamaConfig, LogitsProcessor, MistralConfig
 
 import sdpa.transformers as sht
 
+from bench_args import check_positive  # the four scripts import it from here, beside the shape flags
+
 CACHE_KWARG = sht._CACHE_KWARG  # generate()'s and a model's keyword for a cache object
 
 
@@ -34,13 +36,6 @@ def check_shape_args(ap, a):
     if a.width % a.heads or a.heads % a.kv_heads:
         ap.error(f"--width {a.width}, --heads {a.heads}, --kv-heads {a.kv_heads}: heads must divide width and "
                  f"kv-heads must divide heads")
-
-
-def check_positive(ap, a, *names):
-    """Refuses a flag below 1 (ap.error exits); names as argparse keeps them (kv_heads)."""
-    for name in names:
-        if getattr(a, name) < 1:
-            ap.error(f"--{name.replace('_', '-')}: must be >= 1, got {getattr(a, name)}")
 
 
 def use_threads(n):

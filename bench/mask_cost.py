@@ -24,7 +24,7 @@ import subprocess
 import sys
 import time
 
-from package_dirs import parse_package_dirs
+from bench_args import check_positive, parse_package_dirs
 
 
 def worker(a):
@@ -105,9 +105,9 @@ def main():
     if a.worker:
         return worker(a)
     pkgs = parse_package_dirs(ap, a.pkg)
-    for name in ("threads", "rounds", "reps"):
-        if getattr(a, name) < 1:
-            ap.error(f"--{name}: must be >= 1, got {getattr(a, name)}")
+    check_positive(ap, a, "threads", "rounds", "reps", "batch", "heads", "dim")
+    if min(a.seq) < 1:
+        ap.error(f"--seq: each must be >= 1, got {' '.join(map(str, a.seq))}")
     args = [sys.executable, os.path.abspath(__file__), "--worker", "--threads", str(a.threads), "--dtype", a.dtype,
             "--batch", str(a.batch), "--heads", str(a.heads), "--dim", str(a.dim), "--reps", str(a.reps),
             "--seq", *map(str, a.seq)] + (["--decode"] if a.decode else [])

@@ -27,7 +27,7 @@ import subprocess
 import sys
 import time
 
-from package_dirs import parse_package_dirs
+from bench_args import check_cases, check_positive, parse_package_dirs
 
 CASES = ("train", "decode")
 
@@ -102,6 +102,8 @@ def main():
     if args.one:
         run_one(args)
         return
+    check_positive(ap, args, "rounds", "iters")
+    check_cases(ap, args.cases, CASES)
     configs = []
     for name, d in parse_package_dirs(ap, args.pkg):
         configs.append((name, d, {}))

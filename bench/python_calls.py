@@ -12,7 +12,9 @@ Cases (float32, the process's torch thread count; docs/python.md, "Small calls")
 Each round times `calls` calls of sdpa and then of torch (after 50 warm-up calls of each) and prints
 µs per call; the summary line gives the medians over rounds. With --ab the rounds alternate
 between two copies of the package (each a directory holding the package `sdpa/`: its .py files and
-the built _ext*.so), one subprocess per round and copy, so both meet the same host load.
+the built _ext*.so), one subprocess per round and copy, so both meet the same host load; labelled by
+their directories' names (with #1 and #2 where those are the same: one directory twice is an A/A run,
+the host's noise alone).
 """
 import argparse
 import os
@@ -20,6 +22,8 @@ import statistics
 import subprocess
 import sys
 import time
+
+from bench_args import check_cases, check_positive, is_package_dir
 
 
 def _cases(torch):
@@ -91,6 +95,11 @@ def main():
     ap.add_argument("--cases", default="tiny,decode,train")
     ap.add_argument("--ab", nargs=2, metavar=("OLD_DIR", "NEW_DIR"))
     args = ap.parse_args()
+    check_positive(ap, args, "calls", "rounds")
+    check_cases(ap, args.cases, CASES)
+    for d in args.ab or ():
+        if not is_package_dir(d):
+            ap.error(f"--ab {d!r}: expected a directory holding a copy of the package (DIR/sdpa)")
     if not args.ab:
         import io
         import contextlib
@@ -100,18 +109,22 @@ def main():
         print(buf.getvalue(), end="")
         summarise("sdpa", buf.getvalue().splitlines())
         return
-    lines = {d: [] for d in args.ab}
+    labels = [os.path.basename(os.path.normpath(d)) for d in args.ab]
+    if labels[0] == labels[1]:  # the same directory twice (an A/A run: the noise alone), or two of one name
+        labels = [f"{label}#{i + 1}" for i, label in enumerate(labels)]
+    lines = {label: [] for label in labels}
+    copies = list(zip(labels, args.ab))
     for r in range(args.rounds):
-        for d in args.ab if r % 2 == 0 else reversed(args.ab):
+        for label, d in copies if r % 2 == 0 else reversed(copies):
             env = dict(os.environ, PYTHONPATH=os.path.abspath(d))
             cmd = [sys.executable, os.path.abspath(__file__), "--calls", str(args.calls), "--rounds", "1",
                    "--cases", args.cases]
             out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
             got = [ln for ln in out.splitlines() if ln.split()[:1] and ln.split()[0] in CASES]
-            print(f"round {r} {os.path.basename(os.path.normpath(d))}: " + "; ".join(got), flush=True)
-            lines[d].extend(got)
-    for d in args.ab:
-        summarise(os.path.basename(os.path.normpath(d)), lines[d])
+            print(f"round {r} {label}: " + "; ".join(got), flush=True)
+            lines[label].extend(got)
+    for label in labels:
+        summarise(label, lines[label])
 
 
 if __name__ == "__main__":

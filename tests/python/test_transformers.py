@@ -23,6 +23,7 @@ transformers = pytest.importorskip(
 
 import sdpa.transformers as sht  # noqa: E402
 from npref import EPS32, assert_within  # noqa: E402
+from repo_scripts import run_script  # noqa: E402
 from transformers import (AutoModel, AutoModelForCausalLM, BertConfig, DynamicCache, Gemma2Config,  # noqa: E402
                           GPT2Config, GptOssConfig, Llama4TextConfig, LlamaConfig, ModernBertConfig, Qwen2Config)
 from transformers.cache_utils import DynamicLayer  # noqa: E402
@@ -618,19 +619,9 @@ def test_set_attn_implementation_and_errors():
     sht._check_version("5.0.0.dev0")
 
 
-def _run_script(path, *args):
-    """Runs the repository's script at `path` (relative to the root, e.g. "bench/hf_model.py") with this Python;
-    returns the CompletedProcess (text output captured)."""
-    import pathlib
-    import subprocess
-    import sys
-    script = pathlib.Path(__file__).resolve().parents[2] / path
-    return subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, timeout=300)
-
-
 def test_example_hf_generate_runs():
     """examples/hf_generate.py (the README's example) runs as shipped."""
-    res = _run_script("examples/hf_generate.py")
+    res = run_script("examples/hf_generate.py")
     assert res.returncode == 0, res.stderr[-3000:]
     last = res.stdout.strip().splitlines()[-1]
     assert last.startswith(f"attention: {sht.NAME} | generated: [") and last.count(",") == 31
@@ -638,7 +629,7 @@ def test_example_hf_generate_runs():
 
 def test_example_gpt_oss_sinks_runs():
     """examples/gpt_oss_sinks.py runs as shipped: sdpa's tokens are eager's, and the sinks get a gradient."""
-    res = _run_script("examples/gpt_oss_sinks.py")
+    res = run_script("examples/gpt_oss_sinks.py")
     assert res.returncode == 0, res.stderr[-3000:]
     last = res.stdout.strip().splitlines()[-1]
     assert last.startswith("same tokens: True | layer 0 sinks' gradient: ")
@@ -657,7 +648,7 @@ def test_hf_model_bench_decode_only_decodes_what_a_full_prefill_does(tmp_path):
         args = ["--layers", "2", "--width", "96", "--heads", "6", "--kv-heads", "2", "--vocab", "200", "--prefill",
                 "40", "--new", "6", "--rounds", "1", "--batch", "2", "--no-warmup", "--kv-cache", "float,int8",
                 "--json", str(out)] + (["--decode-only"] if mode == "decode-only" else [])
-        res = _run_script("bench/hf_model.py", *args)
+        res = run_script("bench/hf_model.py", *args)
         assert res.returncode == 0, res.stderr[-3000:]
         figures[mode] = json.loads(out.read_text())
     full, shared = figures["full"], figures["decode-only"]
@@ -676,7 +667,7 @@ def test_sliding_window_benches_run(tmp_path):
     import json
 
     def run(script, *args):
-        return _run_script(f"bench/{script}", *args)
+        return run_script(f"bench/{script}", *args)
 
     shape = ["--layers", "2", "--width", "96", "--heads", "6", "--kv-heads", "2", "--vocab", "200", "--window", "8"]
     res = run("hf_masks.py", *shape, "--prefill", "40", "--rounds", "1", "--batch", "2")
@@ -712,7 +703,7 @@ def test_sliding_window_benches_run(tmp_path):
 def test_decode_layers_bench_runs():
     """bench/decode_layers.py (a decoding call split into its layers) runs on a tiny model at the thread count asked,
     and times each of its four variants."""
-    res = _run_script("bench/decode_layers.py", "--layers", "2", "--width", "96", "--heads", "6", "--kv-heads", "2",
+    res = run_script("bench/decode_layers.py", "--layers", "2", "--width", "96", "--heads", "6", "--kv-heads", "2",
                       "--vocab", "200", "--prefill", "20", "--new", "4", "--rounds", "1", "--threads", "1")
     assert res.returncode == 0, res.stderr[-3000:]
     assert ", 1 threads, isa " in res.stdout, res.stdout
@@ -725,7 +716,7 @@ def test_hf_requests_bench_runs():
     """bench/hf_requests.py (many requests in one batch against one at a time) runs on three short requests, and
     every way gives each request the greedy tokens it gets alone."""
     import re
-    res = _run_script("bench/hf_requests.py", "--requests", "3", "--min-prompt", "4", "--max-prompt", "9", "--new", "3",
+    res = run_script("bench/hf_requests.py", "--requests", "3", "--min-prompt", "4", "--max-prompt", "9", "--new", "3",
                       "--rounds", "1", "--threads", "1")
     assert res.returncode == 0, res.stderr[-3000:]
     agree = re.findall(r"^\| (sdpa, one batch|sdpa, one at a time|torch sdpa, one batch) \|.* (\d+) of (\d+) \|$",
