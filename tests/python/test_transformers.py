@@ -828,7 +828,7 @@ def test_bfloat16_model_against_torch_sdpa():
     _check_bf16_model(ours, theirs, gold, _ids(7, 2, 24), "torch SDPA")
 
 
-@pytest.mark.parametrize("name", ["llama-gqa", "qwen2-window", "gpt-oss-sinks"])
+@pytest.mark.parametrize("name", ["llama-gqa", "qwen2-window", "gpt-oss-sinks", "llama4-chunked"])
 def test_growing_cache_generates_dynamic_caches_tokens(name):
     """sdpa.transformers.GrowingCache: 32 greedy tokens of a left-padded batch the same as with transformers'
     DynamicCache, the buffers grown in place several times on the way (min_room 4), sliding layers left as
@@ -989,7 +989,7 @@ def test_quantized_inference_route_gives_the_full_routes_bits(fmt, dtype):
     assert layer._length == 14 and layer.get_seq_length() == 15
 
 
-@pytest.mark.parametrize("name", ["llama-gqa", "qwen2-window", "gpt-oss-sinks"])
+@pytest.mark.parametrize("name", ["llama-gqa", "qwen2-window", "gpt-oss-sinks", "llama4-chunked"])
 @pytest.mark.parametrize("fmt", ["int8", "fp8_e4m3"])
 def test_quantized_cache_greedy_tokens_against_the_float_cache(name, fmt):
     """32 greedy tokens of a left-padded batch (the padded row's mask reads a dequantized copy) with
