@@ -18,10 +18,11 @@ alignment all folded in by transformers), or None where the mask would be plain 
 then causal is top-left for Nq > 1 (a prefill from an empty cache, where top-left is
 bottom-right) and absent for one query (decoding sees every cached key). Where
 transformers would form a causal or sliding-window mask (a sliding layer past its window,
-a chunk over a cache, a padded batch; Llama 4's chunked layers), `build_mask` returns a
-PatternMask instead, which the backend reads as the kernel's causal and window options and
-a [B, 1, 1, Nk] key-padding mask (with chunks, one call for each chunk the queries touch):
-the [B, 1, Nq, Nk] booleans (1 GiB a sequence at 32k tokens) are never formed. A
+a chunk over a cache, a padded batch; Llama 4's chunked layers; a packed batch), `build_mask`
+returns a PatternMask instead, which the backend reads as the kernel's causal and window
+options and a [B, 1, 1, Nk] key-padding mask (with chunks, one call for each chunk the
+queries touch; packed, one varlen call over the batch's sequences): the [B, 1, Nq, Nk]
+booleans (1 GiB a sequence at 32k tokens) are never formed. A
 float mask passed by the caller is added to the scores, as in eager.
 """
 
@@ -120,30 +121,47 @@ class PatternMask(_torch.Tensor):
     @staticmethod
     def __new__(cls, batch: int, q_length: int, kv_length: int, q_offset: int, kv_offset: int,
                 window: Optional[int], padding: Optional["_torch.Tensor"] = None, device="cpu", causal: bool = True,
-                chunk: Optional[int] = None):
+                chunk: Optional[int] = None, packed: Optional["_torch.Tensor"] = None):
         self = _torch.Tensor._make_wrapper_subclass(cls, (batch, 1, q_length, kv_length), dtype=_torch.bool,
                                                     device=device)
         self.q_offset, self.kv_offset, self.window, self.padding = q_offset, kv_offset, window, padding
-        self.causal, self.chunk = causal, chunk
+        self.causal, self.chunk, self.packed = causal, chunk, packed
         self._dense = None
         return self
 
+    def rows(self, rows: "_torch.Tensor") -> "_torch.Tensor":
+        """The booleans of the query rows `rows` (indices, [r]) over every key, before the key padding: [r, Nk],
+        or [B, r, Nk] for a packed batch."""
+        q = (rows + self.q_offset)[:, None]
+        keys = _torch.arange(self.shape[3], device=self.device)
+        seen = _seen(q, (keys + self.kv_offset)[None, :], self.causal, self.window, self.chunk)
+        if self.packed is not None:
+            seen = seen & (self.packed[:, rows, None] == self.packed[:, None, keys])
+        return seen
+
     def dense(self) -> "_torch.Tensor":
-        """The boolean tensor, as sdpa_mask forms it (stride 0 over the batch)."""
+        """The boolean tensor, as sdpa_mask forms it (stride 0 over the batch unless packed)."""
         if self._dense is None:
             batch, _, q_length, kv_length = self.shape
-            q = (_torch.arange(q_length, device=self.device) + self.q_offset)[:, None]
-            kv = (_torch.arange(kv_length, device=self.device) + self.kv_offset)[None, :]
-            seen = _seen(q, kv, self.causal, self.window, self.chunk).expand(batch, 1, q_length, kv_length)
+            seen = self.rows(_torch.arange(q_length, device=self.device))
+            seen = seen[:, None] if seen.ndim == 3 else seen.expand(batch, 1, q_length, kv_length)
             self._dense = seen if self.padding is None else seen & self.padding[:, None, None, :]
         return self._dense
+
+    def offsets(self) -> "_torch.Tensor":
+        """A packed batch's sequences as varlen offsets (int32, from 0 to B·N) over its B·N tokens, row after row:
+        a sequence starts at each row's start and wherever its sequence index changes."""
+        starts = _torch.ones(self.packed.shape, dtype=_torch.bool, device=self.device)
+        starts[:, 1:] = self.packed[:, 1:] != self.packed[:, :-1]
+        first = _torch.nonzero(starts.reshape(-1)).reshape(-1)
+        return _torch.cat([first, first.new_tensor([starts.numel()])]).to(_torch.int32)
 
     def kernel_options(self, nq: int, nk: int):
         """(causal, window, keep) for a call of nq queries over the first nk keys, keep the key padding
         [B, 1, 1, nk] or None; or None where the kernel's alignments cannot say the pattern (its diagonal is
         neither top-left nor bottom-right for a causal one, not bottom-right for a bidirectional window, which the
         kernel centres there; chunks, which are pieces: dense() then)."""
-        if nq != self.shape[2] or nk > self.shape[3] or self.chunk is not None:
+        if nq != self.shape[2] or nk > self.shape[3] or self.chunk is not None or self.packed is not None:
             return None
         diagonal = self.q_offset - self.kv_offset  # row i's own position is key i + diagonal
         keep = None if self.padding is None else self.padding[:, None, None, :nk]
@@ -161,7 +179,10 @@ class PatternMask(_torch.Tensor):
         nk keys, each of the query rows `rows` (a slice) over the keys `keys` with those options: one call over
         every row and key (kernel_options), or with chunks one call for each chunk the queries touch, its rows over
         that chunk's keys up to its last row's position, bottom-right causal. None where no such calls say it
-        (kernel_options' cases; a chunk's row before the first key present or past the last): dense() then."""
+        (kernel_options' cases; a chunk's row before the first key present or past the last; a packed batch,
+        which is one varlen call: attention_forward's _packed): dense() then."""
+        if self.packed is not None:
+            return None
         if self.chunk is None:
             options = self.kernel_options(nq, nk)
             return None if options is None else [(slice(None), slice(None), *options)]
@@ -190,6 +211,7 @@ class PatternMask(_torch.Tensor):
     def __repr__(self):
         return (f"PatternMask(shape={tuple(self.shape)}, causal={self.causal}, q_offset={self.q_offset}, "
                 f"kv_offset={self.kv_offset}, window={self.window}, chunk={self.chunk}, "
+                f"packed={'None' if self.packed is None else 'a [B, N] sequence index'}, "
                 f"padding={'None' if self.padding is None else 'a [B, Nk] mask'})")
 
 
@@ -205,8 +227,16 @@ _BASES = ((_causal, True, _sliding_overlay(1).__code__),
            None if _bidirectional_overlay is None else _bidirectional_overlay(1).__code__))
 
 
-_chunked_overlay = getattr(_masking, "chunked_overlay", None)
-_CHUNKED_CODE = None if _chunked_overlay is None else _chunked_overlay(1, None).__code__
+def _inner_code(name: str, *arguments):
+    """The code object of the function transformers' masking_utils.NAME(*arguments) returns (None where this release
+    lacks NAME): how a mask function built by it is told apart."""
+    make = getattr(_masking, name, None)
+    return None if make is None else make(*arguments).__code__
+
+
+_CHUNKED_CODE = _inner_code("chunked_overlay", 1, None)
+_REMAP_CODE = _inner_code("remap_positions_for_packed_sequence", None, None)
+_PACKED_CODE = _inner_code("packed_sequence_mask_function", None)
 
 
 def _size(value) -> Optional[int]:
@@ -215,15 +245,19 @@ def _size(value) -> Optional[int]:
 
 
 def _pattern(mask_function):
-    """(causal, window, chunk) for transformers' causal or bidirectional mask function, window and chunk None;
+    """PatternMask's causal, window, chunk and packed (a dict) for transformers' causal or bidirectional mask
+    function, window, chunk and packed None;
     either and-ed with its sliding-window overlay (and_masks(sliding_window_overlay(W), causal_mask_function), as
     sliding_window_causal_mask_function builds it; and_masks(sliding_window_bidirectional_overlay(W),
     bidirectional_mask_function)), window W; the causal one and-ed with chunked_overlay(C, left_padding) whose
-    left padding is all zeros (chunked_causal_mask_function, Llama 4's chunked layers), chunk C; None for anything
-    else (a left-padded batch's chunks start at each sequence's own first token: formed)."""
+    left padding is all zeros (chunked_causal_mask_function, Llama 4's chunked layers), chunk C; a causal one, with
+    or without its window, over a packed batch (and_masks(remap_positions_for_packed_sequence(f, position_ids),
+    packed_sequence_mask_function(index)), as transformers builds it where position_ids restart without a cache),
+    packed the [B, N] sequence index; None for anything else (a left-padded batch's chunks start at each
+    sequence's own first token: formed)."""
     for base, causal, overlay in _BASES:
         if base is not None and mask_function is base:
-            return causal, None, None
+            return dict(causal=causal, window=None, chunk=None, packed=None)
     if getattr(mask_function, "__code__", None) is not _AND_CODE:
         return None
     parts = _closure(mask_function).get("mask_functions", ())
@@ -233,31 +267,48 @@ def _pattern(mask_function):
     for base, causal, overlay in _BASES:
         if base is not None and parts[1] is base and overlay is not None and overlay_code is overlay:
             window = _size(_closure(parts[0]).get("sliding_window"))
-            return None if window is None else (causal, window, None)
+            return None if window is None else dict(causal=causal, window=window, chunk=None, packed=None)
     if parts[1] is _causal and overlay_code is not None and overlay_code is _CHUNKED_CODE:
         closure = _closure(parts[0])
         chunk, left_padding = _size(closure.get("chunk_size")), closure.get("left_padding")
         if chunk is not None and isinstance(left_padding, _torch.Tensor) and not bool(left_padding.any()):
-            return True, None, chunk
+            return dict(causal=True, window=None, chunk=chunk, packed=None)
+    if (overlay_code is not None and overlay_code is _REMAP_CODE
+            and getattr(parts[1], "__code__", None) is _PACKED_CODE):
+        inner = _pattern(_closure(parts[0]).get("mask_function"))
+        index = _closure(parts[1]).get("packed_sequence_mask")
+        if (inner is not None and inner["causal"] and inner["chunk"] is None and inner["packed"] is None
+                and isinstance(index, _torch.Tensor) and index.ndim == 2):
+            return {**inner, "packed": index}
     return None
 
 
-def _is_pattern(mask_function, causal, window, chunk, q_length, q_offset, kv_offset, kv_length) -> bool:
+def _is_pattern(mask_function, pattern: PatternMask) -> bool:
     """Whether mask_function gives the pattern on a few rows (the first and last query's, with a window those
-    whose window edge falls inside the keys, with chunks the two about the first chunk edge among the keys): a
-    check of what _pattern read from its closures against what it computes, in case a transformers release
-    changes a function's meaning."""
+    whose window edge falls inside the keys, with chunks the two about the first chunk edge among the keys, packed
+    the first two of each of the first sequences of every row): a check of what _pattern read from its closures
+    against what it computes, in case a transformers release changes a function's meaning."""
+    q_length, kv_length = pattern.shape[2:]
+    q_offset, kv_offset, window, chunk = pattern.q_offset, pattern.kv_offset, pattern.window, pattern.chunk
     rows = [q_offset, q_offset + q_length - 1]
     if window:
-        rows += [kv_offset + window - 1, kv_offset + window] if causal else [kv_offset, kv_offset + window + 1]
+        rows += [kv_offset + window - 1, kv_offset + window] if pattern.causal else [kv_offset, kv_offset + window + 1]
     if chunk:
         edge = (kv_offset // chunk + 1) * chunk
         rows += [edge - 1, edge]
-    q = _torch.tensor(rows, dtype=_torch.long)[:, None]
+    if pattern.packed is not None:
+        first = pattern.offsets()[:8].long() % q_length
+        rows += (first + q_offset).tolist() + (first + q_offset + 1).tolist()
+    if pattern.packed is not None:  # (its rows are indices into the sequence index)
+        rows = [r for r in rows if q_offset <= r < q_offset + q_length]
+    q = _torch.tensor(rows, dtype=_torch.long)
+    want = pattern.rows(q - q_offset)
+    batch = _torch.zeros((), dtype=_torch.long)
+    if pattern.packed is not None:
+        batch = _torch.arange(pattern.shape[0])[:, None, None]
     kv = _torch.arange(kv_length)[None, :] + kv_offset
-    want = _seen(q, kv, causal, window, chunk)
-    zero = _torch.zeros((), dtype=_torch.long)
-    got = mask_function(zero, zero, q, kv)  # broadcast over the keys where it ignores them (bidirectional)
+    got = mask_function(batch, _torch.zeros((), dtype=_torch.long), q[:, None], kv)  # (broadcast where it ignores
+    # the keys: bidirectional)
     try:
         return _torch.broadcast_shapes(got.shape, want.shape) == want.shape and bool((got == want).all())
     except RuntimeError:  # shapes that do not broadcast: not the pattern
@@ -282,7 +333,6 @@ def build_mask(batch_size: int, q_length: int, kv_length: int, q_offset=0, kv_of
     if (pattern is None or use_vmap or type(q_offset) is not int or type(kv_offset) is not int
             or _torch.compiler.is_compiling() or _torch.jit.is_tracing()):
         return formed()
-    causal, window, chunk = pattern
     padding = None
     if attention_mask is not None:  # a padding mask [B, positions], read as sdpa_mask reads it (nonzero: a key)
         if attention_mask.ndim != 2 or attention_mask.shape[0] != batch_size:
@@ -300,9 +350,12 @@ def build_mask(batch_size: int, q_length: int, kv_length: int, q_offset=0, kv_of
         return None
     if padding is not None and bool(padding.all()):
         padding = None
-    if not _is_pattern(mask_function, causal, window, chunk, q_length, q_offset, kv_offset, kv_length):
-        return formed()
-    return PatternMask(batch_size, q_length, kv_length, q_offset, kv_offset, window, padding, device, causal, chunk)
+    packed = pattern["packed"]
+    if packed is not None and (padding is not None or packed.shape != (batch_size, q_length) or q_length != kv_length
+                               or q_offset or kv_offset):
+        return formed()  # transformers packs a batch without a cache or padding: anything else is not that
+    mask = PatternMask(batch_size, q_length, kv_length, q_offset, kv_offset, padding=padding, device=device, **pattern)
+    return mask if _is_pattern(mask_function, mask) else formed()
 
 
 def attention_forward(module, query, key, value, attention_mask: Optional["_torch.Tensor"], dropout: float = 0.0,
@@ -334,6 +387,8 @@ def attention_forward(module, query, key, value, attention_mask: Optional["_torc
                                     causal_model, sinks, kwargs)
     nq, nk = query.shape[2], key.shape[2]
     mask = attention_mask
+    if isinstance(mask, PatternMask) and mask.packed is not None and mask.shape[2] == mask.shape[3] == nq == nk:
+        return _packed(query, key, value, mask, sinks, scaling, softcap, dropout), None
     if isinstance(mask, PatternMask):
         calls = mask.pieces(nq, nk)
         if calls is not None:  # the pattern as options, without its booleans (a call for each chunk with chunks)
@@ -353,6 +408,23 @@ def attention_forward(module, query, key, value, attention_mask: Optional["_torc
         if sliding_window is not None:
             window = (sliding_window - 1, 0)  # transformers: key visible iff q_idx - kv_idx < sliding_window
     return _attend(query, key, value, mask, sinks, scaling, causal, window, softcap, dropout), None
+
+
+def _packed(query, key, value, mask: PatternMask, sinks, scaling, softcap, dropout):
+    """A packed batch's attention, (B, N, Hq, Dv): its B·N tokens as one varlen call (sdpa.attention_varlen),
+    each sequence causal within itself (with the pattern's window), no score across two sequences computed. The
+    [B, H, N, D] tensors are read as [B·N, H, D] (a view where transformers' projections left them in (B, N, H, D)
+    order, else a copy), and the output comes back in the layout the model reads."""
+    B, Hq, N, _ = query.shape
+    packed = [x.transpose(1, 2).reshape(B * N, x.shape[1], x.shape[3]) for x in (query, key, value)]
+    offsets = mask.offsets()
+    window = None if mask.window is None else (mask.window - 1, 0)
+    try:
+        out = _api.attention_varlen(*packed, offsets, offsets, scale=scaling, causal="top-left", window=window,
+                                    softcap=softcap, sinks=sinks, dropout_p=dropout)
+    except (TypeError, ValueError) as e:
+        raise _renamed(e) from None
+    return out.view(B, N, Hq, out.shape[2])
 
 
 def _rows(x, rows: slice):

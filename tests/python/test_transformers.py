@@ -65,8 +65,8 @@ DECODERS = list(CONFIGS)
 
 
 class SmaxSpy:
-    """Wraps the backend's two routes (the full one, sdpa.attention, and the inference one) to record smax, the
-    bound on |score| of every attention call."""
+    """Wraps the backend's three routes (the full one, sdpa.attention, the inference one, and sdpa.attention_varlen
+    for a packed batch) to record smax, the bound on |score| of every attention call."""
 
     def __init__(self):
         self.smax = 0.0
@@ -82,7 +82,7 @@ class SmaxSpy:
         self.smax = max(self.smax, s)
 
     def __enter__(self):
-        self._full, self._inference = sht._api.attention, sht._inference
+        self._full, self._inference, self._varlen = sht._api.attention, sht._inference, sht._api.attention_varlen
 
         def full(q, k, v, *, scale=None, softcap=None, mask=None, **kw):
             self.record(q, k, scale, softcap, mask)
@@ -92,11 +92,15 @@ class SmaxSpy:
             self.record(q, k, scale, softcap, mask)
             return self._inference(q, k, v, mask, sinks, scale, causal, window, softcap)
 
-        sht._api.attention, sht._inference = full, inference
+        def varlen(q, k, v, cu_q, cu_k, *, scale=None, softcap=None, mask=None, **kw):
+            self.record(q, k, scale, softcap, mask)
+            return self._varlen(q, k, v, cu_q, cu_k, scale=scale, softcap=softcap, mask=mask, **kw)
+
+        sht._api.attention, sht._inference, sht._api.attention_varlen = full, inference, varlen
         return self
 
     def __exit__(self, *exc):
-        sht._api.attention, sht._inference = self._full, self._inference
+        sht._api.attention, sht._inference, sht._api.attention_varlen = self._full, self._inference, self._varlen
 
 
 def _models(name, cls=AutoModelForCausalLM):
@@ -560,6 +564,81 @@ def test_chunked_layers_as_pattern_masks():
     steps = [pieces for m, pieces in seen if m.shape[2] == 1]
     assert len(steps) >= 20 and all(len(p) == 1 and p[0][1].stop - p[0][1].start <= 8 for p in steps)
     assert any(p[0][1].stop - p[0][1].start < 8 for p in steps)  # a step early in its chunk reads fewer
+
+
+def _packed_positions(lengths):
+    """position_ids [B, N] of rows packed from sequences of these lengths (each row's lengths summing to N),
+    restarting at 0 at each sequence, as a padding-free collator gives them."""
+    return torch.stack([torch.cat([torch.arange(n) for n in row]) for row in lengths])
+
+
+def test_build_mask_is_sdpa_mask_packed():
+    """A packed batch's mask (and_masks(remap_positions_for_packed_sequence(f, position_ids),
+    packed_sequence_mask_function(index)), causal with and without a window): build_mask gives sdpa_mask's booleans
+    as a packed PatternMask, whose varlen offsets start a sequence wherever the positions restart, row after row."""
+    from transformers.masking_utils import (and_masks, causal_mask_function, find_packed_sequence_indices,
+                                            packed_sequence_mask_function, remap_positions_for_packed_sequence,
+                                            sdpa_mask, sliding_window_causal_mask_function)
+    for lengths in ([[10, 12, 8]], [[10, 12, 8], [25, 5]], [[30], [1, 29]], [[1] * 6, [6]]):
+        positions = _packed_positions(lengths)
+        batch, n = positions.shape
+        index = find_packed_sequence_indices(positions)
+        starts = [b * n + sum(row[:i]) for b, row in enumerate(lengths) for i in range(len(row))]
+        for window in (None, 3):
+            base = causal_mask_function if window is None else sliding_window_causal_mask_function(window)
+            kw = dict(batch_size=batch, q_length=n, kv_length=n, allow_is_causal_skip=False,
+                      mask_function=and_masks(remap_positions_for_packed_sequence(base, positions),
+                                              packed_sequence_mask_function(index)))
+            want, got = sdpa_mask(**kw), sht.build_mask(**kw)
+            where = f"{lengths}, window {window}"
+            assert isinstance(got, sht.PatternMask) and got.packed is not None and got.window == window, where
+            assert got.offsets().tolist() == starts + [batch * n] and got.offsets().dtype == torch.int32, where
+            assert got.pieces(n, n) is None and got.kernel_options(n, n) is None, where
+            assert got.shape == want.shape and torch.equal(got, want), where
+
+
+@pytest.mark.parametrize("name", ["llama-gqa", "qwen2-window", "gemma2-softcap-window"])
+def test_packed_batch_as_one_varlen_call(name):
+    """A padding-free packed batch (position_ids restarting at each sequence, no attention mask, no cache:
+    transformers' packed format) reaches the backend as packed PatternMasks, never formed, each run as one varlen
+    call: each sequence's logits within the rule against that sequence alone in the float64 model (eager's packed
+    logits the reference), and one training step's gradients against the float64 model's on the packed batch."""
+    ours, eager, gold = _models(name)
+    lengths = [[10, 12, 8], [25, 5]]
+    positions, ids = _packed_positions(lengths), _ids(14, 2, 30)
+    seen = []
+    orig = sht.attention_forward
+
+    def spy(module, q, k, v, mask, *args, **kw):
+        seen.append(mask)
+        return orig(module, q, k, v, mask, *args, **kw)
+
+    transformers.AttentionInterface.register(sht.NAME, spy)
+    try:
+        with torch.no_grad(), SmaxSpy() as smax:
+            got = ours(ids, position_ids=positions, use_cache=False).logits
+    finally:
+        transformers.AttentionInterface.register(sht.NAME, orig)
+    assert len(seen) == 2 and all(isinstance(m, sht.PatternMask) and m.packed is not None for m in seen), seen
+    assert all(m._dense is None for m in seen)
+    with torch.no_grad():
+        want = eager(ids, position_ids=positions, use_cache=False).logits
+        oracle = torch.cat([gold(ids[b:b + 1, s:s + n]).logits[0] for b, row in enumerate(lengths)
+                            for s, n in zip(np.cumsum([0] + row[:-1]), row)])
+    _check("logits (packed)", got.reshape(-1, VOCAB), want.reshape(-1, VOCAB), oracle, smax.smax)
+
+    def grads(model):
+        model.train()
+        model.zero_grad()
+        model(ids, position_ids=positions, labels=ids, use_cache=False).loss.backward()
+        return {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
+
+    with SmaxSpy() as smax:
+        g_ours = grads(ours)
+    g_eager, g_gold = grads(eager), grads(gold)
+    assert g_ours.keys() == g_gold.keys() and len(g_ours) > 4
+    for n in g_gold:
+        _check(n, g_ours[n], g_eager[n], g_gold[n], smax.smax)
 
 
 def test_pattern_mask_window_without_the_sliding_window_argument():
