@@ -4,7 +4,7 @@ formed) or transformers' masking_utils.sdpa_mask (the [B, 1, N, N] booleans form
 
     flock /tmp/sdpa-cpu.lock .venv/bin/python bench/hf_masks.py [--prefill 16384 --window 1024 --layers 2
                                                                  --rounds 3 --threads 2 --encoder --batch 4
-                                                                 --torch --chunked]
+                                                                 --torch --chunked --packed 16 --train]
 
 The model is bench/hf_llama.py's with a sliding window on every layer (Mistral's config); one forward over
 --prefill tokens without a cache, the logits of the last position only. With --encoder it is a ModernBERT of the
@@ -13,13 +13,16 @@ same width, heads and layers instead (no kv heads: every head its own), every la
 last hidden state of one forward. With --chunked it is a Llama 4 text model of the same shape whose every layer is
 chunked (Llama 4's chunked layers: a token sees the tokens before it in its own chunk of --window positions; RoPE
 on every layer, no mixture of experts), which build_mask says as one kernel call a chunk. --batch B makes it a
-padded batch (sequence b with b·N/(2B) pad positions), so the masks carry key padding; --torch adds transformers'
-own sdpa backend to the rounds. The routes are timed alternately (A B, then B A, ...) on the same model after one
-untimed forward, medians over --rounds. Each
-forward's peak resident memory above its start is read from /proc/self/status (VmHWM, reset before the forward
-through /proc/self/clear_refs; Linux only, else nan). The script says whether the two give the same outputs, bit
-for bit (they should: the kernel's explicit masks give the bits of the structure they hold; chunks are the
-exception, their calls tiling each chunk's keys from its own start, so it says how far apart they are).
+padded batch (sequence b with b·N/(2B) pad positions), so the masks carry key padding. --packed K packs the prompt
+from K sequences of (nearly) equal lengths, position_ids restarting at each (a padding-free collator's batch, which
+transformers masks sequence by sequence and build_mask hands over as one varlen call). --train times a training
+step instead (the loss over every position, forward and backward) and compares the losses. --torch adds
+transformers' own sdpa backend to the rounds. The routes are timed alternately (A B, then B A, ...) on the same
+model after one untimed forward, medians over --rounds. Each forward's peak resident memory above its start is
+read from /proc/self/status (VmHWM, reset before the forward through /proc/self/clear_refs; Linux only, else nan).
+The script says whether the two give the same outputs, bit for bit (they should: the kernel's explicit masks give
+the bits of the structure they hold; chunks and packed sequences are the exception, their calls tiling each chunk's
+or sequence's keys from its own start, so it says how far apart they are).
 """
 
 import argparse
@@ -78,7 +81,15 @@ def main():
     ap.add_argument("--chunked", action="store_true",
                     help="a Llama 4 text model whose every layer is chunked (chunks of --window positions) instead of "
                          "the sliding-window decoder")
+    ap.add_argument("--packed", type=int, default=0,
+                    help="pack the prompt from this many sequences of (nearly) equal lengths (decoder only)")
+    ap.add_argument("--train", action="store_true",
+                    help="time a training step (forward and backward of the loss over every position)")
     a = ap.parse_args()
+    if a.packed and (a.encoder or a.chunked or a.batch > 1):
+        ap.error("--packed: the sliding-window decoder alone, one row (no --encoder, --chunked or --batch)")
+    if a.packed < 0 or a.packed > a.prefill:
+        ap.error(f"--packed: must be from 1 to --prefill ({a.prefill}) sequences, got {a.packed}")
     if a.chunked and a.encoder:
         ap.error("--chunked and --encoder: one model at a time")
     if a.chunked and a.batch > 1:
@@ -126,6 +137,9 @@ def main():
     inputs = dict(attention_mask=attention_mask) if a.batch > 1 else {}
     if a.batch > 1 and not a.encoder:
         inputs["position_ids"] = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+    if a.packed:  # K sequences back to back, positions restarting at each: what transformers reads as packed
+        bounds = [a.prefill * i // a.packed for i in range(a.packed + 1)]
+        inputs["position_ids"] = torch.cat([torch.arange(e - s) for s, e in zip(bounds, bounds[1:])])[None]
 
     def forward(route):
         attention, builder = routes[route]
@@ -134,11 +148,18 @@ def main():
         _reset_peak()
         start_mib = _status_mib("VmRSS")
         start = time.perf_counter()
-        with torch.no_grad():
-            if a.encoder:
-                out = model(ids, **inputs).last_hidden_state
-            else:
-                out = model(ids, use_cache=False, logits_to_keep=1, **inputs).logits
+        if a.train:
+            model.zero_grad(set_to_none=True)
+            loss = (model(ids, **inputs).last_hidden_state.square().mean() if a.encoder
+                    else model(ids, use_cache=False, labels=ids, **inputs).loss)
+            loss.backward()
+            out = loss.detach()
+        else:
+            with torch.no_grad():
+                if a.encoder:
+                    out = model(ids, **inputs).last_hidden_state
+                else:
+                    out = model(ids, use_cache=False, logits_to_keep=1, **inputs).logits
         return time.perf_counter() - start, _status_mib("VmHWM") - start_mib, out
 
     names = list(routes)
@@ -161,24 +182,27 @@ def main():
         shape = (f"{pattern} on every layer; {a.layers} layers, width {a.width}, {a.heads} heads / "
                  f"{a.kv_heads} kv heads")
     padded = f", a padded batch of {a.batch}" if a.batch > 1 else ""
+    padded += f", packed from {a.packed} sequences" if a.packed else ""
+    padded += ", a training step (forward and backward)" if a.train else ""
     print(f"\nprefill {a.prefill} tokens{padded}, {shape}; float32, {threads} threads; isa {sht._api.active_isa()}; "
           f"median of {a.rounds} alternating rounds\n")
-    print("| attention, mask | forward s | peak memory above the start, MiB |")
+    timed = "training step" if a.train else "forward"
+    print(f"| attention, mask | {timed} s | peak memory above the start, MiB |")
     print("|---|---|---|")
     for n in names:
         print(f"| {n} | {statistics.median(seconds[n]):.3f} | {statistics.median(peak[n]):.0f} |")
-    what = "hidden states" if a.encoder else "logits"
+    what = "loss" if a.train else "hidden states" if a.encoder else "logits"
     ours, theirs = names[:2]
 
     def ratio(other):
         ratios = [b / o for o, b in zip(seconds[ours], seconds[other])]
         median = statistics.median(seconds[other]) / statistics.median(seconds[ours])
-        return f"{other} / {ours}: forward {median:.3f}x (per round {min(ratios):.3f}-{max(ratios):.3f}x)"
+        return f"{other} / {ours}: {timed} {median:.3f}x (per round {min(ratios):.3f}-{max(ratios):.3f}x)"
     formed = (a.batch if a.batch > 1 else 1) * a.prefill * a.prefill  # padding makes them one per sequence
 
     def gap(other):
         return (outputs[other] - outputs[ours]).abs().max().item() / outputs[ours].abs().max().item()
-    same = (f"largest {what} difference over the largest {what}: {gap(theirs):.2e}" if a.chunked
+    same = (f"largest {what} difference over the largest {what}: {gap(theirs):.2e}" if a.chunked or a.packed
             else f"same {what}, bit for bit: {torch.equal(outputs[ours], outputs[theirs])}")
     print(f"\n{ratio(theirs)}; the booleans' own size {formed / 2**20:.0f} MiB; {same}")
     if a.torch:

@@ -740,8 +740,8 @@ def test_hf_model_bench_decode_only_decodes_what_a_full_prefill_does(tmp_path):
 
 def test_sliding_window_benches_run(tmp_path):
     """bench/hf_masks.py (a sliding-window model's prefill, build_mask against sdpa_mask; a decoder, then an
-    encoder beside PyTorch's SDPA, then Llama 4's chunks) runs and finds the same bits (chunks: within float32's
-    rounding); bench/hf_model.py --window runs its sliding model
+    encoder beside PyTorch's SDPA, then Llama 4's chunks, then a packed batch's training step) runs and finds the
+    same bits (chunks and packed sequences: within float32's rounding); bench/hf_model.py --window runs its sliding model
     on both backends to the same greedy tokens."""
     import json
 
@@ -765,6 +765,14 @@ def test_sliding_window_benches_run(tmp_path):
     for other in ("sdpa_mask (booleans)", "torch sdpa (booleans)"):  # a call a chunk: rounding apart at most
         line = next(x for x in res.stdout.splitlines() if x.startswith(other + " / "))
         assert float(line.split("largest logits difference over the largest logits: ")[1].split()[0]) < 1e-5, line
+    res = run("hf_masks.py", *shape, "--prefill", "40", "--rounds", "1", "--packed", "4", "--train", "--torch")
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "packed from 4 sequences, a training step (forward and backward), sliding window 8" in res.stdout, res.stdout
+    for other in ("sdpa_mask (booleans)", "torch sdpa (booleans)"):  # one varlen call: rounding apart at most
+        line = next(x for x in res.stdout.splitlines() if x.startswith(other + " / "))
+        assert float(line.split("largest loss difference over the largest loss: ")[1].split()[0]) < 1e-5, line
+    res = run("hf_masks.py", "--packed", "2", "--encoder")
+    assert res.returncode == 2 and "--packed: the sliding-window decoder alone" in res.stderr, res.stderr
     res = run("hf_masks.py", "--window", "0")
     assert res.returncode == 2 and "--window: must be >= 1, got 0" in res.stderr, res.stderr
     res = run("hf_masks.py", "--chunked", "--batch", "2")
