@@ -111,10 +111,11 @@ class PatternMask(_torch.Tensor):
     key j (position kv_offset + j) as _seen says (causal: kv_offset + j <= q_offset + i, and with a window W also
     kv_offset + j > q_offset + i - W, with chunks of C also the same chunk of C positions; bidirectional: every
     key, and with a window W those within W positions on either side), and with padding [B, Nk] (bool) also where
-    padding[b, j]. attention_forward reads it as the kernel's causal and window options and a [B, 1, 1, Nk] keep
-    mask, one call for each chunk the queries touch over that chunk's keys (pieces), so the booleans are
-    never formed; anything else that touches it (a model slicing it, another backend, printing) gets the
-    boolean tensor, formed on first use and kept (dense())."""
+    padding[b, j]; in a packed batch also where packed[b, i] == packed[b, j] (its [B, N] sequence index).
+    attention_forward reads it as the kernel's causal and window options and a [B, 1, 1, Nk] keep mask, one call
+    for each chunk the queries touch over that chunk's keys (pieces), or packed as one varlen call (offsets), so
+    the booleans are never formed; anything else that touches it (a model slicing it, another backend, printing)
+    gets the boolean tensor, formed on first use and kept (dense())."""
 
     __torch_function__ = _torch._C._disabled_torch_function_impl  # ops reach __torch_dispatch__ as plain ones
 
@@ -246,15 +247,14 @@ def _size(value) -> Optional[int]:
 
 def _pattern(mask_function):
     """PatternMask's causal, window, chunk and packed (a dict) for transformers' causal or bidirectional mask
-    function, window, chunk and packed None;
-    either and-ed with its sliding-window overlay (and_masks(sliding_window_overlay(W), causal_mask_function), as
-    sliding_window_causal_mask_function builds it; and_masks(sliding_window_bidirectional_overlay(W),
-    bidirectional_mask_function)), window W; the causal one and-ed with chunked_overlay(C, left_padding) whose
-    left padding is all zeros (chunked_causal_mask_function, Llama 4's chunked layers), chunk C; a causal one, with
-    or without its window, over a packed batch (and_masks(remap_positions_for_packed_sequence(f, position_ids),
-    packed_sequence_mask_function(index)), as transformers builds it where position_ids restart without a cache),
-    packed the [B, N] sequence index; None for anything else (a left-padded batch's chunks start at each
-    sequence's own first token: formed)."""
+    function, window, chunk and packed None; either and-ed with its sliding-window overlay
+    (and_masks(sliding_window_overlay(W), causal_mask_function), as sliding_window_causal_mask_function builds it;
+    and_masks(sliding_window_bidirectional_overlay(W), bidirectional_mask_function)), window W; the causal one
+    and-ed with chunked_overlay(C, left_padding) whose left padding is all zeros (chunked_causal_mask_function,
+    Llama 4's chunked layers), chunk C; a causal one, with or without its window, over a packed batch
+    (and_masks(remap_positions_for_packed_sequence(f, position_ids), packed_sequence_mask_function(index)), as
+    transformers builds it where position_ids restart without a cache), packed the [B, N] sequence index; None
+    for anything else (a left-padded batch's chunks start at each sequence's own first token: formed)."""
     for base, causal, overlay in _BASES:
         if base is not None and mask_function is base:
             return dict(causal=causal, window=None, chunk=None, packed=None)
@@ -296,10 +296,9 @@ def _is_pattern(mask_function, pattern: PatternMask) -> bool:
     if chunk:
         edge = (kv_offset // chunk + 1) * chunk
         rows += [edge - 1, edge]
-    if pattern.packed is not None:
+    if pattern.packed is not None:  # (its rows index the sequence index: those inside the queries)
         first = pattern.offsets()[:8].long() % q_length
         rows += (first + q_offset).tolist() + (first + q_offset + 1).tolist()
-    if pattern.packed is not None:  # (its rows are indices into the sequence index)
         rows = [r for r in rows if q_offset <= r < q_offset + q_length]
     q = _torch.tensor(rows, dtype=_torch.long)
     want = pattern.rows(q - q_offset)

@@ -193,15 +193,12 @@ def test_left_padded_batch(name):
         assert torch.equal(ours.generate(ids, **kw), eager.generate(ids, **kw))
 
 
-@pytest.mark.parametrize("name", DECODERS)
-def test_training_step_gradients(name):
-    ours, eager, gold = _models(name)
-    ids = _ids(5, 2, 16)
-
+def _check_training_step(ours, eager, gold, ids, **inputs):
+    """One step of the LM loss on ids (and inputs) in each model: every parameter's gradient by the rule."""
     def grads(model):
         model.train()
         model.zero_grad()
-        model(ids, labels=ids).loss.backward()
+        model(ids, labels=ids, **inputs).loss.backward()
         return {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
 
     with SmaxSpy() as spy:
@@ -210,6 +207,12 @@ def test_training_step_gradients(name):
     assert g_ours.keys() == g_gold.keys() and len(g_ours) > 4
     for n in g_gold:
         _check(n, g_ours[n], g_eager[n], g_gold[n], spy.smax)
+
+
+@pytest.mark.parametrize("name", DECODERS)
+def test_training_step_gradients(name):
+    ours, eager, gold = _models(name)
+    _check_training_step(ours, eager, gold, _ids(5, 2, 16))
 
 
 def test_bert_encoder_with_padding():
@@ -626,19 +629,7 @@ def test_packed_batch_as_one_varlen_call(name):
         oracle = torch.cat([gold(ids[b:b + 1, s:s + n]).logits[0] for b, row in enumerate(lengths)
                             for s, n in zip(np.cumsum([0] + row[:-1]), row)])
     _check("logits (packed)", got.reshape(-1, VOCAB), want.reshape(-1, VOCAB), oracle, smax.smax)
-
-    def grads(model):
-        model.train()
-        model.zero_grad()
-        model(ids, position_ids=positions, labels=ids, use_cache=False).loss.backward()
-        return {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
-
-    with SmaxSpy() as smax:
-        g_ours = grads(ours)
-    g_eager, g_gold = grads(eager), grads(gold)
-    assert g_ours.keys() == g_gold.keys() and len(g_ours) > 4
-    for n in g_gold:
-        _check(n, g_ours[n], g_eager[n], g_gold[n], smax.smax)
+    _check_training_step(ours, eager, gold, ids, position_ids=positions, use_cache=False)
 
 
 def test_pattern_mask_window_without_the_sliding_window_argument():
@@ -741,8 +732,8 @@ def test_hf_model_bench_decode_only_decodes_what_a_full_prefill_does(tmp_path):
 def test_sliding_window_benches_run(tmp_path):
     """bench/hf_masks.py (a sliding-window model's prefill, build_mask against sdpa_mask; a decoder, then an
     encoder beside PyTorch's SDPA, then Llama 4's chunks, then a packed batch's training step) runs and finds the
-    same bits (chunks and packed sequences: within float32's rounding); bench/hf_model.py --window runs its sliding model
-    on both backends to the same greedy tokens."""
+    same bits (chunks and packed sequences: within float32's rounding); bench/hf_model.py --window runs its sliding
+    model on both backends to the same greedy tokens."""
     import json
 
     def run(script, *args):
