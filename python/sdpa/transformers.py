@@ -318,9 +318,10 @@ def build_mask(batch_size: int, q_length: int, kv_length: int, q_offset=0, kv_of
                mask_function=_causal, attention_mask=None, local_size=None, allow_is_causal_skip: bool = True,
                allow_is_bidirectional_skip: bool = False, use_vmap: bool = False, device="cpu", **kwargs):
     """The mask function registered for NAME: transformers' sdpa_mask (same arguments, same result), except
-    that a causal or bidirectional mask, with or without a sliding window and key padding, is returned as a
-    PatternMask rather than formed (None stays None where sdpa_mask gives None). Anything else (packed
-    sequences, a model's own mask functions, tracing) is sdpa_mask's."""
+    that a causal or bidirectional mask, with or without a sliding window and key padding, a chunked causal one
+    without left padding and a packed batch's causal one (_pattern says which) are returned as a PatternMask
+    rather than formed (None stays None where sdpa_mask gives None). Anything else (a model's own and/or mask
+    functions, a left-padded batch's chunks, a packed batch's chunks, tracing) is sdpa_mask's."""
     def formed():
         return _sdpa_mask(batch_size=batch_size, q_length=q_length, kv_length=kv_length, q_offset=q_offset,
                           kv_offset=kv_offset, mask_function=mask_function, attention_mask=attention_mask,
