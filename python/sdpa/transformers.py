@@ -127,7 +127,7 @@ class PatternMask(_torch.Tensor):
                                                     device=device)
         self.q_offset, self.kv_offset, self.window, self.padding = q_offset, kv_offset, window, padding
         self.causal, self.chunk, self.packed = causal, chunk, packed
-        self._dense = None
+        self._dense = self._offsets = None
         return self
 
     def rows(self, rows: "_torch.Tensor") -> "_torch.Tensor":
@@ -151,11 +151,14 @@ class PatternMask(_torch.Tensor):
 
     def offsets(self) -> "_torch.Tensor":
         """A packed batch's sequences as varlen offsets (int32, from 0 to B·N) over its B·N tokens, row after row:
-        a sequence starts at each row's start and wherever its sequence index changes."""
-        starts = _torch.ones(self.packed.shape, dtype=_torch.bool, device=self.device)
-        starts[:, 1:] = self.packed[:, 1:] != self.packed[:, :-1]
-        first = _torch.nonzero(starts.reshape(-1)).reshape(-1)
-        return _torch.cat([first, first.new_tensor([starts.numel()])]).to(_torch.int32)
+        a sequence starts at each row's start and wherever its sequence index changes. Found once and kept: every
+        layer of the model reads the same mask."""
+        if self._offsets is None:
+            starts = _torch.ones(self.packed.shape, dtype=_torch.bool, device=self.device)
+            starts[:, 1:] = self.packed[:, 1:] != self.packed[:, :-1]
+            first = _torch.nonzero(starts.reshape(-1)).reshape(-1)
+            self._offsets = _torch.cat([first, first.new_tensor([starts.numel()])]).to(_torch.int32)
+        return self._offsets
 
     def kernel_options(self, nq: int, nk: int):
         """(causal, window, keep) for a call of nq queries over the first nk keys, keep the key padding
@@ -392,8 +395,9 @@ def attention_forward(module, query, key, value, attention_mask: Optional["_torc
     if isinstance(mask, PatternMask):
         calls = mask.pieces(nq, nk)
         if calls is not None:  # the pattern as options, without its booleans (a call for each chunk with chunks)
-            outs = [_attend(_rows(query, rows), _rows(key, keys), _rows(value, keys), keep, sinks, scaling, causal,
-                            window, softcap, dropout) for rows, keys, causal, window, keep in calls]
+            outs = [_attend(_at_positions(query, rows), _at_positions(key, keys), _at_positions(value, keys), keep,
+                            sinks, scaling, causal, window, softcap, dropout)
+                    for rows, keys, causal, window, keep in calls]
             return (outs[0] if len(outs) == 1 else _torch.cat(outs, dim=1)), None
         mask = mask.dense()
     causal = window = None
@@ -427,9 +431,9 @@ def _packed(query, key, value, mask: PatternMask, sinks, scaling, softcap, dropo
     return out.view(B, N, Hq, out.shape[2])
 
 
-def _rows(x, rows: slice):
-    """x (B, H, N, D) at the positions `rows` (a view; x itself for all of them)."""
-    return x if rows == slice(None) else x[:, :, rows]
+def _at_positions(x, positions: slice):
+    """x (B, H, N, D) at the positions `positions` (a view; x itself for all of them)."""
+    return x if positions == slice(None) else x[:, :, positions]
 
 
 def _attend(query, key, value, mask, sinks, scaling, causal, window, softcap, dropout):
